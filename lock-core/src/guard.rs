@@ -1,0 +1,530 @@
+//! The lock guard, its state machine and its keep-alive task.
+
+use std::fmt;
+use std::future::Future;
+use std::time::Duration;
+
+use futures::stream::BoxStream;
+use futures::StreamExt;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::Instant;
+
+use crate::backend::{Lease, LeaseEvent, LeaseHandle, Renewal};
+use crate::error::{LockError, LockErrorKind, Result};
+use crate::fencing::FencingToken;
+use crate::metrics as m;
+use crate::name::LockName;
+use crate::options::{KeepAlive, MAX_TTL};
+
+/// Why a guard lost its lock.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LossCause {
+    /// Its validity passed without a successful renewal (server unreachable,
+    /// process paused, keep-alive off).
+    Expired,
+    /// The server says the lock is no longer ours: the key or node was deleted,
+    /// or another owner holds it.
+    NotOwner,
+    /// The session (ZooKeeper) or lease (etcd) behind the lock expired.
+    SessionExpired,
+}
+
+impl fmt::Display for LossCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Expired => "validity expired without renewal",
+            Self::NotOwner => "the lock was deleted or taken over on the server",
+            Self::SessionExpired => "the session or lease expired",
+        })
+    }
+}
+
+impl LossCause {
+    fn label(&self) -> &'static str {
+        match self {
+            Self::Expired => "expired",
+            Self::NotOwner => "not_owner",
+            Self::SessionExpired => "session_expired",
+        }
+    }
+}
+
+/// Where a guard stands. States only move forward: held <-> suspended -> lost,
+/// or -> released.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum GuardState {
+    /// Held, and confirmed by the server, until `valid_until`.
+    Held {
+        /// End of validity (monotonic, drift-adjusted).
+        valid_until: Instant,
+    },
+    /// The last renewal failed or the connection is down; the lock is still
+    /// ours until `valid_until` unless the server says otherwise. Stop doing
+    /// anything that cannot be undone until it is held again.
+    Suspended {
+        /// End of validity (monotonic, drift-adjusted).
+        valid_until: Instant,
+        /// Why, in words.
+        reason: String,
+    },
+    /// The lock is gone; others may hold it now.
+    Lost {
+        /// Why.
+        cause: LossCause,
+    },
+    /// Released by its owner.
+    Released,
+}
+
+impl GuardState {
+    /// `valid_until` of a held or suspended guard.
+    pub fn valid_until(&self) -> Option<Instant> {
+        match self {
+            Self::Held { valid_until } | Self::Suspended { valid_until, .. } => Some(*valid_until),
+            _ => None,
+        }
+    }
+
+    /// Applies the rule that a guard is never held past its validity.
+    fn at(self, now: Instant) -> Self {
+        match self.valid_until() {
+            Some(v) if now >= v => Self::Lost {
+                cause: LossCause::Expired,
+            },
+            _ => self,
+        }
+    }
+}
+
+/// A cheap, cloneable read-only view of a guard: what a critical section
+/// passed to [`crate::DistributedLockExt::with_lock`] sees.
+#[derive(Clone)]
+pub struct GuardView {
+    name: LockName,
+    token: Option<FencingToken>,
+    state: watch::Receiver<GuardState>,
+}
+
+impl GuardView {
+    /// The lock name.
+    pub fn name(&self) -> &LockName {
+        &self.name
+    }
+
+    /// The fencing token of this grant, if the backend has them
+    /// ([`crate::Capabilities::fencing`]). Strictly larger than every earlier
+    /// grant of this name. Send it with every write to the protected resource.
+    pub fn fencing_token(&self) -> Option<FencingToken> {
+        self.token
+    }
+
+    /// The state now. Never `Held` past `valid_until`.
+    pub fn state(&self) -> GuardState {
+        self.state.borrow().clone().at(Instant::now())
+    }
+
+    /// Whether the lock is held (or suspended but still within validity).
+    pub fn is_held(&self) -> bool {
+        self.state().valid_until().is_some()
+    }
+
+    /// End of validity, if held or suspended.
+    pub fn valid_until(&self) -> Option<Instant> {
+        self.state().valid_until()
+    }
+
+    /// Resolves when the lock is lost, with the cause. Never resolves after a
+    /// release. Can be awaited many times, from clones, after the guard moved.
+    pub fn lost(&self) -> impl Future<Output = LossCause> + Send + 'static {
+        let mut rx = self.state.clone();
+        async move {
+            loop {
+                let st = rx.borrow_and_update().clone();
+                match st {
+                    GuardState::Lost { cause } => return cause,
+                    GuardState::Released => std::future::pending::<()>().await,
+                    GuardState::Held { valid_until } | GuardState::Suspended { valid_until, .. } => {
+                        tokio::select! {
+                            changed = rx.changed() => {
+                                if changed.is_err() {
+                                    // The keeper is gone (runtime shut down): only time can tell now.
+                                    tokio::time::sleep_until(valid_until).await;
+                                    return LossCause::Expired;
+                                }
+                            }
+                            _ = tokio::time::sleep_until(valid_until) => return LossCause::Expired,
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl fmt::Debug for GuardView {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GuardView")
+            .field("name", &self.name)
+            .field("token", &self.token)
+            .field("state", &self.state())
+            .finish()
+    }
+}
+
+enum Command {
+    Extend(Duration, oneshot::Sender<Result<Instant>>),
+    Release(oneshot::Sender<Result<bool>>),
+}
+
+/// Proof of holding a lock. One type for every backend.
+///
+/// While it lives, a background task keeps the lock alive (unless keep-alive
+/// is off) and tracks its [`GuardState`]. Dropping it releases the lock in the
+/// background and never blocks; [`LockGuard::release`] releases and reports
+/// whether the lock was still ours.
+///
+/// Note: a guard leaked with `mem::forget` while keep-alive is on keeps its
+/// lock until the process ends, as a holder that never finishes would.
+pub struct LockGuard {
+    view: GuardView,
+    commands: mpsc::Sender<Command>,
+}
+
+impl LockGuard {
+    /// Starts the keeper task for a freshly granted lease. Must be called
+    /// within a tokio runtime (the core calls it; backends do not).
+    pub(crate) fn start(
+        lease: Lease,
+        name: LockName,
+        ttl: Duration,
+        keep_alive: KeepAlive,
+        backend: &'static str,
+    ) -> Self {
+        let (state_tx, state_rx) = watch::channel(GuardState::Held {
+            valid_until: lease.valid_until,
+        });
+        let (cmd_tx, cmd_rx) = mpsc::channel(4);
+        let keeper = Keeper {
+            handle: lease.handle,
+            events: lease.events,
+            commands: cmd_rx,
+            state: state_tx,
+            ttl,
+            keep_alive,
+            backend,
+            name: name.clone(),
+            acquired_at: Instant::now(),
+            given_up: false,
+        };
+        tokio::spawn(keeper.run());
+        Self {
+            view: GuardView {
+                name,
+                token: lease.token,
+                state: state_rx,
+            },
+            commands: cmd_tx,
+        }
+    }
+
+    /// The lock name.
+    pub fn name(&self) -> &LockName {
+        self.view.name()
+    }
+
+    /// The fencing token of this grant; see [`GuardView::fencing_token`].
+    pub fn fencing_token(&self) -> Option<FencingToken> {
+        self.view.fencing_token()
+    }
+
+    /// The state now. Never `Held` past `valid_until`.
+    pub fn state(&self) -> GuardState {
+        self.view.state()
+    }
+
+    /// Whether the lock is held (or suspended but within validity).
+    pub fn is_held(&self) -> bool {
+        self.view.is_held()
+    }
+
+    /// End of validity on the monotonic clock, if held or suspended.
+    pub fn valid_until(&self) -> Option<Instant> {
+        self.view.valid_until()
+    }
+
+    /// Resolves when the lock is lost; see [`GuardView::lost`].
+    pub fn lost(&self) -> impl Future<Output = LossCause> + Send + 'static {
+        self.view.lost()
+    }
+
+    /// A watch of the state, for callers that want every transition.
+    pub fn subscribe(&self) -> watch::Receiver<GuardState> {
+        self.view.state.clone()
+    }
+
+    /// A cheap read-only view that can be cloned into other tasks.
+    pub fn view(&self) -> GuardView {
+        self.view.clone()
+    }
+
+    /// Extends the lease to `ttl` from now (and keep-alive renews to `ttl` from
+    /// then on). Returns the new end of validity. Fails with
+    /// [`LockErrorKind::Lost`] if the lock is gone.
+    pub async fn extend(&self, ttl: Duration) -> Result<Instant> {
+        if ttl < Duration::from_millis(1) || ttl > MAX_TTL {
+            return Err(LockError::invalid(format!(
+                "ttl {ttl:?} is outside 1 ms ..= {MAX_TTL:?}"
+            )));
+        }
+        let (tx, rx) = oneshot::channel();
+        self.commands
+            .send(Command::Extend(ttl, tx))
+            .await
+            .map_err(|_| self.keeper_gone())?;
+        rx.await.map_err(|_| self.keeper_gone())?
+    }
+
+    /// Releases the lock. `Ok(true)` if it was still ours, `Ok(false)` if it
+    /// had already been lost (so a later holder's lock was left alone).
+    pub async fn release(self) -> Result<bool> {
+        let (tx, rx) = oneshot::channel();
+        if self.commands.send(Command::Release(tx)).await.is_err() {
+            return Ok(false);
+        }
+        rx.await.unwrap_or(Ok(false))
+    }
+
+    fn keeper_gone(&self) -> LockError {
+        match self.state() {
+            GuardState::Lost { cause } => {
+                LockError::new(LockErrorKind::Lost, format!("lock {} lost: {cause}", self.name()))
+            }
+            _ => LockError::new(
+                LockErrorKind::Internal,
+                format!("the keep-alive task of lock {} is gone (runtime shut down?)", self.name()),
+            ),
+        }
+    }
+}
+
+impl fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("name", self.name())
+            .field("token", &self.fencing_token())
+            .field("state", &self.state())
+            .finish()
+    }
+}
+
+/// The background task behind a guard. It owns the lease handle; dropping the
+/// guard closes its command channel, which makes it release and exit.
+struct Keeper {
+    handle: Box<dyn LeaseHandle>,
+    events: Option<BoxStream<'static, LeaseEvent>>,
+    commands: mpsc::Receiver<Command>,
+    state: watch::Sender<GuardState>,
+    ttl: Duration,
+    keep_alive: KeepAlive,
+    backend: &'static str,
+    name: LockName,
+    acquired_at: Instant,
+    /// The lock was lost and its server state already removed.
+    given_up: bool,
+}
+
+impl Keeper {
+    fn interval(&self) -> Option<Duration> {
+        match self.keep_alive {
+            KeepAlive::Disabled => None,
+            KeepAlive::Enabled { interval } => {
+                let default = self.ttl / 3;
+                Some(interval.filter(|i| *i < self.ttl).unwrap_or(default).max(Duration::from_millis(1)))
+            }
+        }
+    }
+
+    fn current(&self) -> GuardState {
+        self.state.borrow().clone()
+    }
+
+    async fn run(mut self) {
+        let mut next_renew = self.interval().map(|i| Instant::now() + i);
+        loop {
+            let live_until = self.current().valid_until();
+            let far = Instant::now() + Duration::from_secs(86_400 * 365);
+            tokio::select! {
+                biased;
+                cmd = self.commands.recv() => match cmd {
+                    None => {
+                        self.finish().await.ok();
+                        return;
+                    }
+                    Some(Command::Release(reply)) => {
+                        let result = self.finish().await;
+                        let _ = reply.send(result);
+                        return;
+                    }
+                    Some(Command::Extend(ttl, reply)) => {
+                        let result = self.extend(ttl).await;
+                        if result.is_ok() {
+                            next_renew = self.interval().map(|i| Instant::now() + i);
+                        }
+                        let _ = reply.send(result);
+                    }
+                },
+                event = next_event(&mut self.events), if self.events.is_some() && live_until.is_some() => {
+                    match event {
+                        None => self.events = None,
+                        Some(LeaseEvent::Suspended { reason }) => self.suspend(reason),
+                        Some(LeaseEvent::Resumed) => {
+                            if self.interval().is_some() {
+                                next_renew = Some(Instant::now());
+                            }
+                        }
+                        Some(LeaseEvent::Lost(cause)) => self.lose(cause).await,
+                    }
+                }
+                _ = tokio::time::sleep_until(live_until.unwrap_or(far)), if live_until.is_some() => {
+                    self.lose(LossCause::Expired).await;
+                }
+                _ = tokio::time::sleep_until(next_renew.unwrap_or(far)), if live_until.is_some() && next_renew.is_some() => {
+                    next_renew = self.renew_once().await;
+                }
+            }
+        }
+    }
+
+    /// One keep-alive renewal; returns when to renew next.
+    async fn renew_once(&mut self) -> Option<Instant> {
+        let interval = self.interval()?;
+        let valid_until = self.current().valid_until()?;
+        let started = Instant::now();
+        match tokio::time::timeout_at(valid_until, self.handle.renew(self.ttl)).await {
+            Err(_elapsed) => {
+                self.lose(LossCause::Expired).await;
+                None
+            }
+            Ok(Ok(Renewal::Renewed { valid_until })) => {
+                self.state.send_replace(GuardState::Held { valid_until });
+                Some(started + interval)
+            }
+            Ok(Ok(Renewal::Gone)) => {
+                self.lose(LossCause::NotOwner).await;
+                None
+            }
+            Ok(Err(err)) => {
+                tracing::warn!(backend = self.backend, name = %self.name, error = %err, "distlock: renewal failed; guard suspended");
+                self.suspend(err.to_string());
+                // Retry sooner than the regular interval, but do not spin.
+                Some(Instant::now() + (interval / 3).max(Duration::from_millis(10)))
+            }
+        }
+    }
+
+    async fn extend(&mut self, ttl: Duration) -> Result<Instant> {
+        let state = self.current().at(Instant::now());
+        let valid_until = match state {
+            GuardState::Lost { cause } => {
+                return Err(LockError::new(
+                    LockErrorKind::Lost,
+                    format!("lock {} lost: {cause}", self.name),
+                ))
+            }
+            GuardState::Released => {
+                return Err(LockError::new(LockErrorKind::NotHeld, "guard already released"))
+            }
+            other => other.valid_until().unwrap_or_else(Instant::now),
+        };
+        match tokio::time::timeout_at(valid_until, self.handle.renew(ttl)).await {
+            Err(_elapsed) => {
+                self.lose(LossCause::Expired).await;
+                Err(LockError::new(
+                    LockErrorKind::Lost,
+                    format!("lock {} expired while extending", self.name),
+                ))
+            }
+            Ok(Ok(Renewal::Renewed { valid_until })) => {
+                self.ttl = ttl;
+                self.state.send_replace(GuardState::Held { valid_until });
+                Ok(valid_until)
+            }
+            Ok(Ok(Renewal::Gone)) => {
+                self.lose(LossCause::NotOwner).await;
+                Err(LockError::new(
+                    LockErrorKind::Lost,
+                    format!("lock {} is no longer ours on the server", self.name),
+                ))
+            }
+            Ok(Err(err)) => {
+                self.suspend(err.to_string());
+                Err(err)
+            }
+        }
+    }
+
+    fn suspend(&mut self, reason: String) {
+        self.state.send_if_modified(|st| match st {
+            GuardState::Held { valid_until } | GuardState::Suspended { valid_until, .. } => {
+                *st = GuardState::Suspended {
+                    valid_until: *valid_until,
+                    reason,
+                };
+                true
+            }
+            _ => false,
+        });
+    }
+
+    /// Marks the guard lost, fires the signal, and removes whatever is left of
+    /// our lease on the server (compare-and-delete: never someone else's).
+    async fn lose(&mut self, cause: LossCause) {
+        if matches!(self.current(), GuardState::Lost { .. } | GuardState::Released) {
+            return;
+        }
+        tracing::warn!(backend = self.backend, name = %self.name, %cause, "distlock: lock lost");
+        metrics::counter!(m::LOSSES, "backend" => self.backend, "cause" => cause.label()).increment(1);
+        self.record_hold();
+        self.state.send_replace(GuardState::Lost { cause });
+        self.events = None;
+        if let Err(err) = self.handle.release().await {
+            tracing::debug!(backend = self.backend, name = %self.name, error = %err, "distlock: clean-up after loss failed; the server expires it");
+        }
+        self.given_up = true;
+    }
+
+    /// Release on request or drop.
+    async fn finish(&mut self) -> Result<bool> {
+        let state = self.current();
+        if self.given_up || matches!(state, GuardState::Lost { .. } | GuardState::Released) {
+            return Ok(false);
+        }
+        self.record_hold();
+        let expired = state.at(Instant::now()).valid_until().is_none();
+        self.state.send_replace(GuardState::Released);
+        let released = self.handle.release().await;
+        match released {
+            // Past its validity the lock may have been re-granted: even if the key
+            // was still ours, report that we no longer held it safely.
+            Ok(was_ours) => Ok(was_ours && !expired),
+            Err(err) => {
+                tracing::warn!(backend = self.backend, name = %self.name, error = %err, "distlock: release failed; the lock expires with its TTL");
+                Err(err)
+            }
+        }
+    }
+
+    fn record_hold(&self) {
+        metrics::histogram!(m::HOLD_DURATION, "backend" => self.backend)
+            .record(self.acquired_at.elapsed().as_secs_f64());
+    }
+}
+
+async fn next_event(events: &mut Option<BoxStream<'static, LeaseEvent>>) -> Option<LeaseEvent> {
+    match events {
+        Some(stream) => stream.next().await,
+        None => std::future::pending().await,
+    }
+}

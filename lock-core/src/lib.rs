@@ -1,0 +1,54 @@
+//! # lock-core: the distlock contract
+//!
+//! One pluggable distributed-lock abstraction, honest about what each backend
+//! guarantees.
+//!
+//! - [`DistributedLock`]: the object-safe trait users hold as
+//!   `Arc<dyn DistributedLock>`: [`try_acquire`](DistributedLock::try_acquire),
+//!   [`acquire`](DistributedLock::acquire) (waits, cancellable by dropping),
+//!   [`capabilities`](DistributedLock::capabilities), [`inspect`](DistributedLock::inspect).
+//! - [`LockGuard`]: the proof of holding, the same for every backend: an
+//!   optional [`FencingToken`], `valid_until` on the monotonic clock, a
+//!   [`GuardState`] (held / suspended / lost with a [`LossCause`]), a
+//!   [`lost`](LockGuard::lost) future, [`extend`](LockGuard::extend),
+//!   [`release`](LockGuard::release); dropping it releases in the background.
+//! - [`DistributedLockExt::with_lock`]: runs a critical section and stops it
+//!   if the lock is lost.
+//! - [`TokenFence`] and [`FencedRegister`]: the resource side of fencing.
+//! - [`MemoryLock`]: the in-process backend.
+//! - [`LockBackend`] and [`LeaseHandle`]: the small seam a backend implements;
+//!   the core does validation, deadlines, keep-alive, the guard state machine,
+//!   background release, metrics ([`metrics`]) and tracing once for all.
+//!
+//! ## A lease is not a mutex
+//! A client paused longer than its TTL (GC, swap, SIGSTOP) wakes up believing
+//! it holds a lock that has since been granted to someone else. No lock
+//! service can prevent that; what helps is (1) the fencing token, checked by
+//! the resource ([`TokenFence`]), and (2) the guard's state and loss signal,
+//! so that code stops as soon as a loss is known. All time bounds use
+//! `tokio::time::Instant` (monotonic), never the wall clock.
+#![deny(missing_docs)]
+
+mod backend;
+mod capabilities;
+mod error;
+mod fencing;
+mod guard;
+mod lock;
+mod memory;
+pub mod metrics;
+mod name;
+mod options;
+
+pub use backend::{drift, validity, CleanupOnDrop, Lease, LeaseEvent, LeaseHandle, LeaseRequest, LockBackend, LockStatus, Renewal};
+pub use capabilities::{Capabilities, Fencing};
+pub use error::{LockError, LockErrorKind, NodeFailure, NodeFailureReason, Result};
+pub use fencing::{FencedRegister, FencingToken, StaleToken, TokenFence};
+pub use guard::{GuardState, GuardView, LockGuard, LossCause};
+pub use lock::{DistributedLock, DistributedLockExt};
+pub use memory::MemoryLock;
+pub use name::{LockName, MAX_NAME_LEN};
+pub use options::{AcquireOptions, KeepAlive, RetryPolicy, MAX_TTL, MAX_WAIT};
+
+/// Re-exported so backends implement the seam with the same macro version.
+pub use async_trait::async_trait;

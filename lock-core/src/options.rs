@@ -1,0 +1,233 @@
+//! Options for acquiring a lock.
+
+use std::time::Duration;
+
+use rand::Rng;
+
+use crate::error::LockError;
+
+/// The longest TTL accepted: one day. A longer lease is almost always a bug
+/// (a crashed holder would block everyone for that long).
+pub const MAX_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// The longest wait accepted by [`AcquireOptions::wait`]: one day.
+pub const MAX_WAIT: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// Delays between attempts for backends (or fallbacks) that retry, with
+/// random jitter so that contenders do not retry in lock-step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// The first delay.
+    pub min_delay: Duration,
+    /// The largest delay; delays double from `min_delay` up to this.
+    pub max_delay: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            min_delay: Duration::from_millis(5),
+            max_delay: Duration::from_millis(200),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The delay before attempt `attempt` (0-based): exponential from
+    /// `min_delay`, capped at `max_delay`, then "full jitter" (uniform in
+    /// `[delay/2, delay]`).
+    pub fn delay(&self, attempt: u32) -> Duration {
+        let base = self
+            .min_delay
+            .saturating_mul(1u32 << attempt.min(16))
+            .min(self.max_delay)
+            .max(Duration::from_micros(100));
+        let nanos = base.as_nanos() as u64;
+        Duration::from_nanos(rand::rng().random_range(nanos / 2..=nanos))
+    }
+}
+
+/// How a guard keeps its lock alive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeepAlive {
+    /// No renewal: the lock is held for one TTL at most, then the guard is lost
+    /// (and its server state removed) unless [`crate::LockGuard::extend`] is called.
+    Disabled,
+    /// Renew every `interval`; `None` means every TTL/3.
+    Enabled {
+        /// The renewal period; `None` = TTL/3.
+        interval: Option<Duration>,
+    },
+}
+
+/// How to acquire a lock: lease TTL, how long to wait, retry and keep-alive.
+///
+/// ```
+/// use std::time::Duration;
+/// use lock_core::AcquireOptions;
+/// let opts = AcquireOptions::new()
+///     .ttl(Duration::from_secs(10))
+///     .wait(Duration::from_secs(2))
+///     .keep_alive(true);
+/// assert_eq!(opts.ttl_value(), Duration::from_secs(10));
+/// assert!(opts.validate().is_ok());
+/// assert!(AcquireOptions::new().ttl(Duration::ZERO).validate().is_err());
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AcquireOptions {
+    ttl: Duration,
+    wait: Duration,
+    retry: RetryPolicy,
+    keep_alive: KeepAlive,
+}
+
+impl Default for AcquireOptions {
+    fn default() -> Self {
+        Self {
+            ttl: Duration::from_secs(30),
+            wait: Duration::from_secs(10),
+            retry: RetryPolicy::default(),
+            keep_alive: KeepAlive::Enabled { interval: None },
+        }
+    }
+}
+
+impl AcquireOptions {
+    /// Defaults: TTL 30 s, wait 10 s, keep-alive every TTL/3.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The lease TTL: how long the lock outlives its holder if the holder
+    /// stops renewing (crash, pause, partition). Backends with coarser leases
+    /// round it up (etcd: whole seconds; ZooKeeper: the session timeout).
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// How long [`crate::DistributedLock::acquire`] waits for a held lock
+    /// before returning a [`crate::LockErrorKind::Timeout`] error. Zero means
+    /// one attempt.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = wait;
+        self
+    }
+
+    /// The retry delays used where a backend has to retry.
+    pub fn retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// Turns keep-alive on (every TTL/3) or off.
+    pub fn keep_alive(mut self, on: bool) -> Self {
+        self.keep_alive = if on {
+            KeepAlive::Enabled { interval: None }
+        } else {
+            KeepAlive::Disabled
+        };
+        self
+    }
+
+    /// Turns keep-alive on with an explicit renewal interval (must be below the TTL).
+    pub fn keep_alive_every(mut self, interval: Duration) -> Self {
+        self.keep_alive = KeepAlive::Enabled {
+            interval: Some(interval),
+        };
+        self
+    }
+
+    /// The configured TTL.
+    pub fn ttl_value(&self) -> Duration {
+        self.ttl
+    }
+
+    /// The configured wait.
+    pub fn wait_value(&self) -> Duration {
+        self.wait
+    }
+
+    /// The configured retry policy.
+    pub fn retry_value(&self) -> RetryPolicy {
+        self.retry
+    }
+
+    /// The configured keep-alive.
+    pub fn keep_alive_value(&self) -> KeepAlive {
+        self.keep_alive
+    }
+
+    /// The renewal interval, if keep-alive is on.
+    pub fn keep_alive_interval(&self) -> Option<Duration> {
+        match self.keep_alive {
+            KeepAlive::Disabled => None,
+            KeepAlive::Enabled { interval } => Some(interval.unwrap_or(self.ttl / 3)),
+        }
+    }
+
+    /// Checks the options: TTL in `1 ms ..= MAX_TTL`, wait at most
+    /// [`MAX_WAIT`], keep-alive interval positive and below the TTL, retry
+    /// delays ordered.
+    pub fn validate(&self) -> Result<(), LockError> {
+        if self.ttl < Duration::from_millis(1) {
+            return Err(LockError::invalid(format!(
+                "ttl {:?} is too short; at least 1 ms",
+                self.ttl
+            )));
+        }
+        if self.ttl > MAX_TTL {
+            return Err(LockError::invalid(format!(
+                "ttl {:?} is longer than the maximum {:?}",
+                self.ttl, MAX_TTL
+            )));
+        }
+        if self.wait > MAX_WAIT {
+            return Err(LockError::invalid(format!(
+                "wait {:?} is longer than the maximum {:?}",
+                self.wait, MAX_WAIT
+            )));
+        }
+        if let KeepAlive::Enabled {
+            interval: Some(interval),
+        } = self.keep_alive
+        {
+            if interval.is_zero() || interval >= self.ttl {
+                return Err(LockError::invalid(format!(
+                    "keep-alive interval {interval:?} must be positive and below the ttl {:?}",
+                    self.ttl
+                )));
+            }
+        }
+        if self.retry.min_delay > self.retry.max_delay {
+            return Err(LockError::invalid("retry min_delay is above max_delay"));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejects_zero_and_huge_ttl() {
+        assert!(AcquireOptions::new().ttl(Duration::ZERO).validate().is_err());
+        assert!(AcquireOptions::new().ttl(MAX_TTL + Duration::from_secs(1)).validate().is_err());
+        assert!(AcquireOptions::new()
+            .ttl(Duration::from_secs(1))
+            .keep_alive_every(Duration::from_secs(2))
+            .validate()
+            .is_err());
+    }
+
+    #[test]
+    fn retry_delays_grow_and_stay_bounded() {
+        let p = RetryPolicy::default();
+        for attempt in 0..40 {
+            let d = p.delay(attempt);
+            assert!(d <= p.max_delay, "{d:?}");
+        }
+        assert!(p.delay(0) <= p.min_delay);
+    }
+}
