@@ -1,0 +1,1 @@
+//! lock-etcd (being written)

@@ -1,0 +1,3 @@
+//! lock-redis (being written)
+#![deny(missing_docs)]
+pub mod scripts;

@@ -1,0 +1,1 @@
+//! lock-redlock (being written)

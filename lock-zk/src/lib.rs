@@ -1,0 +1,1 @@
+//! lock-zk (being written)
