@@ -1,0 +1,196 @@
+//! The guard state machine, driven by a scripted lease (a unit test of the
+//! core's keep-alive and loss logic; the backends' behaviour against real
+//! servers is tested by the conformance suite).
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use lock_core::{
+    async_trait, AcquireOptions, Capabilities, DistributedLock, GuardState, Lease, LeaseEvent, LeaseHandle,
+    LeaseRequest, LockBackend, LockError, LockErrorKind, LockName, LockStatus, LossCause, Renewal, Result,
+};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+/// What the scripted lease answers to each renewal, in order.
+#[derive(Clone, Copy, Debug)]
+enum Answer {
+    Renew,
+    Gone,
+    Fail,
+    Hang,
+}
+
+#[derive(Default)]
+struct Script {
+    answers: Mutex<VecDeque<Answer>>,
+    renewals: AtomicUsize,
+    releases: AtomicUsize,
+    events: Mutex<Option<mpsc::UnboundedSender<LeaseEvent>>>,
+}
+
+struct Scripted(Arc<Script>);
+
+#[async_trait]
+impl LeaseHandle for Scripted {
+    async fn renew(&self, ttl: Duration) -> Result<Renewal> {
+        self.0.renewals.fetch_add(1, Ordering::SeqCst);
+        let answer = self.0.answers.lock().unwrap().pop_front().unwrap_or(Answer::Renew);
+        match answer {
+            Answer::Renew => Ok(Renewal::Renewed { valid_until: Instant::now() + ttl }),
+            Answer::Gone => Ok(Renewal::Gone),
+            Answer::Fail => Err(LockError::unavailable("scripted connection error")),
+            Answer::Hang => {
+                std::future::pending::<()>().await;
+                unreachable!()
+            }
+        }
+    }
+
+    async fn release(&self) -> Result<bool> {
+        self.0.releases.fetch_add(1, Ordering::SeqCst);
+        Ok(true)
+    }
+}
+
+struct OneLease(Arc<Script>);
+
+#[async_trait]
+impl LockBackend for OneLease {
+    fn backend_capabilities(&self) -> Capabilities {
+        Capabilities::new("scripted")
+    }
+    async fn try_lock(&self, req: &LeaseRequest) -> Result<Option<Lease>> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        *self.0.events.lock().unwrap() = Some(tx);
+        let events = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|e| (e, rx)) });
+        Ok(Some(
+            Lease::new(Box::new(Scripted(self.0.clone())), Instant::now() + req.ttl).with_events(events.boxed()),
+        ))
+    }
+    async fn inspect(&self, _name: &LockName) -> Result<LockStatus> {
+        Ok(LockStatus::new(false))
+    }
+}
+
+fn setup(answers: &[Answer]) -> (Arc<Script>, OneLease) {
+    let script = Arc::new(Script::default());
+    script.answers.lock().unwrap().extend(answers.iter().copied());
+    (script.clone(), OneLease(script))
+}
+
+fn name() -> LockName {
+    LockName::new("scripted").unwrap()
+}
+
+const TTL: Duration = Duration::from_millis(300);
+
+#[tokio::test]
+async fn failed_renewal_suspends_then_validity_passing_loses() {
+    let (script, backend) = setup(&[Answer::Fail, Answer::Fail, Answer::Fail, Answer::Fail, Answer::Fail, Answer::Fail]);
+    let g = backend.acquire(&name(), &AcquireOptions::new().ttl(TTL)).await.unwrap();
+    let mut states = g.subscribe();
+    states.wait_for(|s| matches!(s, GuardState::Suspended { .. })).await.unwrap();
+    assert!(g.is_held(), "suspended but within validity counts as held");
+    let cause = tokio::time::timeout(TTL * 2, g.lost()).await.unwrap();
+    assert_eq!(cause, LossCause::Expired);
+    assert!(!g.is_held());
+    assert!(script.renewals.load(Ordering::SeqCst) >= 2, "retried sooner than the interval");
+    // The core cleans up server state once the lock is lost.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(script.releases.load(Ordering::SeqCst), 1);
+    assert!(!g.release().await.unwrap());
+    assert_eq!(script.releases.load(Ordering::SeqCst), 1, "no second release");
+}
+
+#[tokio::test]
+async fn suspended_guard_recovers_on_successful_renewal() {
+    let (_script, backend) = setup(&[Answer::Fail, Answer::Renew]);
+    let g = backend.acquire(&name(), &AcquireOptions::new().ttl(TTL)).await.unwrap();
+    let mut states = g.subscribe();
+    states.wait_for(|s| matches!(s, GuardState::Suspended { .. })).await.unwrap();
+    states.wait_for(|s| matches!(s, GuardState::Held { .. })).await.unwrap();
+    tokio::time::sleep(TTL * 2).await;
+    assert!(matches!(g.state(), GuardState::Held { .. }), "{:?}", g.state());
+    assert!(g.release().await.unwrap());
+}
+
+#[tokio::test]
+async fn gone_on_renewal_loses_at_once() {
+    let (_script, backend) = setup(&[Answer::Gone]);
+    let g = backend.acquire(&name(), &AcquireOptions::new().ttl(TTL)).await.unwrap();
+    let started = Instant::now();
+    let cause = g.lost().await;
+    assert_eq!(cause, LossCause::NotOwner);
+    assert!(started.elapsed() < TTL / 2 + Duration::from_millis(100), "{:?}", started.elapsed());
+}
+
+#[tokio::test]
+async fn hanging_renewal_cannot_outlive_validity() {
+    let (_script, backend) = setup(&[Answer::Hang]);
+    let g = backend.acquire(&name(), &AcquireOptions::new().ttl(TTL)).await.unwrap();
+    let until = g.valid_until().unwrap();
+    let cause = g.lost().await;
+    assert_eq!(cause, LossCause::Expired);
+    assert!(Instant::now() >= until);
+    assert!(Instant::now() < until + Duration::from_millis(100));
+}
+
+#[tokio::test]
+async fn backend_events_drive_the_state() {
+    let (script, backend) = setup(&[]);
+    let g = backend.acquire(&name(), &AcquireOptions::new().ttl(TTL * 10)).await.unwrap();
+    let tx = script.events.lock().unwrap().clone().unwrap();
+    let mut states = g.subscribe();
+    tx.send(LeaseEvent::Suspended { reason: "disconnected".into() }).unwrap();
+    states.wait_for(|s| matches!(s, GuardState::Suspended { .. })).await.unwrap();
+    let before = script.renewals.load(Ordering::SeqCst);
+    tx.send(LeaseEvent::Resumed).unwrap();
+    states.wait_for(|s| matches!(s, GuardState::Held { .. })).await.unwrap();
+    assert!(script.renewals.load(Ordering::SeqCst) > before, "resume confirms with a renewal");
+    tx.send(LeaseEvent::Lost(LossCause::SessionExpired)).unwrap();
+    assert_eq!(g.lost().await, LossCause::SessionExpired);
+    let err = g.extend(TTL).await.unwrap_err();
+    assert_eq!(err.kind(), LockErrorKind::Lost);
+}
+
+#[tokio::test]
+async fn keep_alive_off_means_one_ttl() {
+    let (script, backend) = setup(&[]);
+    let opts = AcquireOptions::new().ttl(TTL).keep_alive(false);
+    let g = backend.acquire(&name(), &opts).await.unwrap();
+    assert_eq!(g.lost().await, LossCause::Expired);
+    assert_eq!(script.renewals.load(Ordering::SeqCst), 0);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(script.releases.load(Ordering::SeqCst), 1, "expired lease cleaned up");
+}
+
+#[tokio::test]
+async fn dropping_the_guard_releases_in_the_background() {
+    let (script, backend) = setup(&[]);
+    let g = backend.acquire(&name(), &AcquireOptions::new().ttl(TTL)).await.unwrap();
+    drop(g);
+    for _ in 0..50 {
+        if script.releases.load(Ordering::SeqCst) == 1 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("dropped guard never released");
+}
+
+#[tokio::test]
+async fn extend_rejects_bad_ttl_and_moves_validity() {
+    let (_script, backend) = setup(&[]);
+    let g = backend.acquire(&name(), &AcquireOptions::new().ttl(TTL).keep_alive(false)).await.unwrap();
+    assert_eq!(g.extend(Duration::ZERO).await.unwrap_err().kind(), LockErrorKind::InvalidArgument);
+    let before = g.valid_until().unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let after = g.extend(TTL * 4).await.unwrap();
+    assert!(after > before + TTL);
+    tokio::time::sleep(TTL * 2).await;
+    assert!(g.is_held());
+}
