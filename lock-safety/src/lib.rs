@@ -1,0 +1,419 @@
+//! # lock-safety: Kleppmann's scenarios as tests, with a checker and a report
+//!
+//! A lease is not a mutex. This crate measures what each backend guarantees
+//! under pauses, crashes, delays and partitions, and shows that fencing tokens
+//! stop stale writes.
+//!
+//! - [`Workload`]: two shared registers that lock holders read-modify-write:
+//!   a *fenced* register (the `lock-core` [`FencedRegister`]: rejects a write
+//!   whose token is lower than the highest it accepted) and a *plain* one (no
+//!   check). Every critical section is recorded on one monotonic clock.
+//! - The checker: [`Workload::stats`] counts overlapping critical sections
+//!   (two holders at once) and *stale writes accepted*: writes the fenced
+//!   register accepted from a holder after a later holder had already begun
+//!   its own writes. With correct, strictly increasing tokens that number is
+//!   zero whatever the lock does; it becomes non-zero when tokens go backwards
+//!   (e.g. a counter reset by a restart without persistence).
+//! - [`Report`]: backend x scenario rows, printed as a Markdown table and
+//!   written as JSON under `target/`.
+#![deny(missing_docs)]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use lock_core::{FencedRegister, FencingToken, LockGuard};
+use tokio::time::Instant;
+
+/// The fenced register's contents.
+#[derive(Clone, Copy, Debug, Default)]
+struct FencedCell {
+    value: u64,
+}
+
+/// One finished critical section.
+#[derive(Clone, Copy, Debug)]
+struct SectionRecord {
+    grant: u64,
+    enter: Instant,
+    exit: Instant,
+}
+
+/// Shared state of one scenario run: the registers and the checker's records.
+#[derive(Debug)]
+pub struct Workload {
+    fenced: FencedRegister<FencedCell>,
+    plain: Mutex<u64>,
+    /// Grant sequence: the order in which holders entered their sections.
+    grants: AtomicU64,
+    /// Highest grant whose holder has begun writing (its claim).
+    claimed: AtomicU64,
+    stale_accepted: AtomicU64,
+    fenced_writes: AtomicU64,
+    plain_writes: AtomicU64,
+    faults: AtomicU64,
+    sections: Mutex<Vec<SectionRecord>>,
+    retakes: Mutex<Vec<Duration>>,
+}
+
+impl Default for Workload {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Workload {
+    /// Empty registers, no records.
+    pub fn new() -> Self {
+        Self {
+            fenced: FencedRegister::new(FencedCell::default()),
+            plain: Mutex::new(0),
+            grants: AtomicU64::new(0),
+            claimed: AtomicU64::new(0),
+            stale_accepted: AtomicU64::new(0),
+            fenced_writes: AtomicU64::new(0),
+            plain_writes: AtomicU64::new(0),
+            faults: AtomicU64::new(0),
+            sections: Mutex::new(Vec::new()),
+            retakes: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Enters a critical section for a freshly acquired `guard`: takes the next
+    /// grant number and claims the fenced register with the guard's token
+    /// (the "first write with the new token" that makes older holders stale).
+    pub fn enter(&self, guard: &LockGuard) -> Section<'_> {
+        self.enter_with(guard.fencing_token())
+    }
+
+    /// Like [`Workload::enter`], from a token alone.
+    pub fn enter_with(&self, token: Option<FencingToken>) -> Section<'_> {
+        let grant = self.grants.fetch_add(1, Ordering::SeqCst) + 1;
+        let section = Section {
+            workload: self,
+            grant,
+            token,
+            enter: Instant::now(),
+            read_plain: 0,
+            read_fenced: 0,
+        };
+        self.claimed.fetch_max(grant, Ordering::SeqCst);
+        if let Some(token) = token {
+            let _ = self.fenced_write(grant, token, |_| {});
+        }
+        section
+    }
+
+    fn fenced_write(&self, grant: u64, token: FencingToken, update: impl FnOnce(&mut FencedCell)) -> bool {
+        self.fenced_writes.fetch_add(1, Ordering::SeqCst);
+        self.fenced
+            .write(token, |cell| {
+                // Accepted. Was a later holder already writing? Then this write is stale.
+                if self.claimed.load(Ordering::SeqCst) > grant {
+                    self.stale_accepted.fetch_add(1, Ordering::SeqCst);
+                }
+                update(cell)
+            })
+            .is_ok()
+    }
+
+    /// Counts one injected fault.
+    pub fn fault(&self) {
+        self.faults.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Counts `n` injected faults.
+    pub fn faults(&self, n: u64) {
+        self.faults.fetch_add(n, Ordering::SeqCst);
+    }
+
+    /// Records how long the lock took to be retaken after its holder crashed.
+    pub fn retake(&self, took: Duration) {
+        self.retakes.lock().unwrap_or_else(|p| p.into_inner()).push(took);
+    }
+
+    /// What the checker found so far.
+    pub fn stats(&self) -> Stats {
+        let mut sections = self.sections.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        sections.sort_by_key(|s| s.enter);
+        // A section overlaps if it began before an earlier-entered one ended.
+        let mut overlaps = 0;
+        let mut latest_exit: Option<Instant> = None;
+        for s in &sections {
+            if latest_exit.is_some_and(|e| s.enter < e) {
+                overlaps += 1;
+            }
+            latest_exit = Some(latest_exit.map_or(s.exit, |e| e.max(s.exit)));
+        }
+        let mut retakes = self.retakes.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        retakes.sort();
+        let plain_writes = self.plain_writes.load(Ordering::SeqCst);
+        let plain_value = *self.plain.lock().unwrap_or_else(|p| p.into_inner());
+        Stats {
+            acquisitions: self.grants.load(Ordering::SeqCst),
+            sections: sections.len() as u64,
+            faults: self.faults.load(Ordering::SeqCst),
+            overlaps,
+            stale_accepted: self.stale_accepted.load(Ordering::SeqCst),
+            stale_rejected: self.fenced.rejections(),
+            fenced_writes: self.fenced_writes.load(Ordering::SeqCst),
+            lost_updates: plain_writes.saturating_sub(plain_value),
+            retake_p50: percentile(&retakes, 0.50),
+            retake_p99: percentile(&retakes, 0.99),
+            retakes: retakes.len() as u64,
+        }
+    }
+}
+
+fn percentile(sorted: &[Duration], q: f64) -> Option<Duration> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let idx = ((sorted.len() as f64 - 1.0) * q).ceil() as usize;
+    Some(sorted[idx.min(sorted.len() - 1)])
+}
+
+/// A critical section in progress: read both registers, (maybe be paused),
+/// write both back incremented, exit.
+#[derive(Debug)]
+pub struct Section<'a> {
+    workload: &'a Workload,
+    grant: u64,
+    token: Option<FencingToken>,
+    enter: Instant,
+    read_plain: u64,
+    read_fenced: u64,
+}
+
+impl Section<'_> {
+    /// Reads both registers.
+    pub fn read(&mut self) {
+        self.read_plain = *self.workload.plain.lock().unwrap_or_else(|p| p.into_inner());
+        self.read_fenced = self.workload.fenced.read().value;
+    }
+
+    /// Writes both registers: `read + 1`. The fenced write carries the token
+    /// (skipped when the backend has none). Returns whether the fenced write
+    /// was accepted (`None` without a token).
+    pub fn write(&mut self) -> Option<bool> {
+        *self.workload.plain.lock().unwrap_or_else(|p| p.into_inner()) = self.read_plain + 1;
+        self.workload.plain_writes.fetch_add(1, Ordering::SeqCst);
+        let value = self.read_fenced + 1;
+        self.token
+            .map(|token| self.workload.fenced_write(self.grant, token, |cell| cell.value = value))
+    }
+
+    /// Read, yield to other tasks (a real `.await` inside the section), write.
+    pub async fn read_modify_write(&mut self) -> Option<bool> {
+        self.read();
+        tokio::task::yield_now().await;
+        self.write()
+    }
+
+    /// Ends the section and records it.
+    pub fn exit(self) {
+        let record = SectionRecord {
+            grant: self.grant,
+            enter: self.enter,
+            exit: Instant::now(),
+        };
+        let _ = record.grant;
+        self.workload
+            .sections
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(record);
+    }
+}
+
+/// What the checker found in one scenario run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Critical sections entered (= acquisitions that reported held).
+    pub acquisitions: u64,
+    /// Critical sections finished.
+    pub sections: u64,
+    /// Faults injected.
+    pub faults: u64,
+    /// Sections that began while another was still running.
+    pub overlaps: u64,
+    /// Fenced writes accepted after a later holder had begun writing.
+    pub stale_accepted: u64,
+    /// Fenced writes rejected as stale by the register.
+    pub stale_rejected: u64,
+    /// Fenced writes attempted (claims included).
+    pub fenced_writes: u64,
+    /// Plain-register increments lost to concurrent writers.
+    pub lost_updates: u64,
+    /// Retake-after-crash samples.
+    pub retakes: u64,
+    /// Median retake time after a holder crash.
+    pub retake_p50: Option<Duration>,
+    /// 99th percentile retake time after a holder crash.
+    pub retake_p99: Option<Duration>,
+}
+
+/// One row of the report.
+#[derive(Clone, Debug)]
+pub struct Row {
+    /// Backend name.
+    pub backend: String,
+    /// Scenario name.
+    pub scenario: String,
+    /// Whether the backend has fencing tokens.
+    pub fencing: bool,
+    /// The checker's numbers.
+    pub stats: Stats,
+    /// What the test asserted, in words.
+    pub expectation: String,
+    /// Whether the expectation held.
+    pub passed: bool,
+}
+
+/// The report of a whole run.
+#[derive(Debug, Default)]
+pub struct Report {
+    rows: Mutex<Vec<Row>>,
+}
+
+impl Report {
+    /// An empty report.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a row.
+    pub fn push(&self, row: Row) {
+        self.rows.lock().unwrap_or_else(|p| p.into_inner()).push(row);
+    }
+
+    /// The rows, sorted by backend then scenario.
+    pub fn rows(&self) -> Vec<Row> {
+        let mut rows = self.rows.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        rows.sort_by(|a, b| (&a.backend, &a.scenario).cmp(&(&b.backend, &b.scenario)));
+        rows
+    }
+
+    /// The report as a Markdown table, with per-backend totals.
+    pub fn markdown(&self) -> String {
+        let ms = |d: Option<Duration>| d.map_or("-".to_string(), |d| format!("{} ms", d.as_millis()));
+        let mut out = String::from(
+            "| backend | scenario | acquisitions | faults | overlaps | stale writes accepted | stale writes rejected | retake p50 | retake p99 | expectation | result |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+        );
+        let rows = self.rows();
+        for r in &rows {
+            let s = &r.stats;
+            let stale = if r.fencing { s.stale_accepted.to_string() } else { "n/a (no token)".into() };
+            out.push_str(&format!(
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                r.backend,
+                r.scenario,
+                s.acquisitions,
+                s.faults,
+                s.overlaps,
+                stale,
+                if r.fencing { s.stale_rejected.to_string() } else { "-".into() },
+                ms(s.retake_p50),
+                ms(s.retake_p99),
+                r.expectation,
+                if r.passed { "ok" } else { "FAILED" }
+            ));
+        }
+        let mut backends: Vec<&str> = rows.iter().map(|r| r.backend.as_str()).collect();
+        backends.dedup();
+        out.push_str("\n| backend | total acquisitions | total faults injected |\n|---|---|---|\n");
+        for b in backends {
+            let (a, f) = rows
+                .iter()
+                .filter(|r| r.backend == b)
+                .fold((0, 0), |(a, f), r| (a + r.stats.acquisitions, f + r.stats.faults));
+            out.push_str(&format!("| {b} | {a} | {f} |\n"));
+        }
+        out
+    }
+
+    /// The report as JSON (hand-written: no serde needed for flat rows).
+    pub fn json(&self) -> String {
+        let opt = |d: Option<Duration>| d.map_or("null".to_string(), |d| format!("{:.3}", d.as_secs_f64() * 1000.0));
+        let rows: Vec<String> = self
+            .rows()
+            .iter()
+            .map(|r| {
+                let s = &r.stats;
+                format!(
+                    "{{\"backend\":{:?},\"scenario\":{:?},\"fencing\":{},\"acquisitions\":{},\"sections\":{},\"faults\":{},\"overlaps\":{},\"stale_accepted\":{},\"stale_rejected\":{},\"lost_updates\":{},\"retakes\":{},\"retake_p50_ms\":{},\"retake_p99_ms\":{},\"expectation\":{:?},\"passed\":{}}}",
+                    r.backend, r.scenario, r.fencing, s.acquisitions, s.sections, s.faults, s.overlaps,
+                    s.stale_accepted, s.stale_rejected, s.lost_updates, s.retakes, opt(s.retake_p50), opt(s.retake_p99),
+                    r.expectation, r.passed
+                )
+            })
+            .collect();
+        format!("{{\"rows\":[\n  {}\n]}}\n", rows.join(",\n  "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn checker_counts_overlaps_and_stale_writes() {
+        let w = Workload::new();
+        // A holds token 5, enters and reads.
+        let mut a = w.enter_with(Some(FencingToken::new(5)));
+        a.read();
+        // B is granted token 6 while A is paused: B claims, writes, exits.
+        let mut b = w.enter_with(Some(FencingToken::new(6)));
+        b.read();
+        assert_eq!(b.write(), Some(true));
+        b.exit();
+        // A resumes: its fenced write is rejected, its plain write lands.
+        assert_eq!(a.write(), Some(false));
+        a.exit();
+        let s = w.stats();
+        assert_eq!(s.overlaps, 1);
+        assert_eq!(s.stale_accepted, 0);
+        assert_eq!(s.stale_rejected, 1);
+        assert_eq!(s.lost_updates, 1);
+    }
+
+    #[tokio::test]
+    async fn tokens_going_backwards_are_counted_as_stale_accepted() {
+        let w = Workload::new();
+        let mut a = w.enter_with(Some(FencingToken::new(57)));
+        a.read();
+        // The server forgot its counter: the next holder gets a smaller token.
+        let mut b = w.enter_with(Some(FencingToken::new(1)));
+        b.read();
+        assert_eq!(b.write(), Some(false));
+        b.exit();
+        assert_eq!(a.write(), Some(true));
+        a.exit();
+        let s = w.stats();
+        assert_eq!(s.stale_accepted, 1);
+    }
+
+    #[tokio::test]
+    async fn sequential_sections_are_clean() {
+        let w = Workload::new();
+        for t in 1..=10 {
+            let mut s = w.enter_with(Some(FencingToken::new(t)));
+            s.read_modify_write().await;
+            s.exit();
+        }
+        let s = w.stats();
+        assert_eq!((s.overlaps, s.stale_accepted, s.stale_rejected, s.lost_updates), (0, 0, 0, 0));
+        assert_eq!(s.acquisitions, 10);
+        let r = Report::new();
+        r.push(Row {
+            backend: "memory".into(),
+            scenario: "smoke".into(),
+            fencing: true,
+            stats: s,
+            expectation: "0 overlaps".into(),
+            passed: true,
+        });
+        assert!(r.markdown().contains("| memory | smoke | 10 |"));
+        assert!(r.json().contains("\"acquisitions\":10"));
+    }
+}
