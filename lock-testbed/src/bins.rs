@@ -1,0 +1,189 @@
+//! Where the server programs are: PATH and Debian paths, each overridable by env var.
+
+use std::path::{Path, PathBuf};
+
+use crate::TestbedError;
+
+/// A program this crate runs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Tool {
+    /// Default program name, looked up on PATH.
+    pub(crate) default: &'static str,
+    /// Environment variable holding a name or path instead.
+    pub(crate) env: &'static str,
+    /// Debian package providing the default.
+    pub(crate) package: &'static str,
+}
+
+pub(crate) const REDIS_SERVER: Tool = Tool {
+    default: "redis-server",
+    env: "DISTLOCK_REDIS_SERVER",
+    package: "redis-server",
+};
+pub(crate) const ETCD: Tool = Tool {
+    default: "etcd",
+    env: "DISTLOCK_ETCD",
+    package: "etcd-server",
+};
+/// etcdctl is not needed by this crate itself (readiness and leader queries use the
+/// HTTP gateway); [`crate::etcdctl_path`] resolves it for tests that want it.
+pub(crate) const ETCDCTL: Tool = Tool {
+    default: "etcdctl",
+    env: "DISTLOCK_ETCDCTL",
+    package: "etcd-client",
+};
+pub(crate) const JAVA: Tool = Tool {
+    default: "java",
+    env: "DISTLOCK_JAVA",
+    package: "openjdk-17-jre-headless",
+};
+
+/// Env var for the ZooKeeper class path.
+pub(crate) const ZK_CLASSPATH_ENV: &str = "DISTLOCK_ZK_CLASSPATH";
+/// Default ZooKeeper class path (Debian packages `libzookeeper-java` via `zookeeper`,
+/// and `libslf4j-java`).
+pub(crate) const ZK_CLASSPATH_DEFAULT: &str =
+    "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar";
+
+fn env_var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+/// Resolve `tool` from the environment (the real one).
+pub(crate) fn resolve(tool: Tool) -> Result<PathBuf, TestbedError> {
+    resolve_with(tool, env_var(tool.env), std::env::var_os("PATH"))
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path)
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}
+
+pub(crate) fn resolve_with(
+    tool: Tool,
+    override_value: Option<String>,
+    path_var: Option<std::ffi::OsString>,
+) -> Result<PathBuf, TestbedError> {
+    let (name, from_env) = match &override_value {
+        Some(v) => (v.trim().to_string(), true),
+        None => (tool.default.to_string(), false),
+    };
+    let not_found = |looked_at: String| TestbedError::NotInstalled {
+        what: tool.default.to_string(),
+        looked_at,
+        package: tool.package,
+        env: tool.env,
+    };
+    if name.contains('/') {
+        let p = PathBuf::from(&name);
+        if is_executable(&p) {
+            return Ok(p);
+        }
+        let origin = if from_env {
+            format!(" (from {})", tool.env)
+        } else {
+            String::new()
+        };
+        return Err(not_found(format!(
+            "`{name}`{origin} is not an executable file"
+        )));
+    }
+    let dirs: Vec<PathBuf> = path_var
+        .as_deref()
+        .map(|p| std::env::split_paths(p).collect())
+        .unwrap_or_default();
+    for dir in &dirs {
+        let candidate = dir.join(&name);
+        if is_executable(&candidate) {
+            return Ok(candidate);
+        }
+    }
+    let origin = if from_env {
+        format!(" (from {})", tool.env)
+    } else {
+        String::new()
+    };
+    Err(not_found(format!("`{name}`{origin} is not on PATH")))
+}
+
+/// The ZooKeeper class path, every plain entry checked to exist.
+pub(crate) fn zk_classpath() -> Result<String, TestbedError> {
+    zk_classpath_with(env_var(ZK_CLASSPATH_ENV))
+}
+
+pub(crate) fn zk_classpath_with(override_value: Option<String>) -> Result<String, TestbedError> {
+    let from_env = override_value.is_some();
+    let cp = override_value.unwrap_or_else(|| ZK_CLASSPATH_DEFAULT.to_string());
+    for entry in cp.split(':').filter(|e| !e.is_empty()) {
+        if entry.contains('*') {
+            continue;
+        }
+        if !Path::new(entry).exists() {
+            let package = if entry.contains("slf4j") {
+                "libslf4j-java"
+            } else {
+                "zookeeper"
+            };
+            let origin = if from_env {
+                format!(" (from {ZK_CLASSPATH_ENV})")
+            } else {
+                String::new()
+            };
+            return Err(TestbedError::NotInstalled {
+                what: format!("ZooKeeper class path entry {entry}"),
+                looked_at: format!("`{entry}`{origin} does not exist"),
+                package,
+                env: ZK_CLASSPATH_ENV,
+            });
+        }
+    }
+    Ok(cp)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_binary_names_the_package_and_env_var() {
+        let err = resolve_with(REDIS_SERVER, None, Some("/nonexistent-dir".into())).unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.starts_with(
+                "redis-server not found: install the Debian package `redis-server` \
+                 (`cargo xtask test` installs it) or set DISTLOCK_REDIS_SERVER"
+            ),
+            "{msg}"
+        );
+        let err = resolve_with(ETCD, Some("/no/such/etcd".into()), None).unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("`etcd-server`"), "{msg}");
+        assert!(msg.contains("DISTLOCK_ETCD"), "{msg}");
+        assert!(msg.contains("/no/such/etcd"), "{msg}");
+        let msg = resolve_with(JAVA, None, None).unwrap_err().to_string();
+        assert!(msg.contains("openjdk-17-jre-headless"), "{msg}");
+        assert!(msg.contains("DISTLOCK_JAVA"), "{msg}");
+    }
+
+    #[test]
+    fn binaries_are_found_on_path_and_by_override() {
+        let found = resolve_with(REDIS_SERVER, None, std::env::var_os("PATH")).unwrap();
+        assert!(found.ends_with("redis-server"));
+        let by_path = resolve_with(REDIS_SERVER, Some(found.display().to_string()), None).unwrap();
+        assert_eq!(by_path, found);
+        let by_name = resolve_with(ETCD, Some("etcdctl".into()), std::env::var_os("PATH")).unwrap();
+        assert!(by_name.ends_with("etcdctl"));
+    }
+
+    #[test]
+    fn zk_classpath_is_checked() {
+        assert_eq!(zk_classpath_with(None).unwrap(), ZK_CLASSPATH_DEFAULT);
+        let msg = zk_classpath_with(Some("/no/zookeeper.jar:/usr/share/java/*".into()))
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("`zookeeper`"), "{msg}");
+        assert!(msg.contains("DISTLOCK_ZK_CLASSPATH"), "{msg}");
+    }
+}

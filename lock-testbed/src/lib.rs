@@ -1,0 +1,131 @@
+//! Real servers for distlock's tests: Redis, etcd and ZooKeeper started on free
+//! loopback ports in fresh temp dirs, plus fault injection (pause, kill, restart,
+//! premature expiry) and a fault-injecting TCP [`Proxy`].
+//!
+//! No mocks and no silent skips: a missing server binary is an error whose message
+//! names the Debian package to install.
+//!
+//! # Quick start
+//!
+//! ```no_run
+//! use lock_testbed::{shared_redis, unique_name, RedisServer, RespValue};
+//!
+//! // Cheap: one Redis per test process, shared by every test that does not break it.
+//! let redis = shared_redis()?;
+//! let key = unique_name("my-lock");
+//! redis.cmd(&["SET", &key, "v", "PX", "5000"])?;
+//!
+//! // Destructive tests start their own and fault it.
+//! let own = RedisServer::start()?;
+//! own.pause()?;
+//! assert!(own.cmd(&["PING"]).unwrap_err().is_timeout());
+//! own.resume()?;
+//! assert_eq!(own.cmd(&["PING"])?, RespValue::Simple("PONG".into()));
+//! # Ok::<(), lock_testbed::TestbedError>(())
+//! ```
+//!
+//! # What it starts
+//!
+//! | type | what | ready when | typical start-up here |
+//! |---|---|---|---|
+//! | [`RedisServer`] | `redis-server --save '' --appendonly no` (or AOF + `appendfsync always`) | `PING` answers `PONG` (deadline 5 s) | 15-20 ms |
+//! | [`RedisSet`] | N independent Redis (Redlock) | every node answers `PING` | same, in parallel |
+//! | [`EtcdCluster`] | N members, `--heartbeat-interval=10 --election-timeout=100` | `GET /health` is `{"health":"true"}` on every member (deadline 20 s) | 0.2-2.5 s |
+//! | [`ZkEnsemble`] | N ZooKeeper servers (1 = standalone), JVM `-Xms64m -Xmx256m -XX:+UseSerialGC` | `srvr` answers a `Mode:` line on every server (deadline 20 s) | 0.5-1 s single, 1.5-5 s ensemble of 3 |
+//!
+//! Faults: pause/resume (SIGSTOP/SIGCONT; both return once every thread of the server
+//! is stopped / running again), kill (SIGKILL + reap), restart on the same port and data
+//! dir, [`RedisServer::expire_now`] (`PEXPIRE key 1`), and [`Proxy`] latency, held
+//! replies, blackhole, reset, cut/heal.
+//!
+//! Probes for tests: [`RedisServer::cmd`], [`resp_command`] and [`RespConnection`]
+//! (raw RESP), [`EtcdCluster::put`]/[`EtcdCluster::get`] (JSON gateway),
+//! [`ZkEnsemble::create`]/[`ZkEnsemble::get_data`]/[`ZkEnsemble::srvr`], and `leader()`
+//! on both clusters. The lifecycle API is synchronous (std only), so it works from any
+//! tokio runtime or none; the proxy runs on a thread of its own.
+//!
+//! # Environment variables
+//!
+//! | variable | default | meaning |
+//! |---|---|---|
+//! | `DISTLOCK_REDIS_SERVER` | `redis-server` on `PATH` (Debian package `redis-server`) | Redis server binary, a name on `PATH` or a path |
+//! | `DISTLOCK_ETCD` | `etcd` on `PATH` (Debian package `etcd-server`) | etcd binary |
+//! | `DISTLOCK_ETCDCTL` | `etcdctl` on `PATH` (Debian package `etcd-client`) | etcdctl, see [`etcdctl_path`] (this crate itself talks to etcd's HTTP gateway) |
+//! | `DISTLOCK_JAVA` | `java` on `PATH` (Debian package `openjdk-17-jre-headless`) | Java runtime for ZooKeeper |
+//! | `DISTLOCK_ZK_CLASSPATH` | `/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar` (Debian packages `zookeeper`, `libslf4j-java`) | class path holding `org.apache.zookeeper.server.quorum.QuorumPeerMain` |
+//! | `DISTLOCK_TEST_REDIS` | unset: start one | `host:port` of a Redis started elsewhere, returned by [`shared_redis`] |
+//! | `DISTLOCK_TEST_REDIS_NODES` | unset: start 5 | `h:p,h:p,...` of independent Redis nodes, returned by [`shared_redis_set`] |
+//! | `DISTLOCK_TEST_ETCD` | unset: start 1 member | `h:p[,h:p...]` etcd client endpoints, returned by [`shared_etcd`] |
+//! | `DISTLOCK_TEST_ZK` | unset: start 1 server | `h:p[,h:p...]` ZooKeeper client endpoints, returned by [`shared_zk`] |
+//!
+//! The `DISTLOCK_TEST_*` servers must answer when first used (else an error, never a
+//! skip); fault methods on them return [`TestbedError::External`].
+//!
+//! # Process clean-up
+//!
+//! - Dropping a handle SIGKILLs and reaps its processes and removes its temp dir.
+//! - Shared servers live in statics that are never dropped: a `libc::atexit` handler
+//!   SIGKILLs and reaps every process still registered and removes the temp dirs when
+//!   the test binary exits, normally or after a failed test.
+//! - Every server runs with `PR_SET_PDEATHSIG = SIGKILL`, so it dies even if the test
+//!   process is SIGKILLed. Children are forked by one long-lived spawner thread (the
+//!   death signal follows the forking *thread*, and libtest's test threads are
+//!   short-lived), so a server started inside any test outlives that test's thread.
+//! - [`pid_alive`] lets a test assert that the PIDs it started are gone.
+//!
+//! # Servers started elsewhere
+//!
+//! Besides the env vars above, [`RedisServer::external`], [`RedisSet::external`],
+//! [`EtcdCluster::external`] and [`ZkEnsemble::external`] wrap addresses of servers
+//! you run yourself (docker compose, CI services).
+#![deny(missing_docs)]
+
+mod bins;
+mod error;
+mod etcd;
+mod http;
+mod json;
+mod member;
+mod process;
+mod proxy;
+mod redis;
+mod resp;
+mod shared;
+mod util;
+mod zk;
+
+pub use error::TestbedError;
+pub use etcd::EtcdCluster;
+pub use process::pid_alive;
+pub use proxy::Proxy;
+pub use redis::{RedisOptions, RedisServer, RedisSet};
+pub use resp::{resp_command, RespConnection, RespValue};
+pub use shared::{
+    shared_etcd, shared_redis, shared_redis_set, shared_zk, ENV_TEST_ETCD, ENV_TEST_REDIS,
+    ENV_TEST_REDIS_NODES, ENV_TEST_ZK, SHARED_REDIS_NODES,
+};
+pub use util::{free_port, unique_name};
+pub use zk::{ZkEnsemble, ZkOptions};
+
+/// The `etcdctl` binary (`DISTLOCK_ETCDCTL`, default `etcdctl` on `PATH`), for tests
+/// that want to drive etcd from the command line; an error naming the Debian package
+/// `etcd-client` when missing.
+pub fn etcdctl_path() -> Result<std::path::PathBuf, TestbedError> {
+    bins::resolve(bins::ETCDCTL)
+}
+
+#[cfg(test)]
+mod tests {
+    fn assert_send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn public_handles_are_send_and_sync() {
+        assert_send_sync::<crate::RedisServer>();
+        assert_send_sync::<crate::RedisSet>();
+        assert_send_sync::<crate::EtcdCluster>();
+        assert_send_sync::<crate::ZkEnsemble>();
+        assert_send_sync::<crate::Proxy>();
+        assert_send_sync::<crate::TestbedError>();
+        assert_send_sync::<crate::RespConnection>();
+    }
+}

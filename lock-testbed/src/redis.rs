@@ -1,0 +1,392 @@
+//! Redis servers: one, or N independent ones (for Redlock).
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::bins;
+use crate::process::{log_says_addr_in_use, log_tail, ManagedChild, ManagedDir};
+use crate::resp::{resp_command, RespValue};
+use crate::util::{free_port, loopback};
+use crate::TestbedError;
+
+/// How long a Redis may take to answer PING after spawn.
+const READY_TIMEOUT: Duration = Duration::from_secs(5);
+/// Timeout of [`RedisServer::cmd`].
+const CMD_TIMEOUT: Duration = Duration::from_secs(2);
+/// How often a fresh start is retried on a new port when the port was taken.
+const START_ATTEMPTS: usize = 3;
+
+/// How to run a Redis server.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RedisOptions {
+    /// `false` (default): `--save '' --appendonly no`, nothing survives a restart.
+    /// `true`: `--appendonly yes --appendfsync always`, every write is on disk before
+    /// it is acknowledged, so keys survive [`RedisServer::kill`] + [`RedisServer::restart`].
+    pub appendfsync_always: bool,
+}
+
+struct Local {
+    // Declared first: dropped (killed, reaped) before the dir is removed.
+    child: Option<ManagedChild>,
+    dir: ManagedDir,
+    bin: PathBuf,
+    opts: RedisOptions,
+}
+
+/// One Redis server on `127.0.0.1:<free port>` in its own temp dir, or one started
+/// elsewhere (see [`RedisServer::external`]).
+///
+/// Dropping it SIGKILLs the process, reaps it and removes the temp dir.
+pub struct RedisServer {
+    addr: SocketAddr,
+    local: Option<Local>,
+}
+
+impl fmt::Debug for RedisServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisServer")
+            .field("addr", &self.addr)
+            .field("pid", &self.pid())
+            .field("external", &self.local.is_none())
+            .finish()
+    }
+}
+
+impl RedisServer {
+    /// Start a Redis with default options (no persistence) and wait until it answers PING.
+    pub fn start() -> Result<RedisServer, TestbedError> {
+        RedisServer::start_with(RedisOptions::default())
+    }
+
+    /// Start a Redis with `opts` and wait until it answers PING (at most 5 s).
+    pub fn start_with(opts: RedisOptions) -> Result<RedisServer, TestbedError> {
+        let mut last_err = None;
+        for _ in 0..START_ATTEMPTS {
+            let mut server = RedisServer::launch(opts)?;
+            match server.wait_ready(Instant::now() + READY_TIMEOUT) {
+                Ok(()) => return Ok(server),
+                Err(e) if server.port_was_taken() => last_err = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last_err.unwrap_or_else(|| TestbedError::protocol("starting Redis", "no attempt made")))
+    }
+
+    /// A handle on a Redis started elsewhere (docker compose, a CI service).
+    ///
+    /// [`cmd`](Self::cmd) and [`expire_now`](Self::expire_now) work; the fault methods
+    /// return [`TestbedError::External`]. Dropping it does nothing to the server.
+    pub fn external(addr: SocketAddr) -> RedisServer {
+        RedisServer { addr, local: None }
+    }
+
+    /// Spawn without waiting for readiness.
+    pub(crate) fn launch(opts: RedisOptions) -> Result<RedisServer, TestbedError> {
+        let bin = bins::resolve(bins::REDIS_SERVER)?;
+        let dir = ManagedDir::new("redis")?;
+        let addr = loopback(free_port());
+        let mut server = RedisServer {
+            addr,
+            local: Some(Local {
+                child: None,
+                dir,
+                bin,
+                opts,
+            }),
+        };
+        server.spawn_process()?;
+        Ok(server)
+    }
+
+    fn what(&self) -> String {
+        format!("redis-server on {}", self.addr)
+    }
+
+    fn log_path(dir: &Path) -> PathBuf {
+        dir.join("redis.log")
+    }
+
+    fn port_was_taken(&self) -> bool {
+        self.local.as_ref().is_some_and(|l| {
+            log_says_addr_in_use(&Self::log_path(l.dir.path()))
+                || log_says_addr_in_use(&l.dir.path().join("redis.stderr.log"))
+        })
+    }
+
+    fn spawn_process(&mut self) -> Result<(), TestbedError> {
+        let what = self.what();
+        let port = self.addr.port().to_string();
+        let Some(local) = self.local.as_mut() else {
+            return Err(TestbedError::External {
+                what,
+                operation: "start",
+            });
+        };
+        let dir = local.dir.path();
+        let stderr = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("redis.stderr.log"))
+            .map_err(|e| TestbedError::io("creating redis.stderr.log", e))?;
+        let stdout = stderr
+            .try_clone()
+            .map_err(|e| TestbedError::io("creating redis.stderr.log", e))?;
+        let mut cmd = Command::new(&local.bin);
+        cmd.args(["--port", &port, "--bind", "127.0.0.1", "--save", ""])
+            .args(["--daemonize", "no", "--protected-mode", "no"]);
+        if local.opts.appendfsync_always {
+            cmd.args(["--appendonly", "yes", "--appendfsync", "always"]);
+        } else {
+            cmd.args(["--appendonly", "no"]);
+        }
+        cmd.arg("--dir")
+            .arg(dir)
+            .arg("--logfile")
+            .arg(Self::log_path(dir))
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .stdout(stdout)
+            .stderr(stderr);
+        local.child = Some(ManagedChild::spawn(cmd, &what)?);
+        Ok(())
+    }
+
+    pub(crate) fn wait_ready(&mut self, deadline: Instant) -> Result<(), TestbedError> {
+        let started = Instant::now();
+        let what = self.what();
+        let addr = self.addr;
+        loop {
+            if let Some(local) = self.local.as_mut() {
+                let exited = local.child.as_mut().and_then(|c| c.exited());
+                if let Some(status) = exited {
+                    local.child = None;
+                    return Err(
+                        self.not_ready(started, format!("exited during start-up: {status}"))
+                    );
+                }
+            }
+            let detail = match resp_command(addr, &["PING"], Duration::from_millis(500)) {
+                Ok(RespValue::Simple(s)) if s == "PONG" => return Ok(()),
+                Ok(other) => format!("PING answered {other:?}"),
+                Err(e) => e.to_string(),
+            };
+            if Instant::now() >= deadline {
+                tracing::debug!(what, "lock-testbed: not ready");
+                return Err(self.not_ready(started, detail));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn not_ready(&self, started: Instant, detail: String) -> TestbedError {
+        let log_tail = match &self.local {
+            Some(l) => {
+                let mut t = log_tail(&Self::log_path(l.dir.path()), 20);
+                let e = log_tail(&l.dir.path().join("redis.stderr.log"), 10);
+                if !e.is_empty() {
+                    t.push_str("\n[stderr]\n");
+                    t.push_str(&e);
+                }
+                t
+            }
+            None => String::new(),
+        };
+        TestbedError::NotReady {
+            what: self.what(),
+            waited: started.elapsed(),
+            detail,
+            log_tail,
+        }
+    }
+
+    /// `127.0.0.1:<port>`.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `redis://127.0.0.1:<port>/`.
+    pub fn url(&self) -> String {
+        format!("redis://{}/", self.addr)
+    }
+
+    /// The server's PID; `None` when killed or external.
+    pub fn pid(&self) -> Option<u32> {
+        self.local
+            .as_ref()
+            .and_then(|l| l.child.as_ref())
+            .map(ManagedChild::pid)
+    }
+
+    /// The temp dir holding the log (and the AOF with `appendfsync_always`); `None` when external.
+    pub fn dir(&self) -> Option<&Path> {
+        self.local.as_ref().map(|l| l.dir.path())
+    }
+
+    /// The options it was started with; `None` when external.
+    pub fn options(&self) -> Option<RedisOptions> {
+        self.local.as_ref().map(|l| l.opts)
+    }
+
+    fn running_child(&self, operation: &'static str) -> Result<&ManagedChild, TestbedError> {
+        let local = self.local.as_ref().ok_or_else(|| TestbedError::External {
+            what: self.what(),
+            operation,
+        })?;
+        local
+            .child
+            .as_ref()
+            .ok_or_else(|| TestbedError::NotRunning {
+                what: self.what(),
+                operation,
+            })
+    }
+
+    /// Freeze the server with SIGSTOP: connections stay open, nothing is answered.
+    pub fn pause(&self) -> Result<(), TestbedError> {
+        self.running_child("pause")?
+            .signal(libc::SIGSTOP, &self.what())
+    }
+
+    /// Unfreeze a paused server with SIGCONT.
+    pub fn resume(&self) -> Result<(), TestbedError> {
+        self.running_child("resume")?
+            .signal(libc::SIGCONT, &self.what())
+    }
+
+    /// SIGKILL the server and reap it (a crash: no shutdown save). Idempotent.
+    pub fn kill(&mut self) -> Result<(), TestbedError> {
+        let what = self.what();
+        let local = self.local.as_mut().ok_or(TestbedError::External {
+            what,
+            operation: "kill",
+        })?;
+        if let Some(mut child) = local.child.take() {
+            child.kill();
+        }
+        Ok(())
+    }
+
+    /// Kill if running, then start again on the same port, dir and options, and wait
+    /// until it answers PING. With `appendfsync_always` the data set is loaded from the AOF.
+    pub fn restart(&mut self) -> Result<(), TestbedError> {
+        self.kill()?;
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            self.spawn_process()?;
+            match self.wait_ready(deadline) {
+                Ok(()) => return Ok(()),
+                // The old socket may linger briefly: retry on the same port.
+                Err(e) if self.port_was_taken() && Instant::now() < deadline => {
+                    tracing::debug!(error = %e, "lock-testbed: Redis port busy, retrying");
+                    self.kill()?;
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Send one command over a fresh connection (2 s timeout) and return the reply.
+    ///
+    /// A Redis error reply is `Ok(RespValue::Error(..))`; a timeout or broken connection
+    /// is an `Err` (see [`TestbedError::is_timeout`]).
+    pub fn cmd(&self, args: &[&str]) -> Result<RespValue, TestbedError> {
+        resp_command(self.addr, args, CMD_TIMEOUT)
+    }
+
+    /// Premature expiry: `PEXPIRE key 1` on this node, then wait 2 ms so the key is gone
+    /// when this returns. An error if the key does not exist on this node.
+    pub fn expire_now(&self, key: &str) -> Result<(), TestbedError> {
+        match self.cmd(&["PEXPIRE", key, "1"])? {
+            RespValue::Int(1) => {
+                std::thread::sleep(Duration::from_millis(2));
+                Ok(())
+            }
+            RespValue::Int(0) => Err(TestbedError::protocol(
+                format!("PEXPIRE {key} 1 on {}", self.addr),
+                "the key does not exist on this node",
+            )),
+            other => Err(TestbedError::protocol(
+                format!("PEXPIRE {key} 1 on {}", self.addr),
+                format!("{other:?}"),
+            )),
+        }
+    }
+}
+
+/// N independent Redis servers (not a cluster, no replication): the Redlock setting.
+///
+/// Dropping it stops all of them.
+#[derive(Debug)]
+pub struct RedisSet {
+    nodes: Vec<RedisServer>,
+}
+
+impl RedisSet {
+    /// Start `n` Redis servers in parallel (default options) and wait until all answer.
+    pub fn start(n: usize) -> Result<RedisSet, TestbedError> {
+        RedisSet::start_with(n, RedisOptions::default())
+    }
+
+    /// Start `n` Redis servers with `opts` in parallel and wait until all answer.
+    pub fn start_with(n: usize, opts: RedisOptions) -> Result<RedisSet, TestbedError> {
+        let mut nodes = Vec::with_capacity(n);
+        for _ in 0..n {
+            nodes.push(RedisServer::launch(opts)?);
+        }
+        let deadline = Instant::now() + READY_TIMEOUT;
+        for node in nodes.iter_mut() {
+            if let Err(e) = node.wait_ready(deadline) {
+                if !node.port_was_taken() {
+                    return Err(e);
+                }
+                *node = RedisServer::start_with(opts)?;
+            }
+        }
+        Ok(RedisSet { nodes })
+    }
+
+    /// Handles on Redis servers started elsewhere (fault methods return errors).
+    pub fn external(addrs: &[SocketAddr]) -> RedisSet {
+        RedisSet {
+            nodes: addrs.iter().map(|a| RedisServer::external(*a)).collect(),
+        }
+    }
+
+    /// The servers, index-stable.
+    pub fn nodes(&self) -> &[RedisServer] {
+        &self.nodes
+    }
+
+    /// One server, for faults that need `&mut` (kill, restart).
+    ///
+    /// # Panics
+    ///
+    /// Panics if `i >= nodes().len()`, like slice indexing.
+    pub fn node_mut(&mut self, i: usize) -> &mut RedisServer {
+        &mut self.nodes[i]
+    }
+
+    /// `redis://127.0.0.1:<port>/` of every server, in node order.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+
+    /// The address of every server, in node order.
+    pub fn addrs(&self) -> Vec<SocketAddr> {
+        self.nodes.iter().map(RedisServer::addr).collect()
+    }
+
+    /// The number of servers.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// True when the set has no server.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+}

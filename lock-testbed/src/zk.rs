@@ -1,0 +1,653 @@
+//! ZooKeeper: one standalone server or an ensemble, each server its own JVM.
+
+use std::fmt;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::bins;
+use crate::etcd::resolve_all;
+use crate::member::{member_index, member_index_mut, Member};
+use crate::process::{ManagedChild, ManagedDir};
+use crate::util::{free_port, loopback};
+use crate::TestbedError;
+
+/// How long servers may take to answer `srvr` with a `Mode:` line.
+const READY_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long [`ZkEnsemble::leader`] keeps asking during an election.
+const LEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// Timeout of one four-letter-word exchange and of the znode helpers.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+const START_ATTEMPTS: usize = 3;
+
+/// How to run ZooKeeper servers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ZkOptions {
+    /// `tickTime` in ms. Default 200: sessions may ask for 400 ms (2 ticks) up to 4 s
+    /// (20 ticks); `initLimit=10` and `syncLimit=5` ticks.
+    pub tick_time_ms: u32,
+}
+
+impl Default for ZkOptions {
+    fn default() -> ZkOptions {
+        ZkOptions { tick_time_ms: 200 }
+    }
+}
+
+struct ZkServer {
+    member: Member,
+    client_port: u16,
+}
+
+struct Local {
+    // Declared first: processes are killed before the dir is removed.
+    servers: Vec<ZkServer>,
+    root: ManagedDir,
+    java: PathBuf,
+    classpath: String,
+}
+
+/// A ZooKeeper ensemble of N servers on loopback (N = 1 runs standalone), or one
+/// started elsewhere (see [`ZkEnsemble::external`]).
+///
+/// Each server is `java -Xms64m -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1
+/// ... QuorumPeerMain zoo.cfg` (C1 only: less CPU at start-up on small machines), its
+/// stdout/stderr in `zkN/zk.log` under [`dir`](Self::dir), with the admin server off and the four-letter words `ruok,srvr,stat,mntr,conf,cons`
+/// allowed. Dropping it SIGKILLs every server, reaps them and removes the temp dir.
+pub struct ZkEnsemble {
+    endpoints: Vec<String>,
+    addrs: Vec<SocketAddr>,
+    local: Option<Local>,
+}
+
+impl fmt::Debug for ZkEnsemble {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let pids: Vec<Option<u32>> = (0..self.endpoints.len()).map(|i| self.pid(i)).collect();
+        f.debug_struct("ZkEnsemble")
+            .field("endpoints", &self.endpoints)
+            .field("pids", &pids)
+            .field("external", &self.local.is_none())
+            .finish()
+    }
+}
+
+impl ZkEnsemble {
+    /// Start `servers` servers with default options (all in parallel) and wait until
+    /// each answers `srvr` with a `Mode:` line (at most 20 s).
+    pub fn start(servers: usize) -> Result<ZkEnsemble, TestbedError> {
+        ZkEnsemble::start_with(servers, ZkOptions::default())
+    }
+
+    /// Start `servers` servers with `opts` and wait until each serves.
+    pub fn start_with(servers: usize, opts: ZkOptions) -> Result<ZkEnsemble, TestbedError> {
+        let mut last_err = None;
+        for _ in 0..START_ATTEMPTS {
+            let mut ensemble = ZkEnsemble::launch(servers, opts)?;
+            let deadline = Instant::now() + READY_TIMEOUT;
+            let mut result = Ok(());
+            for i in 0..servers {
+                result = ensemble.wait_server_ready(i, deadline);
+                if result.is_err() {
+                    break;
+                }
+            }
+            match result {
+                Ok(()) => return Ok(ensemble),
+                Err(e) if ensemble.port_was_taken() => last_err = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last_err
+            .unwrap_or_else(|| TestbedError::protocol("starting ZooKeeper", "no attempt made")))
+    }
+
+    /// Handles on ZooKeeper servers started elsewhere, as `host:port` client endpoints.
+    ///
+    /// Queries work; fault methods return [`TestbedError::External`].
+    pub fn external(endpoints: &[String]) -> Result<ZkEnsemble, TestbedError> {
+        let addrs = resolve_all(endpoints, "ZooKeeper")?;
+        Ok(ZkEnsemble {
+            endpoints: endpoints.to_vec(),
+            addrs,
+            local: None,
+        })
+    }
+
+    fn launch(n: usize, opts: ZkOptions) -> Result<ZkEnsemble, TestbedError> {
+        let java = bins::resolve(bins::JAVA)?;
+        let classpath = bins::zk_classpath()?;
+        let root = ManagedDir::new("zk")?;
+        let ports: Vec<(u16, u16, u16)> = (0..n)
+            .map(|_| (free_port(), free_port(), free_port()))
+            .collect();
+        let server_lines: String = if n > 1 {
+            ports
+                .iter()
+                .enumerate()
+                .map(|(i, (_, quorum, election))| {
+                    format!("server.{}=127.0.0.1:{quorum}:{election}\n", i + 1)
+                })
+                .collect()
+        } else {
+            String::new()
+        };
+        let mut servers = Vec::with_capacity(n);
+        for (i, (client_port, _, _)) in ports.iter().enumerate() {
+            let dir = root.path().join(format!("zk{}", i + 1));
+            let data = dir.join("data");
+            std::fs::create_dir_all(&data)
+                .map_err(|e| TestbedError::io(format!("creating {}", data.display()), e))?;
+            let cfg = format!(
+                "tickTime={}\ninitLimit=10\nsyncLimit=5\ndataDir={}\nclientPort={client_port}\n\
+                 clientPortAddress=127.0.0.1\nmaxClientCnxns=0\nadmin.enableServer=false\n\
+                 4lw.commands.whitelist=ruok,srvr,stat,mntr,conf,cons\n\
+                 autopurge.purgeInterval=0\n{server_lines}",
+                opts.tick_time_ms.max(1),
+                data.display(),
+            );
+            let write = |path: PathBuf, text: String| {
+                std::fs::write(&path, text)
+                    .map_err(|e| TestbedError::io(format!("writing {}", path.display()), e))
+            };
+            write(dir.join("zoo.cfg"), cfg)?;
+            if n > 1 {
+                write(data.join("myid"), format!("{}\n", i + 1))?;
+            }
+            let logs = vec![dir.join("zk.log")];
+            let what = format!("ZooKeeper server {} on 127.0.0.1:{client_port}", i + 1);
+            servers.push(ZkServer {
+                member: Member::new(dir, logs, what),
+                client_port: *client_port,
+            });
+        }
+        let endpoints = servers
+            .iter()
+            .map(|s| format!("127.0.0.1:{}", s.client_port))
+            .collect();
+        let addrs = servers.iter().map(|s| loopback(s.client_port)).collect();
+        let mut ensemble = ZkEnsemble {
+            endpoints,
+            addrs,
+            local: Some(Local {
+                servers,
+                root,
+                java,
+                classpath,
+            }),
+        };
+        for i in 0..n {
+            ensemble.spawn_server(i)?;
+        }
+        Ok(ensemble)
+    }
+
+    fn local(&self, operation: &'static str) -> Result<&Local, TestbedError> {
+        self.local.as_ref().ok_or_else(|| TestbedError::External {
+            what: format!("ZooKeeper at {}", self.connect_string()),
+            operation,
+        })
+    }
+
+    fn local_mut(&mut self, operation: &'static str) -> Result<&mut Local, TestbedError> {
+        let what = format!("ZooKeeper at {}", self.connect_string());
+        self.local
+            .as_mut()
+            .ok_or(TestbedError::External { what, operation })
+    }
+
+    fn spawn_server(&mut self, i: usize) -> Result<(), TestbedError> {
+        let local = self.local_mut("start")?;
+        let (java, classpath) = (local.java.clone(), local.classpath.clone());
+        let s = member_index_mut(&mut local.servers, i)?;
+        let dir = s.member.dir.clone();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("zk.log"))
+            .map_err(|e| TestbedError::io("creating zk.log", e))?;
+        let log2 = log
+            .try_clone()
+            .map_err(|e| TestbedError::io("creating zk.log", e))?;
+        let mut cmd = Command::new(java);
+        cmd.args(["-Xms64m", "-Xmx256m", "-XX:+UseSerialGC"])
+            .args(["-XX:TieredStopAtLevel=1", "-Xss512k"])
+            .arg("-Djava.net.preferIPv4Stack=true")
+            .arg("-Dzookeeper.admin.enableServer=false")
+            .arg("-Dorg.slf4j.simpleLogger.showDateTime=true")
+            .arg("-cp")
+            .arg(classpath)
+            .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
+            .arg(dir.join("zoo.cfg"))
+            .env_remove("JAVA_TOOL_OPTIONS")
+            .env_remove("JDK_JAVA_OPTIONS")
+            .current_dir(&dir)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log2);
+        s.member.child = Some(ManagedChild::spawn(cmd, &s.member.what)?);
+        s.member
+            .paused
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn port_was_taken(&self) -> bool {
+        self.local
+            .as_ref()
+            .is_some_and(|l| l.servers.iter().any(|s| s.member.port_was_taken()))
+    }
+
+    fn wait_server_ready(&mut self, i: usize, deadline: Instant) -> Result<(), TestbedError> {
+        let started = Instant::now();
+        let addr = *member_index(&self.addrs, i)?;
+        loop {
+            if let Some(local) = self.local.as_mut() {
+                let s = member_index_mut(&mut local.servers, i)?;
+                if let Some(status) = s.member.child.as_mut().and_then(ManagedChild::exited) {
+                    s.member.child = None;
+                    return Err(TestbedError::NotReady {
+                        what: s.member.what.clone(),
+                        waited: started.elapsed(),
+                        detail: format!("exited during start-up: {status}"),
+                        log_tail: s.member.log_tail(),
+                    });
+                }
+            }
+            let detail = match four_letter_word(addr, "srvr", Duration::from_millis(1000)) {
+                Ok(answer) if mode_of(&answer).is_some() => return Ok(()),
+                Ok(answer) => format!("`srvr` answered {:?}", answer.trim()),
+                Err(e) => e.to_string(),
+            };
+            if Instant::now() >= deadline {
+                let (what, log_tail) = match &self.local {
+                    Some(l) => (
+                        l.servers[i].member.what.clone(),
+                        l.servers[i].member.log_tail(),
+                    ),
+                    None => (format!("ZooKeeper at {addr}"), String::new()),
+                };
+                return Err(TestbedError::NotReady {
+                    what,
+                    waited: started.elapsed(),
+                    detail,
+                    log_tail,
+                });
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    }
+
+    /// `127.0.0.1:P1,127.0.0.1:P2,...` for a ZooKeeper client.
+    pub fn connect_string(&self) -> String {
+        self.endpoints.join(",")
+    }
+
+    /// Client endpoints of all servers (running or not), index-stable.
+    pub fn endpoints(&self) -> Vec<String> {
+        self.endpoints.clone()
+    }
+
+    /// Client endpoint `127.0.0.1:P` of server `i`.
+    ///
+    /// # Panics
+    ///
+    /// Panics if `i` is out of range, like slice indexing.
+    pub fn endpoint(&self, i: usize) -> String {
+        self.endpoints[i].clone()
+    }
+
+    /// The number of servers.
+    pub fn len(&self) -> usize {
+        self.endpoints.len()
+    }
+
+    /// True when the ensemble has no server.
+    pub fn is_empty(&self) -> bool {
+        self.endpoints.is_empty()
+    }
+
+    /// The temp dir holding every server's config, data and log; `None` when external.
+    pub fn dir(&self) -> Option<&std::path::Path> {
+        self.local.as_ref().map(|l| l.root.path())
+    }
+
+    fn answering(&self, i: usize) -> bool {
+        match &self.local {
+            Some(l) => l.servers.get(i).is_some_and(|s| s.member.answering()),
+            None => true,
+        }
+    }
+
+    /// The raw answer of server `i` to the four-letter word `srvr`.
+    pub fn srvr(&self, i: usize) -> Result<String, TestbedError> {
+        let addr = *member_index(&self.addrs, i)?;
+        four_letter_word(addr, "srvr", REQUEST_TIMEOUT)
+    }
+
+    /// Index of the server whose `srvr` says `Mode: leader` (or `standalone`), asking
+    /// every running, unpaused server; waits up to 10 s while an election is going on.
+    pub fn leader(&self) -> Result<usize, TestbedError> {
+        let deadline = Instant::now() + LEADER_TIMEOUT;
+        loop {
+            let mut detail = Vec::new();
+            for (i, addr) in self.addrs.iter().enumerate() {
+                if !self.answering(i) {
+                    detail.push(format!("server {i}: not running or paused"));
+                    continue;
+                }
+                match four_letter_word(*addr, "srvr", Duration::from_millis(1000)) {
+                    Ok(answer) => match mode_of(&answer) {
+                        Some("leader" | "standalone") => return Ok(i),
+                        Some(mode) => detail.push(format!("server {i}: {mode}")),
+                        None => detail.push(format!("server {i}: {:?}", answer.trim())),
+                    },
+                    Err(e) => detail.push(format!("server {i}: {e}")),
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(TestbedError::NoLeader {
+                    what: format!("ZooKeeper {}", self.connect_string()),
+                    detail: detail.join("; "),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// SIGKILL server `i` and reap it. Its data dir is kept for [`restart`](Self::restart).
+    pub fn kill(&mut self, i: usize) -> Result<(), TestbedError> {
+        let local = self.local_mut("kill")?;
+        member_index_mut(&mut local.servers, i)?.member.kill();
+        Ok(())
+    }
+
+    /// Kill server `i` if running, start it again with the same config and data dir,
+    /// and wait until it serves (at most 20 s; in an ensemble that needs a quorum).
+    pub fn restart(&mut self, i: usize) -> Result<(), TestbedError> {
+        self.kill(i)?;
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            self.spawn_server(i)?;
+            match self.wait_server_ready(i, deadline) {
+                Ok(()) => return Ok(()),
+                Err(e) => {
+                    let taken = self
+                        .local
+                        .as_ref()
+                        .is_some_and(|l| l.servers[i].member.port_was_taken());
+                    if !taken || Instant::now() >= deadline {
+                        return Err(e);
+                    }
+                    self.kill(i)?;
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+            }
+        }
+    }
+
+    /// SIGSTOP server `i` (the whole JVM).
+    pub fn pause(&self, i: usize) -> Result<(), TestbedError> {
+        member_index(&self.local("pause")?.servers, i)?
+            .member
+            .pause()
+    }
+
+    /// SIGCONT server `i`.
+    pub fn resume(&self, i: usize) -> Result<(), TestbedError> {
+        member_index(&self.local("resume")?.servers, i)?
+            .member
+            .resume()
+    }
+
+    /// PID of server `i`; `None` when killed, external or out of range.
+    pub fn pid(&self, i: usize) -> Option<u32> {
+        self.local
+            .as_ref()
+            .and_then(|l| l.servers.get(i))
+            .and_then(|s| s.member.pid())
+    }
+
+    /// Open a session on server `i` and close it again: proof that it serves clients.
+    pub fn check_session(&self, i: usize) -> Result<(), TestbedError> {
+        let addr = *member_index(&self.addrs, i)?;
+        ZkSession::connect(addr)?.close();
+        Ok(())
+    }
+
+    /// Create the persistent znode `path` holding `data` (open ACL) through server `i`,
+    /// in a short session of its own. The parent must exist.
+    pub fn create(&self, i: usize, path: &str, data: &[u8]) -> Result<(), TestbedError> {
+        let addr = *member_index(&self.addrs, i)?;
+        let mut s = ZkSession::connect(addr)?;
+        let mut req = Vec::new();
+        put_str(&mut req, path);
+        put_buf(&mut req, data);
+        req.extend_from_slice(&1i32.to_be_bytes()); // one ACL
+        req.extend_from_slice(&31i32.to_be_bytes()); // Perms.ALL
+        put_str(&mut req, "world");
+        put_str(&mut req, "anyone");
+        req.extend_from_slice(&0i32.to_be_bytes()); // persistent
+        s.call(1, &req, &format!("create {path}"))
+            .map_err(|e| e.into_testbed(addr, path))?;
+        s.close();
+        Ok(())
+    }
+
+    /// The data of znode `path` read through server `i` (`None` if it does not exist).
+    pub fn get_data(&self, i: usize, path: &str) -> Result<Option<Vec<u8>>, TestbedError> {
+        let addr = *member_index(&self.addrs, i)?;
+        let mut s = ZkSession::connect(addr)?;
+        // sync first, so the read sees every write committed before this call.
+        let mut sync = Vec::new();
+        put_str(&mut sync, path);
+        let _ = s.call(9, &sync, &format!("sync {path}"));
+        let mut req = Vec::new();
+        put_str(&mut req, path);
+        req.push(0); // no watch
+        let reply = match s.call(4, &req, &format!("getData {path}")) {
+            Ok(reply) => reply,
+            Err(ZkCallError::Code(-101)) => {
+                s.close();
+                return Ok(None);
+            }
+            Err(e) => return Err(e.into_testbed(addr, path)),
+        };
+        s.close();
+        let data = read_buf(&reply, 0).ok_or_else(|| {
+            TestbedError::protocol(format!("ZooKeeper getData {path} on {addr}"), "short reply")
+        })?;
+        Ok(Some(data))
+    }
+}
+
+/// `Mode: X` of a `srvr` answer.
+fn mode_of(answer: &str) -> Option<&str> {
+    answer
+        .lines()
+        .find_map(|l| l.strip_prefix("Mode:"))
+        .map(str::trim)
+}
+
+/// Send a four-letter word and read the answer until the server closes.
+pub(crate) fn four_letter_word(
+    addr: SocketAddr,
+    word: &str,
+    timeout: Duration,
+) -> Result<String, TestbedError> {
+    let ctx = |what: &str| format!("ZooKeeper `{word}` to {addr}: {what}");
+    let mut stream = TcpStream::connect_timeout(&addr, timeout)
+        .map_err(|e| TestbedError::io(ctx("connect"), e))?;
+    stream
+        .set_read_timeout(Some(timeout))
+        .and_then(|_| stream.set_write_timeout(Some(timeout)))
+        .map_err(|e| TestbedError::io(ctx("socket options"), e))?;
+    stream
+        .write_all(word.as_bytes())
+        .map_err(|e| TestbedError::io(ctx("write"), e))?;
+    let mut out = Vec::new();
+    stream
+        .read_to_end(&mut out)
+        .map_err(|e| TestbedError::io(ctx("read"), e))?;
+    Ok(String::from_utf8_lossy(&out).into_owned())
+}
+
+fn put_str(out: &mut Vec<u8>, s: &str) {
+    put_buf(out, s.as_bytes());
+}
+
+fn put_buf(out: &mut Vec<u8>, b: &[u8]) {
+    out.extend_from_slice(&(b.len() as i32).to_be_bytes());
+    out.extend_from_slice(b);
+}
+
+fn read_i32(b: &[u8], at: usize) -> Option<i32> {
+    b.get(at..at + 4)
+        .map(|s| i32::from_be_bytes([s[0], s[1], s[2], s[3]]))
+}
+
+fn read_buf(b: &[u8], at: usize) -> Option<Vec<u8>> {
+    let n = read_i32(b, at)?;
+    if n < 0 {
+        return Some(Vec::new());
+    }
+    b.get(at + 4..at + 4 + n as usize).map(<[u8]>::to_vec)
+}
+
+enum ZkCallError {
+    Io(TestbedError),
+    Code(i32),
+}
+
+impl ZkCallError {
+    fn into_testbed(self, addr: SocketAddr, path: &str) -> TestbedError {
+        match self {
+            ZkCallError::Io(e) => e,
+            ZkCallError::Code(code) => TestbedError::protocol(
+                format!("ZooKeeper request on {path} to {addr}"),
+                format!("error code {code} ({})", zk_error_name(code)),
+            ),
+        }
+    }
+}
+
+/// A minimal jute-protocol session: connect, a few requests, close.
+struct ZkSession {
+    stream: TcpStream,
+    addr: SocketAddr,
+    xid: i32,
+}
+
+impl ZkSession {
+    fn connect(addr: SocketAddr) -> Result<ZkSession, TestbedError> {
+        let ctx = |what: &str| format!("ZooKeeper session to {addr}: {what}");
+        let stream = TcpStream::connect_timeout(&addr, REQUEST_TIMEOUT)
+            .map_err(|e| TestbedError::io(ctx("connect"), e))?;
+        stream
+            .set_read_timeout(Some(REQUEST_TIMEOUT))
+            .and_then(|_| stream.set_write_timeout(Some(REQUEST_TIMEOUT)))
+            .and_then(|_| stream.set_nodelay(true))
+            .map_err(|e| TestbedError::io(ctx("socket options"), e))?;
+        let mut s = ZkSession {
+            stream,
+            addr,
+            xid: 0,
+        };
+        let mut req = Vec::new();
+        req.extend_from_slice(&0i32.to_be_bytes()); // protocol version
+        req.extend_from_slice(&0i64.to_be_bytes()); // last zxid seen
+        req.extend_from_slice(&4000i32.to_be_bytes()); // session timeout ms
+        req.extend_from_slice(&0i64.to_be_bytes()); // session id
+        put_buf(&mut req, &[0; 16]); // password
+        req.push(0); // not read-only
+        s.send(&req)
+            .map_err(|e| TestbedError::io(ctx("connect request"), e))?;
+        let reply = s
+            .recv()
+            .map_err(|e| TestbedError::io(ctx("connect reply"), e))?;
+        let timeout = read_i32(&reply, 4).unwrap_or(0);
+        if timeout <= 0 {
+            return Err(TestbedError::protocol(ctx("connect"), "session refused"));
+        }
+        Ok(s)
+    }
+
+    fn send(&mut self, payload: &[u8]) -> std::io::Result<()> {
+        let mut frame = (payload.len() as i32).to_be_bytes().to_vec();
+        frame.extend_from_slice(payload);
+        self.stream.write_all(&frame)
+    }
+
+    fn recv(&mut self) -> std::io::Result<Vec<u8>> {
+        let mut len = [0; 4];
+        self.stream.read_exact(&mut len)?;
+        let n = i32::from_be_bytes(len);
+        if !(0..=16 << 20).contains(&n) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("bad frame length {n}"),
+            ));
+        }
+        let mut buf = vec![0; n as usize];
+        self.stream.read_exact(&mut buf)?;
+        Ok(buf)
+    }
+
+    /// One request; the reply body after the header, or the error code.
+    fn call(&mut self, op: i32, body: &[u8], what: &str) -> Result<Vec<u8>, ZkCallError> {
+        self.xid += 1;
+        let mut req = self.xid.to_be_bytes().to_vec();
+        req.extend_from_slice(&op.to_be_bytes());
+        req.extend_from_slice(body);
+        let addr = self.addr;
+        let io = |e| ZkCallError::Io(TestbedError::io(format!("ZooKeeper {what} on {addr}"), e));
+        self.send(&req).map_err(io)?;
+        loop {
+            let reply = self.recv().map_err(io)?;
+            let xid = read_i32(&reply, 0).unwrap_or(0);
+            if xid != self.xid {
+                continue; // a notification or ping answer
+            }
+            let err = read_i32(&reply, 12).unwrap_or(-1);
+            if err != 0 {
+                return Err(ZkCallError::Code(err));
+            }
+            return Ok(reply.get(16..).unwrap_or(&[]).to_vec());
+        }
+    }
+
+    fn close(mut self) {
+        let _ = self.call(-11, &[], "closeSession");
+    }
+}
+
+impl From<ZkCallError> for TestbedError {
+    fn from(e: ZkCallError) -> TestbedError {
+        match e {
+            ZkCallError::Io(e) => e,
+            ZkCallError::Code(code) => TestbedError::protocol(
+                "ZooKeeper request",
+                format!("error code {code} ({})", zk_error_name(code)),
+            ),
+        }
+    }
+}
+
+fn zk_error_name(code: i32) -> &'static str {
+    match code {
+        -4 => "ConnectionLoss",
+        -7 => "OperationTimeout",
+        -8 => "BadArguments",
+        -101 => "NoNode",
+        -102 => "NoAuth",
+        -103 => "BadVersion",
+        -108 => "NoChildrenForEphemerals",
+        -110 => "NodeExists",
+        -111 => "NotEmpty",
+        -112 => "SessionExpired",
+        -118 => "SessionMoved",
+        -119 => "NotReadOnly",
+        _ => "see org.apache.zookeeper.KeeperException.Code",
+    }
+}
