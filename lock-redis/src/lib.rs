@@ -1,3 +1,15 @@
-//! lock-redis (being written)
+#![doc = include_str!("../docs.md")]
 #![deny(missing_docs)]
+
+mod backend;
+mod config;
+mod core;
+mod notify;
 pub mod scripts;
+
+pub use backend::RedisLock;
+pub use config::{
+    RedisLockConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_RECHECK, DEFAULT_REQUEST_TIMEOUT,
+    DEFAULT_URL,
+};
+pub use scripts::Keys;

@@ -14,7 +14,7 @@
 use redis::Script;
 
 /// Acquire with a fencing token, atomically.
-/// KEYS[1] = lock key, KEYS[2] = fencing counter key; ARGV[1] = owner token, ARGV[2] = ttl ms.
+/// `KEYS[1]` = lock key, `KEYS[2]` = fencing counter key; `ARGV[1]` = owner token, `ARGV[2]` = ttl ms.
 /// Returns `{1, token}` when acquired, `{0, pttl}` when held by someone else
 /// (`pttl` = the holder's remaining ms, -1 if it has no expiry).
 pub const ACQUIRE_FENCED: &str = r#"
@@ -25,7 +25,7 @@ return {0, redis.call('PTTL', KEYS[1])}
 "#;
 
 /// Compare-and-delete, then notify waiters.
-/// KEYS[1] = lock key, KEYS[2] = release channel; ARGV[1] = owner token.
+/// `KEYS[1]` = lock key, `KEYS[2]` = release channel; `ARGV[1]` = owner token.
 /// Returns 1 if the key held our token and was deleted, else 0.
 pub const RELEASE: &str = r#"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -37,7 +37,7 @@ return 0
 "#;
 
 /// Compare-and-`PEXPIRE`.
-/// KEYS[1] = lock key; ARGV[1] = owner token, ARGV[2] = ttl ms.
+/// `KEYS[1]` = lock key; `ARGV[1]` = owner token, `ARGV[2]` = ttl ms.
 /// Returns 1 if the key held our token and its TTL was set, else 0.
 pub const EXTEND: &str = r#"
 if redis.call('GET', KEYS[1]) == ARGV[1] then

@@ -1,1 +1,118 @@
-fn main() {}
+//! The whole conformance suite against a real redis-server (the testbed's
+//! shared one), each client with its own connections.
+
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lock_conformance::{async_trait, Harness};
+use lock_core::{Capabilities, DistributedLock, Fencing, LockError, LockName};
+use lock_redis::{Keys, RedisLock, RedisLockConfig};
+use lock_testbed::{shared_redis, Proxy, RedisServer, RespValue};
+
+/// Timeouts of the client behind the blackholed proxy.
+const UNREACHABLE_TIMEOUT: Duration = Duration::from_millis(300);
+
+struct Redis {
+    server: &'static RedisServer,
+    /// Proxies of unreachable clients: kept alive as long as the clients.
+    proxies: Mutex<Vec<Proxy>>,
+}
+
+impl Redis {
+    fn config(&self) -> RedisLockConfig {
+        RedisLockConfig::new(self.server.url()).request_timeout(Duration::from_millis(500))
+    }
+
+    fn keys(name: &LockName) -> Keys {
+        Keys::new("", name.as_str())
+    }
+
+    /// One command to the server (the testbed client is synchronous: run it off the runtime).
+    async fn cmd(&self, args: &[&str]) -> RespValue {
+        let server = self.server;
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        tokio::task::spawn_blocking(move || {
+            let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+            server
+                .cmd(&refs)
+                .unwrap_or_else(|e| panic!("redis {args:?}: {e}"))
+        })
+        .await
+        .expect("redis command task")
+    }
+}
+
+#[async_trait]
+impl Harness for Redis {
+    async fn client(&self) -> Arc<dyn DistributedLock> {
+        let client = RedisLock::connect(self.config())
+            .await
+            .unwrap_or_else(|e| panic!("connect to {}: {e}", self.server.url()));
+        Arc::new(client)
+    }
+
+    fn ttl(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+
+    async fn remove_behind_back(&self, name: &LockName) {
+        self.cmd(&["DEL", &Self::keys(name).lock]).await;
+    }
+
+    async fn leftovers(&self, name: &LockName) -> Vec<String> {
+        let keys = Self::keys(name);
+        let mut left = Vec::new();
+        if self.cmd(&["EXISTS", &keys.lock]).await != RespValue::Int(0) {
+            left.push(format!("lock key {}", keys.lock));
+        }
+        // No client may stay subscribed to the release channel after its waiters left.
+        match self.cmd(&["PUBSUB", "NUMSUB", &keys.released]).await {
+            RespValue::Array(Some(items)) if items.len() == 2 => {
+                if items[1] != RespValue::Int(0) {
+                    left.push(format!("subscribers of {}: {:?}", keys.released, items[1]));
+                }
+            }
+            other => panic!("PUBSUB NUMSUB answered {other:?}"),
+        }
+        left
+    }
+
+    async fn unreachable_client(&self) -> (Result<Arc<dyn DistributedLock>, LockError>, Duration) {
+        // Connect through a healthy proxy, then blackhole it: the acquire path
+        // (request timeout, clean-up of the unanswered SET) is what is tested.
+        // (tests/faults.rs covers a connect to a blackholed server.)
+        let proxy = Proxy::start(self.server.addr()).expect("proxy");
+        let config = RedisLockConfig::new(proxy.redis_url())
+            .connect_timeout(UNREACHABLE_TIMEOUT)
+            .request_timeout(UNREACHABLE_TIMEOUT);
+        let client = RedisLock::connect(config).await;
+        proxy.blackhole();
+        self.proxies.lock().unwrap().push(proxy);
+        (
+            client.map(|c| Arc::new(c) as Arc<dyn DistributedLock>),
+            UNREACHABLE_TIMEOUT,
+        )
+    }
+}
+
+fn main() -> ExitCode {
+    let expected = Capabilities::new("redis")
+        .with_fencing(Fencing::RequiresPersistence)
+        .with_fifo(false)
+        .with_loss_events(false)
+        .with_notified_wait(true)
+        .with_remote(true)
+        .with_fault_tolerance("none: a single server");
+    lock_conformance::run(
+        || async {
+            let server =
+                shared_redis().unwrap_or_else(|e| panic!("starting the shared redis-server: {e}"));
+            Redis {
+                server,
+                proxies: Mutex::new(Vec::new()),
+            }
+        },
+        expected,
+    )
+}

@@ -1,0 +1,276 @@
+//! [`RedisLock`]: the [`LockBackend`] implementation.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lock_core::{
+    validity, Capabilities, CleanupOnDrop, Fencing, FencingToken, Lease, LeaseHandle, LeaseRequest,
+    LockBackend, LockError, LockErrorKind, LockName, LockStatus, Renewal, Result,
+};
+use tokio::time::Instant;
+
+use crate::config::RedisLockConfig;
+use crate::core::{ttl_millis, AcquireReply, Core};
+use crate::notify::{Notifier, Subscription, Timeouts};
+use crate::scripts::{owner_token, Keys};
+
+/// Longest pause between two attempts of the background compare-and-delete
+/// that follows an acquire whose reply was lost.
+const CLEANUP_MAX_DELAY: Duration = Duration::from_secs(1);
+
+/// A client of one Redis server: the `redis` backend of distlock.
+///
+/// Cheap to clone (clones share one connection, one pub/sub connection and
+/// the scripts). Use it through [`lock_core::DistributedLock`]
+/// (`try_acquire`, `acquire`, `inspect`), e.g. as `Arc<dyn DistributedLock>`.
+/// See the [crate docs](crate) for what it guarantees and what it does not.
+#[derive(Clone)]
+pub struct RedisLock {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    core: Arc<Core>,
+    notifier: Notifier,
+}
+
+impl fmt::Debug for RedisLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisLock")
+            .field("config", &self.inner.core.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The outcome of one acquisition attempt.
+enum Attempt {
+    Acquired(Lease),
+    /// Held by someone else for this many more ms (-1: the key has no expiry).
+    Held {
+        pttl: i64,
+    },
+}
+
+impl RedisLock {
+    /// Connects to the server of `config` and loads the scripts.
+    ///
+    /// Fails with `InvalidArgument` for a bad URL or zero timeouts, with
+    /// `Unavailable` when the server cannot be reached or does not answer
+    /// within `config.connect_timeout`, with `Unauthorized` when it rejects
+    /// the credentials. Must be called within a tokio runtime.
+    pub async fn connect(config: RedisLockConfig) -> Result<RedisLock, LockError> {
+        let core = Arc::new(Core::connect(config).await?);
+        let notifier = Notifier::start(
+            core.client.clone(),
+            Timeouts {
+                connect: core.config.connect_timeout,
+                request: core.config.request_timeout,
+            },
+        );
+        Ok(RedisLock {
+            inner: Arc::new(Inner { core, notifier }),
+        })
+    }
+
+    /// The configuration this client was connected with.
+    pub fn config(&self) -> &RedisLockConfig {
+        &self.inner.core.config
+    }
+
+    /// The Redis keys of lock `name` (lock key, fencing counter, release channel).
+    pub fn keys(&self, name: &LockName) -> Keys {
+        Keys::new(&self.inner.core.config.key_prefix, name.as_str())
+    }
+
+    /// One attempt: the acquire script with a fresh owner token.
+    async fn attempt(&self, req: &LeaseRequest, keys: &Keys) -> Result<Attempt> {
+        let core = self.inner.core.clone();
+        let token = owner_token();
+        let start = Instant::now();
+        // Armed until a reply says who holds the lock: if the request times
+        // out, fails, or this future is dropped while it is in flight, the
+        // SET may have happened on the server, so remove it (compare-and-delete
+        // with our token) in the background rather than leave a phantom lock
+        // held until its TTL.
+        let cleanup = CleanupOnDrop::new(release_lost_acquire(
+            core.clone(),
+            keys.clone(),
+            token.clone(),
+            start + req.ttl,
+        ));
+        match core.acquire(keys, &token, ttl_millis(req.ttl)).await {
+            Ok(AcquireReply::Acquired(fence)) => {
+                cleanup.disarm();
+                let handle = RedisLease {
+                    core,
+                    keys: keys.clone(),
+                    token,
+                };
+                let lease = Lease::new(Box::new(handle), validity(start, req.ttl))
+                    .with_token(Some(FencingToken::new(fence)));
+                Ok(Attempt::Acquired(lease))
+            }
+            Ok(AcquireReply::Held(pttl)) => {
+                cleanup.disarm();
+                Ok(Attempt::Held { pttl })
+            }
+            Err(err) => {
+                drop(cleanup);
+                Err(err)
+            }
+        }
+    }
+
+    /// An attempt that survives a dropped connection: one that fails fast
+    /// with `Unavailable` (a broken connection: the first request on it fails
+    /// while the connection manager reconnects) is retried once at once, with
+    /// a new owner token (the failed one's clean-up removes whatever it may
+    /// have set). A timeout is not retried: it already took the request timeout.
+    async fn attempt_with_reconnect(&self, req: &LeaseRequest, keys: &Keys) -> Result<Attempt> {
+        let started = Instant::now();
+        match self.attempt(req, keys).await {
+            Err(err)
+                if err.kind() == LockErrorKind::Unavailable
+                    && started.elapsed() < self.inner.core.config.request_timeout =>
+            {
+                tracing::debug!(key = %keys.lock, error = %err, "distlock redis: attempt failed on a broken connection; retrying once");
+                self.attempt(req, keys).await
+            }
+            other => other,
+        }
+    }
+
+    /// How long to sleep, without a notification, before the next attempt.
+    fn recheck_delay(&self, pttl: i64) -> Duration {
+        let cap = self.inner.core.config.max_recheck;
+        match u64::try_from(pttl) {
+            // The key expires after `pttl` ms: try right after.
+            Ok(ms) => Duration::from_millis(ms.saturating_add(1)).min(cap),
+            // No expiry (a foreign lock without TTL): re-check now and then.
+            Err(_) => cap,
+        }
+    }
+
+    fn subscribe(&self, keys: &Keys) -> Subscription {
+        self.inner.notifier.subscribe(&keys.released)
+    }
+}
+
+/// The background compare-and-delete after an acquire whose reply was lost:
+/// tried until it gets an answer, or until the key would have expired anyway.
+async fn release_lost_acquire(core: Arc<Core>, keys: Keys, token: String, until: Instant) {
+    let mut delay = Duration::from_millis(25);
+    loop {
+        match core.release(&keys, &token).await {
+            Ok(true) => {
+                tracing::info!(key = %keys.lock, "distlock redis: removed a lock taken by an acquire whose reply was lost");
+                return;
+            }
+            Ok(false) => return,
+            Err(err) => {
+                tracing::debug!(key = %keys.lock, error = %err, "distlock redis: clean-up of an unanswered acquire failed; retrying");
+            }
+        }
+        if Instant::now() + delay >= until {
+            tracing::warn!(key = %keys.lock, "distlock redis: could not confirm the clean-up of an unanswered acquire; the key expires with its TTL");
+            return;
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(CLEANUP_MAX_DELAY);
+    }
+}
+
+#[async_trait]
+impl LockBackend for RedisLock {
+    fn backend_capabilities(&self) -> Capabilities {
+        Capabilities::new("redis")
+            .with_fencing(Fencing::RequiresPersistence)
+            .with_fifo(false)
+            .with_loss_events(false)
+            .with_notified_wait(true)
+            .with_remote(true)
+            .with_fault_tolerance("none: a single server")
+    }
+
+    async fn try_lock(&self, req: &LeaseRequest) -> Result<Option<Lease>> {
+        let keys = self.keys(&req.name);
+        match self.attempt_with_reconnect(req, &keys).await? {
+            Attempt::Acquired(lease) => Ok(Some(lease)),
+            Attempt::Held { .. } => Ok(None),
+        }
+    }
+
+    async fn lock(&self, req: &LeaseRequest, deadline: Instant) -> Result<Option<Lease>> {
+        let keys = self.keys(&req.name);
+        if let Attempt::Acquired(lease) = self.attempt_with_reconnect(req, &keys).await? {
+            return Ok(Some(lease));
+        }
+        if Instant::now() >= deadline {
+            return Ok(None);
+        }
+        // Subscribe, wait for the server to confirm, then try again: a release
+        // between the failed attempt and the subscription published to nobody.
+        let mut sub = self.subscribe(&keys);
+        let confirm_by = deadline.min(Instant::now() + self.inner.core.config.request_timeout);
+        if !sub.confirmed_by(confirm_by).await {
+            tracing::debug!(key = %keys.lock, "distlock redis: release channel not confirmed in time; re-checking at the holder's TTL until it is");
+        }
+        loop {
+            sub.before_attempt();
+            let outcome = self.attempt_with_reconnect(req, &keys).await;
+            sub.after_attempt();
+            let pttl = match outcome? {
+                Attempt::Acquired(lease) => return Ok(Some(lease.with_contended(true))),
+                Attempt::Held { pttl } => pttl,
+            };
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(None);
+            }
+            let wake = sub
+                .wait_until(deadline.min(now + self.recheck_delay(pttl)))
+                .await;
+            tracing::trace!(key = %keys.lock, ?wake, "distlock redis: waiter woke");
+        }
+    }
+
+    async fn inspect(&self, name: &LockName) -> Result<LockStatus> {
+        let keys = self.keys(name);
+        let seen = self.inner.core.inspect(&keys).await?;
+        let ttl_remaining = u64::try_from(seen.pttl).ok().map(Duration::from_millis);
+        Ok(LockStatus::new(seen.pttl != -2)
+            .with_token(seen.counter.filter(|c| *c > 0).map(FencingToken::new))
+            .with_ttl_remaining(ttl_remaining))
+    }
+}
+
+/// A granted lease: the owner token and the keys, with the shared connection.
+struct RedisLease {
+    core: Arc<Core>,
+    keys: Keys,
+    token: String,
+}
+
+#[async_trait]
+impl LeaseHandle for RedisLease {
+    async fn renew(&self, ttl: Duration) -> Result<Renewal> {
+        let start = Instant::now();
+        if self
+            .core
+            .extend(&self.keys, &self.token, ttl_millis(ttl))
+            .await?
+        {
+            Ok(Renewal::Renewed {
+                valid_until: validity(start, ttl),
+            })
+        } else {
+            Ok(Renewal::Gone)
+        }
+    }
+
+    async fn release(&self) -> Result<bool> {
+        self.core.release(&self.keys, &self.token).await
+    }
+}

@@ -1,0 +1,183 @@
+//! Configuration of a [`crate::RedisLock`] client.
+
+use std::fmt;
+use std::time::Duration;
+
+use lock_core::LockError;
+
+/// The default server URL: `redis://127.0.0.1:6379/`.
+pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379/";
+/// The default connect timeout: 1 s.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// The default request timeout: 500 ms.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_millis(500);
+/// The default longest sleep of a waiter between two attempts: 10 s.
+pub const DEFAULT_MAX_RECHECK: Duration = Duration::from_secs(10);
+
+/// How to reach Redis and how long to wait for it.
+///
+/// ```
+/// use std::time::Duration;
+/// use lock_redis::RedisLockConfig;
+/// let config = RedisLockConfig::new("redis://:secret@127.0.0.1:6379/2")
+///     .key_prefix("locks:")
+///     .request_timeout(Duration::from_millis(200));
+/// assert_eq!(config.connect_timeout, Duration::from_secs(1));
+/// // The password never shows up in logs.
+/// assert!(!format!("{config:?}").contains("secret"));
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RedisLockConfig {
+    /// The server: `redis://[[user]:password@]host[:port][/db]` (or
+    /// `rediss://` if the `redis` crate is built with TLS). The password and
+    /// database go in the URL. Default: [`DEFAULT_URL`].
+    pub url: String,
+    /// Prepended to every lock name to form the Redis key. Default: none (the
+    /// key is the lock name itself, as redis-py `Lock`, redsync and
+    /// node-redlock use it, so that they and this crate exclude each other).
+    pub key_prefix: String,
+    /// How long [`crate::RedisLock::connect`] may take in total (TCP connect,
+    /// handshake, loading the scripts), and each reconnection attempt.
+    /// Default: [`DEFAULT_CONNECT_TIMEOUT`] (1 s).
+    pub connect_timeout: Duration,
+    /// How long one request (acquire, renew, release, inspect) may wait for its
+    /// reply, including the wait for a connection that is being re-established.
+    /// An acquire whose reply does not come in time returns `Unavailable` and
+    /// removes the lock it may have taken (compare-and-delete with its own
+    /// token, in the background). Keep it well below the lock TTLs you use:
+    /// a renewal that takes longer than the time left suspends the guard.
+    /// Default: [`DEFAULT_REQUEST_TIMEOUT`] (500 ms).
+    pub request_timeout: Duration,
+    /// The longest a waiting acquire sleeps between two attempts when no
+    /// release notification comes. A waiter normally retries when a release
+    /// is published, or when the holder's TTL runs out; this bounds the wait
+    /// after a release that published nothing (a foreign client, a plain
+    /// `DEL`) on a lock with a long TTL, and is the re-check period for a key
+    /// without expiry. Default: [`DEFAULT_MAX_RECHECK`] (10 s).
+    pub max_recheck: Duration,
+}
+
+impl Default for RedisLockConfig {
+    fn default() -> Self {
+        Self {
+            url: DEFAULT_URL.to_string(),
+            key_prefix: String::new(),
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            max_recheck: DEFAULT_MAX_RECHECK,
+        }
+    }
+}
+
+impl RedisLockConfig {
+    /// The defaults, with the server at `url`.
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            ..Self::default()
+        }
+    }
+
+    /// Sets [`RedisLockConfig::key_prefix`].
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.key_prefix = prefix.into();
+        self
+    }
+
+    /// Sets [`RedisLockConfig::connect_timeout`].
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Sets [`RedisLockConfig::request_timeout`].
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// Sets [`RedisLockConfig::max_recheck`].
+    pub fn max_recheck(mut self, interval: Duration) -> Self {
+        self.max_recheck = interval;
+        self
+    }
+
+    /// Checks the timeouts (all positive). The URL is checked when connecting.
+    pub fn validate(&self) -> Result<(), LockError> {
+        for (what, d) in [
+            ("connect_timeout", self.connect_timeout),
+            ("request_timeout", self.request_timeout),
+            ("max_recheck", self.max_recheck),
+        ] {
+            if d.is_zero() {
+                return Err(LockError::invalid(format!("{what} must be positive")));
+            }
+        }
+        Ok(())
+    }
+
+    /// The URL with its password replaced by `***`, for logs and errors.
+    pub fn redacted_url(&self) -> String {
+        redact(&self.url)
+    }
+}
+
+impl fmt::Debug for RedisLockConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisLockConfig")
+            .field("url", &self.redacted_url())
+            .field("key_prefix", &self.key_prefix)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .field("max_recheck", &self.max_recheck)
+            .finish()
+    }
+}
+
+/// `scheme://user:password@host...` -> `scheme://user:***@host...`.
+fn redact(url: &str) -> String {
+    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
+        return url.to_string();
+    };
+    let rest = &url[scheme_end..];
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let Some(at) = rest[..authority_end].rfind('@') else {
+        return url.to_string();
+    };
+    let userinfo = &rest[..at];
+    let user = userinfo.split(':').next().unwrap_or("");
+    let hidden = if userinfo.contains(':') {
+        format!("{user}:***")
+    } else {
+        "***".to_string()
+    };
+    format!("{}{hidden}{}", &url[..scheme_end], &rest[at..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(
+            redact("redis://127.0.0.1:6379/0"),
+            "redis://127.0.0.1:6379/0"
+        );
+        assert_eq!(redact("redis://:pw@h:1/2"), "redis://:***@h:1/2");
+        assert_eq!(redact("redis://u:pw@h:1"), "redis://u:***@h:1");
+        assert_eq!(redact("redis://pw@h"), "redis://***@h");
+        assert_eq!(redact("not a url"), "not a url");
+    }
+
+    #[test]
+    fn zero_timeouts_are_rejected() {
+        assert!(RedisLockConfig::default().validate().is_ok());
+        let bad = RedisLockConfig::default().request_timeout(Duration::ZERO);
+        assert_eq!(
+            bad.validate().unwrap_err().kind(),
+            lock_core::LockErrorKind::InvalidArgument
+        );
+    }
+}

@@ -1,0 +1,298 @@
+//! The Redis client wrapper: every request goes through here, with its
+//! timeout, and every client error is mapped to a [`LockErrorKind`] in ONE
+//! function, [`map_error`].
+
+use std::future::Future;
+use std::time::Duration;
+
+use lock_core::{LockError, LockErrorKind, Result};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind};
+use tokio::time::Instant;
+
+use crate::config::RedisLockConfig;
+use crate::scripts::{Keys, Scripts, ACQUIRE_FENCED, EXTEND, RELEASE};
+
+/// Delays of the connection manager's reconnection attempts: from this...
+const RECONNECT_MIN_DELAY: Duration = Duration::from_millis(25);
+/// ...doubling up to this.
+const RECONNECT_MAX_DELAY: Duration = Duration::from_secs(1);
+/// Attempts per reconnection round; a later request starts a new round.
+const RECONNECT_ATTEMPTS: usize = 8;
+
+/// Why a request failed, before mapping.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// The `redis` crate reported an error.
+    Redis(RedisError),
+    /// No reply within this long (our own timeout, which also covers the wait
+    /// for a reconnection).
+    TimedOut(Duration),
+}
+
+/// THE mapping of client failures to [`LockErrorKind`]s; `what` names the
+/// operation for the message.
+pub(crate) fn map_error(what: &str, failure: Failure) -> LockError {
+    let err = match failure {
+        Failure::TimedOut(after) => {
+            return LockError::new(
+                LockErrorKind::Unavailable,
+                format!("{what}: no reply from Redis within {after:?}"),
+            )
+        }
+        Failure::Redis(err) => err,
+    };
+    let code = err.code().unwrap_or("");
+    let kind = match err.kind() {
+        ErrorKind::Io => LockErrorKind::Unavailable,
+        _ if err.is_timeout() || err.is_connection_dropped() || err.is_connection_refusal() => {
+            LockErrorKind::Unavailable
+        }
+        ErrorKind::AuthenticationFailed | ErrorKind::Server(ServerErrorKind::NoPerm) => {
+            LockErrorKind::Unauthorized
+        }
+        _ if matches!(code, "NOAUTH" | "WRONGPASS" | "NOPERM") => LockErrorKind::Unauthorized,
+        ErrorKind::InvalidClientConfig => LockErrorKind::InvalidArgument,
+        // The server is up but cannot serve writes now: loading its data set,
+        // a failover in progress, a busy script, out of memory, failing to persist.
+        ErrorKind::Server(
+            ServerErrorKind::BusyLoading
+            | ServerErrorKind::TryAgain
+            | ServerErrorKind::MasterDown
+            | ServerErrorKind::ClusterDown
+            | ServerErrorKind::ReadOnly,
+        ) => LockErrorKind::Unavailable,
+        _ if matches!(code, "BUSY" | "OOM" | "MISCONF" | "LOADING") => LockErrorKind::Unavailable,
+        ErrorKind::Client => LockErrorKind::Internal,
+        // Parse errors, unexpected reply types, MOVED/ASK/CROSSSLOT from a
+        // cluster (not supported: use one node), script errors.
+        _ => LockErrorKind::Protocol,
+    };
+    let hint = match err.kind() {
+        ErrorKind::Server(
+            ServerErrorKind::Moved | ServerErrorKind::Ask | ServerErrorKind::CrossSlot,
+        ) => " (Redis Cluster is not supported by lock-redis: point it at one node)",
+        _ => "",
+    };
+    LockError::new(kind, format!("{what}: {}{hint}", err.category())).with_source(err)
+}
+
+/// The connection and the scripts, shared by a client, its clones and its guards.
+pub(crate) struct Core {
+    pub(crate) config: RedisLockConfig,
+    pub(crate) client: redis::Client,
+    conn: ConnectionManager,
+    scripts: Scripts,
+}
+
+/// What the acquire script answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AcquireReply {
+    /// Ours, with this fencing token.
+    Acquired(u64),
+    /// Held by someone else for this many more ms (-1: no expiry).
+    Held(i64),
+}
+
+/// What `inspect` read, atomically.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Inspection {
+    /// `PTTL` of the lock key: -2 absent, -1 no expiry, else ms left.
+    pub(crate) pttl: i64,
+    /// The fencing counter, if it exists.
+    pub(crate) counter: Option<u64>,
+}
+
+impl Core {
+    /// Connects within `config.connect_timeout` and loads the scripts.
+    pub(crate) async fn connect(config: RedisLockConfig) -> Result<Self> {
+        config.validate()?;
+        let what = format!("connecting to {}", config.redacted_url());
+        let client = redis::Client::open(config.url.as_str())
+            .map_err(|e| map_error(&what, Failure::Redis(e)))?;
+        let manager_config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(config.connect_timeout))
+            .set_response_timeout(Some(config.request_timeout))
+            .set_min_delay(RECONNECT_MIN_DELAY)
+            .set_max_delay(RECONNECT_MAX_DELAY)
+            .set_number_of_retries(RECONNECT_ATTEMPTS);
+        let deadline = Instant::now() + config.connect_timeout;
+        let probe_config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(config.connect_timeout))
+            .set_response_timeout(Some(config.request_timeout));
+        let connected = tokio::time::timeout_at(deadline, async {
+            // One plain connection first: it fails fast and with the real
+            // cause (refused, wrong password), where the connection manager
+            // would retry until the timeout. It loads the scripts (proving the
+            // server answers commands); EVALSHA from then on, reloading on
+            // NOSCRIPT after a restart.
+            let mut probe = client
+                .get_multiplexed_async_connection_with_config(&probe_config)
+                .await?;
+            let mut load = redis::pipe();
+            for code in [ACQUIRE_FENCED, RELEASE, EXTEND] {
+                load.cmd("SCRIPT").arg("LOAD").arg(code);
+            }
+            load.query_async::<()>(&mut probe).await?;
+            drop(probe);
+            let conn = ConnectionManager::new_with_config(client.clone(), manager_config).await?;
+            Ok::<_, RedisError>((conn, Scripts::default()))
+        })
+        .await;
+        match connected {
+            Err(_) => Err(map_error(&what, Failure::TimedOut(config.connect_timeout))),
+            Ok(Err(e)) => Err(map_error(&what, Failure::Redis(e))),
+            Ok(Ok((conn, scripts))) => Ok(Self {
+                config,
+                client,
+                conn,
+                scripts,
+            }),
+        }
+    }
+
+    /// Runs one request with the request timeout, mapping its failure.
+    async fn request<T>(&self, what: &str, fut: impl Future<Output = RedisResult<T>>) -> Result<T> {
+        let limit = self.config.request_timeout;
+        match tokio::time::timeout(limit, fut).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(map_error(what, Failure::Redis(e))),
+            Err(_) => Err(map_error(what, Failure::TimedOut(limit))),
+        }
+    }
+
+    /// Like [`Core::request`] for an idempotent request: a fast failure on a
+    /// broken connection (not a timeout) is retried once, on the connection
+    /// the manager is re-establishing meanwhile.
+    async fn request_idempotent<T, F, Fut>(&self, what: &str, make: F) -> Result<T>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = RedisResult<T>>,
+    {
+        let limit = self.config.request_timeout;
+        match tokio::time::timeout(limit, make()).await {
+            Ok(Ok(v)) => return Ok(v),
+            Ok(Err(e)) if (e.is_io_error() || e.is_connection_dropped()) && !e.is_timeout() => {
+                tracing::debug!(error = %e, "distlock redis: {what} failed on a broken connection; retrying once");
+            }
+            Ok(Err(e)) => return Err(map_error(what, Failure::Redis(e))),
+            Err(_) => return Err(map_error(what, Failure::TimedOut(limit))),
+        }
+        self.request(what, make()).await
+    }
+
+    /// `SET lock token NX PX ttl` and, if set, `INCR` of the fencing counter.
+    pub(crate) async fn acquire(
+        &self,
+        keys: &Keys,
+        token: &str,
+        ttl_ms: u64,
+    ) -> Result<AcquireReply> {
+        let mut conn = self.conn.clone();
+        let mut call = self.scripts.acquire_fenced.prepare_invoke();
+        call.key(&keys.lock)
+            .key(&keys.fencing)
+            .arg(token)
+            .arg(ttl_ms);
+        let (acquired, value): (i64, i64) = self
+            .request("acquire", call.invoke_async(&mut conn))
+            .await?;
+        match (acquired, u64::try_from(value)) {
+            (1, Ok(fence)) if fence > 0 => Ok(AcquireReply::Acquired(fence)),
+            (1, _) => Err(LockError::new(
+                LockErrorKind::Protocol,
+                format!(
+                    "acquire: the fencing counter {} holds {value}, not a positive count (changed by someone else?)",
+                    keys.fencing
+                ),
+            )),
+            (0, _) => Ok(AcquireReply::Held(value)),
+            _ => Err(LockError::new(
+                LockErrorKind::Protocol,
+                format!("acquire: unexpected script reply [{acquired}, {value}]"),
+            )),
+        }
+    }
+
+    /// Compare-and-delete, publishing the release. `true` if the key held `token`.
+    pub(crate) async fn release(&self, keys: &Keys, token: &str) -> Result<bool> {
+        let mut conn = self.conn.clone();
+        let mut call = self.scripts.release.prepare_invoke();
+        call.key(&keys.lock).key(&keys.released).arg(token);
+        let n: i64 = self
+            .request("release", call.invoke_async(&mut conn))
+            .await?;
+        Ok(n == 1)
+    }
+
+    /// Compare-and-`PEXPIRE`. `true` if the key held `token`. Idempotent,
+    /// so retried once after a dropped connection.
+    pub(crate) async fn extend(&self, keys: &Keys, token: &str, ttl_ms: u64) -> Result<bool> {
+        let n: i64 = self
+            .request_idempotent("extend", || {
+                let mut conn = self.conn.clone();
+                let mut call = self.scripts.extend.prepare_invoke();
+                call.key(&keys.lock).arg(token).arg(ttl_ms);
+                async move { call.invoke_async(&mut conn).await }
+            })
+            .await?;
+        Ok(n == 1)
+    }
+
+    /// `PTTL` of the lock key and `GET` of the counter, in one transaction.
+    pub(crate) async fn inspect(&self, keys: &Keys) -> Result<Inspection> {
+        let (pttl, counter): (i64, Option<u64>) = self
+            .request_idempotent("inspect", || {
+                let mut conn = self.conn.clone();
+                let mut pipe = redis::pipe();
+                pipe.atomic()
+                    .cmd("PTTL")
+                    .arg(&keys.lock)
+                    .cmd("GET")
+                    .arg(&keys.fencing);
+                async move { pipe.query_async(&mut conn).await }
+            })
+            .await?;
+        Ok(Inspection { pttl, counter })
+    }
+}
+
+/// A TTL in whole milliseconds for `PX`/`PEXPIRE`, rounded UP so that the
+/// server never expires the key before the validity the client computes.
+pub(crate) fn ttl_millis(ttl: Duration) -> u64 {
+    let ms = ttl.as_nanos().div_ceil(1_000_000);
+    u64::try_from(ms).unwrap_or(u64::MAX).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ttl_rounds_up() {
+        assert_eq!(ttl_millis(Duration::from_micros(1500)), 2);
+        assert_eq!(ttl_millis(Duration::from_millis(1)), 1);
+        assert_eq!(ttl_millis(Duration::from_nanos(1)), 1);
+        assert_eq!(ttl_millis(Duration::from_secs(30)), 30_000);
+    }
+
+    #[test]
+    fn timeouts_and_io_are_unavailable() {
+        let e = map_error("acquire", Failure::TimedOut(Duration::from_millis(5)));
+        assert_eq!(e.kind(), LockErrorKind::Unavailable);
+        assert!(e.is_retryable());
+        let io = RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::ConnectionReset,
+            "reset",
+        ));
+        assert_eq!(
+            map_error("x", Failure::Redis(io)).kind(),
+            LockErrorKind::Unavailable
+        );
+        let cfg = redis::Client::open("nonsense://").unwrap_err();
+        assert_eq!(
+            map_error("x", Failure::Redis(cfg)).kind(),
+            LockErrorKind::InvalidArgument
+        );
+    }
+}

@@ -1,0 +1,553 @@
+//! Faults on real redis-servers, each test with its own server(s): restart with
+//! and without persistence, SIGSTOP longer than the TTL, replies held back by a
+//! proxy (phantom locks), connection resets, and hand-off to waiters with and
+//! without a release notification.
+
+use std::time::Duration;
+
+use lock_core::{AcquireOptions, DistributedLock, GuardState, LockErrorKind, LockName, LossCause};
+use lock_redis::{RedisLock, RedisLockConfig};
+use lock_testbed::{free_port, unique_name, Proxy, RedisOptions, RedisServer, RespValue};
+use tokio::time::{sleep, timeout, Instant};
+
+/// The request timeout of the clients in these tests.
+const REQUEST_TIMEOUT: Duration = Duration::from_millis(200);
+/// Allowance for scheduling on a busy 2-core machine.
+const SLACK: Duration = Duration::from_millis(700);
+
+fn config(url: &str) -> RedisLockConfig {
+    RedisLockConfig::new(url)
+        .connect_timeout(Duration::from_secs(1))
+        .request_timeout(REQUEST_TIMEOUT)
+}
+
+async fn client(url: &str) -> RedisLock {
+    RedisLock::connect(config(url))
+        .await
+        .unwrap_or_else(|e| panic!("connect to {url}: {e}"))
+}
+
+fn name(prefix: &str) -> LockName {
+    LockName::new(unique_name(prefix)).expect("valid name")
+}
+
+fn opts(ttl: Duration) -> AcquireOptions {
+    AcquireOptions::new().ttl(ttl).wait(Duration::from_secs(30))
+}
+
+/// Runs a synchronous testbed call off the async workers.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    tokio::task::spawn_blocking(f).await.expect("blocking task")
+}
+
+async fn start_server(opts: RedisOptions) -> RedisServer {
+    blocking(move || RedisServer::start_with(opts))
+        .await
+        .unwrap_or_else(|e| panic!("starting redis-server: {e}"))
+}
+
+async fn kill_and_restart(mut server: RedisServer) -> RedisServer {
+    blocking(move || {
+        server.kill().expect("kill");
+        server.restart().expect("restart");
+        server
+    })
+    .await
+}
+
+async fn cmd(server: &RedisServer, args: &[&str]) -> RespValue {
+    let addr = server.addr();
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    blocking(move || {
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        lock_testbed::resp_command(addr, &refs, Duration::from_secs(2))
+            .unwrap_or_else(|e| panic!("{args:?}: {e}"))
+    })
+    .await
+}
+
+/// The fencing counter of `name` on `server`.
+async fn counter(server: &RedisServer, name: &LockName) -> Option<i64> {
+    match cmd(server, &["GET", &format!("{{{name}}}:fencing")]).await {
+        RespValue::Bulk(None) => None,
+        v => Some(
+            v.as_str()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or_else(|| panic!("counter {v:?}")),
+        ),
+    }
+}
+
+async fn key_exists(server: &RedisServer, name: &LockName) -> bool {
+    cmd(server, &["EXISTS", name.as_str()]).await != RespValue::Int(0)
+}
+
+/// Polls until the lock key of `name` is gone; panics after `bound`.
+async fn key_gone_within(server: &RedisServer, name: &LockName, bound: Duration) -> Duration {
+    let t = Instant::now();
+    while key_exists(server, name).await {
+        assert!(
+            t.elapsed() < bound,
+            "lock key {name} still held after {:?}",
+            t.elapsed()
+        );
+        sleep(Duration::from_millis(10)).await;
+    }
+    t.elapsed()
+}
+
+/// Restart without persistence while a guard is held: the key is gone after
+/// the restart, the next renewal says so, and the guard is lost (NotOwner)
+/// within ttl/3 + slack. Tokens restart from 1: `RequiresPersistence` is real.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_without_persistence_loses_guard_and_resets_tokens() {
+    let server = start_server(RedisOptions::default()).await;
+    let url = server.url();
+    let locks = client(&url).await;
+    let lock = name("restart");
+    let ttl = Duration::from_secs(3);
+    let mut last = None;
+    for _ in 0..3 {
+        let g = locks.acquire(&lock, &opts(ttl)).await.unwrap();
+        last = g.fencing_token();
+        assert!(g.release().await.unwrap());
+    }
+    let held = locks.acquire(&lock, &opts(ttl)).await.unwrap();
+    let held_token = held.fencing_token().unwrap();
+    assert!(Some(held_token) > last);
+
+    let killed_at = Instant::now();
+    let server = kill_and_restart(server).await;
+    let cause = timeout(ttl / 3 + SLACK, held.lost())
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "guard not lost {:?} after the restart; state {:?}",
+                killed_at.elapsed(),
+                held.state()
+            )
+        });
+    assert_eq!(
+        cause,
+        LossCause::NotOwner,
+        "the renewal after the restart should find the key gone"
+    );
+    println!("guard lost {:?} after kill + restart", killed_at.elapsed());
+    assert!(!held.release().await.unwrap());
+
+    // Without persistence the counter is gone too: tokens start over.
+    let again = client(&url).await.acquire(&lock, &opts(ttl)).await.unwrap();
+    let new_token = again.fencing_token().unwrap();
+    assert!(
+        new_token < held_token,
+        "token {new_token} after a restart without persistence (was {held_token})"
+    );
+    assert!(again.release().await.unwrap());
+    drop(server);
+}
+
+/// SIGSTOP longer than the TTL: renewals time out (guard suspended), the
+/// validity passes (guard lost, Expired); after SIGCONT the key has expired
+/// and a new holder gets a larger token; the old guard's release says false.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_longer_than_ttl_suspends_then_loses_guard() {
+    let server = start_server(RedisOptions::default()).await;
+    let url = server.url();
+    let (a, b) = (client(&url).await, client(&url).await);
+    let lock = name("pause");
+    let ttl = Duration::from_secs(1);
+    let g = a.acquire(&lock, &opts(ttl)).await.unwrap();
+    let old_token = g.fencing_token().unwrap();
+    let mut states = g.subscribe();
+
+    let paused_at = Instant::now();
+    server.pause().expect("SIGSTOP");
+    let mut seen_suspended = None;
+    let cause = loop {
+        let st = states.borrow_and_update().clone();
+        match st {
+            GuardState::Suspended { .. } => {
+                seen_suspended.get_or_insert(paused_at.elapsed());
+            }
+            GuardState::Lost { cause } => break cause,
+            GuardState::Held { .. } => {}
+            GuardState::Released => panic!("released while paused"),
+            other => panic!("unexpected state {other:?}"),
+        }
+        timeout(ttl + SLACK, states.changed())
+            .await
+            .unwrap_or_else(|_| {
+                panic!(
+                    "no state change for {:?}; state {:?}",
+                    ttl + SLACK,
+                    g.state()
+                )
+            })
+            .expect("keeper alive");
+    };
+    let lost_after = paused_at.elapsed();
+    let suspended_after =
+        seen_suspended.expect("the guard went lost without being suspended first");
+    println!("suspended after {suspended_after:?}, lost after {lost_after:?}");
+    assert_eq!(cause, LossCause::Expired);
+    assert!(
+        suspended_after < ttl / 3 + REQUEST_TIMEOUT + SLACK,
+        "suspended only after {suspended_after:?}"
+    );
+    assert!(lost_after <= ttl + SLACK, "lost only after {lost_after:?}");
+    assert!(!g.is_held());
+
+    // Stay paused past the server-side expiry, then resume.
+    sleep((ttl + Duration::from_millis(300)).saturating_sub(paused_at.elapsed())).await;
+    server.resume().expect("SIGCONT");
+
+    let next = b
+        .acquire(&lock, &opts(ttl).wait(Duration::from_secs(5)))
+        .await
+        .expect("lock free after resume");
+    let new_token = next.fencing_token().unwrap();
+    assert!(new_token > old_token, "token {new_token} after {old_token}");
+    assert!(
+        !g.release().await.unwrap(),
+        "a lost guard's release reported success"
+    );
+    assert!(next.is_held());
+    assert!(next.release().await.unwrap());
+}
+
+/// With AOF and `appendfsync always`, a held lock and the fencing counter
+/// survive kill + restart: the holder keeps its lock (its renewals succeed
+/// again after reconnecting), and the next holder's token is larger.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aof_keeps_lock_and_tokens_across_restart() {
+    let server = start_server(RedisOptions {
+        appendfsync_always: true,
+    })
+    .await;
+    let url = server.url();
+    let (a, b) = (client(&url).await, client(&url).await);
+    let lock = name("aof");
+    let ttl = Duration::from_secs(2);
+    for _ in 0..3 {
+        let g = a.acquire(&lock, &opts(ttl)).await.unwrap();
+        assert!(g.release().await.unwrap());
+    }
+    let held = a.acquire(&lock, &opts(ttl)).await.unwrap();
+    let held_token = held.fencing_token().unwrap();
+    assert_eq!(held_token.get(), 4);
+
+    let server = kill_and_restart(server).await;
+    assert!(
+        key_exists(&server, &lock).await,
+        "the AOF lost the lock key"
+    );
+    assert_eq!(
+        counter(&server, &lock).await,
+        Some(4),
+        "the AOF lost the fencing counter"
+    );
+
+    let waiter = {
+        let (b, lock) = (b.clone(), lock.clone());
+        tokio::spawn(async move {
+            b.acquire(&lock, &opts(ttl).wait(Duration::from_secs(10)))
+                .await
+        })
+    };
+    // Longer than the TTL: only renewals after the restart can have kept it.
+    sleep(ttl + ttl / 2).await;
+    assert!(
+        matches!(held.state(), GuardState::Held { .. }),
+        "state {:?}",
+        held.state()
+    );
+    assert!(
+        !waiter.is_finished(),
+        "another client acquired a lock that survived the restart"
+    );
+    assert!(held.release().await.unwrap());
+    let next = timeout(Duration::from_secs(2), waiter)
+        .await
+        .expect("waiter not served")
+        .unwrap()
+        .unwrap();
+    let next_token = next.fencing_token().unwrap();
+    assert!(
+        next_token > held_token,
+        "token {next_token} after {held_token} across an AOF restart"
+    );
+    assert!(next.release().await.unwrap());
+}
+
+/// An acquire whose reply is held back longer than the request timeout fails
+/// with Unavailable, and the SET it did make on the server (the counter moved)
+/// is removed at once by the compare-and-delete, not left until its TTL. The
+/// same when the acquire future is dropped while its request is in flight.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unanswered_acquire_leaves_no_phantom_lock() {
+    let server = start_server(RedisOptions::default()).await;
+    let proxy = blocking({
+        let addr = server.addr();
+        move || Proxy::start(addr)
+    })
+    .await
+    .expect("proxy");
+    let slow = client(&proxy.redis_url()).await;
+    let direct = client(&server.url()).await;
+    let long = opts(Duration::from_secs(30));
+    proxy.set_reply_delay(Duration::from_secs(2));
+
+    // The reply is lost (late): error, then no phantom lock.
+    let lock = name("phantom");
+    let t = Instant::now();
+    let err = slow
+        .try_acquire(&lock, &long)
+        .await
+        .expect_err("acquired without a reply");
+    let failed_after = t.elapsed();
+    assert_eq!(err.kind(), LockErrorKind::Unavailable, "{err}");
+    assert!(
+        failed_after < REQUEST_TIMEOUT + SLACK,
+        "failed only after {failed_after:?}"
+    );
+    assert_eq!(
+        counter(&server, &lock).await,
+        Some(1),
+        "the SET NX never reached the server: the test proves nothing"
+    );
+    let gone = key_gone_within(&server, &lock, Duration::from_secs(1)).await;
+    println!("phantom lock removed {:?} after the error", gone);
+    let g = direct
+        .try_acquire(&lock, &long)
+        .await
+        .unwrap()
+        .expect("phantom lock still held");
+    assert_eq!(g.fencing_token().unwrap().get(), 2);
+    assert!(g.release().await.unwrap());
+
+    // The acquire future is dropped while its request is in flight.
+    let lock = name("phantom-cancel");
+    let pending = {
+        let (slow, lock, long) = (slow.clone(), lock.clone(), long.clone());
+        tokio::spawn(async move { slow.try_acquire(&lock, &long).await.map(|g| g.is_some()) })
+    };
+    sleep(Duration::from_millis(50)).await;
+    pending.abort();
+    assert!(pending.await.unwrap_err().is_cancelled());
+    assert_eq!(
+        counter(&server, &lock).await,
+        Some(1),
+        "the SET NX never reached the server"
+    );
+    key_gone_within(&server, &lock, Duration::from_secs(1)).await;
+    let g = direct
+        .try_acquire(&lock, &long)
+        .await
+        .unwrap()
+        .expect("cancelled acquire left its lock");
+    assert!(g.release().await.unwrap());
+}
+
+/// A release wakes a waiting client at once: the hand-off takes a few ms,
+/// nowhere near the holder's 10 s TTL. Several rounds between two clients.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_hands_off_to_waiter_at_once() {
+    let server = start_server(RedisOptions::default()).await;
+    let url = server.url();
+    let (a, b) = (client(&url).await, client(&url).await);
+    let lock = name("handoff");
+    let ttl = Duration::from_secs(10);
+    let mut handoffs = Vec::new();
+    let mut holder = a.acquire(&lock, &opts(ttl)).await.unwrap();
+    for round in 0..6 {
+        let next_client = if round % 2 == 0 { b.clone() } else { a.clone() };
+        let waiter = {
+            let lock = lock.clone();
+            tokio::spawn(async move {
+                let g = next_client.acquire(&lock, &opts(ttl)).await;
+                (Instant::now(), g)
+            })
+        };
+        sleep(Duration::from_millis(200)).await;
+        assert!(!waiter.is_finished(), "acquired a held lock");
+        let released_at = Instant::now();
+        assert!(holder.release().await.unwrap());
+        let (got_at, g) = timeout(Duration::from_secs(2), waiter)
+            .await
+            .expect("waiter not woken")
+            .unwrap();
+        holder = g.expect("waiter acquire");
+        handoffs.push(got_at - released_at);
+    }
+    assert!(holder.release().await.unwrap());
+    handoffs.sort();
+    println!("hand-off after release: {handoffs:?}");
+    let worst = *handoffs.last().unwrap();
+    assert!(
+        worst < Duration::from_millis(250),
+        "hand-off took {worst:?}: not woken by the release notification"
+    );
+}
+
+/// A release that publishes nothing (a plain DEL, as an operator or a foreign
+/// client would do) is still noticed by a waiter: at the latest when the
+/// holder's TTL (seen by the waiter's last attempt) runs out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiter_gets_lock_at_holder_ttl_without_notification() {
+    let server = start_server(RedisOptions::default()).await;
+    let url = server.url();
+    let (a, b) = (client(&url).await, client(&url).await);
+    let lock = name("missed");
+    let ttl = Duration::from_secs(2);
+    let held = a.acquire(&lock, &opts(ttl)).await.unwrap();
+    let waiter = {
+        let (b, lock) = (b.clone(), lock.clone());
+        tokio::spawn(async move {
+            let g = b.acquire(&lock, &opts(ttl)).await;
+            (Instant::now(), g)
+        })
+    };
+    sleep(Duration::from_millis(300)).await;
+    assert!(!waiter.is_finished());
+    let deleted_at = Instant::now();
+    assert_eq!(
+        cmd(&server, &["DEL", lock.as_str()]).await,
+        RespValue::Int(1)
+    );
+    let (got_at, g) = timeout(ttl + SLACK, waiter)
+        .await
+        .expect("waiter never noticed the deletion")
+        .unwrap();
+    let g = g.expect("waiter acquire");
+    println!(
+        "waiter got the lock {:?} after a DEL that published nothing",
+        got_at - deleted_at
+    );
+    assert!(got_at - deleted_at <= ttl + SLACK);
+    // The old holder learns it at its next renewal.
+    assert_eq!(
+        timeout(ttl, held.lost())
+            .await
+            .expect("old holder not told"),
+        LossCause::NotOwner
+    );
+    assert!(g.release().await.unwrap());
+}
+
+/// A waiter whose connections (lock and pub/sub) are reset keeps waiting: the
+/// pub/sub connection is re-established and resubscribed, and the release is
+/// handed off long before the holder's TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiter_survives_connection_reset() {
+    let server = start_server(RedisOptions::default()).await;
+    let proxy = blocking({
+        let addr = server.addr();
+        move || Proxy::start(addr)
+    })
+    .await
+    .expect("proxy");
+    let (direct, behind) = (
+        client(&server.url()).await,
+        client(&proxy.redis_url()).await,
+    );
+    let lock = name("reset");
+    let ttl = Duration::from_secs(10);
+    let held = direct.acquire(&lock, &opts(ttl)).await.unwrap();
+    let waiter = {
+        let lock = lock.clone();
+        tokio::spawn(async move { behind.acquire(&lock, &opts(ttl)).await })
+    };
+    sleep(Duration::from_millis(200)).await;
+    proxy.reset_all();
+    sleep(Duration::from_millis(300)).await;
+    assert!(
+        !waiter.is_finished(),
+        "the waiter gave up or acquired: {:?}",
+        waiter.is_finished()
+    );
+    let released_at = Instant::now();
+    assert!(held.release().await.unwrap());
+    let g = timeout(Duration::from_secs(2), waiter)
+        .await
+        .expect("waiter not served after a connection reset")
+        .unwrap()
+        .expect("waiter acquire");
+    println!("hand-off after a reset: {:?}", released_at.elapsed());
+    assert!(g.release().await.unwrap());
+}
+
+/// Connecting to a server that accepts TCP but never answers fails with
+/// Unavailable within the connect timeout; a closed port fails at once; a bad
+/// URL is InvalidArgument.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_failures_are_classified_and_bounded() {
+    let server = start_server(RedisOptions::default()).await;
+    let proxy = blocking({
+        let addr = server.addr();
+        move || Proxy::start(addr)
+    })
+    .await
+    .expect("proxy");
+    proxy.blackhole();
+    let limit = Duration::from_millis(300);
+    let t = Instant::now();
+    let err = RedisLock::connect(config(&proxy.redis_url()).connect_timeout(limit))
+        .await
+        .expect_err("connected to a blackhole");
+    assert_eq!(err.kind(), LockErrorKind::Unavailable, "{err}");
+    assert!(
+        t.elapsed() < limit + Duration::from_millis(200),
+        "took {:?}",
+        t.elapsed()
+    );
+
+    let t = Instant::now();
+    let closed = format!("redis://127.0.0.1:{}/", free_port());
+    let err = RedisLock::connect(config(&closed))
+        .await
+        .expect_err("connected to a closed port");
+    assert_eq!(err.kind(), LockErrorKind::Unavailable, "{err}");
+    assert!(
+        t.elapsed() < Duration::from_millis(500),
+        "a refused connection took {:?}",
+        t.elapsed()
+    );
+
+    let err = RedisLock::connect(config("http://nowhere"))
+        .await
+        .expect_err("bad url accepted");
+    assert_eq!(err.kind(), LockErrorKind::InvalidArgument, "{err}");
+    let err = RedisLock::connect(config(&server.url()).request_timeout(Duration::ZERO))
+        .await
+        .expect_err("zero timeout accepted");
+    assert_eq!(err.kind(), LockErrorKind::InvalidArgument, "{err}");
+}
+
+/// A password in the URL is used, and a wrong one is Unauthorized.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn password_in_url_and_wrong_password() {
+    let server = start_server(RedisOptions::default()).await;
+    assert_eq!(
+        cmd(&server, &["CONFIG", "SET", "requirepass", "s3cret"]).await,
+        RespValue::Simple("OK".into())
+    );
+    let port = server.addr().port();
+    let ok = RedisLock::connect(config(&format!("redis://:s3cret@127.0.0.1:{port}/3")))
+        .await
+        .expect("connect with the password");
+    let lock = name("auth");
+    let g = ok
+        .try_acquire(&lock, &opts(Duration::from_secs(5)))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(g.release().await.unwrap());
+    let err = RedisLock::connect(config(&format!("redis://:wrong@127.0.0.1:{port}/")))
+        .await
+        .expect_err("wrong password accepted");
+    assert_eq!(err.kind(), LockErrorKind::Unauthorized, "{err}");
+    assert!(
+        !err.to_string().contains("wrong"),
+        "the password leaked into the error: {err}"
+    );
+}
