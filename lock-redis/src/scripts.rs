@@ -17,9 +17,24 @@ use redis::Script;
 /// `KEYS[1]` = lock key, `KEYS[2]` = fencing counter key; `ARGV[1]` = owner token, `ARGV[2]` = ttl ms.
 /// Returns `{1, token}` when acquired, `{0, pttl}` when held by someone else
 /// (`pttl` = the holder's remaining ms, -1 if it has no expiry).
+///
+/// The token is `INCR` of the counter, floored at the server's clock in
+/// microseconds (`TIME`): `token = max(counter + 1, now_us)`. The floor keeps
+/// tokens increasing when the counter is lost (a restart without persistence,
+/// a failover to a replica that missed the last `INCR`), as long as the
+/// server's wall clock does not step back by more than the gap. With
+/// persistence (`appendfsync always`) the counter alone guarantees it.
+/// Tokens stay below 2^53, exact in Lua's doubles, for the next 200 years.
 pub const ACQUIRE_FENCED: &str = r#"
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return {1, redis.call('INCR', KEYS[2])}
+  local n = redis.call('INCR', KEYS[2])
+  local t = redis.call('TIME')
+  local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  if n < floor then
+    n = floor
+    redis.call('SET', KEYS[2], string.format('%.0f', floor))
+  end
+  return {1, n}
 end
 return {0, redis.call('PTTL', KEYS[1])}
 "#;
