@@ -18,8 +18,9 @@
 //!   written as JSON under `target/`.
 #![deny(missing_docs)]
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lock_core::{FencedRegister, FencingToken, LockGuard};
@@ -34,14 +35,13 @@ struct FencedCell {
 /// One finished critical section.
 #[derive(Clone, Copy, Debug)]
 struct SectionRecord {
-    grant: u64,
     enter: Instant,
     exit: Instant,
 }
 
-/// Shared state of one scenario run: the registers and the checker's records.
+/// The registers and records of one lock name.
 #[derive(Debug)]
-pub struct Workload {
+struct PerName {
     fenced: FencedRegister<FencedCell>,
     plain: Mutex<u64>,
     /// Grant sequence: the order in which holders entered their sections.
@@ -51,20 +51,11 @@ pub struct Workload {
     stale_accepted: AtomicU64,
     fenced_writes: AtomicU64,
     plain_writes: AtomicU64,
-    faults: AtomicU64,
     sections: Mutex<Vec<SectionRecord>>,
-    retakes: Mutex<Vec<Duration>>,
 }
 
-impl Default for Workload {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Workload {
-    /// Empty registers, no records.
-    pub fn new() -> Self {
+impl PerName {
+    fn new() -> Self {
         Self {
             fenced: FencedRegister::new(FencedCell::default()),
             plain: Mutex::new(0),
@@ -73,38 +64,16 @@ impl Workload {
             stale_accepted: AtomicU64::new(0),
             fenced_writes: AtomicU64::new(0),
             plain_writes: AtomicU64::new(0),
-            faults: AtomicU64::new(0),
             sections: Mutex::new(Vec::new()),
-            retakes: Mutex::new(Vec::new()),
         }
     }
 
-    /// Enters a critical section for a freshly acquired `guard`: takes the next
-    /// grant number and claims the fenced register with the guard's token
-    /// (the "first write with the new token" that makes older holders stale).
-    pub fn enter(&self, guard: &LockGuard) -> Section<'_> {
-        self.enter_with(guard.fencing_token())
-    }
-
-    /// Like [`Workload::enter`], from a token alone.
-    pub fn enter_with(&self, token: Option<FencingToken>) -> Section<'_> {
-        let grant = self.grants.fetch_add(1, Ordering::SeqCst) + 1;
-        let section = Section {
-            workload: self,
-            grant,
-            token,
-            enter: Instant::now(),
-            read_plain: 0,
-            read_fenced: 0,
-        };
-        self.claimed.fetch_max(grant, Ordering::SeqCst);
-        if let Some(token) = token {
-            let _ = self.fenced_write(grant, token, |_| {});
-        }
-        section
-    }
-
-    fn fenced_write(&self, grant: u64, token: FencingToken, update: impl FnOnce(&mut FencedCell)) -> bool {
+    fn fenced_write(
+        &self,
+        grant: u64,
+        token: FencingToken,
+        update: impl FnOnce(&mut FencedCell),
+    ) -> bool {
         self.fenced_writes.fetch_add(1, Ordering::SeqCst);
         self.fenced
             .write(token, |cell| {
@@ -115,6 +84,70 @@ impl Workload {
                 update(cell)
             })
             .is_ok()
+    }
+
+    /// Sections that began before an earlier-entered one of this name ended.
+    fn overlaps(&self) -> u64 {
+        let mut sections = lock(&self.sections).clone();
+        sections.sort_by_key(|s| s.enter);
+        let mut overlaps = 0;
+        let mut latest_exit: Option<Instant> = None;
+        for s in &sections {
+            if latest_exit.is_some_and(|e| s.enter < e) {
+                overlaps += 1;
+            }
+            latest_exit = Some(latest_exit.map_or(s.exit, |e| e.max(s.exit)));
+        }
+        overlaps
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Shared state of one scenario run: per lock name, the two registers and
+/// the checker's records; plus fault and retake counts.
+#[derive(Debug, Default)]
+pub struct Workload {
+    names: Mutex<HashMap<String, Arc<PerName>>>,
+    faults: AtomicU64,
+    retakes: Mutex<Vec<Duration>>,
+}
+
+impl Workload {
+    /// Empty registers, no records.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Enters a critical section for a freshly acquired `guard`: takes the next
+    /// grant number of its lock name and claims the fenced register with the
+    /// guard's token (the "first write with the new token" that makes older
+    /// holders stale).
+    pub fn enter(&self, guard: &LockGuard) -> Section {
+        self.enter_with(guard.name().as_str(), guard.fencing_token())
+    }
+
+    /// Like [`Workload::enter`], from a lock name and a token.
+    pub fn enter_with(&self, name: &str, token: Option<FencingToken>) -> Section {
+        let per = lock(&self.names)
+            .entry(name.to_string())
+            .or_insert_with(|| Arc::new(PerName::new()))
+            .clone();
+        let grant = per.grants.fetch_add(1, Ordering::SeqCst) + 1;
+        per.claimed.fetch_max(grant, Ordering::SeqCst);
+        if let Some(token) = token {
+            let _ = per.fenced_write(grant, token, |_| {});
+        }
+        Section {
+            per,
+            grant,
+            token,
+            enter: Instant::now(),
+            read_plain: 0,
+            read_fenced: 0,
+        }
     }
 
     /// Counts one injected fault.
@@ -129,39 +162,33 @@ impl Workload {
 
     /// Records how long the lock took to be retaken after its holder crashed.
     pub fn retake(&self, took: Duration) {
-        self.retakes.lock().unwrap_or_else(|p| p.into_inner()).push(took);
+        lock(&self.retakes).push(took);
     }
 
-    /// What the checker found so far.
+    /// What the checker found so far, summed over lock names.
     pub fn stats(&self) -> Stats {
-        let mut sections = self.sections.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        sections.sort_by_key(|s| s.enter);
-        // A section overlaps if it began before an earlier-entered one ended.
-        let mut overlaps = 0;
-        let mut latest_exit: Option<Instant> = None;
-        for s in &sections {
-            if latest_exit.is_some_and(|e| s.enter < e) {
-                overlaps += 1;
-            }
-            latest_exit = Some(latest_exit.map_or(s.exit, |e| e.max(s.exit)));
-        }
-        let mut retakes = self.retakes.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let names: Vec<Arc<PerName>> = lock(&self.names).values().cloned().collect();
+        let mut retakes = lock(&self.retakes).clone();
         retakes.sort();
-        let plain_writes = self.plain_writes.load(Ordering::SeqCst);
-        let plain_value = *self.plain.lock().unwrap_or_else(|p| p.into_inner());
-        Stats {
-            acquisitions: self.grants.load(Ordering::SeqCst),
-            sections: sections.len() as u64,
+        let mut stats = Stats {
             faults: self.faults.load(Ordering::SeqCst),
-            overlaps,
-            stale_accepted: self.stale_accepted.load(Ordering::SeqCst),
-            stale_rejected: self.fenced.rejections(),
-            fenced_writes: self.fenced_writes.load(Ordering::SeqCst),
-            lost_updates: plain_writes.saturating_sub(plain_value),
             retake_p50: percentile(&retakes, 0.50),
             retake_p99: percentile(&retakes, 0.99),
             retakes: retakes.len() as u64,
+            ..Stats::default()
+        };
+        for per in names {
+            let plain_writes = per.plain_writes.load(Ordering::SeqCst);
+            let plain_value = *lock(&per.plain);
+            stats.acquisitions += per.grants.load(Ordering::SeqCst);
+            stats.sections += lock(&per.sections).len() as u64;
+            stats.overlaps += per.overlaps();
+            stats.stale_accepted += per.stale_accepted.load(Ordering::SeqCst);
+            stats.stale_rejected += per.fenced.rejections();
+            stats.fenced_writes += per.fenced_writes.load(Ordering::SeqCst);
+            stats.lost_updates += plain_writes.saturating_sub(plain_value);
         }
+        stats
     }
 }
 
@@ -176,8 +203,8 @@ fn percentile(sorted: &[Duration], q: f64) -> Option<Duration> {
 /// A critical section in progress: read both registers, (maybe be paused),
 /// write both back incremented, exit.
 #[derive(Debug)]
-pub struct Section<'a> {
-    workload: &'a Workload,
+pub struct Section {
+    per: Arc<PerName>,
     grant: u64,
     token: Option<FencingToken>,
     enter: Instant,
@@ -185,22 +212,24 @@ pub struct Section<'a> {
     read_fenced: u64,
 }
 
-impl Section<'_> {
+impl Section {
     /// Reads both registers.
     pub fn read(&mut self) {
-        self.read_plain = *self.workload.plain.lock().unwrap_or_else(|p| p.into_inner());
-        self.read_fenced = self.workload.fenced.read().value;
+        self.read_plain = *lock(&self.per.plain);
+        self.read_fenced = self.per.fenced.read().value;
     }
 
     /// Writes both registers: `read + 1`. The fenced write carries the token
     /// (skipped when the backend has none). Returns whether the fenced write
     /// was accepted (`None` without a token).
     pub fn write(&mut self) -> Option<bool> {
-        *self.workload.plain.lock().unwrap_or_else(|p| p.into_inner()) = self.read_plain + 1;
-        self.workload.plain_writes.fetch_add(1, Ordering::SeqCst);
+        *lock(&self.per.plain) = self.read_plain + 1;
+        self.per.plain_writes.fetch_add(1, Ordering::SeqCst);
         let value = self.read_fenced + 1;
-        self.token
-            .map(|token| self.workload.fenced_write(self.grant, token, |cell| cell.value = value))
+        self.token.map(|token| {
+            self.per
+                .fenced_write(self.grant, token, |cell| cell.value = value)
+        })
     }
 
     /// Read, yield to other tasks (a real `.await` inside the section), write.
@@ -212,17 +241,10 @@ impl Section<'_> {
 
     /// Ends the section and records it.
     pub fn exit(self) {
-        let record = SectionRecord {
-            grant: self.grant,
+        lock(&self.per.sections).push(SectionRecord {
             enter: self.enter,
             exit: Instant::now(),
-        };
-        let _ = record.grant;
-        self.workload
-            .sections
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(record);
+        });
     }
 }
 
@@ -284,7 +306,10 @@ impl Report {
 
     /// Adds a row.
     pub fn push(&self, row: Row) {
-        self.rows.lock().unwrap_or_else(|p| p.into_inner()).push(row);
+        self.rows
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(row);
     }
 
     /// The rows, sorted by backend then scenario.
@@ -296,14 +321,19 @@ impl Report {
 
     /// The report as a Markdown table, with per-backend totals.
     pub fn markdown(&self) -> String {
-        let ms = |d: Option<Duration>| d.map_or("-".to_string(), |d| format!("{} ms", d.as_millis()));
+        let ms =
+            |d: Option<Duration>| d.map_or("-".to_string(), |d| format!("{} ms", d.as_millis()));
         let mut out = String::from(
             "| backend | scenario | acquisitions | faults | overlaps | stale writes accepted | stale writes rejected | retake p50 | retake p99 | expectation | result |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
         );
         let rows = self.rows();
         for r in &rows {
             let s = &r.stats;
-            let stale = if r.fencing { s.stale_accepted.to_string() } else { "n/a (no token)".into() };
+            let stale = if r.fencing {
+                s.stale_accepted.to_string()
+            } else {
+                "n/a (no token)".into()
+            };
             out.push_str(&format!(
                 "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
                 r.backend,
@@ -312,7 +342,11 @@ impl Report {
                 s.faults,
                 s.overlaps,
                 stale,
-                if r.fencing { s.stale_rejected.to_string() } else { "-".into() },
+                if r.fencing {
+                    s.stale_rejected.to_string()
+                } else {
+                    "-".into()
+                },
                 ms(s.retake_p50),
                 ms(s.retake_p99),
                 r.expectation,
@@ -326,7 +360,9 @@ impl Report {
             let (a, f) = rows
                 .iter()
                 .filter(|r| r.backend == b)
-                .fold((0, 0), |(a, f), r| (a + r.stats.acquisitions, f + r.stats.faults));
+                .fold((0, 0), |(a, f), r| {
+                    (a + r.stats.acquisitions, f + r.stats.faults)
+                });
             out.push_str(&format!("| {b} | {a} | {f} |\n"));
         }
         out
@@ -334,7 +370,11 @@ impl Report {
 
     /// The report as JSON (hand-written: no serde needed for flat rows).
     pub fn json(&self) -> String {
-        let opt = |d: Option<Duration>| d.map_or("null".to_string(), |d| format!("{:.3}", d.as_secs_f64() * 1000.0));
+        let opt = |d: Option<Duration>| {
+            d.map_or("null".to_string(), |d| {
+                format!("{:.3}", d.as_secs_f64() * 1000.0)
+            })
+        };
         let rows: Vec<String> = self
             .rows()
             .iter()
@@ -360,10 +400,10 @@ mod tests {
     async fn checker_counts_overlaps_and_stale_writes() {
         let w = Workload::new();
         // A holds token 5, enters and reads.
-        let mut a = w.enter_with(Some(FencingToken::new(5)));
+        let mut a = w.enter_with("n", Some(FencingToken::new(5)));
         a.read();
         // B is granted token 6 while A is paused: B claims, writes, exits.
-        let mut b = w.enter_with(Some(FencingToken::new(6)));
+        let mut b = w.enter_with("n", Some(FencingToken::new(6)));
         b.read();
         assert_eq!(b.write(), Some(true));
         b.exit();
@@ -380,10 +420,10 @@ mod tests {
     #[tokio::test]
     async fn tokens_going_backwards_are_counted_as_stale_accepted() {
         let w = Workload::new();
-        let mut a = w.enter_with(Some(FencingToken::new(57)));
+        let mut a = w.enter_with("n", Some(FencingToken::new(57)));
         a.read();
         // The server forgot its counter: the next holder gets a smaller token.
-        let mut b = w.enter_with(Some(FencingToken::new(1)));
+        let mut b = w.enter_with("n", Some(FencingToken::new(1)));
         b.read();
         assert_eq!(b.write(), Some(false));
         b.exit();
@@ -397,12 +437,20 @@ mod tests {
     async fn sequential_sections_are_clean() {
         let w = Workload::new();
         for t in 1..=10 {
-            let mut s = w.enter_with(Some(FencingToken::new(t)));
+            let mut s = w.enter_with("n", Some(FencingToken::new(t)));
             s.read_modify_write().await;
             s.exit();
         }
         let s = w.stats();
-        assert_eq!((s.overlaps, s.stale_accepted, s.stale_rejected, s.lost_updates), (0, 0, 0, 0));
+        assert_eq!(
+            (
+                s.overlaps,
+                s.stale_accepted,
+                s.stale_rejected,
+                s.lost_updates
+            ),
+            (0, 0, 0, 0)
+        );
         assert_eq!(s.acquisitions, 10);
         let r = Report::new();
         r.push(Row {

@@ -1,0 +1,1003 @@
+//! Kleppmann's scenarios on every backend, against real servers, with the
+//! checker of `lock_safety` and a report (Markdown on stdout, JSON and
+//! Markdown under `target/lock-safety/`).
+//!
+//! Each scenario is its own test. The expectations asserted:
+//! - with fencing (Redis, etcd, ZooKeeper): 0 stale writes accepted, in every scenario;
+//! - S1 (a holder paused past its TTL): overlaps on every backend (the checker sees them);
+//! - S4 (acquire replies held past the TTL): 0 violations on every backend;
+//! - Redlock S2 (premature expiry on one node, clients split by proxies) and S3
+//!   without delayed restart: violations, counted and reported; S3 with a
+//!   delayed restart of one max TTL: 0;
+//! - S5 (minority faults, leader kills) and the soak: 0 stale writes accepted;
+//!   0 overlaps in S5;
+//! - a crashed holder's lock is retaken within TTL + 0.5 s (p99).
+//!
+//! After all scenarios, each backend must have made at least 1,500
+//! acquisitions and had at least 100 faults injected.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use libtest_mimic::{Arguments, Failed, Trial};
+use lock_core::{AcquireOptions, DistributedLock, LockGuard, LockName};
+use lock_etcd::{EtcdConfig, EtcdLock};
+use lock_redis::{RedisLock, RedisLockConfig};
+use lock_redlock::{RedlockConfig, RedlockLock};
+use lock_safety::{Report, Row, Stats, Workload};
+use lock_testbed::{EtcdCluster, Proxy, RedisServer, RedisSet, ZkEnsemble, ZkOptions};
+use lock_zk::{ZkConfig, ZkLock};
+use rand::Rng;
+use tokio::time::{sleep, Instant};
+
+// ---------------------------------------------------------------------------
+// Backends under test
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Redis,
+    Redlock,
+    Etcd,
+    Zk,
+}
+
+impl Kind {
+    const ALL: [Kind; 4] = [Kind::Redis, Kind::Redlock, Kind::Etcd, Kind::Zk];
+
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Redis => "redis",
+            Kind::Redlock => "redlock",
+            Kind::Etcd => "etcd",
+            Kind::Zk => "zookeeper",
+        }
+    }
+
+    fn fencing(self) -> bool {
+        self != Kind::Redlock
+    }
+
+    /// The lock TTL of the scenarios (etcd: the lease TTL; ZooKeeper: the session timeout).
+    fn ttl(self) -> Duration {
+        match self {
+            Kind::Redis | Kind::Redlock => Duration::from_millis(1000),
+            Kind::Etcd | Kind::Zk => Duration::from_millis(2000),
+        }
+    }
+}
+
+/// Real servers of one backend, started for one scenario.
+enum Servers {
+    Redis(RedisServer),
+    Redlock(RedisSet),
+    Etcd(EtcdCluster),
+    Zk(ZkEnsemble),
+}
+
+impl Servers {
+    /// `members`: etcd and ZooKeeper cluster size (Redis: 1 server, Redlock: 5 nodes).
+    fn start(kind: Kind, members: usize) -> Servers {
+        match kind {
+            Kind::Redis => Servers::Redis(RedisServer::start().expect("start redis-server")),
+            Kind::Redlock => Servers::Redlock(RedisSet::start(5).expect("start 5 redis-servers")),
+            Kind::Etcd => Servers::Etcd(EtcdCluster::start(members).expect("start etcd")),
+            Kind::Zk => Servers::Zk(
+                ZkEnsemble::start_with(members, ZkOptions { tick_time_ms: 200 })
+                    .expect("start zookeeper"),
+            ),
+        }
+    }
+
+    fn addrs(&self) -> Vec<SocketAddr> {
+        let parse = |s: String| s.parse::<SocketAddr>().expect("endpoint is host:port");
+        match self {
+            Servers::Redis(r) => vec![r.addr()],
+            Servers::Redlock(s) => s.addrs(),
+            Servers::Etcd(c) => c.endpoints().into_iter().map(parse).collect(),
+            Servers::Zk(z) => z.endpoints().into_iter().map(parse).collect(),
+        }
+    }
+
+    /// Pauses member `i` (SIGSTOP).
+    fn pause(&self, i: usize) {
+        match self {
+            Servers::Redis(r) => r.pause(),
+            Servers::Redlock(s) => s.nodes()[i].pause(),
+            Servers::Etcd(c) => c.pause(i),
+            Servers::Zk(z) => z.pause(i),
+        }
+        .expect("pause");
+    }
+
+    fn resume(&self, i: usize) {
+        match self {
+            Servers::Redis(r) => r.resume(),
+            Servers::Redlock(s) => s.nodes()[i].resume(),
+            Servers::Etcd(c) => c.resume(i),
+            Servers::Zk(z) => z.resume(i),
+        }
+        .expect("resume");
+    }
+
+    fn kill(&mut self, i: usize) {
+        match self {
+            Servers::Redis(r) => r.kill(),
+            Servers::Redlock(s) => s.node_mut(i).kill(),
+            Servers::Etcd(c) => c.kill(i),
+            Servers::Zk(z) => z.kill(i),
+        }
+        .expect("kill");
+    }
+
+    fn restart(&mut self, i: usize) {
+        match self {
+            Servers::Redis(r) => r.restart(),
+            Servers::Redlock(s) => s.node_mut(i).restart(),
+            Servers::Etcd(c) => c.restart(i),
+            Servers::Zk(z) => z.restart(i),
+        }
+        .expect("restart");
+    }
+
+    fn leader(&self) -> usize {
+        match self {
+            Servers::Etcd(c) => c.leader().expect("etcd leader"),
+            Servers::Zk(z) => z.leader().expect("zookeeper leader"),
+            _ => 0,
+        }
+    }
+
+    /// A client of this backend that talks to `addrs` (the servers or proxies in front of them).
+    async fn client(&self, kind: Kind, addrs: &[SocketAddr]) -> Arc<dyn DistributedLock> {
+        let ttl = kind.ttl();
+        match kind {
+            Kind::Redis => Arc::new(
+                RedisLock::connect(
+                    RedisLockConfig::new(format!("redis://{}/", addrs[0]))
+                        .request_timeout(Duration::from_millis(250))
+                        .connect_timeout(Duration::from_millis(500)),
+                )
+                .await
+                .expect("connect redis"),
+            ),
+            Kind::Redlock => Arc::new(
+                RedlockLock::connect(
+                    RedlockConfig::new(addrs.iter().map(|a| format!("redis://{a}/")))
+                        .with_node_timeout(Duration::from_millis(50))
+                        .with_connect_timeout(Duration::from_millis(500)),
+                )
+                .await
+                .expect("connect redlock"),
+            ),
+            Kind::Etcd => Arc::new(
+                EtcdLock::connect(
+                    EtcdConfig::new(addrs.iter().map(|a| a.to_string()))
+                        .with_lease_ttl(ttl)
+                        .with_request_timeout(Duration::from_millis(500))
+                        .with_connect_timeout(Duration::from_secs(2)),
+                )
+                .await
+                .expect("connect etcd"),
+            ),
+            Kind::Zk => {
+                let connect = addrs
+                    .iter()
+                    .map(|a| a.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",");
+                Arc::new(
+                    ZkLock::connect(
+                        ZkConfig::new(connect)
+                            .session_timeout(ttl)
+                            .request_timeout(Duration::from_millis(500))
+                            .connect_timeout(Duration::from_secs(2)),
+                    )
+                    .await
+                    .expect("connect zookeeper"),
+                )
+            }
+        }
+    }
+
+    /// A client behind its own proxies (one per server), so that its network
+    /// can be cut, delayed or reset without touching other clients.
+    async fn proxied_client(&self, kind: Kind) -> Proxied {
+        let proxies: Vec<Proxy> = self
+            .addrs()
+            .into_iter()
+            .map(|a| Proxy::start(a).expect("proxy"))
+            .collect();
+        let addrs: Vec<SocketAddr> = proxies.iter().map(Proxy::addr).collect();
+        let lock = self.client(kind, &addrs).await;
+        Proxied { lock, proxies }
+    }
+}
+
+struct Proxied {
+    lock: Arc<dyn DistributedLock>,
+    proxies: Vec<Proxy>,
+}
+
+impl Proxied {
+    fn cut(&self) {
+        self.proxies.iter().for_each(Proxy::cut);
+    }
+    fn heal(&self) {
+        self.proxies.iter().for_each(Proxy::heal);
+    }
+}
+
+fn members_of(kind: Kind, members: usize) -> usize {
+    match kind {
+        Kind::Redis => 1,
+        Kind::Redlock => 5,
+        Kind::Etcd | Kind::Zk => members,
+    }
+}
+
+fn opts(kind: Kind) -> AcquireOptions {
+    AcquireOptions::new().ttl(kind.ttl()).wait(kind.ttl() * 4)
+}
+
+fn name(kind: Kind, scenario: &str, i: usize) -> LockName {
+    LockName::new(lock_testbed::unique_name(&format!(
+        "safety-{}-{scenario}-{i}",
+        kind.name()
+    )))
+    .expect("name")
+}
+
+/// Acquires, retrying what is retryable (a connection being re-established
+/// after a fault) until `within` has passed.
+async fn acquire_retrying(
+    lock: &dyn DistributedLock,
+    n: &LockName,
+    o: &AcquireOptions,
+    within: Duration,
+) -> LockGuard {
+    let deadline = Instant::now() + within;
+    loop {
+        match lock.acquire(n, o).await {
+            Ok(g) => return g,
+            Err(e) if e.is_retryable() && Instant::now() < deadline => {
+                sleep(Duration::from_millis(50)).await
+            }
+            Err(e) => panic!("acquire of {n} failed for {within:?}: {e}"),
+        }
+    }
+}
+
+/// A critical section of a well-behaved client: read, a real `.await`, and
+/// write only if the guard still says held.
+async fn careful_section(w: &Workload, guard: &LockGuard) {
+    let mut s = w.enter(guard);
+    s.read();
+    sleep(Duration::from_millis(1)).await;
+    if guard.is_held() {
+        s.write();
+    }
+    s.exit();
+}
+
+// ---------------------------------------------------------------------------
+// Scenarios
+
+/// S1: a holder pauses longer than its TTL (its network cut and its task
+/// asleep, as a stopped process would be), another client acquires, the
+/// first resumes and writes without looking.
+async fn s1_pause(kind: Kind) -> Stats {
+    const PAIRS: usize = 4;
+    const ROUNDS: usize = 3;
+    let servers = blocking(|| Servers::start(kind, 1));
+    let w = Arc::new(Workload::new());
+    let mut pairs = Vec::new();
+    for p in 0..PAIRS {
+        let a = servers.proxied_client(kind).await;
+        let b = servers.client(kind, &servers.addrs()).await;
+        let (w, n) = (w.clone(), name(kind, "s1", p));
+        pairs.push(tokio::spawn(async move {
+            for _ in 0..ROUNDS {
+                let ga = acquire_retrying(&*a.lock, &n, &opts(kind), kind.ttl() * 6).await;
+                let mut sa = w.enter(&ga);
+                sa.read();
+                // The pause: nothing of A reaches the server any more.
+                a.cut();
+                w.fault();
+                let gb = acquire_retrying(&*b, &n, &opts(kind), kind.ttl() * 6).await;
+                careful_section(&w, &gb).await;
+                gb.release().await.expect("B releases");
+                // A wakes up and writes what it read, as a paused process would.
+                a.heal();
+                sa.write();
+                sa.exit();
+                drop(ga);
+            }
+        }));
+    }
+    for p in pairs {
+        p.await.expect("pair");
+    }
+    blocking(|| drop(servers));
+    w.stats()
+}
+
+/// S2 (Redlock): A sees nodes 0,1,2 and B sees 2,3,4 (proxies cut the rest);
+/// A holds on 0,1,2; node 2 expires the key early (a clock jump); B gets a
+/// majority on 2,3,4 while A still holds.
+async fn s2_premature_expiry(kind: Kind) -> Stats {
+    const ROUNDS: usize = 8;
+    let servers = blocking(|| Servers::start(kind, 1));
+    let Servers::Redlock(set) = &servers else {
+        unreachable!("S2 is a Redlock scenario")
+    };
+    let w = Workload::new();
+    let a = servers.proxied_client(kind).await;
+    let b = servers.proxied_client(kind).await;
+    for i in [3, 4] {
+        a.proxies[i].cut();
+    }
+    for i in [0, 1] {
+        b.proxies[i].cut();
+    }
+    let o = AcquireOptions::new()
+        .ttl(Duration::from_secs(3))
+        .wait(Duration::from_secs(3));
+    for r in 0..ROUNDS {
+        let n = name(kind, "s2", r);
+        let ga = a
+            .lock
+            .acquire(&n, &o)
+            .await
+            .expect("A gets a majority on 0,1,2");
+        let mut sa = w.enter(&ga);
+        sa.read();
+        set.nodes()[2]
+            .expire_now(n.as_str())
+            .expect("PEXPIRE on node 2");
+        w.fault();
+        match b
+            .lock
+            .acquire(&n, &o.clone().wait(Duration::from_millis(500)))
+            .await
+        {
+            Ok(gb) => {
+                careful_section(&w, &gb).await;
+                let _ = gb.release().await;
+            }
+            Err(e) => panic!("B should get a majority on 2,3,4 after the early expiry: {e}"),
+        }
+        if ga.is_held() {
+            sa.write();
+        }
+        sa.exit();
+        let _ = ga.release().await;
+    }
+    w.stats()
+}
+
+/// S3: the server (Redis) or a majority of nodes (Redlock) is killed and
+/// restarted without persistence while locks are held. With `delay`, the
+/// Redlock nodes stay down for one max TTL before restarting (the spec's rule).
+async fn s3_restart(kind: Kind, delay: bool) -> Stats {
+    const HOLDERS: usize = 4;
+    const ROUNDS: usize = 3;
+    let mut servers = blocking(|| Servers::start(kind, 1));
+    let w = Arc::new(Workload::new());
+    let victims: Vec<usize> = if kind == Kind::Redlock {
+        vec![0, 1, 2]
+    } else {
+        vec![0]
+    };
+    for r in 0..ROUNDS {
+        let mut holders = Vec::new();
+        for h in 0..HOLDERS {
+            let a = servers.client(kind, &servers.addrs()).await;
+            let n = name(kind, &format!("s3-{r}"), h);
+            let g = acquire_retrying(&*a, &n, &opts(kind), kind.ttl() * 6).await;
+            holders.push((a, n, g));
+        }
+        let entered = Arc::new(AtomicU64::new(0));
+        let started = Instant::now();
+        for &v in &victims {
+            blocking(|| servers.kill(v));
+            w.fault();
+        }
+        if delay {
+            sleep(kind.ttl() + Duration::from_millis(200)).await;
+        }
+        for &v in &victims {
+            blocking(|| servers.restart(v));
+        }
+        let mut tasks = Vec::new();
+        for (h, (a, n, g)) in holders.into_iter().enumerate() {
+            let b = servers.client(kind, &servers.addrs()).await;
+            let (w, entered) = (w.clone(), entered.clone());
+            tasks.push(tokio::spawn(async move {
+                // A well-behaved holder: in its section until the newcomer is in or it knows it lost.
+                let mut sa = w.enter(&g);
+                sa.read();
+                let newcomer = {
+                    let (w, n, entered) = (w.clone(), n.clone(), entered.clone());
+                    tokio::spawn(async move {
+                        let gb = acquire_retrying(&*b, &n, &opts(kind), kind.ttl() * 8).await;
+                        entered.fetch_add(1, Ordering::SeqCst);
+                        careful_section(&w, &gb).await;
+                        let _ = gb.release().await;
+                    })
+                };
+                let deadline = Instant::now() + kind.ttl() * 6;
+                while g.is_held()
+                    && entered.load(Ordering::SeqCst) <= h as u64
+                    && Instant::now() < deadline
+                {
+                    // Polls the checker's signal only: the lock itself is watched by the guard.
+                    tokio::select! {
+                        _ = g.lost() => break,
+                        _ = sleep(Duration::from_millis(5)) => {}
+                    }
+                }
+                if g.is_held() {
+                    sa.write();
+                }
+                sa.exit();
+                newcomer.await.expect("newcomer");
+                drop(g);
+                drop(a);
+            }));
+        }
+        for t in tasks {
+            t.await.expect("holder");
+        }
+        let _ = started;
+    }
+    blocking(|| drop(servers));
+    w.stats()
+}
+
+/// S4: every reply to A's acquire is held by its proxy for longer than the
+/// TTL. The library must not report the lock as held; B then gets it.
+async fn s4_delayed_replies(kind: Kind) -> Stats {
+    const CLIENTS: usize = 3;
+    const ROUNDS: usize = 4;
+    let servers = blocking(|| Servers::start(kind, 1));
+    let w = Arc::new(Workload::new());
+    let reported_held = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for c in 0..CLIENTS {
+        let a = servers.proxied_client(kind).await;
+        let b = servers.client(kind, &servers.addrs()).await;
+        let (w, reported_held) = (w.clone(), reported_held.clone());
+        tasks.push(tokio::spawn(async move {
+            for r in 0..ROUNDS {
+                let n = name(kind, &format!("s4-{c}"), r);
+                for p in &a.proxies {
+                    p.set_reply_delay(kind.ttl() + Duration::from_millis(300));
+                }
+                w.fault();
+                let t = Instant::now();
+                let got = a.lock.acquire(&n, &opts(kind).wait(kind.ttl() * 2)).await;
+                if let Ok(g) = &got {
+                    // Held only if it is still valid now, after the slow replies.
+                    if g.is_held() && t.elapsed() > kind.ttl() {
+                        reported_held.fetch_add(1, Ordering::SeqCst);
+                    }
+                    if g.is_held() {
+                        careful_section(&w, g).await;
+                    }
+                }
+                a.heal();
+                drop(got);
+                let gb = acquire_retrying(&*b, &n, &opts(kind), kind.ttl() * 6).await;
+                careful_section(&w, &gb).await;
+                let _ = gb.release().await;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("client");
+    }
+    let mut stats = w.stats();
+    // A lock reported held past its TTL counts as a violation (an overlap in waiting).
+    stats.overlaps += reported_held.load(Ordering::SeqCst);
+    stats
+}
+
+/// S5: a minority of nodes paused (Redlock), the leader killed and restarted
+/// (etcd, ZooKeeper: 3 members), the single server paused briefly (Redis),
+/// while clients keep locking.
+async fn s5_minority_faults(kind: Kind) -> Stats {
+    let mut servers = blocking(|| Servers::start(kind, 3));
+    let w = Arc::new(Workload::new());
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut workers = Vec::new();
+    let n = name(kind, "s5", 0);
+    for _ in 0..4 {
+        let lock = servers.client(kind, &servers.addrs()).await;
+        let (w, stop, n) = (w.clone(), stop.clone(), n.clone());
+        workers.push(tokio::spawn(async move {
+            careful_worker(lock, n, &w, &stop).await
+        }));
+    }
+    for _ in 0..3 {
+        sleep(Duration::from_millis(500)).await;
+        match kind {
+            Kind::Redis => {
+                servers.pause(0);
+                w.fault();
+                sleep(kind.ttl() / 4).await;
+                servers.resume(0);
+            }
+            Kind::Redlock => {
+                let mut rng = rand::rng();
+                let (x, y) = (rng.random_range(0..5), rng.random_range(0..5));
+                servers.pause(x);
+                if y != x {
+                    servers.pause(y);
+                }
+                w.faults(if y != x { 2 } else { 1 });
+                sleep(Duration::from_millis(1500)).await;
+                servers.resume(x);
+                if y != x {
+                    servers.resume(y);
+                }
+            }
+            Kind::Etcd | Kind::Zk => {
+                let leader = blocking(|| servers.leader());
+                blocking(|| servers.kill(leader));
+                w.fault();
+                sleep(Duration::from_millis(1500)).await;
+                blocking(|| servers.restart(leader));
+            }
+        }
+    }
+    sleep(Duration::from_millis(1000)).await;
+    stop.store(true, Ordering::SeqCst);
+    for t in workers {
+        t.await.expect("worker");
+    }
+    blocking(|| drop(servers));
+    w.stats()
+}
+
+/// A client that locks, does a careful section, releases, until `stop`.
+async fn careful_worker(
+    lock: Arc<dyn DistributedLock>,
+    n: LockName,
+    w: &Workload,
+    stop: &AtomicBool,
+) {
+    while !stop.load(Ordering::SeqCst) {
+        match lock
+            .acquire(
+                &n,
+                &AcquireOptions::new()
+                    .ttl(Duration::from_secs(2))
+                    .wait(Duration::from_secs(1)),
+            )
+            .await
+        {
+            Ok(g) => {
+                if g.is_held() {
+                    careful_section(w, &g).await;
+                }
+                let _ = g.release().await;
+            }
+            Err(_) => sleep(Duration::from_millis(20)).await,
+        }
+    }
+}
+
+/// A holder crashes (its network cut, its guard leaked): how long until a
+/// waiter holds the lock?
+async fn crash_retake(kind: Kind) -> Stats {
+    const PARALLEL: usize = 5;
+    const ROUNDS: usize = 2;
+    let servers = blocking(|| Servers::start(kind, 1));
+    let w = Arc::new(Workload::new());
+    for r in 0..ROUNDS {
+        let mut tasks = Vec::new();
+        for p in 0..PARALLEL {
+            let a = servers.proxied_client(kind).await;
+            let b = servers.client(kind, &servers.addrs()).await;
+            let w = w.clone();
+            let n = name(kind, &format!("crash-{r}"), p);
+            tasks.push(tokio::spawn(async move {
+                let g = acquire_retrying(&*a.lock, &n, &opts(kind), kind.ttl() * 6).await;
+                let mut s = w.enter(&g);
+                s.read_modify_write().await;
+                s.exit();
+                let waiter = {
+                    let n = n.clone();
+                    tokio::spawn(async move {
+                        let gb = acquire_retrying(&*b, &n, &opts(kind), kind.ttl() * 6).await;
+                        (Instant::now(), gb)
+                    })
+                };
+                sleep(Duration::from_millis(100)).await;
+                // The crash: nothing more from the holder, and it never releases.
+                a.cut();
+                let crashed = Instant::now();
+                w.fault();
+                std::mem::forget(g);
+                let (got, gb) = waiter.await.expect("waiter");
+                w.retake(got - crashed);
+                careful_section(&w, &gb).await;
+                let _ = gb.release().await;
+                drop(a);
+            }));
+        }
+        for t in tasks {
+            t.await.expect("crash task");
+        }
+    }
+    blocking(|| drop(servers));
+    w.stats()
+}
+
+/// Soak: several clients lock continuously while random faults hit clients
+/// (pauses past the TTL, connection resets, latency spikes) and servers
+/// (short pauses, kill and restart of one member).
+async fn soak(kind: Kind, duration: Duration) -> Stats {
+    const CLIENTS: usize = 6;
+    const NAMES: usize = 3;
+    let members = if matches!(kind, Kind::Etcd | Kind::Zk) {
+        3
+    } else {
+        1
+    };
+    let servers = blocking(|| Servers::start(kind, members));
+    let w = Arc::new(Workload::new());
+    let stop = Arc::new(AtomicBool::new(false));
+    let pause_next: Arc<Vec<AtomicBool>> =
+        Arc::new((0..CLIENTS).map(|_| AtomicBool::new(false)).collect());
+    let names: Vec<LockName> = (0..NAMES).map(|i| name(kind, "soak", i)).collect();
+    let mut clients = Vec::new();
+    for _ in 0..CLIENTS {
+        clients.push(Arc::new(servers.proxied_client(kind).await));
+    }
+    let servers = Arc::new(Mutex::new(servers));
+    let mut tasks = Vec::new();
+    for (c, client) in clients.iter().enumerate() {
+        let n = names[c % NAMES].clone();
+        let (client, w, stop, pause_next) =
+            (client.clone(), w.clone(), stop.clone(), pause_next.clone());
+        tasks.push(tokio::spawn(async move {
+            while !stop.load(Ordering::SeqCst) {
+                let o = AcquireOptions::new()
+                    .ttl(kind.ttl())
+                    .wait(Duration::from_secs(2));
+                let Ok(g) = client.lock.acquire(&n, &o).await else {
+                    sleep(Duration::from_millis(20)).await;
+                    continue;
+                };
+                if !g.is_held() {
+                    continue;
+                }
+                let mut s = w.enter(&g);
+                s.read();
+                if pause_next[c].swap(false, Ordering::SeqCst) {
+                    // A process pause: the network goes quiet past the TTL, then it writes blindly.
+                    client.cut();
+                    sleep(kind.ttl() + Duration::from_millis(500)).await;
+                    client.heal();
+                    s.write();
+                } else {
+                    sleep(Duration::from_millis(1)).await;
+                    if g.is_held() {
+                        s.write();
+                    }
+                }
+                s.exit();
+                let _ = g.release().await;
+            }
+        }));
+    }
+    let end = Instant::now() + duration;
+    while Instant::now() < end {
+        sleep(Duration::from_millis(250)).await;
+        let fault = rand::rng().random_range(0..10);
+        let c = rand::rng().random_range(0..CLIENTS);
+        match fault {
+            0 => pause_next[c].store(true, Ordering::SeqCst),
+            1..=4 => clients[c].proxies.iter().for_each(Proxy::reset_all),
+            5..=6 => {
+                clients[c]
+                    .proxies
+                    .iter()
+                    .for_each(|p| p.set_latency(Duration::from_millis(50)));
+                let client = clients[c].clone();
+                tokio::spawn(async move {
+                    sleep(Duration::from_millis(500)).await;
+                    client
+                        .proxies
+                        .iter()
+                        .for_each(|p| p.set_latency(Duration::ZERO));
+                });
+            }
+            7..=8 => {
+                let i = rand::rng().random_range(0..members_of(kind, members));
+                servers.lock().unwrap().pause(i);
+                sleep(kind.ttl() / 5).await;
+                servers.lock().unwrap().resume(i);
+            }
+            _ => {
+                // Kill and restart one member (Redis: the server, losing its keys).
+                let i = rand::rng().random_range(0..members_of(kind, members));
+                blocking(|| {
+                    let mut s = servers.lock().unwrap();
+                    s.kill(i);
+                    s.restart(i);
+                });
+            }
+        }
+        w.fault();
+    }
+    stop.store(true, Ordering::SeqCst);
+    for t in tasks {
+        t.await.expect("soak client");
+    }
+    drop(clients);
+    w.stats()
+}
+
+/// Runs a synchronous server operation (start, kill, restart: they wait for
+/// the process) without stalling the runtime's other tasks.
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    tokio::task::block_in_place(f)
+}
+
+// ---------------------------------------------------------------------------
+// Expectations and the runner
+
+fn report() -> &'static Report {
+    static REPORT: OnceLock<Report> = OnceLock::new();
+    REPORT.get_or_init(Report::new)
+}
+
+fn record(
+    kind: Kind,
+    scenario: &str,
+    stats: Stats,
+    expectation: &str,
+    passed: bool,
+) -> Result<(), Failed> {
+    report().push(Row {
+        backend: kind.name().into(),
+        scenario: scenario.into(),
+        fencing: kind.fencing(),
+        stats,
+        expectation: expectation.into(),
+        passed,
+    });
+    println!("{} {scenario}: {stats:?}", kind.name());
+    if passed {
+        Ok(())
+    } else {
+        Err(Failed::from(format!(
+            "{} {scenario}: expected {expectation}; got {stats:?}",
+            kind.name()
+        )))
+    }
+}
+
+fn fenced_ok(kind: Kind, s: &Stats) -> bool {
+    !kind.fencing() || s.stale_accepted == 0
+}
+
+fn trials(rt: &Arc<tokio::runtime::Runtime>, soak_for: Duration) -> Vec<Trial> {
+    let mut trials = Vec::new();
+    let mut add = |name: String, f: Box<dyn FnOnce() -> Result<(), Failed> + Send>| {
+        trials.push(Trial::test(name, f));
+    };
+    for kind in Kind::ALL {
+        let k = kind;
+        let r = rt.clone();
+        add(
+            format!("{}_s1_holder_paused_past_ttl", k.name()),
+            Box::new(move || {
+                let s = r.block_on(s1_pause(k));
+                let ok =
+                    s.overlaps > 0 && fenced_ok(k, &s) && (!k.fencing() || s.stale_rejected > 0);
+                let what = if k.fencing() {
+                    "overlaps > 0 (the checker sees them); 0 stale accepted, stale writes rejected"
+                } else {
+                    "overlaps > 0 (the checker sees them); no token to fence with"
+                };
+                record(k, "S1 pause > TTL", s, what, ok)
+            }),
+        );
+        let r = rt.clone();
+        add(
+            format!("{}_s4_acquire_replies_held_past_ttl", k.name()),
+            Box::new(move || {
+                let s = r.block_on(s4_delayed_replies(k));
+                let ok = s.overlaps == 0 && fenced_ok(k, &s);
+                record(k, "S4 replies held > TTL", s, "0 violations", ok)
+            }),
+        );
+        let r = rt.clone();
+        add(
+            format!("{}_s5_minority_faults", k.name()),
+            Box::new(move || {
+                let s = r.block_on(s5_minority_faults(k));
+                let ok = s.overlaps == 0 && fenced_ok(k, &s) && s.acquisitions > 0;
+                let what = match k {
+                    Kind::Redis => "S5 short server pause",
+                    Kind::Redlock => "S5 minority paused",
+                    _ => "S5 leader killed",
+                };
+                record(
+                    k,
+                    what,
+                    s,
+                    if k.fencing() {
+                        "0 overlaps, 0 stale accepted"
+                    } else {
+                        "0 overlaps"
+                    },
+                    ok,
+                )
+            }),
+        );
+        let r = rt.clone();
+        add(
+            format!("{}_holder_crash_retake", k.name()),
+            Box::new(move || {
+                let s = r.block_on(crash_retake(k));
+                let bound = k.ttl() + Duration::from_millis(500);
+                let ok =
+                    s.retake_p99.is_some_and(|p| p <= bound) && s.overlaps == 0 && fenced_ok(k, &s);
+                record(
+                    k,
+                    "holder crash",
+                    s,
+                    &format!("retake p99 <= TTL + 0.5 s = {} ms", bound.as_millis()),
+                    ok,
+                )
+            }),
+        );
+        let r = rt.clone();
+        add(
+            format!("{}_soak_random_faults", k.name()),
+            Box::new(move || {
+                let s = r.block_on(soak(k, soak_for));
+                let ok = fenced_ok(k, &s) && s.acquisitions > 0;
+                let what = if k.fencing() {
+                    "0 stale accepted; overlaps reported"
+                } else {
+                    "overlaps reported"
+                };
+                record(k, "soak", s, what, ok)
+            }),
+        );
+    }
+    let r = rt.clone();
+    add(
+        "redis_s3_restart_without_persistence".into(),
+        Box::new(move || {
+            let s = r.block_on(s3_restart(Kind::Redis, false));
+            let ok = fenced_ok(Kind::Redis, &s);
+            record(
+                Kind::Redis,
+                "S3 restart, no persistence",
+                s,
+                "0 stale accepted (overlaps reported)",
+                ok,
+            )
+        }),
+    );
+    let r = rt.clone();
+    add(
+        "redlock_s3_restart_without_delay".into(),
+        Box::new(move || {
+            let s = r.block_on(s3_restart(Kind::Redlock, false));
+            let ok = s.overlaps > 0;
+            record(
+                Kind::Redlock,
+                "S3 restart, no delay",
+                s,
+                "violations expected and counted",
+                ok,
+            )
+        }),
+    );
+    let r = rt.clone();
+    add(
+        "redlock_s3_restart_with_delayed_restart".into(),
+        Box::new(move || {
+            let s = r.block_on(s3_restart(Kind::Redlock, true));
+            let ok = s.overlaps == 0;
+            record(
+                Kind::Redlock,
+                "S3 restart, delayed one TTL",
+                s,
+                "0 violations",
+                ok,
+            )
+        }),
+    );
+    let r = rt.clone();
+    add(
+        "redlock_s2_premature_expiry_split_clients".into(),
+        Box::new(move || {
+            let s = r.block_on(s2_premature_expiry(Kind::Redlock));
+            let ok = s.overlaps > 0;
+            record(
+                Kind::Redlock,
+                "S2 early expiry, split",
+                s,
+                "violations expected and counted",
+                ok,
+            )
+        }),
+    );
+    trials
+}
+
+fn target_dir() -> std::path::PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"))
+        .join("lock-safety")
+}
+
+fn main() -> ExitCode {
+    let mut args = Arguments::from_args();
+    if args.test_threads.is_none() {
+        args.test_threads = Some(2);
+    }
+    let soak_for = std::env::var("DISTLOCK_SOAK_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .map(Duration::from_secs)
+        .unwrap_or(Duration::from_secs(60));
+    let rt = Arc::new(
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(4)
+            .enable_all()
+            .build()
+            .expect("runtime"),
+    );
+    let ran_all = args.filter.is_none() && args.skip.is_empty() && !args.list;
+    let conclusion = libtest_mimic::run(&args, trials(&rt, soak_for));
+    if args.list {
+        return conclusion.exit_code();
+    }
+    let md = report().markdown();
+    println!("\n## Safety report\n\n{md}");
+    let dir = target_dir();
+    let written = std::fs::create_dir_all(&dir)
+        .and_then(|()| std::fs::write(dir.join("report.json"), report().json()))
+        .and_then(|()| std::fs::write(dir.join("report.md"), &md));
+    match written {
+        Ok(()) => println!("report written to {}", dir.display()),
+        Err(e) => eprintln!("could not write the report under {}: {e}", dir.display()),
+    }
+    let mut budget_ok = true;
+    if ran_all {
+        for kind in Kind::ALL {
+            let rows: Vec<Row> = report()
+                .rows()
+                .into_iter()
+                .filter(|r| r.backend == kind.name())
+                .collect();
+            let acq: u64 = rows.iter().map(|r| r.stats.acquisitions).sum();
+            let faults: u64 = rows.iter().map(|r| r.stats.faults).sum();
+            if acq < 1500 || faults < 100 {
+                eprintln!(
+                    "budget not met for {}: {acq} acquisitions (>= 1500), {faults} faults (>= 100)",
+                    kind.name()
+                );
+                budget_ok = false;
+            }
+        }
+    }
+    if conclusion.has_failed() || !budget_ok {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
