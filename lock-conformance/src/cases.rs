@@ -50,6 +50,7 @@ cases! {
     dropped_waiting_acquire_leaves_nothing if always,
     different_names_do_not_interfere if always,
     waiters_are_served_in_fifo_order if |c| c.fifo,
+    release_wakes_a_waiter_promptly if |c| c.notified_wait,
     bad_input_is_invalid_argument if always,
     unreachable_server_is_unavailable_quickly if |c| c.remote,
     inspect_reports_holder if always,
@@ -395,6 +396,34 @@ async fn waiters_are_served_in_fifo_order(h: Arc<dyn Harness>) {
         t.await.unwrap();
     }
     assert_eq!(*order.lock().unwrap(), (0..WAITERS).collect::<Vec<_>>());
+}
+
+/// A release wakes a waiter on another client at once (a notification or a
+/// watch), long before the holder's TTL would have run out.
+async fn release_wakes_a_waiter_promptly(h: Arc<dyn Harness>) {
+    let name = unique_name("wake");
+    let (a, b) = (client(&*h).await, client(&*h).await);
+    let long = opts(&*h).ttl(h.ttl() * 20);
+    for _ in 0..3 {
+        let g = a.acquire(&name, &long).await.unwrap();
+        let waiter = {
+            let (b, name, o) = (b.clone(), name.clone(), long.clone().wait(h.ttl() * 20));
+            tokio::spawn(async move {
+                let g = b.acquire(&name, &o).await.expect("waiter");
+                (Instant::now(), g)
+            })
+        };
+        sleep(Duration::from_millis(300)).await;
+        let released = Instant::now();
+        assert!(g.release().await.unwrap());
+        let (got, g2) = waiter.await.unwrap();
+        let handoff = got - released;
+        assert!(
+            handoff < h.slack().min(h.ttl() * 5),
+            "hand-off took {handoff:?}: the waiter was not woken by the release"
+        );
+        assert!(g2.release().await.unwrap());
+    }
 }
 
 /// Bad names and zero or oversized TTLs give `InvalidArgument`, never a panic.

@@ -159,7 +159,10 @@ impl std::fmt::Debug for Lease {
 pub struct LockStatus {
     /// Whether someone holds it now.
     pub held: bool,
-    /// The holder's fencing token (or the last one issued), where known.
+    /// The holder's fencing token where the backend can tell it; on Redis it
+    /// is the last token issued, which is the holder's only while the holder
+    /// is one of our clients (a foreign client such as redis-py does not
+    /// advance the counter).
     pub token: Option<FencingToken>,
     /// The remaining server-side TTL, where known.
     pub ttl_remaining: Option<Duration>,
