@@ -1,0 +1,223 @@
+//! The configuration of an [`crate::EtcdLock`] client.
+
+use std::fmt;
+use std::time::Duration;
+
+use lock_core::{LockError, MAX_TTL};
+
+/// How to reach etcd and how long the client's session lease lives.
+///
+/// ```
+/// use std::time::Duration;
+/// use lock_etcd::EtcdConfig;
+///
+/// let config = EtcdConfig::new(["127.0.0.1:2379", "127.0.0.1:22379"])
+///     .with_key_prefix("locks/")
+///     .with_lease_ttl(Duration::from_millis(2500)) // rounded up to 3 s
+///     .with_request_timeout(Duration::from_secs(2));
+/// assert_eq!(config.lease_ttl_secs(), 3);
+/// assert!(config.validate().is_ok());
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct EtcdConfig {
+    /// Client endpoints, `host:port` or `http://host:port`. Required, no default.
+    /// The client talks to one endpoint at a time and moves to the next one
+    /// when a request or stream fails or times out.
+    pub endpoints: Vec<String>,
+    /// Prepended to every lock name to form the etcd key prefix. Default: empty,
+    /// so lock `NAME` uses keys `NAME/<lease id in hex>` exactly like etcd's own
+    /// `concurrency.Mutex`, its Lock RPC and `etcdctl lock NAME`. With a prefix
+    /// `P`, a Go service must lock `P + NAME` to exclude with us.
+    pub key_prefix: String,
+    /// TTL of the client's session lease: how long the server keeps the locks of
+    /// a client that stopped keeping its session alive (crash, partition,
+    /// pause). Default: 10 s. etcd leases are whole seconds: a fraction is
+    /// rounded UP (2.5 s -> 3 s). With etcd's default `--election-timeout=1000`
+    /// the server raises anything below about 2 s to its minimum (ceil(1.5 x
+    /// election timeout)); the TTL the server granted is the one used.
+    pub lease_ttl: Duration,
+    /// Bound on establishing the client: connecting and granting the first
+    /// session lease in [`crate::EtcdLock::connect`]. Default: 5 s.
+    pub connect_timeout: Duration,
+    /// Bound on every single request to one endpoint (and on opening a watch or
+    /// keep-alive stream). A request that takes longer counts as a failure of
+    /// that endpoint: the client moves to the next endpoint and, for requests
+    /// that are safe to repeat, retries there (each endpoint at most once, so
+    /// one call takes at most `endpoints.len() x request_timeout`). The session
+    /// keep-alive waits at most `min(request_timeout, lease TTL / 3)` for an
+    /// answer. Default: 5 s.
+    pub request_timeout: Duration,
+    /// User name for etcd authentication. Default: none (no authentication).
+    pub user: Option<String>,
+    /// Password for [`EtcdConfig::user`]. Default: none.
+    pub password: Option<String>,
+}
+
+impl fmt::Debug for EtcdConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdConfig")
+            .field("endpoints", &self.endpoints)
+            .field("key_prefix", &self.key_prefix)
+            .field("lease_ttl", &self.lease_ttl)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .field("user", &self.user)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+/// Default session lease TTL.
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(10);
+/// Default connect timeout.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default request timeout.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl EtcdConfig {
+    /// A configuration for `endpoints` with every other field at its default.
+    pub fn new<I, S>(endpoints: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self {
+            endpoints: endpoints.into_iter().map(Into::into).collect(),
+            key_prefix: String::new(),
+            lease_ttl: DEFAULT_LEASE_TTL,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            user: None,
+            password: None,
+        }
+    }
+
+    /// Sets [`EtcdConfig::key_prefix`].
+    pub fn with_key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.key_prefix = prefix.into();
+        self
+    }
+
+    /// Sets [`EtcdConfig::lease_ttl`] (rounded up to whole seconds when used).
+    pub fn with_lease_ttl(mut self, ttl: Duration) -> Self {
+        self.lease_ttl = ttl;
+        self
+    }
+
+    /// Sets [`EtcdConfig::connect_timeout`].
+    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Sets [`EtcdConfig::request_timeout`].
+    pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// Sets [`EtcdConfig::user`] and [`EtcdConfig::password`].
+    pub fn with_user(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
+        self.user = Some(user.into());
+        self.password = Some(password.into());
+        self
+    }
+
+    /// The session lease TTL in whole seconds, rounded up (at least 1).
+    pub fn lease_ttl_secs(&self) -> i64 {
+        let whole = self.lease_ttl.as_secs() + u64::from(self.lease_ttl.subsec_nanos() > 0);
+        i64::try_from(whole.max(1)).unwrap_or(i64::MAX)
+    }
+
+    /// Checks the configuration; [`lock_core::LockErrorKind::InvalidArgument`] if
+    /// something is off.
+    pub fn validate(&self) -> Result<(), LockError> {
+        if self.endpoints.is_empty() {
+            return Err(LockError::invalid("etcd config: no endpoints"));
+        }
+        if let Some(bad) = self
+            .endpoints
+            .iter()
+            .find(|e| e.trim().is_empty() || e.contains(char::is_whitespace))
+        {
+            return Err(LockError::invalid(format!(
+                "etcd config: invalid endpoint {bad:?}"
+            )));
+        }
+        if self.lease_ttl.is_zero() || self.lease_ttl > MAX_TTL {
+            return Err(LockError::invalid(format!(
+                "etcd config: lease_ttl {:?} is outside (0, {MAX_TTL:?}]",
+                self.lease_ttl
+            )));
+        }
+        for (what, d) in [
+            ("connect_timeout", self.connect_timeout),
+            ("request_timeout", self.request_timeout),
+        ] {
+            if d.is_zero() || d > MAX_TTL {
+                return Err(LockError::invalid(format!(
+                    "etcd config: {what} {d:?} is outside (0, {MAX_TTL:?}]"
+                )));
+            }
+        }
+        if self.user.is_some() != self.password.is_some() {
+            return Err(LockError::invalid(
+                "etcd config: user and password go together",
+            ));
+        }
+        if self.key_prefix.chars().any(char::is_control) {
+            return Err(LockError::invalid(
+                "etcd config: key_prefix contains control characters",
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lock_core::LockErrorKind;
+
+    #[test]
+    fn lease_ttl_rounds_up_to_whole_seconds() {
+        let c = |ms| EtcdConfig::new(["a:1"]).with_lease_ttl(Duration::from_millis(ms));
+        assert_eq!(c(1).lease_ttl_secs(), 1);
+        assert_eq!(c(1000).lease_ttl_secs(), 1);
+        assert_eq!(c(1001).lease_ttl_secs(), 2);
+        assert_eq!(c(2500).lease_ttl_secs(), 3);
+        assert_eq!(EtcdConfig::new(["a:1"]).lease_ttl_secs(), 10);
+    }
+
+    #[test]
+    fn validation_catches_bad_configs() {
+        let ok = EtcdConfig::new(["127.0.0.1:2379"]);
+        assert!(ok.validate().is_ok());
+        for bad in [
+            EtcdConfig::new(Vec::<String>::new()),
+            EtcdConfig::new([""]),
+            ok.clone().with_lease_ttl(Duration::ZERO),
+            ok.clone().with_lease_ttl(MAX_TTL + Duration::from_secs(1)),
+            ok.clone().with_request_timeout(Duration::ZERO),
+            ok.clone().with_connect_timeout(Duration::ZERO),
+            EtcdConfig {
+                user: Some("u".into()),
+                ..ok.clone()
+            },
+            ok.clone().with_key_prefix("a\nb"),
+        ] {
+            assert_eq!(
+                bad.validate().unwrap_err().kind(),
+                LockErrorKind::InvalidArgument,
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn debug_redacts_password() {
+        let c = EtcdConfig::new(["a:1"]).with_user("root", "hunter2");
+        assert!(!format!("{c:?}").contains("hunter2"));
+    }
+}

@@ -1,0 +1,615 @@
+//! Fault tests on etcd clusters of their own: leader death, a paused member, a
+//! client cut off by a proxy, cancelled waiters, interoperability with the real
+//! `etcdctl lock`, and the FIFO hand-off latency.
+
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use etcd_client::{GetOptions, SortOrder, SortTarget};
+use lock_core::{
+    AcquireOptions, DistributedLock, GuardState, LockErrorKind, LockGuard, LockName, LossCause,
+};
+use lock_etcd::{EtcdConfig, EtcdLock};
+use lock_testbed::{etcdctl_path, shared_etcd, unique_name, EtcdCluster, Proxy};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::time::{sleep, timeout, Instant};
+
+fn name(prefix: &str) -> LockName {
+    LockName::new(unique_name(prefix)).expect("valid name")
+}
+
+fn config(endpoints: Vec<String>, lease: Duration) -> EtcdConfig {
+    EtcdConfig::new(endpoints)
+        .with_lease_ttl(lease)
+        .with_request_timeout(Duration::from_secs(1))
+        .with_connect_timeout(Duration::from_secs(5))
+}
+
+async fn connect(cfg: EtcdConfig) -> EtcdLock {
+    EtcdLock::connect(cfg)
+        .await
+        .expect("connect to the test etcd")
+}
+
+/// Starts a cluster on a blocking thread (the testbed API is synchronous).
+async fn start_cluster(members: usize) -> EtcdCluster {
+    tokio::task::spawn_blocking(move || EtcdCluster::start(members))
+        .await
+        .expect("start thread")
+        .unwrap_or_else(|e| panic!("starting a {members}-member etcd cluster: {e}"))
+}
+
+async fn keys_under(endpoints: &[String], prefix: &str) -> Vec<String> {
+    let mut c = etcd_client::Client::connect(endpoints, None)
+        .await
+        .expect("admin client");
+    let opts = GetOptions::new()
+        .with_prefix()
+        .with_sort(SortTarget::Create, SortOrder::Ascend)
+        .with_keys_only();
+    let resp = c.get(prefix, Some(opts)).await.expect("list keys");
+    resp.kvs()
+        .iter()
+        .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
+        .collect()
+}
+
+/// Polls `cond` every 20 ms until it holds or `limit` passes.
+async fn eventually<F, Fut>(limit: Duration, what: &str, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + limit;
+    loop {
+        if cond().await {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what}: not within {limit:?}");
+        sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Watches a guard's state and records whether it was ever lost.
+fn never_lost(guard: &LockGuard) -> (Arc<Mutex<Vec<GuardState>>>, tokio::task::JoinHandle<()>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let mut rx = guard.subscribe();
+    let s = seen.clone();
+    let task = tokio::spawn(async move {
+        while rx.changed().await.is_ok() {
+            let st = rx.borrow_and_update().clone();
+            s.lock().unwrap().push(st);
+        }
+    });
+    (seen, task)
+}
+
+/// Killing the leader while a guard is held: the guard stays held (a new
+/// leader extends the lease), nobody else gets the lock meanwhile, and the next
+/// holder's token is larger.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_killed_while_held_keeps_the_guard() {
+    let mut cluster = start_cluster(3).await;
+    // Clients talk to the first endpoint first: make it the leader's, so its
+    // death also breaks the session's keep-alive stream and the key watch.
+    let leader = tokio::task::block_in_place(|| cluster.leader()).expect("leader");
+    let mut eps = cluster.endpoints();
+    eps.rotate_left(leader);
+    let lease = Duration::from_secs(3);
+    let a = connect(config(eps.clone(), lease)).await;
+    let b = connect(config(eps.clone(), lease)).await;
+    let n = name("leaderkill");
+    let opts = AcquireOptions::new()
+        .ttl(lease)
+        .wait(Duration::from_secs(10));
+    let g = a.acquire(&n, &opts).await.expect("acquire");
+    let token = g.fencing_token().expect("token");
+    let (states, watcher) = never_lost(&g);
+
+    let t = Instant::now();
+    tokio::task::block_in_place(|| cluster.kill(leader)).expect("kill the leader");
+    println!(
+        "killed leader {leader} (endpoint {}, the clients' first)",
+        eps[0]
+    );
+    // Three lease TTLs across the leader change.
+    while t.elapsed() < lease * 3 {
+        assert!(
+            g.is_held(),
+            "guard not held {:?} after the leader died: {:?}",
+            t.elapsed(),
+            g.state()
+        );
+        let other = b.try_acquire(&n, &opts).await;
+        match other {
+            Ok(None) => {}
+            Ok(Some(_)) => panic!("lock granted to another client while held"),
+            // Requests may fail while the cluster elects a new leader.
+            Err(e) => assert_eq!(e.kind(), LockErrorKind::Unavailable, "{e}"),
+        }
+        sleep(Duration::from_millis(300)).await;
+    }
+    assert!(
+        matches!(g.state(), GuardState::Held { .. }),
+        "{:?}",
+        g.state()
+    );
+    assert!(g.release().await.expect("release after the leader change"));
+    watcher.abort();
+    let history = states.lock().unwrap().clone();
+    assert!(
+        !history.iter().any(|s| matches!(s, GuardState::Lost { .. })),
+        "guard was lost during the leader change: {history:?}"
+    );
+    let g2 = b
+        .acquire(&n, &opts)
+        .await
+        .expect("acquire after the leader change");
+    assert!(
+        g2.fencing_token() > Some(token),
+        "{:?} after {token}",
+        g2.fencing_token()
+    );
+    assert!(g2.release().await.unwrap());
+    println!("states seen by the guard: {history:?}");
+}
+
+/// One member paused (the one clients talk to first): clients move to the
+/// other members and locking continues, with mutual exclusion and increasing
+/// tokens; a guard held across the pause survives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_member_does_not_stop_locking() {
+    let cluster = start_cluster(3).await;
+    let eps = cluster.endpoints();
+    let lease = Duration::from_secs(3);
+    let a = connect(config(eps.clone(), lease)).await;
+    let b = connect(config(eps.clone(), lease)).await;
+    let held_name = name("pause-held");
+    let opts = AcquireOptions::new()
+        .ttl(lease)
+        .wait(Duration::from_secs(10));
+    let held = a
+        .acquire(&held_name, &opts)
+        .await
+        .expect("acquire before the pause");
+    let (states, watcher) = never_lost(&held);
+
+    // Every client is pinned to endpoint 0 first.
+    tokio::task::block_in_place(|| cluster.pause(0)).expect("pause member 0");
+    let t = Instant::now();
+    let n = name("pause");
+    let mut last = None;
+    for i in 0..6 {
+        let c = if i % 2 == 0 { &a } else { &b };
+        let started = Instant::now();
+        let g = c
+            .acquire(&n, &opts)
+            .await
+            .unwrap_or_else(|e| panic!("acquire {i} with a member paused: {e}"));
+        println!(
+            "acquire {i} with member 0 paused took {:?}",
+            started.elapsed()
+        );
+        assert!(g.fencing_token() > last);
+        last = g.fencing_token();
+        assert!(g.release().await.expect("release"));
+    }
+    assert!(
+        held.is_held(),
+        "guard held across the pause: {:?}",
+        held.state()
+    );
+    assert!(b
+        .try_acquire(&held_name, &opts)
+        .await
+        .expect("try")
+        .is_none());
+    println!("six cycles with a paused member took {:?}", t.elapsed());
+    tokio::task::block_in_place(|| cluster.resume(0)).expect("resume");
+    assert!(held.release().await.expect("release the held guard"));
+    watcher.abort();
+    let history = states.lock().unwrap().clone();
+    assert!(
+        !history.iter().any(|s| matches!(s, GuardState::Lost { .. })),
+        "{history:?}"
+    );
+}
+
+async fn cut_off_client_loses_its_guard(blackhole: bool) {
+    let cluster = start_cluster(1).await;
+    let eps = cluster.endpoints();
+    let lease = Duration::from_secs(2);
+    let proxy = Proxy::start(eps[0].parse().unwrap()).expect("proxy");
+    let a = connect(config(vec![proxy.addr().to_string()], lease)).await;
+    let b = connect(config(eps.clone(), lease)).await;
+    let n = name(if blackhole { "blackhole" } else { "cut" });
+    let opts = AcquireOptions::new()
+        .ttl(lease)
+        .wait(Duration::from_secs(20));
+    let g = a.acquire(&n, &opts).await.expect("acquire");
+    let token = g.fencing_token();
+    let waiter = {
+        let (b, n, opts) = (b.clone(), n.clone(), opts.clone());
+        tokio::spawn(async move {
+            let g = b
+                .acquire(&n, &opts)
+                .await
+                .expect("the other client acquires");
+            (g, Instant::now())
+        })
+    };
+    sleep(Duration::from_millis(200)).await;
+    let t = Instant::now();
+    if blackhole {
+        proxy.blackhole();
+    } else {
+        proxy.cut();
+    }
+    let cause = timeout(lease + Duration::from_secs(2), g.lost())
+        .await
+        .expect("guard not lost after the TTL");
+    let lost_after = t.elapsed();
+    assert_eq!(cause, LossCause::SessionExpired);
+    assert!(!g.is_held());
+    let (g2, got_at) = timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("waiter hung")
+        .expect("waiter task");
+    println!(
+        "cut off ({}) : guard lost after {lost_after:?}, other client acquired after {:?}",
+        if blackhole { "blackhole" } else { "cut" },
+        got_at - t
+    );
+    assert!(
+        g2.fencing_token() > token,
+        "{:?} after {token:?}",
+        g2.fencing_token()
+    );
+    // The server freed the lock only when the lease ran out, not before.
+    assert!(
+        got_at - t >= lease - Duration::from_secs(1),
+        "freed too early: {:?}",
+        got_at - t
+    );
+    assert!(
+        !g.release().await.unwrap(),
+        "a lost guard's release reported success"
+    );
+    let token2 = g2.fencing_token();
+    assert!(g2.release().await.unwrap());
+    // Back in contact, the cut-off client works again with a new session.
+    proxy.heal();
+    let g3 = a.acquire(&n, &opts).await.expect("acquire after healing");
+    assert!(g3.fencing_token() > token2);
+    assert!(g3.release().await.unwrap());
+}
+
+/// A client cut off (connections reset) for longer than its lease TTL loses
+/// its guard with `SessionExpired`; another client then acquires with a larger token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_cut_off_longer_than_ttl_loses_its_guard() {
+    cut_off_client_loses_its_guard(false).await;
+}
+
+/// The same with a blackhole (connections hang without answers).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_blackholed_longer_than_ttl_loses_its_guard() {
+    cut_off_client_loses_its_guard(true).await;
+}
+
+/// After a successful connect, a server that stops answering makes
+/// `try_acquire` and `acquire` fail with `Unavailable` within the request
+/// timeout (tonic connects lazily; nothing hangs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blackholed_after_connect_fails_within_request_timeout() {
+    let etcd = shared_etcd().expect("shared etcd");
+    let proxy = Proxy::start(etcd.endpoint(0).parse().unwrap()).expect("proxy");
+    let request_timeout = Duration::from_millis(800);
+    let a = connect(
+        config(vec![proxy.addr().to_string()], Duration::from_secs(2))
+            .with_request_timeout(request_timeout),
+    )
+    .await;
+    proxy.blackhole();
+    let opts = AcquireOptions::new()
+        .ttl(Duration::from_secs(2))
+        .wait(Duration::from_secs(30));
+    for single in [true, false] {
+        // A new name each time: an attempt whose answer was lost keeps its name's
+        // in-process turn until its key is surely gone (deleted, or the session
+        // lease expired), so a second attempt on the same name waits for that.
+        let n = name("blackholed-acquire");
+        let t = Instant::now();
+        let err = if single {
+            a.try_acquire(&n, &opts)
+                .await
+                .map(|_| ())
+                .expect_err("try_acquire on a blackholed server")
+        } else {
+            a.acquire(&n, &opts)
+                .await
+                .map(|_| ())
+                .expect_err("acquire on a blackholed server")
+        };
+        let took = t.elapsed();
+        println!(
+            "{} failed after {took:?}: {err}",
+            if single { "try_acquire" } else { "acquire" }
+        );
+        assert_eq!(err.kind(), LockErrorKind::Unavailable, "{err}");
+        // One request (plus, at worst, one new session grant), each bounded.
+        assert!(
+            took < request_timeout * 2 + Duration::from_millis(700),
+            "took {took:?}"
+        );
+    }
+    // Connecting to a port nobody listens on fails fast too.
+    let t = Instant::now();
+    let dead = format!("127.0.0.1:{}", lock_testbed::free_port());
+    let err = EtcdLock::connect(config(vec![dead], Duration::from_secs(2)))
+        .await
+        .expect_err("connect to nothing");
+    assert_eq!(err.kind(), LockErrorKind::Unavailable, "{err}");
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        t.elapsed()
+    );
+}
+
+/// A waiting acquire that is dropped (aborted task, or a timeout around it)
+/// leaves no key under `NAME/`: only the holder's key remains, then none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_waiting_acquire_leaves_no_key() {
+    let etcd = shared_etcd().expect("shared etcd");
+    let eps = etcd.endpoints();
+    let lease = Duration::from_secs(2);
+    let (a, b) = (
+        connect(config(eps.clone(), lease)).await,
+        connect(config(eps.clone(), lease)).await,
+    );
+    let n = name("dropwait");
+    let prefix = a.key_prefix(&n);
+    let opts = AcquireOptions::new()
+        .ttl(lease)
+        .wait(Duration::from_secs(30));
+    let g = a.acquire(&n, &opts).await.expect("acquire");
+    let (a_lease, _) = a.session_lease().await.expect("session");
+    let a_key = format!("{prefix}{a_lease:x}");
+    assert_eq!(keys_under(&eps, &prefix).await, vec![a_key.clone()]);
+
+    // 1. An aborted task.
+    let waiting = {
+        let (b, n, opts) = (b.clone(), n.clone(), opts.clone());
+        tokio::spawn(async move { b.acquire(&n, &opts).await.map(|_| ()) })
+    };
+    eventually(Duration::from_secs(2), "waiter queued", || async {
+        keys_under(&eps, &prefix).await.len() == 2
+    })
+    .await;
+    waiting.abort();
+    assert!(waiting.await.unwrap_err().is_cancelled());
+    eventually(
+        Duration::from_secs(2),
+        "aborted waiter's key removed",
+        || async { keys_under(&eps, &prefix).await == vec![a_key.clone()] },
+    )
+    .await;
+
+    // 2. A future dropped by a timeout around it.
+    let dropped = timeout(Duration::from_millis(300), b.acquire(&n, &opts)).await;
+    assert!(dropped.is_err(), "acquired a held lock");
+    eventually(
+        Duration::from_secs(2),
+        "timed-out waiter's key removed",
+        || async { keys_under(&eps, &prefix).await == vec![a_key.clone()] },
+    )
+    .await;
+
+    assert!(g.release().await.unwrap());
+    eventually(Duration::from_secs(2), "all keys gone", || async {
+        keys_under(&eps, &prefix).await.is_empty()
+    })
+    .await;
+    // The next acquirer is not delayed by the cancelled waiters.
+    let t = Instant::now();
+    let g2 = b
+        .acquire(&n, &opts.clone().wait(Duration::from_secs(1)))
+        .await
+        .expect("free lock");
+    assert!(
+        t.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        t.elapsed()
+    );
+    assert!(g2.release().await.unwrap());
+}
+
+/// Reads stdout lines of a child into a channel.
+fn lines_of(child: &mut Child) -> tokio::sync::mpsc::UnboundedReceiver<String> {
+    let stdout = child.stdout.take().expect("piped stdout");
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(stdout).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+fn etcdctl_lock(endpoint: &str, name: &LockName) -> Child {
+    let bin = etcdctl_path().unwrap_or_else(|e| panic!("{e}"));
+    Command::new(bin)
+        .env("ETCDCTL_API", "3")
+        .arg(format!("--endpoints={endpoint}"))
+        .arg("lock")
+        .arg(name.as_str())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn etcdctl lock")
+}
+
+/// Stops an etcdctl child by its PID with SIGTERM (it then closes its session,
+/// which deletes its key) and waits for it to exit.
+async fn stop(mut child: Child) {
+    let pid = child.id().expect("child still running");
+    // SAFETY: plain kill(2) on the PID of a child we spawned and have not reaped.
+    let rc = unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
+    assert_eq!(rc, 0, "kill -TERM {pid}");
+    timeout(Duration::from_secs(10), child.wait())
+        .await
+        .expect("etcdctl did not exit")
+        .expect("wait");
+}
+
+/// `etcdctl lock NAME` (etcd's own `concurrency.Mutex`) and `EtcdLock` exclude
+/// each other on the same name, in both directions, with the same key layout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcdctl_lock_and_ours_exclude_each_other() {
+    let etcd = shared_etcd().expect("shared etcd");
+    let eps = etcd.endpoints();
+    let lease = Duration::from_secs(2);
+    let ours = connect(config(eps.clone(), lease)).await;
+    let n = name("etcdctl");
+    let prefix = ours.key_prefix(&n);
+    let opts = AcquireOptions::new()
+        .ttl(lease)
+        .wait(Duration::from_millis(500));
+
+    // 1. etcdctl holds: we do not get it.
+    let mut ctl = etcdctl_lock(&eps[0], &n);
+    let mut out = lines_of(&mut ctl);
+    let ctl_key = timeout(Duration::from_secs(10), out.recv())
+        .await
+        .expect("etcdctl never got the lock")
+        .expect("etcdctl output");
+    let hex = ctl_key
+        .strip_prefix(&prefix)
+        .unwrap_or_else(|| panic!("etcdctl key {ctl_key:?} is not under {prefix:?}"));
+    assert!(
+        !hex.is_empty()
+            && hex
+                .chars()
+                .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()),
+        "{ctl_key}"
+    );
+    assert!(
+        ours.try_acquire(&n, &opts).await.unwrap().is_none(),
+        "try_acquire got a lock etcdctl holds"
+    );
+    let err = ours
+        .acquire(&n, &opts)
+        .await
+        .expect_err("acquire got a lock etcdctl holds");
+    assert_eq!(err.kind(), LockErrorKind::Timeout, "{err}");
+    let st = ours.inspect(&n).await.unwrap();
+    assert!(st.held);
+    stop(ctl).await;
+    let g = ours
+        .acquire(&n, &opts.clone().wait(Duration::from_secs(5)))
+        .await
+        .expect("acquire after etcdctl let go");
+    let (our_lease, _) = ours.session_lease().await.expect("session");
+    assert_eq!(
+        keys_under(&eps, &prefix).await,
+        vec![format!("{prefix}{our_lease:x}")],
+        "our key layout"
+    );
+
+    // 2. We hold: etcdctl blocks until we release.
+    let mut ctl = etcdctl_lock(&eps[0], &n);
+    let mut out = lines_of(&mut ctl);
+    let early = timeout(Duration::from_millis(1500), out.recv()).await;
+    assert!(
+        early.is_err(),
+        "etcdctl got the lock while we held it: {early:?}"
+    );
+    assert_eq!(
+        keys_under(&eps, &prefix).await.len(),
+        2,
+        "etcdctl should be queued behind us"
+    );
+    let released_at = Instant::now();
+    assert!(g.release().await.unwrap());
+    let line = timeout(Duration::from_secs(5), out.recv())
+        .await
+        .expect("etcdctl did not get the lock after our release");
+    println!(
+        "etcdctl got the lock {:?} after our release: {line:?}",
+        released_at.elapsed()
+    );
+    assert!(
+        ours.try_acquire(&n, &opts).await.unwrap().is_none(),
+        "we got it while etcdctl holds it"
+    );
+    stop(ctl).await;
+    eventually(Duration::from_secs(3), "etcdctl's key removed", || async {
+        keys_under(&eps, &prefix).await.is_empty()
+    })
+    .await;
+}
+
+/// FIFO hand-off: with K queued waiters on separate clients, each release
+/// hands the lock to the next waiter in order, quickly (a watch event, not a poll).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifo_handoff_is_ordered_and_fast() {
+    const K: usize = 8;
+    let etcd = shared_etcd().expect("shared etcd");
+    let eps = etcd.endpoints();
+    let lease = Duration::from_secs(5);
+    let n = name("handoff");
+    let opts = AcquireOptions::new()
+        .ttl(lease)
+        .wait(Duration::from_secs(30));
+    let holder = connect(config(eps.clone(), lease)).await;
+    let g = holder.acquire(&n, &opts).await.expect("acquire");
+    // (waiter index, acquired at, release started at)
+    let log = Arc::new(Mutex::new(Vec::<(usize, Instant, Instant)>::new()));
+    let mut tasks = Vec::new();
+    for i in 0..K {
+        let c = connect(config(eps.clone(), lease)).await;
+        let (name, opts, log) = (n.clone(), opts.clone(), log.clone());
+        tasks.push(tokio::spawn(async move {
+            let g = c.acquire(&name, &opts).await.expect("waiter");
+            let got = Instant::now();
+            let releasing = Instant::now();
+            log.lock().unwrap().push((i, got, releasing));
+            assert!(g.release().await.unwrap());
+        }));
+        // Let each waiter queue before the next one starts.
+        eventually(Duration::from_secs(2), "waiter queued", || async {
+            keys_under(&eps, &holder.key_prefix(&n)).await.len() == i + 2
+        })
+        .await;
+    }
+    let first_release = Instant::now();
+    assert!(g.release().await.unwrap());
+    for t in tasks {
+        t.await.expect("waiter task");
+    }
+    let log = log.lock().unwrap().clone();
+    let order: Vec<usize> = log.iter().map(|e| e.0).collect();
+    assert_eq!(order, (0..K).collect::<Vec<_>>(), "not FIFO");
+    let mut handoffs = vec![log[0].1 - first_release];
+    handoffs.extend(log.windows(2).map(|w| w[1].1 - w[0].2));
+    let mut sorted = handoffs.clone();
+    sorted.sort();
+    println!(
+        "hand-offs over {K} waiters: min {:?}, median {:?}, max {:?} (all: {handoffs:?})",
+        sorted[0],
+        sorted[K / 2],
+        sorted[K - 1]
+    );
+    assert!(
+        sorted[K - 1] < Duration::from_secs(1),
+        "a hand-off took {:?}",
+        sorted[K - 1]
+    );
+}
