@@ -1,1 +1,13 @@
-//! lock-zk (being written)
+#![doc = include_str!("../docs.md")]
+#![deny(missing_docs)]
+
+mod backend;
+mod config;
+mod core;
+mod node;
+
+pub use backend::ZkLock;
+pub use config::{
+    AclEntry, NodeAcl, Perms, ZkConfig, DEFAULT_BASE_PATH, DEFAULT_CONNECT,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT, DEFAULT_SESSION_TIMEOUT,
+};

@@ -1,0 +1,407 @@
+//! What lock-zk does on a real ZooKeeper beyond the shared suite: the node
+//! layout (Curator's, nested names, chroot), exclusion with Curator-named
+//! contenders, guards sharing one session, validity bounded by the session,
+//! and keep-alive traffic that grows with sessions, not guards.
+//!
+//! All on the testbed's standalone server (tickTime 200 ms).
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use lock_core::{AcquireOptions, DistributedLock, GuardState, LockErrorKind, LockName, LossCause};
+use lock_testbed::{shared_zk, unique_name, ZkEnsemble};
+use lock_zk::{ZkConfig, ZkLock};
+use tokio::time::{sleep, Instant};
+use zookeeper_client as zk;
+
+fn name(prefix: &str) -> LockName {
+    LockName::new(unique_name(prefix)).expect("valid name")
+}
+
+async fn server() -> &'static ZkEnsemble {
+    tokio::task::spawn_blocking(shared_zk)
+        .await
+        .expect("start-up task")
+        .unwrap_or_else(|e| panic!("the testbed could not start ZooKeeper: {e}"))
+}
+
+async fn admin(connect: &str) -> zk::Client {
+    zk::Client::connector()
+        .with_session_timeout(Duration::from_secs(4))
+        .connect(connect)
+        .await
+        .expect("the test's own ZooKeeper session")
+}
+
+async fn children(admin: &zk::Client, path: &str) -> Vec<String> {
+    match admin.list_children(path).await {
+        Ok(children) => children,
+        Err(zk::Error::NoNode) => Vec::new(),
+        Err(e) => panic!("listing {path}: {e}"),
+    }
+}
+
+fn config(connect: &str, session: Duration) -> ZkConfig {
+    ZkConfig::new(connect).session_timeout(session)
+}
+
+/// Whether `child` is named exactly as Curator's protected `InterProcessMutex`
+/// names contenders: `_c_` + a hyphenated uuid + `-lock-` + 10 digits.
+fn is_curator_name(child: &str) -> bool {
+    let Some(rest) = child.strip_prefix("_c_") else {
+        return false;
+    };
+    let Some((uuid, seq)) = rest.rsplit_once("-lock-") else {
+        return false;
+    };
+    uuid.len() == 36
+        && uuid.chars().all(|c| c.is_ascii_hexdigit() || c == '-')
+        && seq.len() == 10
+        && seq.chars().all(|c| c.is_ascii_digit())
+}
+
+/// Curator's `StandardLockInternalsDriver.fixForSorting`: the text after the
+/// last `lock-`, or the whole name.
+fn curator_sort_key(child: &str) -> &str {
+    match child.rfind("lock-") {
+        Some(i) => &child[i + "lock-".len()..],
+        None => child,
+    }
+}
+
+/// Lock `team/a/b` is the znode `/distlock/team/a/b`; its contender is an
+/// ephemeral child named as Curator names them, holding the identifier, and
+/// the fencing token is that node's czxid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_layout_is_curators_with_nested_names() {
+    let server = server().await;
+    let connect = server.connect_string();
+    let admin = admin(&connect).await;
+    let locks = ZkLock::connect(config(&connect, Duration::from_secs(4)).identifier("layout-test"))
+        .await
+        .unwrap();
+    let lock = LockName::new(format!("team/{}/b", unique_name("layout"))).unwrap();
+    let dir = locks.lock_path(&lock).unwrap();
+    assert_eq!(dir, format!("/distlock/{lock}"));
+    let guard = locks.acquire(&lock, &AcquireOptions::new()).await.unwrap();
+    let kids = children(&admin, &dir).await;
+    assert_eq!(kids.len(), 1, "{kids:?}");
+    assert!(
+        is_curator_name(&kids[0]),
+        "not Curator's layout: {}",
+        kids[0]
+    );
+    let (data, stat) = admin.get_data(&format!("{dir}/{}", kids[0])).await.unwrap();
+    assert_eq!(data, b"layout-test");
+    assert_ne!(
+        stat.ephemeral_owner, 0,
+        "the contender node is not ephemeral"
+    );
+    assert_eq!(
+        Some(stat.czxid as u64),
+        guard.fencing_token().map(|t| t.get())
+    );
+    let (_, parent) = admin.get_data(&dir).await.unwrap();
+    assert_eq!(
+        parent.ephemeral_owner, 0,
+        "the lock node must not be ephemeral"
+    );
+    assert!(guard.release().await.unwrap());
+    assert!(children(&admin, &dir).await.is_empty());
+}
+
+/// A chroot in the connect string is created when missing and holds the locks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chroot_is_created_and_holds_the_locks() {
+    let server = server().await;
+    let connect = server.connect_string();
+    let admin = admin(&connect).await;
+    let chroot = format!("/{}", unique_name("chroot"));
+    let locks = ZkLock::connect(
+        config(&format!("{connect}{chroot}/apps"), Duration::from_secs(4)).base_path("/locks"),
+    )
+    .await
+    .unwrap();
+    let lock = name("in-chroot");
+    assert_eq!(
+        locks.lock_path(&lock).unwrap(),
+        format!("{chroot}/apps/locks/{lock}")
+    );
+    let guard = locks
+        .try_acquire(&lock, &AcquireOptions::new())
+        .await
+        .unwrap()
+        .expect("free lock");
+    assert_eq!(
+        children(&admin, &format!("{chroot}/apps/locks/{lock}"))
+            .await
+            .len(),
+        1
+    );
+    assert!(guard.release().await.unwrap());
+}
+
+/// A contender node created the way Curator creates one (`_c_<uuid>-lock-`,
+/// ephemeral sequential) excludes us, is reported by `inspect` with its
+/// czxid, and wakes our waiter when deleted; our node, created first, sorts
+/// first by Curator's own rule, so Curator would wait for us.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curator_named_contenders_exclude_both_ways() {
+    let server = server().await;
+    let connect = server.connect_string();
+    let admin = admin(&connect).await;
+    let locks = ZkLock::connect(config(&connect, Duration::from_secs(4)))
+        .await
+        .unwrap();
+    let lock = name("curator");
+    let dir = locks.lock_path(&lock).unwrap();
+    admin
+        .mkdir(
+            &dir,
+            &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
+        )
+        .await
+        .unwrap();
+    let ephemeral_seq = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
+    let curator_prefix = format!("{dir}/_c_{}-lock-", "0b0f9a54-9c1d-4bb0-a3f5-21c9a4f2d7e1");
+
+    // Curator holds.
+    let (stat, seq) = admin
+        .create(&curator_prefix, b"10.0.0.7", &ephemeral_seq)
+        .await
+        .unwrap();
+    let curator_node = format!("{curator_prefix}{seq}");
+    let opts = AcquireOptions::new().ttl(Duration::from_secs(4));
+    assert!(locks.try_acquire(&lock, &opts).await.unwrap().is_none());
+    let status = locks.inspect(&lock).await.unwrap();
+    assert!(status.held);
+    assert_eq!(status.token.map(|t| t.get()), Some(stat.czxid as u64));
+    assert_eq!(status.waiters, Some(0));
+    let waiting = {
+        let (locks, lock, opts) = (
+            locks.clone(),
+            lock.clone(),
+            opts.clone().wait(Duration::from_secs(10)),
+        );
+        tokio::spawn(async move { locks.acquire(&lock, &opts).await })
+    };
+    sleep(Duration::from_millis(300)).await;
+    assert!(
+        !waiting.is_finished(),
+        "granted while a Curator contender holds it"
+    );
+    assert_eq!(locks.inspect(&lock).await.unwrap().waiters, Some(1));
+    let deleted = Instant::now();
+    admin.delete(&curator_node, None).await.unwrap();
+    let guard = waiting
+        .await
+        .unwrap()
+        .expect("granted after Curator's node went");
+    assert!(
+        deleted.elapsed() < Duration::from_secs(1),
+        "woken after {:?}",
+        deleted.elapsed()
+    );
+
+    // We hold; a Curator contender arriving now sorts after us by Curator's rule.
+    let (_, seq) = admin
+        .create(&curator_prefix, b"10.0.0.7", &ephemeral_seq)
+        .await
+        .unwrap();
+    let late = format!("_c_0b0f9a54-9c1d-4bb0-a3f5-21c9a4f2d7e1-lock-{seq}");
+    let mut kids = children(&admin, &dir).await;
+    kids.sort_by(|a, b| curator_sort_key(a).cmp(curator_sort_key(b)));
+    assert_eq!(kids.len(), 2);
+    assert_eq!(
+        kids[1], late,
+        "Curator would not wait for our node: {kids:?}"
+    );
+    assert!(is_curator_name(&kids[0]), "{kids:?}");
+    assert!(guard.release().await.unwrap());
+    admin.delete(&format!("{dir}/{late}"), None).await.unwrap();
+}
+
+/// Guards taken through one `ZkLock` (one session) on one name exclude each
+/// other: each acquisition has its own node, and waiters of one session are
+/// served in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guards_of_one_session_exclude_each_other() {
+    let server = server().await;
+    let locks = ZkLock::connect(config(&server.connect_string(), Duration::from_secs(4)))
+        .await
+        .unwrap();
+    let lock = name("one-session");
+    let opts = AcquireOptions::new()
+        .ttl(Duration::from_secs(4))
+        .wait(Duration::from_secs(10));
+    let first = locks.acquire(&lock, &opts).await.unwrap();
+    assert!(
+        locks.try_acquire(&lock, &opts).await.unwrap().is_none(),
+        "same session took it twice"
+    );
+    let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..3 {
+        let (locks, lock, opts, order) = (locks.clone(), lock.clone(), opts.clone(), order.clone());
+        tasks.push(tokio::spawn(async move {
+            let g = locks.acquire(&lock, &opts).await.unwrap();
+            order.lock().unwrap().push(i);
+            sleep(Duration::from_millis(20)).await;
+            assert!(g.release().await.unwrap());
+        }));
+        sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(locks.inspect(&lock).await.unwrap().waiters, Some(3));
+    assert!(first.release().await.unwrap());
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2]);
+}
+
+/// With keep-alive on and a TTL far beyond the session timeout, a guard stays
+/// held over many session timeouts, and its validity never promises more than
+/// the session: at most one session timeout ahead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn validity_is_bounded_by_the_session_and_keeps_up() {
+    let server = server().await;
+    let session = Duration::from_secs(2);
+    let locks = ZkLock::connect(config(&server.connect_string(), session))
+        .await
+        .unwrap();
+    let lock = name("bounded");
+    let guard = locks
+        .acquire(&lock, &AcquireOptions::new().ttl(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let started = Instant::now();
+    while started.elapsed() < session * 4 {
+        match guard.state() {
+            GuardState::Held { valid_until } => {
+                assert!(
+                    valid_until <= Instant::now() + session,
+                    "validity beyond the session timeout"
+                );
+            }
+            other => panic!("a kept-alive guard left the held state: {other:?}"),
+        }
+        sleep(Duration::from_millis(25)).await;
+    }
+    assert!(guard.release().await.unwrap());
+}
+
+/// With keep-alive off, a guard lasts at most the session timeout even with a
+/// longer TTL (ZooKeeper vouches for no more without contact); then it is
+/// lost and its node deleted, so another client gets the lock at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_alive_off_guard_is_bounded_by_the_session() {
+    let server = server().await;
+    let session = Duration::from_secs(2);
+    let a = ZkLock::connect(config(&server.connect_string(), session))
+        .await
+        .unwrap();
+    let b = ZkLock::connect(config(&server.connect_string(), session))
+        .await
+        .unwrap();
+    let lock = name("no-keepalive");
+    let opts = AcquireOptions::new()
+        .ttl(Duration::from_secs(60))
+        .keep_alive(false);
+    let started = Instant::now();
+    let guard = a.acquire(&lock, &opts).await.unwrap();
+    let cause = tokio::time::timeout(session + Duration::from_secs(1), guard.lost())
+        .await
+        .expect("an unrenewed guard outlived its session timeout");
+    assert_eq!(cause, LossCause::Expired);
+    let next = b
+        .acquire(&lock, &opts.clone().wait(Duration::from_secs(2)))
+        .await
+        .expect("the lapsed guard's node was not deleted");
+    assert!(
+        started.elapsed() < session + Duration::from_secs(1),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert!(next.extend(Duration::from_secs(60)).await.unwrap() <= Instant::now() + session);
+    assert!(next.release().await.unwrap());
+}
+
+/// The number of requests the server received on session `sid`, from the
+/// four-letter word `cons`.
+fn received(server: &ZkEnsemble, sid: &str) -> u64 {
+    let mut s = TcpStream::connect(server.endpoint(0)).expect("connecting for `cons`");
+    s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    s.write_all(b"cons").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).expect("reading `cons`");
+    let line = out
+        .lines()
+        .find(|l| l.contains(&format!("sid={sid},")))
+        .unwrap_or_else(|| panic!("session {sid} not in `cons`:\n{out}"));
+    let n = line
+        .split("recved=")
+        .nth(1)
+        .and_then(|r| r.split(',').next());
+    n.and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no recved= in {line}"))
+}
+
+/// Keep-alive sends no request per guard: a session with 20 kept-alive guards
+/// (renewed every 500 ms each) gets as few requests as a session with one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_alive_traffic_grows_with_sessions_not_guards() {
+    let server = server().await;
+    let connect = server.connect_string();
+    let session = Duration::from_secs(4);
+    let one = ZkLock::connect(config(&connect, session)).await.unwrap();
+    let many = ZkLock::connect(config(&connect, session)).await.unwrap();
+    let opts = AcquireOptions::new().ttl(Duration::from_millis(1500));
+    let single = one.acquire(&name("traffic-one"), &opts).await.unwrap();
+    let mut guards = Vec::new();
+    for _ in 0..20 {
+        guards.push(many.acquire(&name("traffic-many"), &opts).await.unwrap());
+    }
+    let (sid_one, sid_many) = (one.session_id().unwrap(), many.session_id().unwrap());
+    let server_ref: &'static ZkEnsemble = server;
+    let count = |sid: String| tokio::task::spawn_blocking(move || received(server_ref, &sid));
+    let (one_before, many_before) = (
+        count(sid_one.clone()).await.unwrap(),
+        count(sid_many.clone()).await.unwrap(),
+    );
+    sleep(Duration::from_secs(3)).await;
+    let one_sent = count(sid_one).await.unwrap() - one_before;
+    let many_sent = count(sid_many).await.unwrap() - many_before;
+    println!("requests in 3 s: one guard {one_sent}, 20 guards {many_sent} (per-guard renewals would be about 120)");
+    for g in &guards {
+        assert!(
+            matches!(g.state(), GuardState::Held { .. }),
+            "{:?}",
+            g.state()
+        );
+    }
+    assert!(
+        many_sent <= one_sent + 3,
+        "20 guards cost {many_sent} requests, one guard {one_sent}"
+    );
+    assert!(many_sent < 30, "{many_sent} requests in 3 s");
+    for g in guards {
+        assert!(g.release().await.unwrap());
+    }
+    assert!(single.release().await.unwrap());
+}
+
+/// Names ZooKeeper cannot store are refused as invalid before any request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_zookeeper_cannot_store_are_invalid() {
+    let server = server().await;
+    let locks = ZkLock::connect(config(&server.connect_string(), Duration::from_secs(4)))
+        .await
+        .unwrap();
+    let bad = LockName::new("emoji-\u{1f512}").unwrap();
+    let err = locks
+        .try_acquire(&bad, &AcquireOptions::new())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), LockErrorKind::InvalidArgument, "{err}");
+}

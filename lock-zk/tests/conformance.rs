@@ -1,0 +1,134 @@
+//! The whole conformance suite on a real ZooKeeper: the testbed's shared
+//! standalone server (tickTime 200 ms, so sessions of 0.4 s ..= 4 s).
+//!
+//! Each client is its own `ZkLock` (its own session), with a 3 s session
+//! timeout; the cases use a 2 s TTL. The suite's faults are done with a plain
+//! `zookeeper_client::Client` of the harness's own: deleting the contender
+//! nodes behind the holder's back, and listing the children left under a
+//! lock's znode. The unreachable client sits behind a blackholed
+//! `lock_testbed::Proxy`.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lock_conformance::{async_trait, Harness};
+use lock_core::{Capabilities, DistributedLock, Fencing, LockError, LockName};
+use lock_testbed::{shared_zk, Proxy};
+use lock_zk::{ZkConfig, ZkLock};
+use zookeeper_client as zk;
+
+const SESSION_TIMEOUT: Duration = Duration::from_secs(3);
+const TTL: Duration = Duration::from_secs(2);
+const UNREACHABLE_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+struct Zk {
+    connect: String,
+    endpoint: SocketAddr,
+    /// The operator's own session, for faults and leftovers.
+    admin: zk::Client,
+    /// The blackholed proxies of unreachable clients, kept open until the end.
+    proxies: Mutex<Vec<Proxy>>,
+}
+
+impl Zk {
+    fn config(&self) -> ZkConfig {
+        ZkConfig::new(self.connect.clone()).session_timeout(SESSION_TIMEOUT)
+    }
+
+    fn lock_path(&self, name: &LockName) -> String {
+        format!("{}/{name}", lock_zk::DEFAULT_BASE_PATH)
+    }
+
+    async fn children(&self, name: &LockName) -> Vec<String> {
+        match self.admin.list_children(&self.lock_path(name)).await {
+            Ok(children) => children,
+            Err(zk::Error::NoNode) => Vec::new(),
+            Err(e) => panic!("listing {}: {e}", self.lock_path(name)),
+        }
+    }
+}
+
+#[async_trait]
+impl Harness for Zk {
+    async fn client(&self) -> Arc<dyn DistributedLock> {
+        Arc::new(
+            ZkLock::connect(self.config())
+                .await
+                .expect("connecting to the testbed's ZooKeeper"),
+        )
+    }
+
+    fn ttl(&self) -> Duration {
+        TTL
+    }
+
+    async fn remove_behind_back(&self, name: &LockName) {
+        // An operator deleting the contender nodes (the holder's among them).
+        for child in self.children(name).await {
+            let path = format!("{}/{child}", self.lock_path(name));
+            match self.admin.delete(&path, None).await {
+                Ok(()) | Err(zk::Error::NoNode) => {}
+                Err(e) => panic!("deleting {path}: {e}"),
+            }
+        }
+    }
+
+    async fn leftovers(&self, name: &LockName) -> Vec<String> {
+        let dir = self.lock_path(name);
+        self.children(name)
+            .await
+            .into_iter()
+            .map(|c| format!("{dir}/{c}"))
+            .collect()
+    }
+
+    async fn unreachable_client(&self) -> (Result<Arc<dyn DistributedLock>, LockError>, Duration) {
+        let proxy = Proxy::start(self.endpoint).expect("starting a proxy");
+        proxy.blackhole();
+        let config = ZkConfig::new(proxy.addr().to_string())
+            .session_timeout(SESSION_TIMEOUT)
+            .connect_timeout(UNREACHABLE_CONNECT_TIMEOUT)
+            .request_timeout(UNREACHABLE_CONNECT_TIMEOUT);
+        let made = ZkLock::connect(config)
+            .await
+            .map(|l| Arc::new(l) as Arc<dyn DistributedLock>);
+        self.proxies.lock().unwrap().push(proxy);
+        (made, UNREACHABLE_CONNECT_TIMEOUT)
+    }
+}
+
+fn main() -> ExitCode {
+    let expected = Capabilities::new("zookeeper")
+        .with_fencing(Fencing::Durable)
+        .with_fifo(true)
+        .with_loss_events(true)
+        .with_notified_wait(true)
+        .with_remote(true)
+        .with_fault_tolerance(
+            "a minority of the 2N+1 ensemble; a holder's lock outlives it by the session timeout",
+        );
+    lock_conformance::run(
+        || async {
+            let server = tokio::task::spawn_blocking(shared_zk)
+                .await
+                .expect("starting ZooKeeper")
+                .unwrap_or_else(|e| panic!("the testbed could not start ZooKeeper: {e}"));
+            let endpoint: SocketAddr = server.endpoint(0).parse().expect("endpoint is host:port");
+            let connect = server.connect_string();
+            let admin = zk::Client::connector()
+                .with_session_timeout(Duration::from_secs(4))
+                .connect(&connect)
+                .await
+                .expect("the harness's own ZooKeeper session");
+            Zk {
+                connect,
+                endpoint,
+                admin,
+                proxies: Mutex::new(Vec::new()),
+            }
+        },
+        expected,
+    )
+}

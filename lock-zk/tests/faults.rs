@@ -1,0 +1,428 @@
+//! Faults on real ZooKeeper servers: a killed ensemble leader, a holder cut
+//! off beyond its session timeout, a waiter dropped while its create reply is
+//! held back, a server that does not answer, and interoperation with kazoo
+//! (Python) both ways.
+//!
+//! The leader test starts its own 3-server ensemble; the others use the
+//! testbed's standalone server (they fault a proxy, not the server).
+//! Nothing is skipped: a missing server, `python3` or kazoo fails the test.
+
+use std::net::SocketAddr;
+use std::process::Stdio;
+use std::time::Duration;
+
+use lock_core::{AcquireOptions, DistributedLock, GuardState, LockErrorKind, LockName, LossCause};
+use lock_testbed::{shared_zk, unique_name, Proxy, ZkEnsemble, ZkOptions};
+use lock_zk::{ZkConfig, ZkLock};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::time::{sleep, timeout, Instant};
+use zookeeper_client as zk;
+
+fn name(prefix: &str) -> LockName {
+    LockName::new(unique_name(prefix)).expect("valid name")
+}
+
+async fn standalone() -> &'static ZkEnsemble {
+    tokio::task::spawn_blocking(shared_zk)
+        .await
+        .expect("start-up task")
+        .unwrap_or_else(|e| panic!("the testbed could not start ZooKeeper: {e}"))
+}
+
+async fn admin(connect: &str) -> zk::Client {
+    zk::Client::connector()
+        .with_session_timeout(Duration::from_secs(4))
+        .connect(connect)
+        .await
+        .expect("the test's own ZooKeeper session")
+}
+
+async fn children(admin: &zk::Client, path: &str) -> Vec<String> {
+    match admin.list_children(path).await {
+        Ok(children) => children,
+        Err(zk::Error::NoNode) => Vec::new(),
+        Err(e) => panic!("listing {path}: {e}"),
+    }
+}
+
+fn state_kind(st: &GuardState) -> &'static str {
+    match st {
+        GuardState::Held { .. } => "held",
+        GuardState::Suspended { .. } => "suspended",
+        GuardState::Lost { .. } => "lost",
+        GuardState::Released => "released",
+        _ => "other",
+    }
+}
+
+/// Killing the ensemble's leader while a guard is held: every client is
+/// disconnected during the election, the session survives it, and the guard
+/// is never lost; it is held again afterwards, still excludes others, and the
+/// next holder's token is larger.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_killed_while_held_guard_stays_held() {
+    let mut ensemble =
+        tokio::task::spawn_blocking(|| ZkEnsemble::start_with(3, ZkOptions { tick_time_ms: 500 }))
+            .await
+            .unwrap()
+            .unwrap_or_else(|e| panic!("starting a 3-server ensemble: {e}"));
+    let session_timeout = Duration::from_secs(8);
+    let config = ZkConfig::new(ensemble.connect_string()).session_timeout(session_timeout);
+    let a = ZkLock::connect(config.clone()).await.unwrap();
+    let b = ZkLock::connect(config).await.unwrap();
+    assert_eq!(
+        a.session_timeout(),
+        Some(session_timeout),
+        "negotiated session timeout"
+    );
+    let lock = name("leader-kill");
+    let opts = AcquireOptions::new().ttl(Duration::from_secs(2));
+    let guard = a.acquire(&lock, &opts).await.unwrap();
+    let first = guard.fencing_token().expect("zookeeper tokens");
+
+    let leader = ensemble.leader().unwrap();
+    ensemble.kill(leader).unwrap();
+    let killed = Instant::now();
+    let mut seen = Vec::new();
+    // Long enough for a silent session to be presumed expired.
+    while killed.elapsed() < session_timeout + Duration::from_secs(1) {
+        let kind = state_kind(&guard.state());
+        if seen.last() != Some(&kind) {
+            seen.push(kind);
+        }
+        assert_ne!(
+            kind,
+            "lost",
+            "the guard was lost across the election: {:?}",
+            guard.state()
+        );
+        sleep(Duration::from_millis(20)).await;
+    }
+    println!("guard states after the leader was killed: {seen:?}");
+    assert!(
+        seen.contains(&"suspended"),
+        "the election did not disturb the session: {seen:?}"
+    );
+    assert!(
+        matches!(guard.state(), GuardState::Held { .. }),
+        "{:?}",
+        guard.state()
+    );
+    assert!(
+        b.try_acquire(&lock, &opts).await.unwrap().is_none(),
+        "another client took a held lock"
+    );
+    assert!(
+        guard.release().await.unwrap(),
+        "the guard's node was gone after the election"
+    );
+    let next = b
+        .acquire(&lock, &opts.clone().wait(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    assert!(
+        next.fencing_token().unwrap() > first,
+        "{:?} after {first}",
+        next.fencing_token()
+    );
+    assert!(next.release().await.unwrap());
+}
+
+/// A holder cut off (blackholed, no reset) beyond its session timeout: its
+/// guard goes suspended, then lost with `SessionExpired` within the session
+/// timeout; it is never reported held once another client has the lock; the
+/// next holder's token is larger; after the network heals the same `ZkLock`
+/// opens a new session and acquires again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partitioned_holder_goes_suspended_then_lost_before_anyone_else_holds() {
+    let server = standalone().await;
+    let upstream: SocketAddr = server.endpoint(0).parse().unwrap();
+    let proxy = Proxy::start(upstream).unwrap();
+    let session_timeout = Duration::from_secs(2);
+    let a = ZkLock::connect(
+        ZkConfig::new(proxy.addr().to_string())
+            .session_timeout(session_timeout)
+            .request_timeout(Duration::from_secs(1))
+            .connect_timeout(Duration::from_secs(2)),
+    )
+    .await
+    .unwrap();
+    let b =
+        ZkLock::connect(ZkConfig::new(server.connect_string()).session_timeout(session_timeout))
+            .await
+            .unwrap();
+    let lock = name("partition");
+    // A TTL far beyond the session timeout: the session, not the TTL, decides.
+    let opts = AcquireOptions::new().ttl(Duration::from_secs(30));
+    let held = a.acquire(&lock, &opts).await.unwrap();
+    let held_token = held.fencing_token().unwrap();
+    let until = held.valid_until().unwrap();
+    assert!(
+        until <= Instant::now() + session_timeout,
+        "validity beyond the session timeout"
+    );
+
+    let view = held.view();
+    let waiter = {
+        let (b, lock, opts) = (
+            b.clone(),
+            lock.clone(),
+            opts.clone().wait(Duration::from_secs(20)),
+        );
+        tokio::spawn(async move {
+            let guard = b.acquire(&lock, &opts).await;
+            // The moment the other client holds it, the cut-off guard must not say held.
+            let old_still_held = view.is_held();
+            (Instant::now(), old_still_held, guard)
+        })
+    };
+    sleep(Duration::from_millis(300)).await;
+    let cut = Instant::now();
+    proxy.blackhole();
+
+    let mut suspended_at = None;
+    let lost_at = loop {
+        match held.state() {
+            GuardState::Suspended { .. } => {
+                suspended_at.get_or_insert_with(Instant::now);
+            }
+            GuardState::Lost { .. } => break Instant::now(),
+            _ => {}
+        }
+        assert!(
+            cut.elapsed() < session_timeout * 3,
+            "the cut-off guard never went lost: {:?}",
+            held.state()
+        );
+        sleep(Duration::from_millis(5)).await;
+    };
+    let suspended_at = suspended_at.expect("the guard was never suspended before it was lost");
+    assert!(suspended_at < lost_at);
+    assert!(
+        lost_at - cut <= session_timeout + Duration::from_millis(250),
+        "lost {:?} after the cut; session timeout {session_timeout:?}",
+        lost_at - cut
+    );
+    // The session monitor reports the presumed expiry just before the guard's
+    // validity (bounded by the same session) runs out; a starved process may
+    // see the validity run out first.
+    let cause = held.lost().await;
+    assert!(
+        matches!(cause, LossCause::SessionExpired | LossCause::Expired),
+        "{cause:?}"
+    );
+    println!(
+        "cut-off guard: suspended after {:?}, lost ({cause:?}) after {:?}",
+        suspended_at - cut,
+        lost_at - cut
+    );
+    sleep(Duration::from_millis(100)).await;
+    assert_eq!(a.session_id(), None, "the silent session was not retired");
+
+    let (b_at, old_still_held, b_guard) = waiter.await.unwrap();
+    let b_guard = b_guard.expect("the other client got the lock once the session expired");
+    assert!(
+        !old_still_held,
+        "the cut-off guard said held while another client held the lock"
+    );
+    assert!(
+        b_at >= lost_at,
+        "the other client held the lock before the cut-off guard was lost"
+    );
+    let b_token = b_guard.fencing_token().unwrap();
+    assert!(b_token > held_token);
+    assert!(
+        !held.release().await.unwrap(),
+        "a lost guard's release reported success"
+    );
+
+    proxy.heal();
+    assert!(b_guard.release().await.unwrap());
+    let again = a
+        .acquire(&lock, &opts.clone().wait(Duration::from_secs(10)))
+        .await
+        .expect("the same ZkLock acquires again on a new session after the partition");
+    assert!(again.fencing_token().unwrap() > b_token);
+    assert!(again.release().await.unwrap());
+}
+
+/// A waiting acquire dropped while the reply to its create is held back (so
+/// it never learned its node's name): the clean-up finds the node by the
+/// uuid in its name and deletes it; only the holder's node is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_waiter_with_lost_create_reply_leaves_no_node() {
+    let server = standalone().await;
+    let connect = server.connect_string();
+    let proxy = Proxy::start(server.endpoint(0).parse().unwrap()).unwrap();
+    let config = ZkConfig::new(connect.clone()).session_timeout(Duration::from_secs(4));
+    let holder = ZkLock::connect(config.clone()).await.unwrap();
+    let waiter = ZkLock::connect(
+        ZkConfig::new(proxy.addr().to_string()).session_timeout(Duration::from_secs(4)),
+    )
+    .await
+    .unwrap();
+    let admin = admin(&connect).await;
+    let lock = name("lost-reply");
+    let dir = holder.lock_path(&lock).unwrap();
+    let opts = AcquireOptions::new().ttl(Duration::from_secs(4));
+    let guard = holder.acquire(&lock, &opts).await.unwrap();
+    let before = children(&admin, &dir).await;
+    assert_eq!(before.len(), 1, "{before:?}");
+
+    proxy.set_reply_delay(Duration::from_millis(600));
+    let task = {
+        let (lock, opts) = (lock.clone(), opts.clone().wait(Duration::from_secs(30)));
+        tokio::spawn(async move { waiter.acquire(&lock, &opts).await.map(|_| ()) })
+    };
+    let deadline = Instant::now() + Duration::from_millis(500);
+    while children(&admin, &dir).await.len() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the waiter's create never reached the server"
+        );
+        sleep(Duration::from_millis(10)).await;
+    }
+    // The create is applied; its reply is still in the proxy.
+    task.abort();
+    assert!(task.await.unwrap_err().is_cancelled());
+
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let now = children(&admin, &dir).await;
+        if now == before {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "left behind: {now:?} (holder: {before:?})"
+        );
+        sleep(Duration::from_millis(50)).await;
+    }
+    proxy.heal();
+    assert!(guard.release().await.unwrap());
+    assert!(children(&admin, &dir).await.is_empty());
+}
+
+/// `ZkLock::connect` to a server that accepts TCP but never answers fails
+/// with `Unavailable` within the connect timeout: no hang.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_to_blackholed_server_is_unavailable_within_connect_timeout() {
+    let server = standalone().await;
+    let proxy = Proxy::start(server.endpoint(0).parse().unwrap()).unwrap();
+    proxy.blackhole();
+    let connect_timeout = Duration::from_millis(800);
+    let started = Instant::now();
+    let err =
+        ZkLock::connect(ZkConfig::new(proxy.addr().to_string()).connect_timeout(connect_timeout))
+            .await
+            .expect_err("connected through a blackhole");
+    let took = started.elapsed();
+    assert_eq!(err.kind(), LockErrorKind::Unavailable, "{err}");
+    assert!(
+        took >= connect_timeout && took < connect_timeout + Duration::from_millis(300),
+        "took {took:?}"
+    );
+}
+
+/// Runs `tests/support/kazoo_lock.py`; fails (never skips) without python3 or kazoo.
+fn kazoo(args: &[&str]) -> tokio::process::Child {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/kazoo_lock.py");
+    tokio::process::Command::new("python3")
+        .arg(script)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run python3 ({e}): the kazoo interop test needs python3 with kazoo (`pip install kazoo`)"))
+}
+
+async fn kazoo_line(
+    lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+) -> String {
+    let line = timeout(Duration::from_secs(20), lines.next_line())
+        .await
+        .expect("the kazoo script did not answer within 20 s")
+        .expect("reading the kazoo script's output")
+        .unwrap_or_default();
+    assert!(
+        !line.starts_with("NO_KAZOO") && !line.is_empty(),
+        "the kazoo interop test needs the Python package kazoo: `pip install kazoo` (script said {line:?})"
+    );
+    line
+}
+
+/// kazoo's `Lock` (with `extra_lock_patterns=("-lock-",)`, its documented
+/// Curator interop) and lock-zk exclude each other on the same path, both
+/// ways, and a waiter of ours is woken by kazoo's release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kazoo_and_lock_zk_exclude_each_other() {
+    let server = standalone().await;
+    let connect = server.connect_string();
+    let ours =
+        ZkLock::connect(ZkConfig::new(connect.clone()).session_timeout(Duration::from_secs(4)))
+            .await
+            .unwrap();
+    let lock = name("kazoo");
+    let path = ours.lock_path(&lock).unwrap();
+    let opts = AcquireOptions::new().ttl(Duration::from_secs(4));
+
+    // kazoo holds: we are refused, and our waiter gets it when kazoo releases.
+    let mut holder = kazoo(&["hold", &connect, &path]);
+    let mut stdin = holder.stdin.take().unwrap();
+    let mut lines = BufReader::new(holder.stdout.take().unwrap()).lines();
+    let held = kazoo_line(&mut lines).await;
+    let node = held
+        .strip_prefix("HELD ")
+        .unwrap_or_else(|| panic!("kazoo said {held:?}"));
+    assert!(node.contains("__lock__"), "kazoo's node {node}");
+    assert!(
+        ours.try_acquire(&lock, &opts).await.unwrap().is_none(),
+        "granted while kazoo holds it"
+    );
+    let status = ours.inspect(&lock).await.unwrap();
+    assert!(status.held);
+    let waiting = {
+        let (ours, lock, opts) = (
+            ours.clone(),
+            lock.clone(),
+            opts.clone().wait(Duration::from_secs(20)),
+        );
+        tokio::spawn(async move { ours.acquire(&lock, &opts).await })
+    };
+    sleep(Duration::from_millis(300)).await;
+    assert!(
+        !waiting.is_finished(),
+        "our waiter got the lock while kazoo holds it"
+    );
+    let released_at = Instant::now();
+    stdin.write_all(b"release\n").await.unwrap();
+    stdin.flush().await.unwrap();
+    assert_eq!(kazoo_line(&mut lines).await, "RELEASED");
+    let guard = waiting
+        .await
+        .unwrap()
+        .expect("our waiter after kazoo released");
+    assert!(
+        released_at.elapsed() < Duration::from_secs(2),
+        "woken {:?} after kazoo's release",
+        released_at.elapsed()
+    );
+    assert!(holder.wait().await.unwrap().success());
+
+    // We hold: kazoo's acquire(timeout=1) fails; after our release it succeeds.
+    let mut refused = kazoo(&["try", &connect, &path, "1"]);
+    let mut lines = BufReader::new(refused.stdout.take().unwrap()).lines();
+    assert_eq!(
+        kazoo_line(&mut lines).await,
+        "TIMEOUT",
+        "kazoo got the lock while lock-zk held it"
+    );
+    assert!(refused.wait().await.unwrap().success());
+    assert!(guard.release().await.unwrap());
+    let mut granted = kazoo(&["try", &connect, &path, "5"]);
+    let mut lines = BufReader::new(granted.stdout.take().unwrap()).lines();
+    assert_eq!(kazoo_line(&mut lines).await, "ACQUIRED");
+    assert!(granted.wait().await.unwrap().success());
+}
