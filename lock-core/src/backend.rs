@@ -74,6 +74,17 @@ pub enum LeaseEvent {
     },
     /// Contact is back; the core renews at once to confirm the lease.
     Resumed,
+    /// The backend's session (etcd lease, ZooKeeper session) vouches for this
+    /// lease until `valid_until` (monotonic, drift-adjusted). The guard's
+    /// validity is the earlier of its own (acquire + TTL, or the last renewal
+    /// + TTL) and the last session confirmation, so a guard whose TTL is
+    /// longer than the session's never outlives the session, and a guard with
+    /// keep-alive off still lasts its own TTL while the session is confirmed.
+    /// Also marks a suspended guard held again.
+    Confirmed {
+        /// Until when the session vouches for the lease.
+        valid_until: Instant,
+    },
     /// The lease is gone for good.
     Lost(LossCause),
 }
@@ -102,6 +113,10 @@ pub struct Lease {
     /// End of validity on the monotonic clock, drift-adjusted and measured from
     /// before the request that granted it was sent (see [`validity`]).
     pub valid_until: Instant,
+    /// Until when the backend's session vouches for the lease, for
+    /// session-based backends (see [`LeaseEvent::Confirmed`]); `None` when the
+    /// lease's own validity is all there is.
+    pub session_until: Option<Instant>,
     /// Whether the lock was held by someone else when this acquisition began
     /// (feeds the contention metric).
     pub contended: bool,
@@ -117,6 +132,7 @@ impl Lease {
         Self {
             token: None,
             valid_until,
+            session_until: None,
             contended: false,
             handle,
             events: None,
@@ -126,6 +142,12 @@ impl Lease {
     /// Sets the fencing token.
     pub fn with_token(mut self, token: Option<FencingToken>) -> Self {
         self.token = token;
+        self
+    }
+
+    /// Sets the session bound (see [`LeaseEvent::Confirmed`]).
+    pub fn with_session_until(mut self, until: Instant) -> Self {
+        self.session_until = Some(until);
         self
     }
 
@@ -147,6 +169,7 @@ impl std::fmt::Debug for Lease {
         f.debug_struct("Lease")
             .field("token", &self.token)
             .field("valid_until", &self.valid_until)
+            .field("session_until", &self.session_until)
             .field("contended", &self.contended)
             .field("events", &self.events.is_some())
             .finish_non_exhaustive()

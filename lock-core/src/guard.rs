@@ -202,8 +202,10 @@ impl LockGuard {
         keep_alive: KeepAlive,
         backend: &'static str,
     ) -> Self {
+        let own_until = lease.valid_until;
+        let session_until = lease.session_until;
         let (state_tx, state_rx) = watch::channel(GuardState::Held {
-            valid_until: lease.valid_until,
+            valid_until: session_until.map_or(own_until, |s| s.min(own_until)),
         });
         let (cmd_tx, cmd_rx) = mpsc::channel(4);
         let keeper = Keeper {
@@ -217,6 +219,8 @@ impl LockGuard {
             name: name.clone(),
             acquired_at: Instant::now(),
             given_up: false,
+            own_until,
+            session_until,
         };
         tokio::spawn(keeper.run());
         Self {
@@ -333,6 +337,10 @@ struct Keeper {
     acquired_at: Instant,
     /// The lock was lost and its server state already removed.
     given_up: bool,
+    /// Validity from the acquisition or the last renewal.
+    own_until: Instant,
+    /// Validity vouched for by the backend's session, if it has one.
+    session_until: Option<Instant>,
 }
 
 impl Keeper {
@@ -348,6 +356,32 @@ impl Keeper {
 
     fn current(&self) -> GuardState {
         self.state.borrow().clone()
+    }
+
+    /// The guard's validity: its own, capped by the session's.
+    fn effective_until(&self) -> Instant {
+        self.session_until.map_or(self.own_until, |s| s.min(self.own_until))
+    }
+
+    /// A renewal or an extension succeeded: held until the new bound.
+    fn renewed(&mut self, own_until: Instant) -> Instant {
+        self.own_until = own_until;
+        let valid_until = self.effective_until();
+        self.state.send_replace(GuardState::Held { valid_until });
+        valid_until
+    }
+
+    /// The session vouched for the lease until `until`.
+    fn confirmed(&mut self, until: Instant) {
+        self.session_until = Some(until);
+        let valid_until = self.effective_until();
+        self.state.send_if_modified(|st| match st {
+            GuardState::Held { .. } | GuardState::Suspended { .. } => {
+                *st = GuardState::Held { valid_until };
+                true
+            }
+            _ => false,
+        });
     }
 
     async fn run(mut self) {
@@ -385,6 +419,7 @@ impl Keeper {
                             }
                         }
                         Some(LeaseEvent::Lost(cause)) => self.lose(cause).await,
+                        Some(LeaseEvent::Confirmed { valid_until }) => self.confirmed(valid_until),
                     }
                 }
                 _ = tokio::time::sleep_until(live_until.unwrap_or(far)), if live_until.is_some() => {
@@ -408,7 +443,7 @@ impl Keeper {
                 None
             }
             Ok(Ok(Renewal::Renewed { valid_until })) => {
-                self.state.send_replace(GuardState::Held { valid_until });
+                self.renewed(valid_until);
                 Some(started + interval)
             }
             Ok(Ok(Renewal::Gone)) => {
@@ -448,8 +483,7 @@ impl Keeper {
             }
             Ok(Ok(Renewal::Renewed { valid_until })) => {
                 self.ttl = ttl;
-                self.state.send_replace(GuardState::Held { valid_until });
-                Ok(valid_until)
+                Ok(self.renewed(valid_until))
             }
             Ok(Ok(Renewal::Gone)) => {
                 self.lose(LossCause::NotOwner).await;

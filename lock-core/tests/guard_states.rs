@@ -194,3 +194,51 @@ async fn extend_rejects_bad_ttl_and_moves_validity() {
     tokio::time::sleep(TTL * 2).await;
     assert!(g.is_held());
 }
+
+#[tokio::test]
+async fn session_confirmations_cap_and_carry_validity() {
+    let (script, backend) = setup(&[]);
+    // Keep-alive off, a TTL far longer than the session's confirmations.
+    let g = backend
+        .acquire(&name(), &AcquireOptions::new().ttl(TTL * 10).keep_alive(false))
+        .await
+        .unwrap();
+    let own = g.valid_until().unwrap();
+    let tx = script.events.lock().unwrap().clone().unwrap();
+    let mut states = g.subscribe();
+    // The session vouches only for a short while: the guard's validity shrinks to it.
+    let session = Instant::now() + TTL;
+    tx.send(LeaseEvent::Confirmed { valid_until: session }).unwrap();
+    states.wait_for(|s| s.valid_until() == Some(session)).await.unwrap();
+    // Without further confirmation the guard is lost at the session's bound, not its own.
+    tx.send(LeaseEvent::Suspended { reason: "keep-alive failing".into() }).unwrap();
+    let cause = tokio::time::timeout(TTL * 2, g.lost()).await.expect("lost at the session bound");
+    assert_eq!(cause, LossCause::Expired);
+    assert!(Instant::now() < own);
+}
+
+#[tokio::test]
+async fn confirmations_keep_a_keep_alive_off_guard_for_its_own_ttl() {
+    let (script, backend) = setup(&[]);
+    let g = backend
+        .acquire(&name(), &AcquireOptions::new().ttl(TTL * 3).keep_alive(false))
+        .await
+        .unwrap();
+    let own = g.valid_until().unwrap();
+    let tx = script.events.lock().unwrap().clone().unwrap();
+    // A session confirming every TTL/3 for TTL/3 * 2 ahead: the guard lives on to its own TTL.
+    let pump = tokio::spawn(async move {
+        loop {
+            if tx.send(LeaseEvent::Confirmed { valid_until: Instant::now() + TTL * 2 / 3 }).is_err() {
+                return;
+            }
+            tokio::time::sleep(TTL / 3).await;
+        }
+    });
+    tokio::time::sleep(TTL * 2).await;
+    assert!(g.is_held(), "{:?}", g.state());
+    assert_eq!(g.lost().await, LossCause::Expired);
+    assert!(Instant::now() >= own);
+    assert_eq!(script.renewals.load(Ordering::SeqCst), 0);
+    pump.abort();
+}
