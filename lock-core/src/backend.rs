@@ -76,8 +76,8 @@ pub enum LeaseEvent {
     Resumed,
     /// The backend's session (etcd lease, ZooKeeper session) vouches for this
     /// lease until `valid_until` (monotonic, drift-adjusted). The guard's
-    /// validity is the earlier of its own (acquire + TTL, or the last renewal
-    /// + TTL) and the last session confirmation, so a guard whose TTL is
+    /// validity is the earlier of its own (acquire plus TTL, or the last
+    /// renewal plus TTL) and the last session confirmation, so a guard whose TTL is
     /// longer than the session's never outlives the session, and a guard with
     /// keep-alive off still lasts its own TTL while the session is confirmed.
     /// Also marks a suspended guard held again.

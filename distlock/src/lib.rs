@@ -1,0 +1,54 @@
+#![doc = include_str!("../docs.md")]
+#![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+mod connect;
+mod duration;
+pub mod exit_code;
+mod url;
+
+pub use connect::connect;
+pub use duration::parse_duration;
+pub use url::{Endpoint, LockUrl, Scheme};
+
+// The contract: every type a user of any backend needs.
+#[doc(no_inline)]
+pub use lock_core::{
+    async_trait, metrics, AcquireOptions, Capabilities, DistributedLock, DistributedLockExt,
+    FencedRegister, Fencing, FencingToken, GuardState, GuardView, KeepAlive, LockError,
+    LockErrorKind, LockGuard, LockName, LockStatus, LossCause, MemoryLock, NodeFailure,
+    NodeFailureReason, Result, RetryPolicy, StaleToken, TokenFence, MAX_NAME_LEN, MAX_TTL,
+    MAX_WAIT,
+};
+
+/// The whole core crate, including the backend seam ([`lock_core::LockBackend`],
+/// [`lock_core::LeaseHandle`], ...) for writing a backend of your own.
+pub use lock_core;
+
+/// The single-Redis backend ([`redis::RedisLock`], [`redis::RedisLockConfig`]).
+///
+/// Available on crate feature `redis` only (on by default).
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub use lock_redis as redis;
+
+/// The Redlock backend ([`redlock::RedlockLock`], [`redlock::RedlockConfig`]).
+///
+/// Available on crate feature `redlock` only (on by default).
+#[cfg(feature = "redlock")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redlock")))]
+pub use lock_redlock as redlock;
+
+/// The etcd backend ([`etcd::EtcdLock`], [`etcd::EtcdConfig`]).
+///
+/// Available on crate feature `etcd` only (on by default).
+#[cfg(feature = "etcd")]
+#[cfg_attr(docsrs, doc(cfg(feature = "etcd")))]
+pub use lock_etcd as etcd;
+
+/// The ZooKeeper backend ([`zk::ZkLock`], [`zk::ZkConfig`]).
+///
+/// Available on crate feature `zk` only (on by default).
+#[cfg(feature = "zk")]
+#[cfg_attr(docsrs, doc(cfg(feature = "zk")))]
+pub use lock_zk as zk;

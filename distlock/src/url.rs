@@ -1,0 +1,1178 @@
+//! Lock service URLs: `memory://`, `redis://`, `redlock://`, `etcd://`, `zk://`.
+//!
+//! Parsing is independent of the enabled features: a URL of a backend whose
+//! feature is off parses fine, and [`LockUrl::connect`] then says which
+//! feature to enable.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use lock_core::LockError;
+
+use crate::duration::parse_duration;
+
+/// The backend a URL names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Scheme {
+    /// `memory://`: [`lock_core::MemoryLock`], in-process only (always built in).
+    Memory,
+    /// `redis://host[:port][/db]`: one Redis server (feature `redis`).
+    Redis,
+    /// `redlock://h1:p1,h2:p2,h3:p3[/db]`: Redlock over independent Redis servers (feature `redlock`).
+    Redlock,
+    /// `etcd://h1:p1[,h2:p2...][/prefix]`: an etcd cluster (feature `etcd`).
+    Etcd,
+    /// `zk://h1:p1[,h2:p2...][/base]` (or `zookeeper://`): a ZooKeeper ensemble (feature `zk`).
+    Zk,
+}
+
+impl Scheme {
+    /// Every scheme, in documentation order.
+    pub const ALL: [Scheme; 5] = [
+        Scheme::Memory,
+        Scheme::Redis,
+        Scheme::Redlock,
+        Scheme::Etcd,
+        Scheme::Zk,
+    ];
+
+    /// The scheme as written in URLs (`zk` for ZooKeeper).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scheme::Memory => "memory",
+            Scheme::Redis => "redis",
+            Scheme::Redlock => "redlock",
+            Scheme::Etcd => "etcd",
+            Scheme::Zk => "zk",
+        }
+    }
+
+    /// The cargo feature of `distlock` that builds this backend in
+    /// (`None` for `memory`, which is always there).
+    pub fn feature(self) -> Option<&'static str> {
+        match self {
+            Scheme::Memory => None,
+            Scheme::Redis => Some("redis"),
+            Scheme::Redlock => Some("redlock"),
+            Scheme::Etcd => Some("etcd"),
+            Scheme::Zk => Some("zk"),
+        }
+    }
+
+    /// Whether this build of `distlock` has the backend.
+    pub fn is_enabled(self) -> bool {
+        match self {
+            Scheme::Memory => true,
+            Scheme::Redis => cfg!(feature = "redis"),
+            Scheme::Redlock => cfg!(feature = "redlock"),
+            Scheme::Etcd => cfg!(feature = "etcd"),
+            Scheme::Zk => cfg!(feature = "zk"),
+        }
+    }
+
+    /// The port used when a host has none.
+    pub fn default_port(self) -> Option<u16> {
+        match self {
+            Scheme::Memory => None,
+            Scheme::Redis | Scheme::Redlock => Some(6379),
+            Scheme::Etcd => Some(2379),
+            Scheme::Zk => Some(2181),
+        }
+    }
+
+    /// The query options URLs of this scheme accept.
+    pub fn options(self) -> Vec<&'static str> {
+        OPTIONS
+            .iter()
+            .filter(|o| o.schemes.contains(&self))
+            .map(|o| o.name)
+            .collect()
+    }
+
+    fn parse(text: &str) -> Result<Scheme, LockError> {
+        match text.to_ascii_lowercase().as_str() {
+            "memory" | "mem" => Ok(Scheme::Memory),
+            "redis" => Ok(Scheme::Redis),
+            "redlock" => Ok(Scheme::Redlock),
+            "etcd" => Ok(Scheme::Etcd),
+            "zk" | "zookeeper" => Ok(Scheme::Zk),
+            "rediss" => Err(LockError::invalid(
+                "rediss:// (Redis over TLS) is not supported by this build of distlock; use redis://",
+            )),
+            other => Err(LockError::invalid(format!(
+                "unknown URL scheme {other:?}: expected {}",
+                known_schemes()
+            ))),
+        }
+    }
+}
+
+impl fmt::Display for Scheme {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+fn known_schemes() -> String {
+    Scheme::ALL
+        .iter()
+        .map(|s| format!("{s}://"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// What kind of value an option takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// A positive duration (`500ms`, `2s`).
+    Duration,
+    /// A non-negative integer.
+    Count,
+    /// A non-negative integer or `none`.
+    CountOrNone,
+    /// Any text (percent-decoded).
+    Text,
+}
+
+struct OptionSpec {
+    name: &'static str,
+    kind: Kind,
+    schemes: &'static [Scheme],
+}
+
+use Scheme::{Etcd, Redis, Redlock, Zk};
+
+/// Every query option, the value it takes and the schemes that accept it.
+const OPTIONS: &[OptionSpec] = &[
+    OptionSpec {
+        name: "connect_timeout",
+        kind: Kind::Duration,
+        schemes: &[Redis, Redlock, Etcd, Zk],
+    },
+    OptionSpec {
+        name: "request_timeout",
+        kind: Kind::Duration,
+        schemes: &[Redis, Etcd, Zk],
+    },
+    OptionSpec {
+        name: "max_recheck",
+        kind: Kind::Duration,
+        schemes: &[Redis],
+    },
+    OptionSpec {
+        name: "node_timeout",
+        kind: Kind::Duration,
+        schemes: &[Redlock],
+    },
+    OptionSpec {
+        name: "retry_count",
+        kind: Kind::Count,
+        schemes: &[Redlock],
+    },
+    OptionSpec {
+        name: "retry_delay",
+        kind: Kind::Duration,
+        schemes: &[Redlock],
+    },
+    OptionSpec {
+        name: "retry_jitter",
+        kind: Kind::Duration,
+        schemes: &[Redlock],
+    },
+    OptionSpec {
+        name: "max_extensions",
+        kind: Kind::CountOrNone,
+        schemes: &[Redlock],
+    },
+    OptionSpec {
+        name: "lease_ttl",
+        kind: Kind::Duration,
+        schemes: &[Etcd],
+    },
+    OptionSpec {
+        name: "session_timeout",
+        kind: Kind::Duration,
+        schemes: &[Zk],
+    },
+    OptionSpec {
+        name: "chroot",
+        kind: Kind::Text,
+        schemes: &[Zk],
+    },
+    OptionSpec {
+        name: "prefix",
+        kind: Kind::Text,
+        schemes: &[Redis, Redlock, Etcd],
+    },
+];
+
+/// One server address of a URL.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Endpoint {
+    /// Host name or IP address (an IPv6 address without its brackets).
+    pub host: String,
+    /// Port (the scheme's default when the URL has none).
+    pub port: u16,
+}
+
+impl fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "[{}]:{}", self.host, self.port)
+        } else {
+            write!(f, "{}:{}", self.host, self.port)
+        }
+    }
+}
+
+/// A parsed lock service URL.
+///
+/// Grammar (see the crate docs for every option):
+///
+/// ```text
+/// memory://
+/// redis://[[user]:password@]host[:port][/db][?options]
+/// redlock://[[user]:password@]host[:port],host[:port],...[/db][?options]
+/// etcd://[user:password@]host[:port][,host[:port]...][/prefix][?options]
+/// zk://[user:password@]host[:port][,host[:port]...][/base][?options]
+/// options = name=value[&name=value...]   (values percent-decoded)
+/// ```
+///
+/// ```
+/// use distlock::{LockUrl, Scheme};
+/// let url: LockUrl = "etcd://10.0.0.1,10.0.0.2:2479/jobs?lease_ttl=5s".parse().unwrap();
+/// assert_eq!(url.scheme(), Scheme::Etcd);
+/// assert_eq!(url.endpoints().len(), 2);
+/// assert_eq!(url.endpoints()[0].to_string(), "10.0.0.1:2379");
+/// assert_eq!(url.option("lease_ttl"), Some("5s"));
+/// assert!("redis://h:notaport".parse::<LockUrl>().is_err());
+/// ```
+///
+/// Its `Display` and `Debug` hide the password.
+#[derive(Clone, PartialEq, Eq)]
+pub struct LockUrl {
+    scheme: Scheme,
+    user: Option<String>,
+    password: Option<String>,
+    endpoints: Vec<Endpoint>,
+    /// The decoded path, `""` when the URL has none.
+    path: String,
+    options: BTreeMap<String, String>,
+}
+
+impl LockUrl {
+    /// Parses and checks `url`: scheme, hosts, ports, path and every option
+    /// (name and value). Errors are [`lock_core::LockErrorKind::InvalidArgument`]
+    /// with a message that names the problem.
+    pub fn parse(url: &str) -> Result<LockUrl, LockError> {
+        let text = url.trim();
+        if text.is_empty() {
+            return Err(LockError::invalid(format!(
+                "the lock service URL is empty: expected {}",
+                known_schemes()
+            )));
+        }
+        let err =
+            |why: String| LockError::invalid(format!("invalid URL {:?}: {why}", redact_str(text)));
+        if let Some(c) = text.chars().find(|c| c.is_whitespace() || c.is_control()) {
+            return Err(err(format!("it contains {c:?}; percent-encode it")));
+        }
+        let (scheme_text, rest) = match text.split_once("://") {
+            Some(parts) => parts,
+            None => match text.split_once(':') {
+                Some((s, "")) if Scheme::parse(s).ok() == Some(Scheme::Memory) => (s, ""),
+                _ => {
+                    return Err(err(format!(
+                        "no scheme: expected one of {} (e.g. redis://{text})",
+                        known_schemes()
+                    )))
+                }
+            },
+        };
+        let scheme = Scheme::parse(scheme_text)?;
+        if rest.contains('#') {
+            return Err(err(
+                "a URL fragment ('#') is not allowed; percent-encode '#' as %23".into(),
+            ));
+        }
+        let (before_query, query) = match rest.split_once('?') {
+            Some((b, q)) => (b, Some(q)),
+            None => (rest, None),
+        };
+        let (authority, raw_path) = match before_query.find('/') {
+            Some(i) => before_query.split_at(i),
+            None => (before_query, ""),
+        };
+        let (raw_userinfo, hosts) = match authority.rfind('@') {
+            Some(i) => (Some(&authority[..i]), &authority[i + 1..]),
+            None => (None, authority),
+        };
+
+        let mut url = LockUrl {
+            scheme,
+            user: None,
+            password: None,
+            endpoints: Vec::new(),
+            path: percent_decode(raw_path).map_err(|e| err(format!("path: {e}")))?,
+            options: BTreeMap::new(),
+        };
+
+        if let Some(info) = raw_userinfo {
+            if scheme == Scheme::Memory {
+                return Err(err("memory:// takes no user or password".into()));
+            }
+            let (user, password) = match info.split_once(':') {
+                Some((u, p)) => (u, Some(p)),
+                None => (info, None),
+            };
+            let user = percent_decode(user).map_err(|e| err(format!("user: {e}")))?;
+            let password = password
+                .map(percent_decode)
+                .transpose()
+                .map_err(|e| err(format!("password: {e}")))?;
+            url.user = (!user.is_empty()).then_some(user);
+            url.password = password.filter(|p| !p.is_empty());
+            if matches!(scheme, Scheme::Etcd | Scheme::Zk)
+                && (url.user.is_none() || url.password.is_none())
+            {
+                return Err(err(format!(
+                    "{scheme}:// credentials are written user:password@"
+                )));
+            }
+        }
+
+        if scheme == Scheme::Memory {
+            if !hosts.is_empty() || !matches!(url.path.as_str(), "" | "/") {
+                return Err(err(
+                    "memory:// takes no host and no path (it is in-process)".into(),
+                ));
+            }
+            url.path.clear();
+        } else {
+            url.endpoints = parse_hosts(scheme, hosts).map_err(err)?;
+        }
+
+        if let Some(query) = query {
+            url.options = parse_query(scheme, query).map_err(err)?;
+        }
+        url.check_path().map_err(err)?;
+        Ok(url)
+    }
+
+    /// The backend.
+    pub fn scheme(&self) -> Scheme {
+        self.scheme
+    }
+
+    /// The servers, in URL order (empty for `memory://`).
+    pub fn endpoints(&self) -> &[Endpoint] {
+        &self.endpoints
+    }
+
+    /// The user name, percent-decoded, if any.
+    pub fn user(&self) -> Option<&str> {
+        self.user.as_deref()
+    }
+
+    /// Whether the URL carries a password (it is never shown).
+    pub fn has_password(&self) -> bool {
+        self.password.is_some()
+    }
+
+    /// The percent-decoded path (`""` when absent).
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// The value of query option `name`, percent-decoded, if given.
+    pub fn option(&self, name: &str) -> Option<&str> {
+        self.options.get(name).map(String::as_str)
+    }
+
+    /// A duration option (already validated by [`LockUrl::parse`]).
+    #[cfg_attr(
+        not(any(
+            feature = "redis",
+            feature = "redlock",
+            feature = "etcd",
+            feature = "zk"
+        )),
+        allow(dead_code)
+    )]
+    fn duration(&self, name: &str) -> Option<Duration> {
+        self.option(name).and_then(|v| parse_duration(v).ok())
+    }
+
+    /// The Redis database number from the path (`/2`), if any.
+    #[cfg_attr(not(any(feature = "redis", feature = "redlock")), allow(dead_code))]
+    fn redis_db(&self) -> Option<u32> {
+        self.path.trim_start_matches('/').parse().ok()
+    }
+
+    fn check_path(&self) -> Result<(), String> {
+        let path = self.path.as_str();
+        match self.scheme {
+            Scheme::Memory => Ok(()),
+            Scheme::Redis | Scheme::Redlock => {
+                let db = path.trim_start_matches('/');
+                if path.is_empty()
+                    || path == "/"
+                    || (path.len() == db.len() + 1 && db.parse::<u32>().is_ok())
+                {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "the path of a {}:// URL is the database number (e.g. /0), not {path:?}",
+                        self.scheme
+                    ))
+                }
+            }
+            Scheme::Etcd => {
+                if self.options.contains_key("prefix") && !matches!(path, "" | "/") {
+                    return Err(
+                        "give the key prefix either as the path or as ?prefix=, not both".into(),
+                    );
+                }
+                if path.contains("//") {
+                    return Err(format!("the key prefix path {path:?} has an empty segment"));
+                }
+                Ok(())
+            }
+            Scheme::Zk => {
+                if path.len() > 1 {
+                    check_zk_path("base path", path)?;
+                }
+                if let Some(chroot) = self.option("chroot") {
+                    check_zk_path("chroot", chroot)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// The URL without its password, for messages and logs.
+    pub fn redacted(&self) -> String {
+        self.to_string()
+    }
+
+    /// The etcd key prefix: `?prefix=` verbatim, or the path with a trailing `/`.
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+    fn etcd_prefix(&self) -> String {
+        if let Some(prefix) = self.option("prefix") {
+            return prefix.to_string();
+        }
+        let trimmed = self.path.trim_matches('/');
+        if trimmed.is_empty() {
+            String::new()
+        } else {
+            format!("{trimmed}/")
+        }
+    }
+}
+
+fn check_zk_path(what: &str, path: &str) -> Result<(), String> {
+    let Some(rest) = path.strip_prefix('/') else {
+        return Err(format!("the ZooKeeper {what} {path:?} must start with '/'"));
+    };
+    if rest
+        .split('/')
+        .any(|seg| seg.is_empty() || seg == "." || seg == "..")
+    {
+        return Err(format!(
+            "the ZooKeeper {what} {path:?} has an empty, '.' or '..' segment, or ends with '/'"
+        ));
+    }
+    Ok(())
+}
+
+impl FromStr for LockUrl {
+    type Err = LockError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        LockUrl::parse(s)
+    }
+}
+
+impl fmt::Display for LockUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}://", self.scheme)?;
+        if self.user.is_some() || self.password.is_some() {
+            if let Some(user) = &self.user {
+                f.write_str(&encode_component(user))?;
+            }
+            if self.password.is_some() {
+                f.write_str(":***")?;
+            }
+            f.write_str("@")?;
+        }
+        for (i, e) in self.endpoints.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            write!(f, "{e}")?;
+        }
+        f.write_str(&self.path)?;
+        for (i, (k, v)) in self.options.iter().enumerate() {
+            write!(
+                f,
+                "{}{k}={}",
+                if i == 0 { '?' } else { '&' },
+                percent_encode(v)
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for LockUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("LockUrl").field(&self.to_string()).finish()
+    }
+}
+
+/// Hides the password of a URL that did not parse, for error messages.
+fn redact_str(text: &str) -> String {
+    let Some(start) = text.find("://").map(|i| i + 3) else {
+        return text.to_string();
+    };
+    let rest = &text[start..];
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    match rest[..end].rfind('@') {
+        Some(at) => {
+            let user = rest[..at].split(':').next().unwrap_or("");
+            let hidden = if rest[..at].contains(':') {
+                format!("{user}:***")
+            } else {
+                user.to_string()
+            };
+            format!("{}{hidden}{}", &text[..start], &rest[at..])
+        }
+        None => text.to_string(),
+    }
+}
+
+fn parse_hosts(scheme: Scheme, hosts: &str) -> Result<Vec<Endpoint>, String> {
+    if hosts.is_empty() {
+        return Err(format!("a {scheme}:// URL needs at least one host"));
+    }
+    let default_port = scheme.default_port().unwrap_or(0);
+    let mut out = Vec::new();
+    for item in hosts.split(',') {
+        if item.is_empty() {
+            return Err(format!("empty host in the host list {hosts:?}"));
+        }
+        let (host, port) = if let Some(v6) = item.strip_prefix('[') {
+            let Some((addr, after)) = v6.split_once(']') else {
+                return Err(format!("unclosed '[' in host {item:?}"));
+            };
+            if addr.is_empty()
+                || !addr
+                    .chars()
+                    .all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.')
+                || !addr.contains(':')
+            {
+                return Err(format!("invalid IPv6 address {addr:?}"));
+            }
+            let port = match after {
+                "" => None,
+                p => Some(
+                    p.strip_prefix(':')
+                        .ok_or_else(|| format!("unexpected {p:?} after ']' in {item:?}"))?,
+                ),
+            };
+            (addr.to_string(), port)
+        } else {
+            let (host, port) = match item.split_once(':') {
+                Some((h, p)) => (h, Some(p)),
+                None => (item, None),
+            };
+            if port.is_some_and(|p| p.contains(':')) {
+                return Err(format!("host {item:?} has more than one ':'; write IPv6 addresses in brackets, [::1]:{default_port}"));
+            }
+            if host.is_empty() {
+                return Err(format!("empty host name in {item:?}"));
+            }
+            if let Some(c) = host
+                .chars()
+                .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_')))
+            {
+                return Err(format!("host name {host:?} contains {c:?}"));
+            }
+            (host.to_string(), port)
+        };
+        let port = match port {
+            None => default_port,
+            Some(p) => match p.parse::<u16>() {
+                Ok(0) => return Err(format!("port 0 in {item:?}")),
+                Ok(n) if p.bytes().all(|b| b.is_ascii_digit()) => n,
+                _ => return Err(format!("invalid port {p:?} in {item:?} (expected 1-65535)")),
+            },
+        };
+        let endpoint = Endpoint {
+            host: host.to_ascii_lowercase(),
+            port,
+        };
+        if out.contains(&endpoint) {
+            return Err(format!("{endpoint} is listed twice"));
+        }
+        out.push(endpoint);
+    }
+    if scheme == Scheme::Redis && out.len() > 1 {
+        return Err(format!(
+            "redis:// takes one server, got {}; for Redlock over independent servers use redlock://{hosts}",
+            out.len()
+        ));
+    }
+    Ok(out)
+}
+
+fn parse_query(scheme: Scheme, query: &str) -> Result<BTreeMap<String, String>, String> {
+    let mut options = BTreeMap::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let Some((raw_key, raw_value)) = pair.split_once('=') else {
+            return Err(format!("option {pair:?} has no value (write name=value)"));
+        };
+        let key = percent_decode(raw_key)?;
+        let value = percent_decode(raw_value)?;
+        let Some(spec) = OPTIONS
+            .iter()
+            .find(|o| o.name == key && o.schemes.contains(&scheme))
+        else {
+            let known = scheme.options();
+            return Err(if known.is_empty() {
+                format!("{scheme}:// URLs take no options, got {key:?}")
+            } else {
+                format!(
+                    "unknown option {key:?} for {scheme}:// URLs; known: {}",
+                    known.join(", ")
+                )
+            });
+        };
+        match spec.kind {
+            Kind::Duration => {
+                let d =
+                    parse_duration(&value).map_err(|e| format!("option {key}: {}", e.message()))?;
+                if d.is_zero() {
+                    return Err(format!("option {key} must be above zero"));
+                }
+            }
+            Kind::Count => {
+                value
+                    .parse::<u32>()
+                    .map_err(|_| format!("option {key}={value:?} is not a non-negative integer"))?;
+            }
+            Kind::CountOrNone => {
+                if value != "none" && value.parse::<u32>().is_err() {
+                    return Err(format!(
+                        "option {key}={value:?} is neither a non-negative integer nor `none`"
+                    ));
+                }
+            }
+            Kind::Text => {}
+        }
+        if options.insert(key.clone(), value).is_some() {
+            return Err(format!("option {key} is given twice"));
+        }
+    }
+    Ok(options)
+}
+
+/// Decodes `%XX` escapes; the result must be UTF-8.
+fn percent_decode(text: &str) -> Result<String, String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = text
+                .get(i + 1..i + 3)
+                .filter(|h| h.chars().all(|c| c.is_ascii_hexdigit()))
+                .ok_or_else(|| format!("bad percent escape in {text:?}"))?;
+            out.push(
+                u8::from_str_radix(hex, 16)
+                    .map_err(|_| format!("bad percent escape in {text:?}"))?,
+            );
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| format!("{text:?} decodes to invalid UTF-8"))
+}
+
+/// Encodes everything but the unreserved characters (for userinfo).
+fn encode_component(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Encodes everything but unreserved characters and `/` `:` (for query values).
+fn percent_encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~' | b'/' | b':') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------
+// Backend configurations built from a URL.
+// ---------------------------------------------------------------------------
+
+impl LockUrl {
+    /// The `redis://` URL handed to the `redis` crate for `endpoint`:
+    /// user and password (percent-encoded again), the database from the path.
+    #[cfg(any(feature = "redis", feature = "redlock"))]
+    fn redis_node_url(&self, endpoint: &Endpoint) -> String {
+        let userinfo = match (&self.user, &self.password) {
+            (None, None) => String::new(),
+            (user, password) => format!(
+                "{}{}@",
+                encode_component(user.as_deref().unwrap_or("")),
+                password
+                    .as_deref()
+                    .map(|p| format!(":{}", encode_component(p)))
+                    .unwrap_or_default()
+            ),
+        };
+        let db = self.redis_db().unwrap_or(0);
+        format!("redis://{userinfo}{endpoint}/{db}")
+    }
+
+    #[cfg_attr(
+        not(any(
+            feature = "redis",
+            feature = "redlock",
+            feature = "etcd",
+            feature = "zk"
+        )),
+        allow(dead_code)
+    )]
+    fn expect(&self, scheme: Scheme) -> Result<(), LockError> {
+        if self.scheme == scheme {
+            Ok(())
+        } else {
+            Err(LockError::invalid(format!(
+                "{} is a {}:// URL, not a {scheme}:// one",
+                self.redacted(),
+                self.scheme
+            )))
+        }
+    }
+
+    /// The [`lock_redis::RedisLockConfig`] of a `redis://` URL: options
+    /// `connect_timeout`, `request_timeout`, `max_recheck`, `prefix`.
+    #[cfg(feature = "redis")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+    pub fn redis_config(&self) -> Result<lock_redis::RedisLockConfig, LockError> {
+        self.expect(Scheme::Redis)?;
+        let mut config = lock_redis::RedisLockConfig::new(self.redis_node_url(&self.endpoints[0]));
+        if let Some(d) = self.duration("connect_timeout") {
+            config = config.connect_timeout(d);
+        }
+        if let Some(d) = self.duration("request_timeout") {
+            config = config.request_timeout(d);
+        }
+        if let Some(d) = self.duration("max_recheck") {
+            config = config.max_recheck(d);
+        }
+        if let Some(prefix) = self.option("prefix") {
+            config = config.key_prefix(prefix);
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// The [`lock_redlock::RedlockConfig`] of a `redlock://` URL: options
+    /// `connect_timeout`, `node_timeout`, `retry_count`, `retry_delay`,
+    /// `retry_jitter`, `max_extensions`, `prefix`.
+    #[cfg(feature = "redlock")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redlock")))]
+    pub fn redlock_config(&self) -> Result<lock_redlock::RedlockConfig, LockError> {
+        self.expect(Scheme::Redlock)?;
+        let nodes: Vec<String> = self
+            .endpoints
+            .iter()
+            .map(|e| self.redis_node_url(e))
+            .collect();
+        let mut config = lock_redlock::RedlockConfig::new(nodes);
+        if let Some(d) = self.duration("connect_timeout") {
+            config = config.with_connect_timeout(d);
+        }
+        if let Some(d) = self.duration("node_timeout") {
+            config = config.with_node_timeout(d);
+        }
+        if let Some(n) = self.option("retry_count").and_then(|v| v.parse().ok()) {
+            config = config.with_retry_count(n);
+        }
+        let delay = self.duration("retry_delay").unwrap_or(config.retry_delay);
+        let jitter = self.duration("retry_jitter").unwrap_or(config.retry_jitter);
+        config = config.with_retry_delay(delay, jitter);
+        if let Some(max) = self.option("max_extensions") {
+            config = config.with_max_extensions(max.parse().ok());
+        }
+        if let Some(prefix) = self.option("prefix") {
+            config = config.with_key_prefix(prefix);
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// The [`lock_etcd::EtcdConfig`] of an `etcd://` URL: the path (or
+    /// `?prefix=`) is the key prefix; options `connect_timeout`,
+    /// `request_timeout`, `lease_ttl`, `prefix`.
+    #[cfg(feature = "etcd")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "etcd")))]
+    pub fn etcd_config(&self) -> Result<lock_etcd::EtcdConfig, LockError> {
+        self.expect(Scheme::Etcd)?;
+        let mut config = lock_etcd::EtcdConfig::new(self.endpoints.iter().map(Endpoint::to_string))
+            .with_key_prefix(self.etcd_prefix());
+        if let Some(d) = self.duration("connect_timeout") {
+            config = config.with_connect_timeout(d);
+        }
+        if let Some(d) = self.duration("request_timeout") {
+            config = config.with_request_timeout(d);
+        }
+        if let Some(d) = self.duration("lease_ttl") {
+            config = config.with_lease_ttl(d);
+        }
+        if let (Some(user), Some(password)) = (&self.user, &self.password) {
+            config = config.with_user(user.clone(), password.clone());
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// The [`lock_zk::ZkConfig`] of a `zk://` URL: the path is the base path
+    /// of the locks (default `/distlock`), `user:password@` is sent as
+    /// `digest` credentials; options `connect_timeout`, `request_timeout`,
+    /// `session_timeout`, `chroot`.
+    #[cfg(feature = "zk")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "zk")))]
+    pub fn zk_config(&self) -> Result<lock_zk::ZkConfig, LockError> {
+        self.expect(Scheme::Zk)?;
+        let hosts = self
+            .endpoints
+            .iter()
+            .map(Endpoint::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        let connect = format!("{hosts}{}", self.option("chroot").unwrap_or(""));
+        let mut config = lock_zk::ZkConfig::new(connect);
+        if !self.path.is_empty() {
+            config = config.base_path(self.path.clone());
+        }
+        if let Some(d) = self.duration("connect_timeout") {
+            config = config.connect_timeout(d);
+        }
+        if let Some(d) = self.duration("request_timeout") {
+            config = config.request_timeout(d);
+        }
+        if let Some(d) = self.duration("session_timeout") {
+            config = config.session_timeout(d);
+        }
+        if let (Some(user), Some(password)) = (&self.user, &self.password) {
+            config = config.auth("digest", format!("{user}:{password}"));
+        }
+        Ok(config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lock_core::LockErrorKind;
+
+    fn ok(url: &str) -> LockUrl {
+        LockUrl::parse(url).unwrap_or_else(|e| panic!("{url:?}: {e}"))
+    }
+
+    fn bad(url: &str) -> String {
+        let err = LockUrl::parse(url).expect_err(url);
+        assert_eq!(err.kind(), LockErrorKind::InvalidArgument, "{url:?}");
+        err.to_string()
+    }
+
+    fn ep(host: &str, port: u16) -> Endpoint {
+        Endpoint {
+            host: host.into(),
+            port,
+        }
+    }
+
+    #[test]
+    fn memory() {
+        for u in ["memory://", "memory:", "MEMORY://", "memory:///", "mem://"] {
+            let url = ok(u);
+            assert_eq!(url.scheme(), Scheme::Memory);
+            assert!(url.endpoints().is_empty());
+            assert_eq!(url.to_string(), "memory://");
+        }
+        assert!(bad("memory://host").contains("no host"));
+        assert!(bad("memory:///x").contains("no host"));
+        assert!(bad("memory://?ttl=1s").contains("take no options"));
+        assert!(bad("memory://u:p@").contains("no user"));
+    }
+
+    #[test]
+    fn redis() {
+        let url =
+            ok("redis://127.0.0.1:6380/2?connect_timeout=250ms&request_timeout=1s&prefix=locks%3A");
+        assert_eq!(url.scheme(), Scheme::Redis);
+        assert_eq!(url.endpoints(), &[ep("127.0.0.1", 6380)]);
+        assert_eq!(url.redis_db(), Some(2));
+        assert_eq!(url.option("prefix"), Some("locks:"));
+        assert_eq!(ok("redis://cache").endpoints(), &[ep("cache", 6379)]);
+        assert_eq!(ok("redis://[::1]:7000/").endpoints(), &[ep("::1", 7000)]);
+        assert_eq!(ok("redis://[::1]").endpoints(), &[ep("::1", 6379)]);
+        let with_pw = ok("redis://alice:s%40cret@h:1/0");
+        assert_eq!(with_pw.user(), Some("alice"));
+        assert!(with_pw.has_password());
+        assert_eq!(with_pw.to_string(), "redis://alice:***@h:1/0");
+        assert!(!format!("{with_pw:?}").contains("cret"));
+        assert_eq!(ok("redis://:pw@h").to_string(), "redis://:***@h:6379");
+    }
+
+    #[cfg(feature = "redis")]
+    #[test]
+    fn redis_config() {
+        let cfg = ok("redis://:p%40ss@h:6380/3?connect_timeout=250ms&request_timeout=2s&max_recheck=5s&prefix=l:")
+            .redis_config()
+            .unwrap();
+        assert_eq!(cfg.url, "redis://:p%40ss@h:6380/3");
+        assert_eq!(cfg.connect_timeout, Duration::from_millis(250));
+        assert_eq!(cfg.request_timeout, Duration::from_secs(2));
+        assert_eq!(cfg.max_recheck, Duration::from_secs(5));
+        assert_eq!(cfg.key_prefix, "l:");
+        let default = ok("redis://localhost").redis_config().unwrap();
+        assert_eq!(default.url, "redis://localhost:6379/0");
+        assert_eq!(default.connect_timeout, lock_redis::DEFAULT_CONNECT_TIMEOUT);
+        assert!(ok("memory://").redis_config().is_err());
+    }
+
+    #[test]
+    fn redlock() {
+        let url =
+            ok("redlock://a:7001,b:7002,c/1?node_timeout=30ms&retry_count=5&max_extensions=none");
+        assert_eq!(
+            url.endpoints(),
+            &[ep("a", 7001), ep("b", 7002), ep("c", 6379)]
+        );
+        assert_eq!(url.redis_db(), Some(1));
+        assert!(bad("redlock://a:1,a:1").contains("listed twice"));
+        assert!(bad("redlock://a:1,,b:2").contains("empty host"));
+        assert!(bad("redlock://a:1?retry_count=-1").contains("non-negative integer"));
+        assert!(bad("redlock://a:1?max_extensions=lots").contains("none"));
+        assert!(bad("redlock://a:1?request_timeout=1s").contains("unknown option"));
+    }
+
+    #[cfg(feature = "redlock")]
+    #[test]
+    fn redlock_config() {
+        let cfg = ok("redlock://u:p@a:7001,b:7002,c/1?node_timeout=30ms&connect_timeout=2s&retry_count=5&retry_delay=10ms&retry_jitter=20ms&max_extensions=7&prefix=x")
+            .redlock_config()
+            .unwrap();
+        assert_eq!(
+            cfg.nodes,
+            [
+                "redis://u:p@a:7001/1",
+                "redis://u:p@b:7002/1",
+                "redis://u:p@c:6379/1"
+            ]
+        );
+        assert_eq!(cfg.node_timeout, Duration::from_millis(30));
+        assert_eq!(cfg.connect_timeout, Duration::from_secs(2));
+        assert_eq!(cfg.retry_count, 5);
+        assert_eq!(cfg.retry_delay, Duration::from_millis(10));
+        assert_eq!(cfg.retry_jitter, Duration::from_millis(20));
+        assert_eq!(cfg.max_extensions, Some(7));
+        assert_eq!(cfg.key_prefix, "x");
+        assert_eq!(cfg.quorum(), 2);
+        let none = ok("redlock://a,b,c?max_extensions=none")
+            .redlock_config()
+            .unwrap();
+        assert_eq!(none.max_extensions, None);
+        assert_eq!(none.node_timeout, Duration::from_millis(50));
+    }
+
+    #[test]
+    fn etcd() {
+        let url = ok("etcd://e1:2379,e2,[::1]:22379/jobs/nightly?lease_ttl=5s&request_timeout=2s");
+        assert_eq!(
+            url.endpoints(),
+            &[ep("e1", 2379), ep("e2", 2379), ep("::1", 22379)]
+        );
+        assert_eq!(url.etcd_prefix(), "jobs/nightly/");
+        assert_eq!(ok("etcd://e1/jobs/").etcd_prefix(), "jobs/");
+        assert_eq!(ok("etcd://e1").etcd_prefix(), "");
+        assert_eq!(ok("etcd://e1/").etcd_prefix(), "");
+        assert_eq!(ok("etcd://e1?prefix=raw-").etcd_prefix(), "raw-");
+        assert_eq!(ok("etcd://root:pw@e1").user(), Some("root"));
+        assert!(bad("etcd://e1/a?prefix=b").contains("not both"));
+        assert!(bad("etcd://e1/a//b").contains("empty segment"));
+        assert!(bad("etcd://root@e1").contains("user:password"));
+        assert!(bad("etcd://e1?session_timeout=1s").contains("unknown option"));
+    }
+
+    #[cfg(feature = "etcd")]
+    #[test]
+    fn etcd_config() {
+        let cfg = ok(
+            "etcd://root:pw@e1,e2:1234/locks?lease_ttl=3s&connect_timeout=1s&request_timeout=2s",
+        )
+        .etcd_config()
+        .unwrap();
+        assert_eq!(cfg.endpoints, ["e1:2379", "e2:1234"]);
+        assert_eq!(cfg.key_prefix, "locks/");
+        assert_eq!(cfg.lease_ttl, Duration::from_secs(3));
+        assert_eq!(cfg.connect_timeout, Duration::from_secs(1));
+        assert_eq!(cfg.request_timeout, Duration::from_secs(2));
+        assert_eq!(cfg.user.as_deref(), Some("root"));
+        assert_eq!(cfg.password.as_deref(), Some("pw"));
+    }
+
+    #[test]
+    fn zk() {
+        let url = ok("zk://z1:2181,z2:2182,z3/locks/app?session_timeout=6s&chroot=/apps/x");
+        assert_eq!(url.scheme(), Scheme::Zk);
+        assert_eq!(
+            url.endpoints(),
+            &[ep("z1", 2181), ep("z2", 2182), ep("z3", 2181)]
+        );
+        assert_eq!(url.path(), "/locks/app");
+        assert_eq!(ok("zookeeper://z1").scheme(), Scheme::Zk);
+        assert!(bad("zk://z1/locks/").contains("ends with '/'"));
+        assert!(bad("zk://z1/a/../b").contains("'..'"));
+        assert!(bad("zk://z1?chroot=apps").contains("must start with '/'"));
+        assert!(bad("zk://z1?lease_ttl=1s").contains("unknown option"));
+        assert!(bad("zk://z1?session_timeout=0s").contains("above zero"));
+    }
+
+    #[cfg(feature = "zk")]
+    #[test]
+    fn zk_config() {
+        let cfg = ok("zk://u:p@z1,z2:2182/locks?session_timeout=6s&chroot=/apps/x&connect_timeout=1s&request_timeout=2s")
+            .zk_config()
+            .unwrap();
+        assert_eq!(cfg.connect, "z1:2181,z2:2182/apps/x");
+        assert_eq!(cfg.base_path, "/locks");
+        assert_eq!(cfg.session_timeout, Duration::from_secs(6));
+        assert_eq!(cfg.connect_timeout, Duration::from_secs(1));
+        assert_eq!(cfg.request_timeout, Duration::from_secs(2));
+        assert_eq!(cfg.auth, vec![("digest".to_string(), b"u:p".to_vec())]);
+        assert_eq!(
+            ok("zk://z1").zk_config().unwrap().base_path,
+            lock_zk::DEFAULT_BASE_PATH
+        );
+    }
+
+    #[test]
+    fn bad_urls_say_why() {
+        assert!(bad("").contains("empty"));
+        assert!(bad("   ").contains("empty"));
+        assert!(bad("localhost:6379").contains("e.g. redis://localhost:6379"));
+        assert!(bad("127.0.0.1").contains("no scheme"));
+        assert!(bad("mysql://h").contains("unknown URL scheme"));
+        assert!(bad("rediss://h").contains("TLS"));
+        assert!(bad("redis://").contains("at least one host"));
+        assert!(bad("redis:///0").contains("at least one host"));
+        assert!(bad("redis://h:notaport").contains("invalid port"));
+        assert!(bad("redis://h:").contains("invalid port"));
+        assert!(bad("redis://h:0").contains("port 0"));
+        assert!(bad("redis://h:65536").contains("invalid port"));
+        assert!(bad("redis://h:+80").contains("invalid port"));
+        assert!(bad("redis://::1:6379").contains("brackets"));
+        assert!(bad("redis://[::1").contains("unclosed"));
+        assert!(bad("redis://[zz]").contains("IPv6"));
+        assert!(bad("redis://[::1]x").contains("after ']'"));
+        assert!(bad("redis://h$st").contains("contains"));
+        assert!(bad("redis://a,b").contains("redlock://"));
+        assert!(bad("redis://h/x").contains("database number"));
+        assert!(bad("redis://h/1/2").contains("database number"));
+        assert!(bad("redis://h?connect_timeout").contains("no value"));
+        assert!(bad("redis://h?connect_timeout=5").contains("unit"));
+        assert!(bad("redis://h?connect_timeout=1s&connect_timeout=2s").contains("twice"));
+        assert!(bad("redis://h?ttl=5s").contains("unknown option \"ttl\""));
+        assert!(bad("redis://h#frag").contains("fragment"));
+        assert!(bad("redis://h w").contains("percent-encode"));
+        assert!(bad("redis://h?prefix=%zz").contains("percent escape"));
+        assert!(bad("redis://h?prefix=%ff").contains("UTF-8"));
+    }
+
+    #[test]
+    fn errors_never_show_passwords() {
+        for u in [
+            "redis://u:hunter2@h:notaport",
+            "etcd://root:hunter2@e1/a?prefix=b",
+            "redlock://:hunter2@a,a",
+        ] {
+            let msg = bad(u);
+            assert!(!msg.contains("hunter2"), "{msg}");
+        }
+    }
+
+    #[test]
+    fn display_round_trips() {
+        for u in [
+            "memory://",
+            "redis://h:6379/2?connect_timeout=1s&prefix=a%20b",
+            "redlock://a:1,b:2,c:3?node_timeout=20ms",
+            "etcd://[::1]:2379/jobs/?lease_ttl=5s",
+            "zk://z1:2181,z2:2181/locks?session_timeout=6s",
+        ] {
+            let url = ok(u);
+            assert_eq!(ok(&url.to_string()), url, "{u}");
+        }
+    }
+
+    #[test]
+    fn option_tables_are_consistent() {
+        assert!(Scheme::Memory.options().is_empty());
+        for s in [Scheme::Redis, Scheme::Redlock, Scheme::Etcd, Scheme::Zk] {
+            assert!(s.options().contains(&"connect_timeout"), "{s}");
+            assert!(s.feature().is_some());
+            assert!(s.default_port().is_some());
+        }
+        assert!(Scheme::Memory.is_enabled());
+    }
+
+    proptest::proptest! {
+        /// Any input at all: an error or a URL, never a panic.
+        #[test]
+        fn never_panics_on_anything(text in "\\PC{0,60}") {
+            if let Err(err) = LockUrl::parse(&text) {
+                proptest::prop_assert_eq!(err.kind(), LockErrorKind::InvalidArgument);
+            }
+        }
+
+        /// URL-shaped input: parses or fails with InvalidArgument; what
+        /// parses prints back to the same URL.
+        #[test]
+        fn url_shaped_inputs_parse_or_fail_cleanly(
+            text in "(memory|redis|redlock|etcd|zk|rediss|x)(://|:)([a-z0-9:@%\\[\\],.]{0,20})(/[a-z0-9%/.]{0,8})?(\\?[a-z_=&%0-9]{0,24})?"
+        ) {
+            match LockUrl::parse(&text) {
+                Ok(url) => {
+                    if !url.has_password() {
+                        proptest::prop_assert_eq!(LockUrl::parse(&url.to_string()).ok(), Some(url));
+                    }
+                }
+                Err(err) => proptest::prop_assert_eq!(err.kind(), LockErrorKind::InvalidArgument),
+            }
+        }
+    }
+}
