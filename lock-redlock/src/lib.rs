@@ -1,1 +1,10 @@
-//! lock-redlock (being written)
+#![doc = include_str!("../docs.md")]
+#![deny(missing_docs)]
+
+mod backend;
+mod config;
+mod core;
+mod notify;
+
+pub use backend::{RedlockLock, FAULT_TOLERANCE};
+pub use config::RedlockConfig;

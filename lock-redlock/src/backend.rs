@@ -1,0 +1,798 @@
+//! [`RedlockLock`]: the Redlock algorithm behind the `lock-core` seam.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::future::{BoxFuture, FutureExt, Shared};
+use futures::stream::{FuturesUnordered, StreamExt};
+use lock_core::{
+    drift, validity, Capabilities, CleanupOnDrop, Fencing, Lease, LeaseHandle, LeaseRequest,
+    LockBackend, LockError, LockErrorKind, LockName, LockStatus, NodeFailure, NodeFailureReason,
+    Renewal, Result,
+};
+use lock_redis::scripts::{owner_token, Keys, Scripts};
+use rand::Rng;
+use redis::RedisResult;
+use tokio::time::Instant;
+
+use crate::config::RedlockConfig;
+use crate::core::{self, Node, SetReply};
+use crate::notify::{Notifier, Waiter};
+
+/// What [`RedlockLock`] guarantees, as [`lock_core::DistributedLock::capabilities`] reports it.
+pub const FAULT_TOLERANCE: &str =
+    "a minority of N nodes down or partitioned; unsafe under clock jumps and process pauses";
+
+/// A Redlock client over N independent Redis masters.
+///
+/// Cheap to clone (one shared set of connections). Use it through
+/// [`lock_core::DistributedLock`] (`try_acquire`, `acquire`, `inspect`);
+/// the guards it returns carry no fencing token. See the crate docs for the
+/// algorithm, its timing assumptions and when not to use it.
+#[derive(Clone)]
+pub struct RedlockLock {
+    inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    nodes: Vec<Node>,
+    quorum: usize,
+    config: RedlockConfig,
+    scripts: Scripts,
+    notifier: Arc<Notifier>,
+}
+
+impl fmt::Debug for RedlockLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedlockLock")
+            .field("nodes", &self.nodes())
+            .field("quorum", &self.inner.quorum)
+            .field("node_timeout", &self.inner.config.node_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedlockLock {
+    /// Validates `config`, connects to every node in parallel (each bounded
+    /// by [`RedlockConfig::connect_timeout`]) and succeeds if at least a
+    /// quorum answered. Nodes that are down are connected later, lazily, as
+    /// rounds need them.
+    ///
+    /// Errors: [`LockErrorKind::InvalidArgument`] for a bad configuration;
+    /// [`LockErrorKind::Unavailable`], naming each node that failed and why,
+    /// when fewer than a quorum could be reached.
+    pub async fn connect(config: RedlockConfig) -> Result<Self> {
+        let lock = Self::connect_lazy(config)?;
+        lock.check_quorum().await?;
+        Ok(lock)
+    }
+
+    /// Validates `config` and builds the client without any I/O: connections
+    /// are opened by the first round that needs them, and re-opened after a
+    /// failure. Acquiring fails with [`LockErrorKind::Unavailable`] while
+    /// fewer than a quorum of nodes can be reached: at once when they refuse
+    /// connections, after two [`RedlockConfig::node_timeout`]s when they do
+    /// not answer (one retry). Must be called within a Tokio runtime.
+    pub fn connect_lazy(config: RedlockConfig) -> Result<Self> {
+        config.validate()?;
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(LockError::invalid(
+                "redlock: RedlockLock must be created within a Tokio runtime",
+            ));
+        }
+        let nodes = config
+            .nodes
+            .iter()
+            .map(|url| Node::new(url, config.connect_timeout))
+            .collect::<Result<Vec<_>>>()?;
+        let op_timeout = config.connect_timeout.max(config.node_timeout);
+        let notifier = Arc::new(Notifier::new(
+            nodes
+                .iter()
+                .map(|n| (n.addr.clone(), n.client.clone()))
+                .collect(),
+            op_timeout,
+        ));
+        Ok(Self {
+            inner: Arc::new(Inner {
+                quorum: config.quorum(),
+                nodes,
+                config,
+                scripts: Scripts::default(),
+                notifier,
+            }),
+        })
+    }
+
+    /// The configuration in use.
+    pub fn config(&self) -> &RedlockConfig {
+        &self.inner.config
+    }
+
+    /// The nodes' addresses (`host:port`), in configuration order.
+    pub fn nodes(&self) -> Vec<&str> {
+        self.inner.nodes.iter().map(|n| n.addr.as_str()).collect()
+    }
+
+    /// How many nodes must agree: `N / 2 + 1`.
+    pub fn quorum(&self) -> usize {
+        self.inner.quorum
+    }
+
+    /// The Redis key of lock `name` on every node (the prefix plus the name).
+    pub fn key_of(&self, name: &LockName) -> String {
+        self.inner.keys(name).lock
+    }
+
+    /// Connects to every node (loading the shared scripts); `Ok` if a quorum answered.
+    async fn check_quorum(&self) -> Result<()> {
+        let inner = &self.inner;
+        let limit = inner.config.connect_timeout;
+        let mut pending = fan_out(inner, limit, |inner, i| async move {
+            inner.nodes[i].load_scripts(&inner.scripts).await
+        });
+        let mut failures = Vec::new();
+        let mut ok = 0;
+        while let Some((_, r)) = pending.next().await {
+            match r {
+                Ok(()) => ok += 1,
+                Err(f) => failures.push(f),
+            }
+        }
+        if ok >= inner.quorum {
+            for f in &failures {
+                tracing::warn!(node = %f.node, reason = %f.reason, detail = %f.detail, "redlock: node not reachable at start; it will be retried by later rounds");
+            }
+            Ok(())
+        } else {
+            Err(LockError::unavailable(format!(
+                "redlock: only {ok} of {} nodes could be reached within {limit:?}; a quorum of {} is needed",
+                inner.nodes.len(),
+                inner.quorum
+            ))
+            .with_nodes(failures))
+        }
+    }
+}
+
+/// Sends one request per node, all at once, each bounded by `limit`; yields
+/// `(node index, outcome)` as they come. The futures own what they use, so
+/// what is left of them can finish in the background.
+fn fan_out<T, F, Fut>(
+    inner: &Arc<Inner>,
+    limit: Duration,
+    op: F,
+) -> FuturesUnordered<
+    impl Future<Output = (usize, std::result::Result<T, NodeFailure>)> + Send + 'static,
+>
+where
+    F: Fn(Arc<Inner>, usize) -> Fut,
+    Fut: Future<Output = RedisResult<T>> + Send + 'static,
+    T: Send + 'static,
+{
+    (0..inner.nodes.len())
+        .map(|i| {
+            let request = op(inner.clone(), i);
+            let inner = inner.clone();
+            async move {
+                let outcome = match tokio::time::timeout(limit, request).await {
+                    Ok(Ok(v)) => Ok(v),
+                    Ok(Err(e)) => Err(core::failed(&inner.nodes[i], &e)),
+                    Err(_) => Err(core::timed_out(&inner.nodes[i], limit)),
+                };
+                (i, outcome)
+            }
+        })
+        .collect()
+}
+
+/// Lets the rest of a fan-out finish in the background (a release or
+/// extension already decided must still reach the slow nodes).
+fn finish_in_background<F>(mut rest: FuturesUnordered<F>)
+where
+    F: Future + Send + 'static,
+    F::Output: Send,
+{
+    if !rest.is_empty() {
+        tokio::spawn(async move { while rest.next().await.is_some() {} });
+    }
+}
+
+/// The next outcome of a fan-out, if one comes before `deadline`.
+async fn next_by<F: Future>(
+    pending: &mut FuturesUnordered<F>,
+    deadline: Instant,
+) -> Option<F::Output> {
+    tokio::time::timeout_at(deadline, pending.next())
+        .await
+        .ok()
+        .flatten()
+}
+
+/// The nodes not `heard` from, as timed out.
+fn silent(inner: &Inner, heard: &[bool]) -> Vec<NodeFailure> {
+    heard
+        .iter()
+        .enumerate()
+        .filter(|(_, h)| !**h)
+        .map(|(i, _)| core::timed_out(&inner.nodes[i], inner.config.node_timeout))
+        .collect()
+}
+
+/// What one round of `SET NX` on all nodes came to.
+enum Attempt {
+    /// A quorum said yes within the validity.
+    Acquired(Lease),
+    /// A quorum holds someone else's token.
+    Held { min_pttl: Option<Duration> },
+    /// Enough nodes answered, but the votes are split (racing clients).
+    Split,
+    /// Too few nodes answered for any quorum; `transient` if some of them
+    /// only timed out (slow, paused or overloaded, rather than refusing).
+    NoQuorum { err: LockError, transient: bool },
+    /// A quorum said yes, but only after the validity was used up.
+    TooSlow(LockError),
+}
+
+impl Inner {
+    fn keys(&self, name: &LockName) -> Keys {
+        Keys::new(&self.config.key_prefix, name.as_str())
+    }
+
+    /// How long a request that must reach its node (a release, an
+    /// extension) may keep trying in the background after the caller has
+    /// stopped waiting for it.
+    fn background_bound(&self) -> Duration {
+        self.config.connect_timeout.max(self.config.node_timeout)
+    }
+
+    fn retry_delay(&self) -> Duration {
+        let jitter = self.config.retry_jitter;
+        self.config.retry_delay + rand::rng().random_range(Duration::ZERO..=jitter)
+    }
+
+    /// One Redlock round: `SET key token NX PX ttl` on every node in
+    /// parallel. Held if a quorum said yes before the validity
+    /// (`start + ttl - drift`) ran out; otherwise every node that did not
+    /// answer "taken" gets a compare-and-delete, including those that timed
+    /// out (their `SET` may have landed; the delete follows it on the same
+    /// connection). Dropping the future mid-round releases in the background.
+    async fn attempt(self: &Arc<Self>, keys: &Keys, ttl: Duration) -> Attempt {
+        let token: Arc<str> = owner_token().into();
+        let key: Arc<str> = keys.lock.as_str().into();
+        let channel: Arc<str> = keys.released.as_str().into();
+        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
+        let limit = self.config.node_timeout;
+        let cleanup = CleanupOnDrop::new(release_everywhere(
+            self.clone(),
+            key.clone(),
+            channel.clone(),
+            token.clone(),
+        ));
+        let start = Instant::now();
+        let valid_until = validity(start, ttl);
+        let mut pending = {
+            let (key, token) = (key.clone(), token.clone());
+            fan_out(self, limit, move |inner, i| {
+                let (key, token) = (key.clone(), token.clone());
+                async move { inner.nodes[i].set_nx(&key, &token, ttl_ms).await }
+            })
+        };
+        let n = self.nodes.len();
+        let mut results: Vec<Option<std::result::Result<SetReply, NodeFailure>>> = vec![None; n];
+        let mut won = 0;
+        while let Some((i, r)) = pending.next().await {
+            if matches!(r, Ok(SetReply::Won)) {
+                won += 1;
+            }
+            results[i] = Some(r);
+            if won >= self.quorum {
+                if Instant::now() < valid_until {
+                    // The requests to the slower nodes finish in the
+                    // background (each within the node timeout): their yes
+                    // adds redundancy, so the lease survives more failures.
+                    // Renewals and the release wait for them first, so a
+                    // delete never overtakes its node's SET.
+                    let settled = (!pending.is_empty()).then(|| {
+                        tokio::spawn(async move { while pending.next().await.is_some() {} })
+                            .map(|_| ())
+                            .boxed()
+                            .shared()
+                    });
+                    cleanup.disarm();
+                    let handle = RedlockLease {
+                        inner: self.clone(),
+                        key,
+                        channel,
+                        token,
+                        extensions: AtomicU32::new(0),
+                        settled,
+                    };
+                    return Attempt::Acquired(Lease::new(Box::new(handle), valid_until));
+                }
+                break;
+            }
+        }
+        drop(pending);
+        let elapsed = start.elapsed();
+
+        let mut taken = 0;
+        let mut min_pttl: Option<Duration> = None;
+        let mut failures = Vec::new();
+        let (mut ours, mut unknown) = (Vec::new(), Vec::new());
+        for (i, r) in results.into_iter().enumerate() {
+            match r {
+                Some(Ok(SetReply::Won)) => ours.push(i),
+                Some(Ok(SetReply::Taken { pttl })) => {
+                    taken += 1;
+                    if let Some(p) = pttl {
+                        min_pttl = Some(min_pttl.map_or(p, |m| m.min(p)));
+                    }
+                    failures.push(NodeFailure {
+                        node: self.nodes[i].addr.clone(),
+                        reason: NodeFailureReason::Taken,
+                        detail: pttl.map_or_else(
+                            || "held, no expiry".into(),
+                            |p| format!("held for {p:?} more"),
+                        ),
+                    });
+                }
+                Some(Err(f)) => {
+                    unknown.push(i);
+                    failures.push(f);
+                }
+                None => {
+                    unknown.push(i);
+                    failures.push(NodeFailure {
+                        node: self.nodes[i].addr.clone(),
+                        reason: NodeFailureReason::TimedOut,
+                        detail: "no answer yet when the round was decided".into(),
+                    });
+                }
+            }
+        }
+        // Where the SET may have landed but we do not know, the delete goes
+        // in the background (it follows the SET on that node's connection);
+        // where we know we won, it is done before returning.
+        if !unknown.is_empty() {
+            let (inner, key, channel, token) =
+                (self.clone(), key.clone(), channel.clone(), token.clone());
+            tokio::spawn(async move {
+                let wait = inner.background_bound();
+                inner
+                    .release_on(&unknown, &key, &channel, &token, wait)
+                    .await
+            });
+        }
+        self.release_on(&ours, &key, &channel, &token, limit).await;
+        cleanup.disarm();
+
+        let answered = won + taken;
+        if won >= self.quorum {
+            Attempt::TooSlow(
+                LockError::unavailable(format!(
+                    "redlock: a quorum for {key} answered only after {elapsed:?}, past the validity of a {ttl:?} lease \
+                     (drift allowance {:?}); the keys were released",
+                    drift(ttl)
+                ))
+                .with_nodes(failures),
+            )
+        } else if taken >= self.quorum {
+            Attempt::Held { min_pttl }
+        } else if answered < self.quorum {
+            let transient = failures
+                .iter()
+                .any(|f| f.reason == NodeFailureReason::TimedOut);
+            Attempt::NoQuorum {
+                err: LockError::unavailable(format!(
+                    "redlock: only {answered} of {n} nodes answered for {key}; a quorum of {} is needed",
+                    self.quorum
+                ))
+                .with_nodes(failures),
+                transient,
+            }
+        } else {
+            Attempt::Split
+        }
+    }
+
+    /// Compare-and-delete of `token` on the nodes `which`, in parallel;
+    /// waits up to `wait`, then lets the slower ones go on in the background
+    /// (each bounded by [`Inner::background_bound`]). Outcomes are only
+    /// logged: a key that could not be deleted expires with its TTL.
+    async fn release_on(
+        self: &Arc<Self>,
+        which: &[usize],
+        key: &Arc<str>,
+        channel: &Arc<str>,
+        token: &Arc<str>,
+        wait: Duration,
+    ) {
+        let decide_by = Instant::now() + wait;
+        let limit = self.background_bound();
+        let mut pending: FuturesUnordered<_> = which
+            .iter()
+            .map(|&i| {
+                let (inner, key, channel, token) = (self.clone(), key.clone(), channel.clone(), token.clone());
+                async move {
+                    let node = &inner.nodes[i];
+                    match tokio::time::timeout(limit, node.release(&inner.scripts, &key, &channel, &token)).await {
+                        Ok(Ok(_)) => {}
+                        Ok(Err(e)) => {
+                            tracing::debug!(node = %node.addr, error = %e, "redlock: clean-up release failed; the key expires with its TTL")
+                        }
+                        Err(_) => {
+                            tracing::debug!(node = %node.addr, "redlock: clean-up release timed out; it runs when the node answers, else the key expires")
+                        }
+                    }
+                }
+            })
+            .collect();
+        while next_by(&mut pending, decide_by).await.is_some() {}
+        finish_in_background(pending);
+    }
+
+    /// The waiting acquire: rounds until the lock is ours or `deadline`,
+    /// woken by release notifications, re-checking at the holder's remaining
+    /// TTL, retrying split votes after a random delay.
+    async fn lock(
+        self: &Arc<Self>,
+        req: &LeaseRequest,
+        deadline: Instant,
+    ) -> Result<Option<Lease>> {
+        let keys = self.keys(&req.name);
+        let mut contended = false;
+        let mut slow_rounds = 0u32;
+        let mut silent_rounds = 0u32;
+        let mut rounds = 0u32;
+        let mut waiter: Option<Waiter> = None;
+        loop {
+            let outcome = self.attempt(&keys, req.ttl).await;
+            rounds = rounds.saturating_add(1);
+            // Only a held lock waits for a release notification; after a
+            // split vote the racers' own clean-up releases would wake them
+            // all at once, and the random delay is what separates them.
+            let mut listen = false;
+            let delay = match outcome {
+                Attempt::Acquired(lease) => return Ok(Some(lease.with_contended(contended))),
+                Attempt::NoQuorum { err, transient } => {
+                    // A majority that timed out once may be a hiccup: one
+                    // more round; nodes that refuse are down: fail at once.
+                    silent_rounds += 1;
+                    if !transient || silent_rounds > 1 || Instant::now() >= deadline {
+                        return Err(err);
+                    }
+                    self.retry_delay()
+                }
+                Attempt::TooSlow(err) => {
+                    slow_rounds += 1;
+                    if slow_rounds > self.config.retry_count || Instant::now() >= deadline {
+                        return Err(err);
+                    }
+                    self.retry_delay()
+                }
+                Attempt::Split => {
+                    contended = true;
+                    self.retry_delay()
+                }
+                Attempt::Held { min_pttl } => {
+                    contended = true;
+                    if Instant::now() >= deadline {
+                        return Ok(None);
+                    }
+                    let Some(w) = waiter.as_ref() else {
+                        // Subscribe, then try once more at once: a release
+                        // between the first round and the subscription would
+                        // otherwise go unnoticed until the re-check.
+                        let w = self.notifier.register(&keys.released);
+                        w.ready(self.config.node_timeout).await;
+                        waiter = Some(w);
+                        continue;
+                    };
+                    let jitter = rand::rng().random_range(
+                        Duration::from_millis(1)..=self.retry_delay().max(Duration::from_millis(1)),
+                    );
+                    let until_free = min_pttl.unwrap_or(req.ttl) + jitter;
+                    listen = true;
+                    if w.is_live() {
+                        until_free
+                    } else {
+                        // No node confirmed our subscription: poll with backoff.
+                        req.retry.delay(rounds).min(until_free)
+                    }
+                }
+            };
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(None);
+            }
+            let wake = (now + delay).min(deadline);
+            match waiter.as_ref() {
+                Some(w) if listen => {
+                    tokio::select! {
+                        _ = w.notified() => {}
+                        _ = tokio::time::sleep_until(wake) => {}
+                    }
+                }
+                _ => tokio::time::sleep_until(wake).await,
+            }
+        }
+    }
+}
+
+/// Compare-and-delete of `token` on every node; the background clean-up of
+/// a round whose future was dropped.
+async fn release_everywhere(inner: Arc<Inner>, key: Arc<str>, channel: Arc<str>, token: Arc<str>) {
+    let all: Vec<usize> = (0..inner.nodes.len()).collect();
+    let wait = inner.background_bound();
+    inner.release_on(&all, &key, &channel, &token, wait).await;
+}
+
+#[async_trait]
+impl LockBackend for RedlockLock {
+    fn backend_capabilities(&self) -> Capabilities {
+        Capabilities::new("redlock")
+            .with_fencing(Fencing::None)
+            .with_fifo(false)
+            .with_loss_events(false)
+            .with_notified_wait(true)
+            .with_remote(true)
+            .with_fault_tolerance(FAULT_TOLERANCE)
+    }
+
+    async fn try_lock(&self, req: &LeaseRequest) -> Result<Option<Lease>> {
+        let inner = &self.inner;
+        let keys = inner.keys(&req.name);
+        let mut retries = 0;
+        let mut silent_rounds = 0;
+        loop {
+            match inner.attempt(&keys, req.ttl).await {
+                Attempt::Acquired(lease) => return Ok(Some(lease.with_contended(retries > 0))),
+                Attempt::Held { .. } => return Ok(None),
+                Attempt::NoQuorum { err, transient } => {
+                    // As in the waiting acquire: one more round after a
+                    // majority timed out, none after refusals.
+                    silent_rounds += 1;
+                    if !transient || silent_rounds > 1 || retries >= inner.config.retry_count {
+                        return Err(err);
+                    }
+                }
+                Attempt::Split if retries >= inner.config.retry_count => return Ok(None),
+                Attempt::TooSlow(err) if retries >= inner.config.retry_count => return Err(err),
+                Attempt::Split | Attempt::TooSlow(_) => {}
+            }
+            retries += 1;
+            tokio::time::sleep(inner.retry_delay()).await;
+        }
+    }
+
+    async fn lock(&self, req: &LeaseRequest, deadline: Instant) -> Result<Option<Lease>> {
+        self.inner.lock(req, deadline).await
+    }
+
+    async fn inspect(&self, name: &LockName) -> Result<LockStatus> {
+        let inner = &self.inner;
+        let key: Arc<str> = inner.keys(name).lock.into();
+        let mut pending = fan_out(inner, inner.config.node_timeout, {
+            let key = key.clone();
+            move |inner, i| {
+                let key = key.clone();
+                async move { inner.nodes[i].peek(&key).await }
+            }
+        });
+        let mut peeks = Vec::new();
+        let mut failures = Vec::new();
+        while let Some((_, r)) = pending.next().await {
+            match r {
+                Ok(p) => peeks.push(p),
+                Err(f) => failures.push(f),
+            }
+        }
+        if peeks.len() < inner.quorum {
+            return Err(LockError::unavailable(format!(
+                "redlock: only {} of {} nodes answered for {key}; a quorum of {} is needed",
+                peeks.len(),
+                inner.nodes.len(),
+                inner.quorum
+            ))
+            .with_nodes(failures));
+        }
+        // Held if one token is on a quorum of nodes.
+        let mut best: Option<(&str, usize, Option<Duration>)> = None;
+        for p in &peeks {
+            let Some(v) = p.value.as_deref() else {
+                continue;
+            };
+            if best.is_some_and(|(b, _, _)| b == v) {
+                continue;
+            }
+            let same: Vec<_> = peeks
+                .iter()
+                .filter(|q| q.value.as_deref() == Some(v))
+                .collect();
+            let min_pttl = same.iter().filter_map(|q| q.pttl).min();
+            if best.is_none_or(|(_, c, _)| same.len() > c) {
+                best = Some((v, same.len(), min_pttl));
+            }
+        }
+        Ok(match best {
+            Some((_, count, ttl)) if count >= inner.quorum => {
+                LockStatus::new(true).with_ttl_remaining(ttl)
+            }
+            _ => LockStatus::new(false),
+        })
+    }
+}
+
+/// One granted Redlock lease: the key and token on every node.
+struct RedlockLease {
+    inner: Arc<Inner>,
+    key: Arc<str>,
+    channel: Arc<str>,
+    token: Arc<str>,
+    extensions: AtomicU32,
+    /// The acquiring round's requests to its slower nodes, if any were
+    /// still on their way when the quorum was reached.
+    settled: Option<Shared<BoxFuture<'static, ()>>>,
+}
+
+impl RedlockLease {
+    /// Waits until the acquiring round's last requests are answered or timed out.
+    async fn settle(&self) {
+        if let Some(s) = &self.settled {
+            s.clone().await;
+        }
+    }
+}
+
+#[async_trait]
+impl LeaseHandle for RedlockLease {
+    /// Compare-and-`PEXPIRE` on every node in parallel: renewed if a quorum
+    /// confirmed within the new validity (`start + ttl - drift`); `Gone` if
+    /// so many nodes say "not ours" that no quorum can be; otherwise an
+    /// `Unavailable` error naming the nodes (the guard is suspended and
+    /// retried until its validity ends).
+    async fn renew(&self, ttl: Duration) -> Result<Renewal> {
+        let inner = &self.inner;
+        if let Some(max) = inner.config.max_extensions {
+            if self.extensions.load(Ordering::Relaxed) >= max {
+                return Err(LockError::new(
+                    LockErrorKind::Lost,
+                    format!(
+                        "redlock: {} reached its limit of {max} extensions; it stays valid until its current validity ends, then expires",
+                        self.key
+                    ),
+                ));
+            }
+        }
+        self.settle().await;
+        let n = inner.nodes.len();
+        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
+        let start = Instant::now();
+        let valid_until = validity(start, ttl);
+        // Decide within the node timeout; slower nodes still get the
+        // extension in the background (it keeps their key alive).
+        let decide_by = start + inner.config.node_timeout;
+        let mut pending = {
+            let (key, token) = (self.key.clone(), self.token.clone());
+            fan_out(inner, inner.background_bound(), move |inner, i| {
+                let (key, token) = (key.clone(), token.clone());
+                async move {
+                    inner.nodes[i]
+                        .extend(&inner.scripts, &key, &token, ttl_ms)
+                        .await
+                }
+            })
+        };
+        let (mut extended, mut not_ours) = (0, 0);
+        let mut failures = Vec::new();
+        let mut heard = vec![false; n];
+        while let Some((i, r)) = next_by(&mut pending, decide_by).await {
+            heard[i] = true;
+            match r {
+                Ok(true) => extended += 1,
+                Ok(false) => {
+                    not_ours += 1;
+                    failures.push(NodeFailure {
+                        node: inner.nodes[i].addr.clone(),
+                        reason: NodeFailureReason::Taken,
+                        detail: "key gone or held by another token".into(),
+                    });
+                }
+                Err(f) => failures.push(f),
+            }
+            if extended >= inner.quorum {
+                finish_in_background(pending);
+                if Instant::now() < valid_until {
+                    self.extensions.fetch_add(1, Ordering::Relaxed);
+                    return Ok(Renewal::Renewed { valid_until });
+                }
+                return Err(LockError::unavailable(format!(
+                    "redlock: extending {} took {:?}, past the validity of a {ttl:?} lease",
+                    self.key,
+                    start.elapsed()
+                ))
+                .with_nodes(failures));
+            }
+            if not_ours > n - inner.quorum {
+                finish_in_background(pending);
+                return Ok(Renewal::Gone);
+            }
+        }
+        finish_in_background(pending);
+        failures.extend(silent(inner, &heard));
+        Err(LockError::unavailable(format!(
+            "redlock: {} could be extended on only {extended} of {n} nodes; a quorum of {} is needed",
+            self.key, inner.quorum
+        ))
+        .with_nodes(failures))
+    }
+
+    /// Compare-and-delete on every node in parallel (the script publishes
+    /// the release to waiters). `true` once a quorum deleted our key, or
+    /// when a quorum answered and some of it deleted our key; `false` once
+    /// so many nodes say "not ours" that it cannot have been ours on a
+    /// quorum; an `Unavailable` error when fewer than a quorum answered.
+    /// The requests to slower nodes still complete in the background.
+    async fn release(&self) -> Result<bool> {
+        self.settle().await;
+        let inner = &self.inner;
+        let n = inner.nodes.len();
+        // Decide within the node timeout; slower nodes still get the delete
+        // in the background.
+        let decide_by = Instant::now() + inner.config.node_timeout;
+        let mut pending = {
+            let (key, channel, token) =
+                (self.key.clone(), self.channel.clone(), self.token.clone());
+            fan_out(inner, inner.background_bound(), move |inner, i| {
+                let (key, channel, token) = (key.clone(), channel.clone(), token.clone());
+                async move {
+                    inner.nodes[i]
+                        .release(&inner.scripts, &key, &channel, &token)
+                        .await
+                }
+            })
+        };
+        let (mut deleted, mut not_ours) = (0, 0);
+        let mut failures = Vec::new();
+        let mut heard = vec![false; n];
+        while let Some((i, r)) = next_by(&mut pending, decide_by).await {
+            heard[i] = true;
+            match r {
+                Ok(true) => deleted += 1,
+                Ok(false) => not_ours += 1,
+                Err(f) => failures.push(f),
+            }
+            if deleted >= inner.quorum {
+                finish_in_background(pending);
+                return Ok(true);
+            }
+            if not_ours > n - inner.quorum {
+                finish_in_background(pending);
+                return Ok(false);
+            }
+        }
+        finish_in_background(pending);
+        failures.extend(silent(inner, &heard));
+        if deleted > 0 && deleted + not_ours >= inner.quorum {
+            // A quorum answered and some deleted our key: it was ours (the
+            // core knows whether it was still valid); the silent nodes get
+            // the delete when they answer, else their key expires.
+            for f in &failures {
+                tracing::debug!(node = %f.node, reason = %f.reason, detail = %f.detail, "redlock: release not confirmed by this node");
+            }
+            return Ok(true);
+        }
+        Err(LockError::unavailable(format!(
+            "redlock: only {} of {n} nodes answered the release of {} ({deleted} deleted our key); \
+             the rest of the keys expire with their TTL",
+            deleted + not_ours,
+            self.key
+        ))
+        .with_nodes(failures))
+    }
+}

@@ -1,0 +1,208 @@
+//! The configuration of a Redlock client.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use lock_core::{LockError, Result};
+
+/// How a [`crate::RedlockLock`] reaches its nodes and times its rounds.
+///
+/// Build it with [`RedlockConfig::new`] and the `with_*` methods; every field
+/// documents its default.
+///
+/// ```
+/// use std::time::Duration;
+/// use lock_redlock::RedlockConfig;
+/// let cfg = RedlockConfig::new([
+///     "redis://10.0.0.1:6379/",
+///     "redis://10.0.0.2:6379/",
+///     "redis://10.0.0.3:6379/",
+/// ])
+/// .with_node_timeout(Duration::from_millis(30))
+/// .with_max_extensions(Some(100));
+/// assert_eq!(cfg.quorum(), 2);
+/// assert!(cfg.validate().is_ok());
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RedlockConfig {
+    /// The independent Redis masters (no replication between them, no
+    /// cluster), as `redis://host:port/[db]` URLs or bare `host:port`.
+    /// At least one; five is the usual choice (tolerates two failures).
+    /// Default: none (required). The order does not matter.
+    pub nodes: Vec<String>,
+    /// Prepended to every lock name to form the key. Default: `""`, so the
+    /// key is the lock name itself, as redis-py `Lock`, redsync,
+    /// node-redlock and `lock-redis` use it.
+    pub key_prefix: String,
+    /// How long one node may take to answer one request before it counts as
+    /// failed for that round. Must be far below the lock TTLs in use (the
+    /// Redlock spec suggests 5-50 ms for a 10 s TTL): a round never waits
+    /// longer than this for a node, so a node that is down or paused costs
+    /// at most this much. Default: 50 ms.
+    pub node_timeout: Duration,
+    /// The bound on opening a connection to a node, including the check
+    /// [`crate::RedlockLock::connect`] makes and the pub/sub connections used
+    /// for waiting. Default: 1 s.
+    pub connect_timeout: Duration,
+    /// How many more rounds a single attempt
+    /// ([`lock_core::DistributedLock::try_acquire`]) makes after a round that
+    /// failed without a clear answer: a split vote between racing clients,
+    /// or a quorum that came back after the validity was used up. A waiting
+    /// acquire retries split votes until its deadline, and slow rounds this
+    /// many times. (A round where too few nodes answered is retried once if
+    /// some of them only timed out, never if they refused: then the nodes
+    /// are down and the caller gets `Unavailable` at once.) Default: 3.
+    pub retry_count: u32,
+    /// The smallest delay before retrying a failed round. Default: 5 ms.
+    pub retry_delay: Duration,
+    /// A random extra delay, uniform in `0..=retry_jitter`, added to
+    /// `retry_delay` so that racing clients do not retry in lock-step (the
+    /// spec's remedy for split votes). Default: 45 ms.
+    pub retry_jitter: Duration,
+    /// The most times one lease may be extended (by keep-alive or
+    /// [`lock_core::LockGuard::extend`]); `None` = no limit. The Redlock
+    /// spec asks to bound re-acquisition so that a holder cannot keep a lock
+    /// forever. Past the cap, a renewal fails with a
+    /// [`lock_core::LockErrorKind::Lost`] error: the guard turns suspended,
+    /// the lock stays valid until its current validity ends, then the guard
+    /// is lost (`Expired`) and the keys are removed. Default: `None`.
+    pub max_extensions: Option<u32>,
+}
+
+impl RedlockConfig {
+    /// A configuration for `nodes` with every other field at its default.
+    pub fn new<I, S>(nodes: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self {
+            nodes: nodes.into_iter().map(Into::into).collect(),
+            key_prefix: String::new(),
+            node_timeout: Duration::from_millis(50),
+            connect_timeout: Duration::from_secs(1),
+            retry_count: 3,
+            retry_delay: Duration::from_millis(5),
+            retry_jitter: Duration::from_millis(45),
+            max_extensions: None,
+        }
+    }
+
+    /// Sets [`RedlockConfig::key_prefix`].
+    pub fn with_key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.key_prefix = prefix.into();
+        self
+    }
+
+    /// Sets [`RedlockConfig::node_timeout`].
+    pub fn with_node_timeout(mut self, timeout: Duration) -> Self {
+        self.node_timeout = timeout;
+        self
+    }
+
+    /// Sets [`RedlockConfig::connect_timeout`].
+    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Sets [`RedlockConfig::retry_count`].
+    pub fn with_retry_count(mut self, count: u32) -> Self {
+        self.retry_count = count;
+        self
+    }
+
+    /// Sets [`RedlockConfig::retry_delay`] and [`RedlockConfig::retry_jitter`].
+    pub fn with_retry_delay(mut self, delay: Duration, jitter: Duration) -> Self {
+        self.retry_delay = delay;
+        self.retry_jitter = jitter;
+        self
+    }
+
+    /// Sets [`RedlockConfig::max_extensions`].
+    pub fn with_max_extensions(mut self, max: Option<u32>) -> Self {
+        self.max_extensions = max;
+        self
+    }
+
+    /// The number of nodes that must agree: `N / 2 + 1`.
+    pub fn quorum(&self) -> usize {
+        self.nodes.len() / 2 + 1
+    }
+
+    /// Checks the configuration: at least one node, every node a valid Redis
+    /// address, no node twice, positive timeouts.
+    pub fn validate(&self) -> Result<()> {
+        if self.nodes.is_empty() {
+            return Err(LockError::invalid(
+                "redlock: at least one Redis node is required",
+            ));
+        }
+        let mut seen = HashSet::new();
+        for url in &self.nodes {
+            let info = crate::core::node_client(url)?;
+            let addr = info.get_connection_info().addr().to_string();
+            if !seen.insert(addr.clone()) {
+                return Err(LockError::invalid(format!(
+                    "redlock: node {addr} is listed twice; the nodes must be independent servers"
+                )));
+            }
+        }
+        if self.node_timeout.is_zero() {
+            return Err(LockError::invalid("redlock: node_timeout must be positive"));
+        }
+        if self.connect_timeout.is_zero() {
+            return Err(LockError::invalid(
+                "redlock: connect_timeout must be positive",
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lock_core::LockErrorKind;
+
+    #[test]
+    fn quorum_is_a_strict_majority() {
+        let q = |n: usize| {
+            RedlockConfig::new((0..n).map(|i| format!("127.0.0.1:{}", 7000 + i))).quorum()
+        };
+        assert_eq!(
+            [q(1), q(2), q(3), q(4), q(5), q(6), q(7)],
+            [1, 2, 2, 3, 3, 4, 4]
+        );
+    }
+
+    #[test]
+    fn rejects_bad_configurations() {
+        let bad = [
+            RedlockConfig::new(Vec::<String>::new()),
+            RedlockConfig::new(["127.0.0.1:7000", "redis://127.0.0.1:7000/"]),
+            RedlockConfig::new(["http://127.0.0.1:7000/"]),
+            RedlockConfig::new(["127.0.0.1:7000"]).with_node_timeout(Duration::ZERO),
+            RedlockConfig::new(["127.0.0.1:7000"]).with_connect_timeout(Duration::ZERO),
+        ];
+        for cfg in bad {
+            let err = cfg.validate().expect_err("accepted a bad configuration");
+            assert_eq!(err.kind(), LockErrorKind::InvalidArgument, "{err}");
+        }
+        assert!(RedlockConfig::new([
+            "127.0.0.1:7000",
+            "localhost:7001",
+            "redis://127.0.0.1:7002/2"
+        ])
+        .validate()
+        .is_ok());
+    }
+
+    #[test]
+    fn lazy_client_outside_a_runtime_is_an_error_not_a_panic() {
+        let err =
+            crate::RedlockLock::connect_lazy(RedlockConfig::new(["127.0.0.1:7000"])).unwrap_err();
+        assert_eq!(err.kind(), LockErrorKind::InvalidArgument, "{err}");
+    }
+}

@@ -1,0 +1,302 @@
+//! One node: its client, its multiplexed connection, the requests a round
+//! sends to it, and the ONE function that maps `redis` errors to distlock's.
+
+use std::future::Future;
+use std::time::Duration;
+
+use lock_core::{LockError, LockErrorKind, NodeFailure, NodeFailureReason, Result};
+use lock_redis::scripts::Scripts;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
+
+/// The one place where a `redis` error becomes a distlock error kind and a
+/// per-node failure reason.
+pub(crate) fn classify(err: &RedisError) -> (LockErrorKind, NodeFailureReason) {
+    if err.is_timeout() {
+        return (LockErrorKind::Unavailable, NodeFailureReason::TimedOut);
+    }
+    if err.is_connection_refusal() || err.is_connection_dropped() || err.is_io_error() {
+        return (LockErrorKind::Unavailable, NodeFailureReason::Unreachable);
+    }
+    let kind = match err.kind() {
+        ErrorKind::AuthenticationFailed | ErrorKind::Server(ServerErrorKind::NoPerm) => {
+            LockErrorKind::Unauthorized
+        }
+        ErrorKind::InvalidClientConfig => LockErrorKind::InvalidArgument,
+        ErrorKind::Server(
+            ServerErrorKind::BusyLoading
+            | ServerErrorKind::TryAgain
+            | ServerErrorKind::MasterDown
+            | ServerErrorKind::ClusterDown
+            | ServerErrorKind::ReadOnly,
+        ) => LockErrorKind::Unavailable,
+        ErrorKind::Parse
+        | ErrorKind::UnexpectedReturnType
+        | ErrorKind::Server(_)
+        | ErrorKind::Extension => LockErrorKind::Protocol,
+        _ => LockErrorKind::Internal,
+    };
+    (kind, NodeFailureReason::Error)
+}
+
+/// A whole-operation error from a `redis` error (configuration, single-node
+/// paths), through [`classify`].
+pub(crate) fn map_error(context: &str, err: RedisError) -> LockError {
+    let (kind, _) = classify(&err);
+    LockError::new(kind, format!("redlock: {context}: {err}")).with_source(err)
+}
+
+/// A node's failure to answer in time.
+pub(crate) fn timed_out(node: &Node, after: Duration) -> NodeFailure {
+    NodeFailure {
+        node: node.addr.clone(),
+        reason: NodeFailureReason::TimedOut,
+        detail: format!("no answer within {after:?}"),
+    }
+}
+
+/// A node's failure from a `redis` error, through [`classify`].
+pub(crate) fn failed(node: &Node, err: &RedisError) -> NodeFailure {
+    let (_, reason) = classify(err);
+    NodeFailure {
+        node: node.addr.clone(),
+        reason,
+        detail: err.to_string(),
+    }
+}
+
+/// A `redis::Client` for `url` (`redis://host:port/db` or bare `host:port`).
+pub(crate) fn node_client(url: &str) -> Result<redis::Client> {
+    let url = url.trim();
+    let full = if url.contains("://") {
+        url.to_string()
+    } else {
+        format!("redis://{url}/")
+    };
+    redis::Client::open(full.as_str())
+        .map_err(|e| map_error(&format!("invalid node address {url:?}"), e))
+}
+
+/// What `SET key token NX PX ttl` found on one node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SetReply {
+    /// The key now holds our token.
+    Won,
+    /// Someone else's token is there; its remaining TTL if it has one.
+    Taken { pttl: Option<Duration> },
+}
+
+/// What a read of the key found on one node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Peek {
+    /// The token stored there, if any.
+    pub value: Option<String>,
+    /// Its remaining TTL, if it has one.
+    pub pttl: Option<Duration>,
+}
+
+fn pttl(ms: i64) -> Option<Duration> {
+    u64::try_from(ms).ok().map(Duration::from_millis)
+}
+
+/// One independent Redis master.
+pub(crate) struct Node {
+    /// `host:port`, as errors name it.
+    pub addr: String,
+    /// For the pub/sub connection used while waiting.
+    pub client: redis::Client,
+    /// One multiplexed connection, reconnected lazily by the manager.
+    conn: ConnectionManager,
+}
+
+impl Node {
+    /// A node with a lazy connection (no I/O here). Must run inside a Tokio runtime.
+    pub fn new(url: &str, connect_timeout: Duration) -> Result<Self> {
+        let client = node_client(url)?;
+        let addr = client.get_connection_info().addr().to_string();
+        // No retries inside the manager: a node that refuses must fail this
+        // round at once (the round decides), and the next request reconnects.
+        // No response timeout either: every request is bounded by the
+        // per-node timeout of its round.
+        let cfg = ConnectionManagerConfig::new()
+            .set_number_of_retries(0)
+            .set_connection_timeout(Some(connect_timeout))
+            .set_response_timeout(None);
+        let conn = ConnectionManager::new_lazy_with_config(client.clone(), cfg)
+            .map_err(|e| map_error(&format!("node {addr}"), e))?;
+        Ok(Self { addr, client, conn })
+    }
+
+    /// Runs `op` on the connection; if the connection was refused or had
+    /// dropped (a stale connection, or the node came back), once more on a
+    /// fresh one. The caller bounds the whole with the per-node timeout.
+    async fn call<T, F, Fut>(&self, op: F) -> RedisResult<T>
+    where
+        F: Fn(ConnectionManager) -> Fut,
+        Fut: Future<Output = RedisResult<T>>,
+    {
+        match op(self.conn.clone()).await {
+            Err(e) if e.is_connection_refusal() || e.is_connection_dropped() => {
+                op(self.conn.clone()).await
+            }
+            other => other,
+        }
+    }
+
+    /// `SET key token NX PX ttl`, with `GET` and `PTTL` in the same pipeline
+    /// (one round trip): `GET` recognises our own token when a retried `SET`
+    /// finds the key its first try had set; `PTTL` tells waiters when to
+    /// re-check.
+    pub async fn set_nx(&self, key: &str, token: &str, ttl_ms: u64) -> RedisResult<SetReply> {
+        let mut pipe = redis::pipe();
+        pipe.cmd("SET")
+            .arg(key)
+            .arg(token)
+            .arg("NX")
+            .arg("PX")
+            .arg(ttl_ms)
+            .cmd("GET")
+            .arg(key)
+            .cmd("PTTL")
+            .arg(key);
+        let (set, value, ms): (Value, Option<String>, i64) = self
+            .call(|mut c| {
+                let pipe = &pipe;
+                async move { pipe.query_async(&mut c).await }
+            })
+            .await?;
+        if !matches!(set, Value::Nil) || value.as_deref() == Some(token) {
+            Ok(SetReply::Won)
+        } else {
+            Ok(SetReply::Taken { pttl: pttl(ms) })
+        }
+    }
+
+    /// Compare-and-`PEXPIRE` (the shared `EXTEND` script): true if the key
+    /// held our token and now has `ttl_ms` left.
+    pub async fn extend(
+        &self,
+        scripts: &Scripts,
+        key: &str,
+        token: &str,
+        ttl_ms: u64,
+    ) -> RedisResult<bool> {
+        let n: i64 = self
+            .call(|mut c| async move {
+                scripts
+                    .extend
+                    .key(key)
+                    .arg(token)
+                    .arg(ttl_ms)
+                    .invoke_async(&mut c)
+                    .await
+            })
+            .await?;
+        Ok(n == 1)
+    }
+
+    /// Compare-and-delete (the shared `RELEASE` script, which also publishes
+    /// on the release channel): true if the key held our token.
+    pub async fn release(
+        &self,
+        scripts: &Scripts,
+        key: &str,
+        channel: &str,
+        token: &str,
+    ) -> RedisResult<bool> {
+        let n: i64 = self
+            .call(|mut c| async move {
+                scripts
+                    .release
+                    .key(key)
+                    .key(channel)
+                    .arg(token)
+                    .invoke_async(&mut c)
+                    .await
+            })
+            .await?;
+        Ok(n == 1)
+    }
+
+    /// `GET` and `PTTL` of the key.
+    pub async fn peek(&self, key: &str) -> RedisResult<Peek> {
+        let mut pipe = redis::pipe();
+        pipe.cmd("GET").arg(key).cmd("PTTL").arg(key);
+        let (value, ms): (Option<String>, i64) = self
+            .call(|mut c| {
+                let pipe = &pipe;
+                async move { pipe.query_async(&mut c).await }
+            })
+            .await?;
+        Ok(Peek {
+            value,
+            pttl: pttl(ms),
+        })
+    }
+
+    /// Loads the scripts (so the first release or extension needs no
+    /// `NOSCRIPT` round trip) — also the reachability check of `connect`.
+    pub async fn load_scripts(&self, scripts: &Scripts) -> RedisResult<()> {
+        let mut pipe = redis::pipe();
+        pipe.cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(lock_redis::scripts::RELEASE)
+            .cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(lock_redis::scripts::EXTEND);
+        let (a, b): (String, String) = self
+            .call(|mut c| {
+                let pipe = &pipe;
+                async move { pipe.query_async(&mut c).await }
+            })
+            .await?;
+        debug_assert_eq!(a, scripts.release.get_hash());
+        debug_assert_eq!(b, scripts.extend.get_hash());
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn io(kind: std::io::ErrorKind) -> RedisError {
+        RedisError::from(std::io::Error::new(kind, "test"))
+    }
+
+    #[test]
+    fn classify_maps_client_errors_to_kinds_and_node_reasons() {
+        use LockErrorKind as K;
+        use NodeFailureReason as R;
+        assert_eq!(
+            classify(&io(std::io::ErrorKind::TimedOut)),
+            (K::Unavailable, R::TimedOut)
+        );
+        assert_eq!(
+            classify(&io(std::io::ErrorKind::ConnectionRefused)),
+            (K::Unavailable, R::Unreachable)
+        );
+        assert_eq!(
+            classify(&io(std::io::ErrorKind::ConnectionReset)),
+            (K::Unavailable, R::Unreachable)
+        );
+        assert_eq!(
+            classify(&RedisError::from((ErrorKind::Parse, "bad reply"))),
+            (K::Protocol, R::Error)
+        );
+        assert_eq!(
+            classify(&RedisError::from((
+                ErrorKind::AuthenticationFailed,
+                "denied"
+            ))),
+            (K::Unauthorized, R::Error)
+        );
+        assert_eq!(
+            classify(&RedisError::from((
+                ErrorKind::InvalidClientConfig,
+                "bad url"
+            ))),
+            (K::InvalidArgument, R::Error)
+        );
+    }
+}

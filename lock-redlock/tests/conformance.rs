@@ -1,0 +1,123 @@
+//! The whole conformance suite on `RedlockLock` over the testbed's five shared
+//! Redis nodes. Fencing cases are deselected by capability (Redlock has no
+//! tokens); `capabilities_as_declared` checks that the backend reports
+//! exactly what is declared here.
+
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lock_conformance::testbed::{shared_redis_set, Proxy, RedisSet, RespValue};
+use lock_conformance::{async_trait, Harness};
+use lock_core::{Capabilities, DistributedLock, Fencing, LockError, LockName};
+use lock_redlock::{RedlockConfig, RedlockLock};
+
+/// The per-node timeout of the suite's clients: above the default 50 ms,
+/// because the suite runs many cases at once on a loaded 2-core machine and
+/// a node answer late there is noise, not a fault under test (the fault
+/// tests use the default).
+const NODE_TIMEOUT: Duration = Duration::from_millis(200);
+
+/// The connect timeout of the unreachable client: the bound the suite checks.
+const UNREACHABLE_CONNECT_TIMEOUT: Duration = Duration::from_millis(300);
+
+struct Redlock {
+    set: &'static RedisSet,
+    /// Blackholed proxies of `unreachable_client`, kept open until the end.
+    proxies: Mutex<Vec<Proxy>>,
+}
+
+impl Redlock {
+    /// Runs `cmd` on every node (blocking I/O, off the runtime's workers).
+    async fn on_every_node(&self, cmd: Vec<String>) -> Vec<(String, RespValue)> {
+        let set = self.set;
+        tokio::task::spawn_blocking(move || {
+            let args: Vec<&str> = cmd.iter().map(String::as_str).collect();
+            set.nodes()
+                .iter()
+                .map(|n| {
+                    let reply = n
+                        .cmd(&args)
+                        .unwrap_or_else(|e| panic!("{:?} on {}: {e}", args, n.addr()));
+                    (n.addr().to_string(), reply)
+                })
+                .collect()
+        })
+        .await
+        .expect("testbed call")
+    }
+}
+
+#[async_trait]
+impl Harness for Redlock {
+    async fn client(&self) -> Arc<dyn DistributedLock> {
+        let lock = RedlockLock::connect(
+            RedlockConfig::new(self.set.urls()).with_node_timeout(NODE_TIMEOUT),
+        )
+        .await
+        .expect("connect to the shared Redis nodes");
+        Arc::new(lock)
+    }
+
+    fn ttl(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+
+    /// An operator deletes the key on every node.
+    async fn remove_behind_back(&self, name: &LockName) {
+        self.on_every_node(vec!["DEL".into(), name.to_string()])
+            .await;
+    }
+
+    /// The key on any node.
+    async fn leftovers(&self, name: &LockName) -> Vec<String> {
+        self.on_every_node(vec!["GET".into(), name.to_string()])
+            .await
+            .into_iter()
+            .filter(|(_, v)| !v.is_nil())
+            .map(|(node, v)| format!("{node}: {name} = {:?}", v.as_str()))
+            .collect()
+    }
+
+    /// Every node behind a blackholed proxy: connects succeed, nothing answers.
+    async fn unreachable_client(&self) -> (Result<Arc<dyn DistributedLock>, LockError>, Duration) {
+        let proxies: Vec<Proxy> = self
+            .set
+            .addrs()
+            .into_iter()
+            .map(|a| Proxy::start(a).expect("start a proxy"))
+            .collect();
+        for p in &proxies {
+            p.blackhole();
+        }
+        let urls: Vec<String> = proxies.iter().map(Proxy::redis_url).collect();
+        self.proxies.lock().unwrap().extend(proxies);
+        let cfg = RedlockConfig::new(urls).with_connect_timeout(UNREACHABLE_CONNECT_TIMEOUT);
+        let made = RedlockLock::connect(cfg)
+            .await
+            .map(|l| Arc::new(l) as Arc<dyn DistributedLock>);
+        (made, UNREACHABLE_CONNECT_TIMEOUT)
+    }
+}
+
+fn main() -> ExitCode {
+    let expected = Capabilities::new("redlock")
+        .with_fencing(Fencing::None)
+        .with_fifo(false)
+        .with_loss_events(false)
+        .with_notified_wait(true)
+        .with_remote(true)
+        .with_fault_tolerance(
+            "a minority of N nodes down or partitioned; unsafe under clock jumps and process pauses",
+        );
+    lock_conformance::run(
+        || async {
+            Redlock {
+                set: shared_redis_set()
+                    .unwrap_or_else(|e| panic!("the five shared Redis nodes did not start: {e}")),
+                proxies: Mutex::new(Vec::new()),
+            }
+        },
+        expected,
+    )
+}
