@@ -7,8 +7,8 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use lock_core::{
-    AcquireOptions, Capabilities, DistributedLock, DistributedLockExt, GuardState, LockErrorKind, LockName, LossCause,
-    MAX_TTL,
+    AcquireOptions, Capabilities, DistributedLock, DistributedLockExt, GuardState, LockErrorKind,
+    LockName, LossCause, MAX_TTL,
 };
 use tokio::time::{sleep, timeout, Instant};
 
@@ -58,7 +58,9 @@ cases! {
 }
 
 fn opts(h: &dyn Harness) -> AcquireOptions {
-    AcquireOptions::new().ttl(h.ttl()).wait(Duration::from_secs(30))
+    AcquireOptions::new()
+        .ttl(h.ttl())
+        .wait(Duration::from_secs(30))
 }
 
 async fn client(h: &dyn Harness) -> Arc<dyn DistributedLock> {
@@ -79,12 +81,20 @@ async fn mutual_exclusion_under_contention(h: Arc<dyn Harness>) {
     for _ in 0..2 {
         let c = client(&*h).await;
         for _ in 0..TASKS_PER_CLIENT {
-            let (c, name, counter, inside, overlaps) =
-                (c.clone(), name.clone(), counter.clone(), inside.clone(), overlaps.clone());
+            let (c, name, counter, inside, overlaps) = (
+                c.clone(),
+                name.clone(),
+                counter.clone(),
+                inside.clone(),
+                overlaps.clone(),
+            );
             let o = opts(&*h).wait(Duration::from_secs(60));
             tasks.push(tokio::spawn(async move {
                 for _ in 0..ROUNDS {
-                    let g = c.acquire(&name, &o).await.expect("acquire under contention");
+                    let g = c
+                        .acquire(&name, &o)
+                        .await
+                        .expect("acquire under contention");
                     if inside.swap(true, Ordering::SeqCst) {
                         overlaps.fetch_add(1, Ordering::SeqCst);
                     }
@@ -93,7 +103,10 @@ async fn mutual_exclusion_under_contention(h: Arc<dyn Harness>) {
                     sleep(Duration::from_millis(1)).await;
                     counter.store(v + 1, Ordering::SeqCst);
                     inside.store(false, Ordering::SeqCst);
-                    assert!(g.release().await.expect("release"), "lock lost during a short section");
+                    assert!(
+                        g.release().await.expect("release"),
+                        "lock lost during a short section"
+                    );
                 }
             }));
         }
@@ -101,8 +114,16 @@ async fn mutual_exclusion_under_contention(h: Arc<dyn Harness>) {
     for t in tasks {
         t.await.expect("task");
     }
-    assert_eq!(overlaps.load(Ordering::SeqCst), 0, "two holders were inside at once");
-    assert_eq!(counter.load(Ordering::SeqCst), 2 * TASKS_PER_CLIENT as u64 * ROUNDS, "lost updates");
+    assert_eq!(
+        overlaps.load(Ordering::SeqCst),
+        0,
+        "two holders were inside at once"
+    );
+    assert_eq!(
+        counter.load(Ordering::SeqCst),
+        2 * TASKS_PER_CLIENT as u64 * ROUNDS,
+        "lost updates"
+    );
 }
 
 /// `try_acquire` on a held lock returns `None` at once, from another client
@@ -110,11 +131,22 @@ async fn mutual_exclusion_under_contention(h: Arc<dyn Harness>) {
 async fn try_acquire_on_held_lock_returns_none_quickly(h: Arc<dyn Harness>) {
     let name = unique_name("try");
     let (a, b) = (client(&*h).await, client(&*h).await);
-    let g = a.try_acquire(&name, &opts(&*h)).await.unwrap().expect("free lock");
+    let g = a
+        .try_acquire(&name, &opts(&*h))
+        .await
+        .unwrap()
+        .expect("free lock");
     for c in [&b, &a] {
         let t = Instant::now();
-        assert!(c.try_acquire(&name, &opts(&*h)).await.unwrap().is_none(), "held lock granted twice");
-        assert!(t.elapsed() < h.slack(), "try_acquire took {:?}", t.elapsed());
+        assert!(
+            c.try_acquire(&name, &opts(&*h)).await.unwrap().is_none(),
+            "held lock granted twice"
+        );
+        assert!(
+            t.elapsed() < h.slack(),
+            "try_acquire took {:?}",
+            t.elapsed()
+        );
     }
     assert!(g.release().await.unwrap());
 }
@@ -126,7 +158,10 @@ async fn acquire_times_out_when_held(h: Arc<dyn Harness>) {
     let g = a.acquire(&name, &opts(&*h)).await.unwrap();
     let wait = Duration::from_millis(400);
     let t = Instant::now();
-    let err = b.acquire(&name, &opts(&*h).wait(wait)).await.expect_err("held lock granted");
+    let err = b
+        .acquire(&name, &opts(&*h).wait(wait))
+        .await
+        .expect_err("held lock granted");
     let took = t.elapsed();
     assert_eq!(err.kind(), LockErrorKind::Timeout, "{err}");
     assert!(err.is_retryable());
@@ -141,9 +176,16 @@ async fn release_frees_at_once(h: Arc<dyn Harness>) {
     let (a, b) = (client(&*h).await, client(&*h).await);
     let long = opts(&*h).ttl(h.ttl() * 20);
     let g = a.acquire(&name, &long).await.unwrap();
-    assert!(g.release().await.unwrap(), "release of a held lock reports not held");
+    assert!(
+        g.release().await.unwrap(),
+        "release of a held lock reports not held"
+    );
     let t = Instant::now();
-    let g2 = b.try_acquire(&name, &long).await.unwrap().expect("released lock still held");
+    let g2 = b
+        .try_acquire(&name, &long)
+        .await
+        .unwrap()
+        .expect("released lock still held");
     assert!(t.elapsed() < h.slack());
     assert!(g2.release().await.unwrap());
 }
@@ -156,7 +198,10 @@ async fn dropped_guard_releases_in_background(h: Arc<dyn Harness>) {
     let g = a.acquire(&name, &long).await.unwrap();
     let t = Instant::now();
     drop(g);
-    let g2 = b.acquire(&name, &long.clone().wait(h.slack())).await.expect("dropped guard kept its lock");
+    let g2 = b
+        .acquire(&name, &long.clone().wait(h.slack()))
+        .await
+        .expect("dropped guard kept its lock");
     assert!(t.elapsed() < h.slack(), "took {:?}", t.elapsed());
     assert!(g2.release().await.unwrap());
 }
@@ -168,11 +213,22 @@ async fn stale_guard_release_never_frees_next_holder(h: Arc<dyn Harness>) {
     let (a, b, c) = (client(&*h).await, client(&*h).await, client(&*h).await);
     let short = opts(&*h).keep_alive(false);
     let old = a.acquire(&name, &short).await.unwrap();
-    let cause = timeout(h.ttl() + h.slack(), old.lost()).await.expect("an unrenewed guard never reported lost");
+    let cause = timeout(h.ttl() + h.slack(), old.lost())
+        .await
+        .expect("an unrenewed guard never reported lost");
     assert_eq!(cause, LossCause::Expired);
-    let new = b.acquire(&name, &opts(&*h).wait(h.ttl() + h.slack())).await.expect("expired lock not retaken");
-    assert!(!old.release().await.unwrap(), "a stale guard's release reported success");
-    assert!(c.try_acquire(&name, &opts(&*h)).await.unwrap().is_none(), "a stale release freed the next holder's lock");
+    let new = b
+        .acquire(&name, &opts(&*h).wait(h.ttl() + h.slack()))
+        .await
+        .expect("expired lock not retaken");
+    assert!(
+        !old.release().await.unwrap(),
+        "a stale guard's release reported success"
+    );
+    assert!(
+        c.try_acquire(&name, &opts(&*h)).await.unwrap().is_none(),
+        "a stale release freed the next holder's lock"
+    );
     assert!(new.is_held());
     assert!(new.release().await.unwrap());
 }
@@ -182,7 +238,10 @@ async fn stale_guard_release_never_frees_next_holder(h: Arc<dyn Harness>) {
 async fn abandoned_guard_frees_within_ttl(h: Arc<dyn Harness>) {
     let name = unique_name("abandon");
     let (a, b) = (client(&*h).await, client(&*h).await);
-    let g = a.acquire(&name, &opts(&*h).keep_alive(false)).await.unwrap();
+    let g = a
+        .acquire(&name, &opts(&*h).keep_alive(false))
+        .await
+        .unwrap();
     let t = Instant::now();
     std::mem::forget(g);
     let g2 = b
@@ -201,16 +260,27 @@ async fn fencing_tokens_strictly_increase(h: Arc<dyn Harness>) {
     let mut last = None;
     for i in 0..9 {
         let g = clients[i % 3].acquire(&name, &opts(&*h)).await.unwrap();
-        let token = g.fencing_token().expect("a fencing backend returned no token");
+        let token = g
+            .fencing_token()
+            .expect("a fencing backend returned no token");
         assert!(Some(token) > last, "token {token} after {last:?}");
         last = Some(token);
         assert!(g.release().await.unwrap());
     }
-    let lapsed = clients[0].acquire(&name, &opts(&*h).keep_alive(false)).await.unwrap();
+    let lapsed = clients[0]
+        .acquire(&name, &opts(&*h).keep_alive(false))
+        .await
+        .unwrap();
     let lapsed_token = lapsed.fencing_token();
-    timeout(h.ttl() + h.slack(), lapsed.lost()).await.expect("expiry not reported");
+    timeout(h.ttl() + h.slack(), lapsed.lost())
+        .await
+        .expect("expiry not reported");
     let next = clients[1].acquire(&name, &opts(&*h)).await.unwrap();
-    assert!(next.fencing_token() > lapsed_token, "{:?} after {lapsed_token:?}", next.fencing_token());
+    assert!(
+        next.fencing_token() > lapsed_token,
+        "{:?} after {lapsed_token:?}",
+        next.fencing_token()
+    );
     assert!(next.release().await.unwrap());
 }
 
@@ -227,14 +297,23 @@ async fn extend_keeps_lock_past_first_ttl(h: Arc<dyn Harness>) {
     let name = unique_name("extend");
     let (a, b) = (client(&*h).await, client(&*h).await);
     let ttl = h.ttl();
-    let g = a.acquire(&name, &opts(&*h).keep_alive(false)).await.unwrap();
+    let g = a
+        .acquire(&name, &opts(&*h).keep_alive(false))
+        .await
+        .unwrap();
     let start = Instant::now();
     sleep(ttl / 2).await;
     let until = g.extend(ttl * 2).await.expect("extend of a held lock");
-    assert!(until > start + ttl, "extend did not move validity past the first ttl");
+    assert!(
+        until > start + ttl,
+        "extend did not move validity past the first ttl"
+    );
     sleep_until_past(start + ttl + ttl / 4).await;
     assert!(g.is_held(), "state {:?}", g.state());
-    assert!(b.try_acquire(&name, &opts(&*h)).await.unwrap().is_none(), "extended lock was free");
+    assert!(
+        b.try_acquire(&name, &opts(&*h)).await.unwrap().is_none(),
+        "extended lock was free"
+    );
     assert!(g.release().await.unwrap());
 }
 
@@ -248,8 +327,15 @@ async fn keep_alive_holds_lock_for_three_ttls(h: Arc<dyn Harness>) {
     let (a, b) = (client(&*h).await, client(&*h).await);
     let g = a.acquire(&name, &opts(&*h)).await.unwrap();
     sleep(h.ttl() * 3).await;
-    assert!(matches!(g.state(), GuardState::Held { .. }), "state {:?}", g.state());
-    assert!(b.try_acquire(&name, &opts(&*h)).await.unwrap().is_none(), "kept-alive lock was free");
+    assert!(
+        matches!(g.state(), GuardState::Held { .. }),
+        "state {:?}",
+        g.state()
+    );
+    assert!(
+        b.try_acquire(&name, &opts(&*h)).await.unwrap().is_none(),
+        "kept-alive lock was free"
+    );
     assert!(g.release().await.unwrap());
 }
 
@@ -262,7 +348,11 @@ async fn guard_reports_state_and_validity(h: Arc<dyn Harness>) {
     assert_eq!(g.name(), &name);
     let until = g.valid_until().expect("fresh guard has a validity");
     assert!(until > Instant::now(), "fresh guard already expired");
-    assert!(until <= Instant::now() + h.ttl() + h.slack(), "validity beyond ttl: {:?}", until - before);
+    assert!(
+        until <= Instant::now() + h.ttl() + h.slack(),
+        "validity beyond ttl: {:?}",
+        until - before
+    );
     assert!(g.is_held());
     let mut watch = g.subscribe();
     assert!(g.release().await.unwrap());
@@ -277,11 +367,20 @@ async fn loss_signal_fires_when_lock_removed(h: Arc<dyn Harness>) {
     let a = client(&*h).await;
     let g = a.acquire(&name, &opts(&*h)).await.unwrap();
     h.remove_behind_back(&name).await;
-    let cause = timeout(h.ttl() + h.slack(), g.lost()).await.expect("loss never signalled");
-    assert_ne!(cause, LossCause::Expired, "a removal should be seen by the server, not by expiry");
+    let cause = timeout(h.ttl() + h.slack(), g.lost())
+        .await
+        .expect("loss never signalled");
+    assert_ne!(
+        cause,
+        LossCause::Expired,
+        "a removal should be seen by the server, not by expiry"
+    );
     assert!(matches!(g.state(), GuardState::Lost { .. }));
     assert!(!g.is_held());
-    assert!(!g.release().await.unwrap(), "release of a lost lock reported success");
+    assert!(
+        !g.release().await.unwrap(),
+        "release of a lost lock reported success"
+    );
 }
 
 /// `with_lock` stops the critical section when the lock is lost and returns
@@ -316,7 +415,10 @@ async fn with_lock_stops_section_when_lock_lost(h: Arc<dyn Harness>) {
     assert_eq!(err.kind(), LockErrorKind::Lost, "{err}");
     assert!(!finished.load(Ordering::SeqCst));
     let noticed = ended - removed;
-    assert!(noticed < h.ttl() + h.slack(), "loss noticed {noticed:?} after the removal");
+    assert!(
+        noticed < h.ttl() + h.slack(),
+        "loss noticed {noticed:?} after the removal"
+    );
 }
 
 /// `with_lock` runs the section with the guard's view and releases after.
@@ -324,11 +426,17 @@ async fn with_lock_runs_and_releases(h: Arc<dyn Harness>) {
     let name = unique_name("withlock");
     let (a, b) = (client(&*h).await, client(&*h).await);
     let seen = a
-        .with_lock(&name, &opts(&*h), |guard| async move { (guard.is_held(), guard.name().clone()) })
+        .with_lock(&name, &opts(&*h), |guard| async move {
+            (guard.is_held(), guard.name().clone())
+        })
         .await
         .unwrap();
     assert_eq!(seen, (true, name.clone()));
-    let g = b.try_acquire(&name, &opts(&*h)).await.unwrap().expect("with_lock did not release");
+    let g = b
+        .try_acquire(&name, &opts(&*h))
+        .await
+        .unwrap()
+        .expect("with_lock did not release");
     assert!(g.release().await.unwrap());
 }
 
@@ -339,7 +447,11 @@ async fn dropped_waiting_acquire_leaves_nothing(h: Arc<dyn Harness>) {
     let (a, b, c) = (client(&*h).await, client(&*h).await, client(&*h).await);
     let g = a.acquire(&name, &opts(&*h)).await.unwrap();
     let waiting = {
-        let (b, name, o) = (b.clone(), name.clone(), opts(&*h).wait(Duration::from_secs(60)));
+        let (b, name, o) = (
+            b.clone(),
+            name.clone(),
+            opts(&*h).wait(Duration::from_secs(60)),
+        );
         tokio::spawn(async move { b.acquire(&name, &o).await.map(|_| ()) })
     };
     sleep(Duration::from_millis(300)).await;
@@ -351,7 +463,11 @@ async fn dropped_waiting_acquire_leaves_nothing(h: Arc<dyn Harness>) {
         .acquire(&name, &opts(&*h).wait(h.slack()))
         .await
         .expect("a cancelled waiter blocked the next acquirer");
-    assert!(t.elapsed() < h.slack(), "next acquirer delayed {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < h.slack(),
+        "next acquirer delayed {:?}",
+        t.elapsed()
+    );
     assert!(g2.release().await.unwrap());
     let deadline = Instant::now() + h.slack();
     loop {
@@ -359,7 +475,10 @@ async fn dropped_waiting_acquire_leaves_nothing(h: Arc<dyn Harness>) {
         if left.is_empty() {
             break;
         }
-        assert!(Instant::now() < deadline, "left behind on the server: {left:?}");
+        assert!(
+            Instant::now() < deadline,
+            "left behind on the server: {left:?}"
+        );
         sleep(Duration::from_millis(50)).await;
     }
 }
@@ -369,7 +488,11 @@ async fn different_names_do_not_interfere(h: Arc<dyn Harness>) {
     let (n1, n2) = (unique_name("names-a"), unique_name("names-b"));
     let (a, b) = (client(&*h).await, client(&*h).await);
     let g1 = a.acquire(&n1, &opts(&*h)).await.unwrap();
-    let g2 = b.try_acquire(&n2, &opts(&*h)).await.unwrap().expect("other name blocked");
+    let g2 = b
+        .try_acquire(&n2, &opts(&*h))
+        .await
+        .unwrap()
+        .expect("other name blocked");
     let g3 = a.try_acquire(&n2.clone(), &opts(&*h)).await.unwrap();
     assert!(g3.is_none());
     assert!(g1.release().await.unwrap());
@@ -387,7 +510,11 @@ async fn waiters_are_served_in_fifo_order(h: Arc<dyn Harness>) {
     let mut tasks = Vec::new();
     for i in 0..WAITERS {
         let c = client(&*h).await;
-        let (name, order, o) = (name.clone(), order.clone(), opts(&*h).wait(Duration::from_secs(60)));
+        let (name, order, o) = (
+            name.clone(),
+            order.clone(),
+            opts(&*h).wait(Duration::from_secs(60)),
+        );
         tasks.push(tokio::spawn(async move {
             let g = c.acquire(&name, &o).await.expect("waiter");
             order.lock().unwrap().push(i);
@@ -434,7 +561,15 @@ async fn release_wakes_a_waiter_promptly(h: Arc<dyn Harness>) {
 
 /// Bad names and zero or oversized TTLs give `InvalidArgument`, never a panic.
 async fn bad_input_is_invalid_argument(h: Arc<dyn Harness>) {
-    for bad in ["", "a b", "x\0y", "/lead", "trail/", "a//b", &"n".repeat(500)] {
+    for bad in [
+        "",
+        "a b",
+        "x\0y",
+        "/lead",
+        "trail/",
+        "a//b",
+        &"n".repeat(500),
+    ] {
         let err = LockName::new(bad).expect_err(bad);
         assert_eq!(err.kind(), LockErrorKind::InvalidArgument);
         assert!(!err.is_retryable());
@@ -446,9 +581,15 @@ async fn bad_input_is_invalid_argument(h: Arc<dyn Harness>) {
         opts(&*h).ttl(MAX_TTL + Duration::from_secs(1)),
         opts(&*h).wait(Duration::from_secs(400 * 86_400)),
     ] {
-        let err = a.acquire(&name, &o).await.expect_err("bad options accepted");
+        let err = a
+            .acquire(&name, &o)
+            .await
+            .expect_err("bad options accepted");
         assert_eq!(err.kind(), LockErrorKind::InvalidArgument, "{err}");
-        let err = a.try_acquire(&name, &o).await.expect_err("bad options accepted");
+        let err = a
+            .try_acquire(&name, &o)
+            .await
+            .expect_err("bad options accepted");
         assert_eq!(err.kind(), LockErrorKind::InvalidArgument, "{err}");
     }
     assert!(h.leftovers(&name).await.is_empty());
@@ -464,8 +605,16 @@ async fn unreachable_server_is_unavailable_quickly(h: Arc<dyn Harness>) {
         Err(err) => err,
         Ok(c) => {
             let name = unique_name("unreachable");
-            match timeout(bound * 2, c.acquire(&name, &opts(&*h).wait(Duration::from_secs(30)))).await {
-                Err(_) => panic!("acquire against an unreachable server hung for {:?}", bound * 2),
+            match timeout(
+                bound * 2,
+                c.acquire(&name, &opts(&*h).wait(Duration::from_secs(30))),
+            )
+            .await
+            {
+                Err(_) => panic!(
+                    "acquire against an unreachable server hung for {:?}",
+                    bound * 2
+                ),
                 Ok(Ok(_)) => panic!("acquired a lock from an unreachable server"),
                 Ok(Err(err)) => err,
             }
@@ -473,7 +622,11 @@ async fn unreachable_server_is_unavailable_quickly(h: Arc<dyn Harness>) {
     };
     assert_eq!(err.kind(), LockErrorKind::Unavailable, "{err}");
     assert!(err.is_retryable());
-    assert!(t.elapsed() <= bound, "took {:?}, limit {limit:?}", t.elapsed());
+    assert!(
+        t.elapsed() <= bound,
+        "took {:?}, limit {limit:?}",
+        t.elapsed()
+    );
 }
 
 /// `inspect` tells held from free, with the holder's token where the backend has one.

@@ -175,11 +175,18 @@ where
 /// The longest any one case may run before it counts as hung.
 pub const CASE_TIMEOUT: Duration = Duration::from_secs(120);
 
-fn run_case(rt: &tokio::runtime::Runtime, case: &'static Case, h: Arc<dyn Harness>) -> Result<(), Failed> {
+fn run_case(
+    rt: &tokio::runtime::Runtime,
+    case: &'static Case,
+    h: Arc<dyn Harness>,
+) -> Result<(), Failed> {
     let task = rt.spawn(async move { tokio::time::timeout(CASE_TIMEOUT, (case.run)(h)).await });
     match rt.block_on(task) {
         Ok(Ok(())) => Ok(()),
-        Ok(Err(_)) => Err(Failed::from(format!("{} hung for more than {CASE_TIMEOUT:?}", case.name))),
+        Ok(Err(_)) => Err(Failed::from(format!(
+            "{} hung for more than {CASE_TIMEOUT:?}",
+            case.name
+        ))),
         Err(join) => match join.try_into_panic() {
             Ok(panic) => Err(Failed::from(panic_message(&panic))),
             Err(e) => Err(Failed::from(format!("case task failed: {e}"))),

@@ -50,9 +50,13 @@ pub async fn check(h: &dyn Harness, ops: &[Op]) -> Result<(), String> {
     for _ in 0..CLIENTS {
         clients.push(h.client().await);
     }
-    let names: Vec<LockName> = (0..NAMES).map(|i| unique_name(&format!("model{i}"))).collect();
+    let names: Vec<LockName> = (0..NAMES)
+        .map(|i| unique_name(&format!("model{i}")))
+        .collect();
     // Long TTL, no keep-alive: nothing expires during a sequence by itself.
-    let o = AcquireOptions::new().ttl(Duration::from_secs(60)).keep_alive(false);
+    let o = AcquireOptions::new()
+        .ttl(Duration::from_secs(60))
+        .keep_alive(false);
     let mut holder: [Option<usize>; NAMES] = [None; NAMES];
     let mut last_token: [Option<FencingToken>; NAMES] = [None; NAMES];
     let mut guards: HashMap<(usize, usize), LockGuard> = HashMap::new();
@@ -64,9 +68,14 @@ pub async fn check(h: &dyn Harness, ops: &[Op]) -> Result<(), String> {
                 if guards.contains_key(&(c, n)) {
                     continue; // a client re-taking its own lock is not in the model
                 }
-                let got = clients[c].try_acquire(&names[n], &o).await.map_err(|e| at(e.to_string()))?;
+                let got = clients[c]
+                    .try_acquire(&names[n], &o)
+                    .await
+                    .map_err(|e| at(e.to_string()))?;
                 match (holder[n], got) {
-                    (Some(other), Some(_)) => return Err(at(format!("granted while client {other} holds it"))),
+                    (Some(other), Some(_)) => {
+                        return Err(at(format!("granted while client {other} holds it")))
+                    }
                     (Some(_), None) => {}
                     (None, None) => return Err(at("free lock not granted".into())),
                     (None, Some(g)) => {
@@ -92,7 +101,9 @@ pub async fn check(h: &dyn Harness, ops: &[Op]) -> Result<(), String> {
             }
             Op::Extend(c, n) => {
                 if let Some(g) = guards.get(&(c, n)) {
-                    g.extend(Duration::from_secs(60)).await.map_err(|e| at(e.to_string()))?;
+                    g.extend(Duration::from_secs(60))
+                        .await
+                        .map_err(|e| at(e.to_string()))?;
                 }
             }
             Op::Remove(n) => {

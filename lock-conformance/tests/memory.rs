@@ -30,7 +30,9 @@ impl Harness for Memory {
     }
 
     async fn leftovers(&self, name: &LockName) -> Vec<String> {
-        let st = lock_core::DistributedLock::inspect(&self.0, name).await.expect("inspect");
+        let st = lock_core::DistributedLock::inspect(&self.0, name)
+            .await
+            .expect("inspect");
         let mut left = Vec::new();
         if st.held {
             left.push(format!("{name}: held"));

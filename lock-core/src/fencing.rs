@@ -134,7 +134,11 @@ impl<T> FencedRegister<T> {
     }
 
     /// Applies `update` if `token` is not lower than the highest accepted.
-    pub fn write<R>(&self, token: FencingToken, update: impl FnOnce(&mut T) -> R) -> Result<R, StaleToken> {
+    pub fn write<R>(
+        &self,
+        token: FencingToken,
+        update: impl FnOnce(&mut T) -> R,
+    ) -> Result<R, StaleToken> {
         let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         let (highest, value) = &mut *guard;
         if token.get() < *highest {
@@ -166,7 +170,11 @@ impl<T> FencedRegister<T> {
 impl<T: Clone> FencedRegister<T> {
     /// A copy of the current value.
     pub fn read(&self) -> T {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner()).1.clone()
+        self.inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .1
+            .clone()
     }
 }
 

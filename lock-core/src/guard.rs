@@ -145,7 +145,8 @@ impl GuardView {
                 match st {
                     GuardState::Lost { cause } => return cause,
                     GuardState::Released => std::future::pending::<()>().await,
-                    GuardState::Held { valid_until } | GuardState::Suspended { valid_until, .. } => {
+                    GuardState::Held { valid_until }
+                    | GuardState::Suspended { valid_until, .. } => {
                         tokio::select! {
                             changed = rx.changed() => {
                                 if changed.is_err() {
@@ -302,12 +303,16 @@ impl LockGuard {
 
     fn keeper_gone(&self) -> LockError {
         match self.state() {
-            GuardState::Lost { cause } => {
-                LockError::new(LockErrorKind::Lost, format!("lock {} lost: {cause}", self.name()))
-            }
+            GuardState::Lost { cause } => LockError::new(
+                LockErrorKind::Lost,
+                format!("lock {} lost: {cause}", self.name()),
+            ),
             _ => LockError::new(
                 LockErrorKind::Internal,
-                format!("the keep-alive task of lock {} is gone (runtime shut down?)", self.name()),
+                format!(
+                    "the keep-alive task of lock {} is gone (runtime shut down?)",
+                    self.name()
+                ),
             ),
         }
     }
@@ -349,7 +354,12 @@ impl Keeper {
             KeepAlive::Disabled => None,
             KeepAlive::Enabled { interval } => {
                 let default = self.ttl / 3;
-                Some(interval.filter(|i| *i < self.ttl).unwrap_or(default).max(Duration::from_millis(1)))
+                Some(
+                    interval
+                        .filter(|i| *i < self.ttl)
+                        .unwrap_or(default)
+                        .max(Duration::from_millis(1)),
+                )
             }
         }
     }
@@ -360,7 +370,8 @@ impl Keeper {
 
     /// The guard's validity: its own, capped by the session's.
     fn effective_until(&self) -> Instant {
-        self.session_until.map_or(self.own_until, |s| s.min(self.own_until))
+        self.session_until
+            .map_or(self.own_until, |s| s.min(self.own_until))
     }
 
     /// A renewal or an extension succeeded: held until the new bound.
@@ -469,7 +480,10 @@ impl Keeper {
                 ))
             }
             GuardState::Released => {
-                return Err(LockError::new(LockErrorKind::NotHeld, "guard already released"))
+                return Err(LockError::new(
+                    LockErrorKind::NotHeld,
+                    "guard already released",
+                ))
             }
             other => other.valid_until().unwrap_or_else(Instant::now),
         };
@@ -515,11 +529,15 @@ impl Keeper {
     /// Marks the guard lost, fires the signal, and removes whatever is left of
     /// our lease on the server (compare-and-delete: never someone else's).
     async fn lose(&mut self, cause: LossCause) {
-        if matches!(self.current(), GuardState::Lost { .. } | GuardState::Released) {
+        if matches!(
+            self.current(),
+            GuardState::Lost { .. } | GuardState::Released
+        ) {
             return;
         }
         tracing::warn!(backend = self.backend, name = %self.name, %cause, "distlock: lock lost");
-        metrics::counter!(m::LOSSES, "backend" => self.backend, "cause" => cause.label()).increment(1);
+        metrics::counter!(m::LOSSES, "backend" => self.backend, "cause" => cause.label())
+            .increment(1);
         self.record_hold();
         self.state.send_replace(GuardState::Lost { cause });
         self.events = None;

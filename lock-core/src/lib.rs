@@ -40,7 +40,10 @@ pub mod metrics;
 mod name;
 mod options;
 
-pub use backend::{drift, validity, CleanupOnDrop, Lease, LeaseEvent, LeaseHandle, LeaseRequest, LockBackend, LockStatus, Renewal};
+pub use backend::{
+    drift, validity, CleanupOnDrop, Lease, LeaseEvent, LeaseHandle, LeaseRequest, LockBackend,
+    LockStatus, Renewal,
+};
 pub use capabilities::{Capabilities, Fencing};
 pub use error::{LockError, LockErrorKind, NodeFailure, NodeFailureReason, Result};
 pub use fencing::{FencedRegister, FencingToken, StaleToken, TokenFence};

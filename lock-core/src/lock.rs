@@ -38,7 +38,11 @@ pub trait DistributedLock: Send + Sync {
     fn capabilities(&self) -> Capabilities;
 
     /// One attempt, no waiting: the guard, or `None` if the lock is held.
-    async fn try_acquire(&self, name: &LockName, opts: &AcquireOptions) -> Result<Option<LockGuard>>;
+    async fn try_acquire(
+        &self,
+        name: &LockName,
+        opts: &AcquireOptions,
+    ) -> Result<Option<LockGuard>>;
 
     /// Waits up to `opts.wait` for the lock, then fails with
     /// [`LockErrorKind::Timeout`].
@@ -57,15 +61,31 @@ impl<B: LockBackend> DistributedLock for B {
         self.backend_capabilities()
     }
 
-    async fn try_acquire(&self, name: &LockName, opts: &AcquireOptions) -> Result<Option<LockGuard>> {
+    async fn try_acquire(
+        &self,
+        name: &LockName,
+        opts: &AcquireOptions,
+    ) -> Result<Option<LockGuard>> {
         opts.validate()?;
         let backend = self.backend_capabilities().backend;
         let span = tracing::debug_span!("distlock.try_acquire", backend, name = %name);
         let started = tokio::time::Instant::now();
         let req = LeaseRequest::new(name.clone(), opts.ttl_value()).with_retry(opts.retry_value());
         let result = self.try_lock(&req).instrument(span).await;
-        record_attempt(backend, started, &result.as_ref().map(|o| o.as_ref().map(|l| l.contended)));
-        Ok(result?.map(|lease| LockGuard::start(lease, name.clone(), opts.ttl_value(), opts.keep_alive_value(), backend)))
+        record_attempt(
+            backend,
+            started,
+            &result.as_ref().map(|o| o.as_ref().map(|l| l.contended)),
+        );
+        Ok(result?.map(|lease| {
+            LockGuard::start(
+                lease,
+                name.clone(),
+                opts.ttl_value(),
+                opts.keep_alive_value(),
+                backend,
+            )
+        }))
     }
 
     async fn acquire(&self, name: &LockName, opts: &AcquireOptions) -> Result<LockGuard> {
@@ -76,14 +96,27 @@ impl<B: LockBackend> DistributedLock for B {
         let deadline = started + opts.wait_value();
         let req = LeaseRequest::new(name.clone(), opts.ttl_value()).with_retry(opts.retry_value());
         let result = self.lock(&req, deadline).instrument(span).await;
-        record_attempt(backend, started, &result.as_ref().map(|o| o.as_ref().map(|l| l.contended)));
+        record_attempt(
+            backend,
+            started,
+            &result.as_ref().map(|o| o.as_ref().map(|l| l.contended)),
+        );
         match result? {
-            Some(lease) => Ok(LockGuard::start(lease, name.clone(), opts.ttl_value(), opts.keep_alive_value(), backend)),
+            Some(lease) => Ok(LockGuard::start(
+                lease,
+                name.clone(),
+                opts.ttl_value(),
+                opts.keep_alive_value(),
+                backend,
+            )),
             None => {
                 metrics::counter!(m::TIMEOUTS, "backend" => backend).increment(1);
                 Err(LockError::new(
                     LockErrorKind::Timeout,
-                    format!("lock {name} is held by another owner; gave up after {:?}", opts.wait_value()),
+                    format!(
+                        "lock {name} is held by another owner; gave up after {:?}",
+                        opts.wait_value()
+                    ),
                 ))
             }
         }
@@ -94,7 +127,11 @@ impl<B: LockBackend> DistributedLock for B {
     }
 }
 
-fn record_attempt(backend: &'static str, started: tokio::time::Instant, outcome: &std::result::Result<Option<bool>, &LockError>) {
+fn record_attempt(
+    backend: &'static str,
+    started: tokio::time::Instant,
+    outcome: &std::result::Result<Option<bool>, &LockError>,
+) {
     let label = match outcome {
         Ok(Some(_)) => "acquired",
         Ok(None) => "not_acquired",
@@ -133,7 +170,12 @@ pub trait DistributedLockExt: DistributedLock {
     /// # Ok(()) }
     /// # tokio::runtime::Runtime::new().unwrap().block_on(demo()).unwrap();
     /// ```
-    fn with_lock<F, Fut, T>(&self, name: &LockName, opts: &AcquireOptions, section: F) -> impl Future<Output = Result<T>> + Send
+    fn with_lock<F, Fut, T>(
+        &self,
+        name: &LockName,
+        opts: &AcquireOptions,
+        section: F,
+    ) -> impl Future<Output = Result<T>> + Send
     where
         F: FnOnce(GuardView) -> Fut + Send,
         Fut: Future<Output = T> + Send,

@@ -14,7 +14,9 @@ use async_trait::async_trait;
 use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
-use crate::backend::{Lease, LeaseEvent, LeaseHandle, LeaseRequest, LockBackend, LockStatus, Renewal};
+use crate::backend::{
+    Lease, LeaseEvent, LeaseHandle, LeaseRequest, LockBackend, LockStatus, Renewal,
+};
 use crate::capabilities::{Capabilities, Fencing};
 use crate::error::Result;
 use crate::fencing::FencingToken;
@@ -158,7 +160,8 @@ impl MemoryLock {
             name: req.name.clone(),
             owner,
         };
-        let events = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|e| (e, rx)) });
+        let events =
+            futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|e| (e, rx)) });
         Some(
             Lease::new(Box::new(handle), expires)
                 .with_token(Some(token))
@@ -280,7 +283,9 @@ impl LeaseHandle for MemoryLease {
         match entry.holder.as_mut() {
             Some(h) if h.owner == self.owner => {
                 h.expires = now + ttl;
-                Ok(Renewal::Renewed { valid_until: h.expires })
+                Ok(Renewal::Renewed {
+                    valid_until: h.expires,
+                })
             }
             _ => Ok(Renewal::Gone),
         }

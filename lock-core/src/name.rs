@@ -45,7 +45,10 @@ impl LockName {
                 "lock name contains the character {c:?}; control characters and whitespace are not allowed"
             )));
         }
-        if name.split('/').any(|seg| seg.is_empty() || seg == "." || seg == "..") {
+        if name
+            .split('/')
+            .any(|seg| seg.is_empty() || seg == "." || seg == "..")
+        {
             return Err(LockError::invalid(format!(
                 "lock name {name:?} has an empty, '.' or '..' segment, or starts or ends with '/'"
             )));
@@ -99,7 +102,13 @@ mod tests {
 
     #[test]
     fn accepts_usual_names() {
-        for ok in ["a", "jobs:nightly", "billing/report-1", "ünïcödé", "x".repeat(200).as_str()] {
+        for ok in [
+            "a",
+            "jobs:nightly",
+            "billing/report-1",
+            "ünïcödé",
+            "x".repeat(200).as_str(),
+        ] {
             assert!(LockName::new(ok).is_ok(), "{ok:?}");
         }
     }
@@ -107,7 +116,19 @@ mod tests {
     #[test]
     fn rejects_bad_names() {
         let long = "x".repeat(201);
-        for bad in ["", " ", "a b", "a\0b", "a\tb", "/a", "a/", "a//b", "a/./b", "..", long.as_str()] {
+        for bad in [
+            "",
+            " ",
+            "a b",
+            "a\0b",
+            "a\tb",
+            "/a",
+            "a/",
+            "a//b",
+            "a/./b",
+            "..",
+            long.as_str(),
+        ] {
             let err = LockName::new(bad).unwrap_err();
             assert_eq!(err.kind(), LockErrorKind::InvalidArgument, "{bad:?}");
         }

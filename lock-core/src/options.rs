@@ -212,8 +212,14 @@ mod tests {
 
     #[test]
     fn rejects_zero_and_huge_ttl() {
-        assert!(AcquireOptions::new().ttl(Duration::ZERO).validate().is_err());
-        assert!(AcquireOptions::new().ttl(MAX_TTL + Duration::from_secs(1)).validate().is_err());
+        assert!(AcquireOptions::new()
+            .ttl(Duration::ZERO)
+            .validate()
+            .is_err());
+        assert!(AcquireOptions::new()
+            .ttl(MAX_TTL + Duration::from_secs(1))
+            .validate()
+            .is_err());
         assert!(AcquireOptions::new()
             .ttl(Duration::from_secs(1))
             .keep_alive_every(Duration::from_secs(2))

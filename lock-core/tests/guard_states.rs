@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use lock_core::{
-    async_trait, AcquireOptions, Capabilities, DistributedLock, GuardState, Lease, LeaseEvent, LeaseHandle,
-    LeaseRequest, LockBackend, LockError, LockErrorKind, LockName, LockStatus, LossCause, Renewal, Result,
+    async_trait, AcquireOptions, Capabilities, DistributedLock, GuardState, Lease, LeaseEvent,
+    LeaseHandle, LeaseRequest, LockBackend, LockError, LockErrorKind, LockName, LockStatus,
+    LossCause, Renewal, Result,
 };
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -38,9 +39,17 @@ struct Scripted(Arc<Script>);
 impl LeaseHandle for Scripted {
     async fn renew(&self, ttl: Duration) -> Result<Renewal> {
         self.0.renewals.fetch_add(1, Ordering::SeqCst);
-        let answer = self.0.answers.lock().unwrap().pop_front().unwrap_or(Answer::Renew);
+        let answer = self
+            .0
+            .answers
+            .lock()
+            .unwrap()
+            .pop_front()
+            .unwrap_or(Answer::Renew);
         match answer {
-            Answer::Renew => Ok(Renewal::Renewed { valid_until: Instant::now() + ttl }),
+            Answer::Renew => Ok(Renewal::Renewed {
+                valid_until: Instant::now() + ttl,
+            }),
             Answer::Gone => Ok(Renewal::Gone),
             Answer::Fail => Err(LockError::unavailable("scripted connection error")),
             Answer::Hang => {
@@ -66,9 +75,11 @@ impl LockBackend for OneLease {
     async fn try_lock(&self, req: &LeaseRequest) -> Result<Option<Lease>> {
         let (tx, rx) = mpsc::unbounded_channel();
         *self.0.events.lock().unwrap() = Some(tx);
-        let events = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|e| (e, rx)) });
+        let events =
+            futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|e| (e, rx)) });
         Ok(Some(
-            Lease::new(Box::new(Scripted(self.0.clone())), Instant::now() + req.ttl).with_events(events.boxed()),
+            Lease::new(Box::new(Scripted(self.0.clone())), Instant::now() + req.ttl)
+                .with_events(events.boxed()),
         ))
     }
     async fn inspect(&self, _name: &LockName) -> Result<LockStatus> {
@@ -78,7 +89,11 @@ impl LockBackend for OneLease {
 
 fn setup(answers: &[Answer]) -> (Arc<Script>, OneLease) {
     let script = Arc::new(Script::default());
-    script.answers.lock().unwrap().extend(answers.iter().copied());
+    script
+        .answers
+        .lock()
+        .unwrap()
+        .extend(answers.iter().copied());
     (script.clone(), OneLease(script))
 }
 
@@ -90,48 +105,91 @@ const TTL: Duration = Duration::from_millis(300);
 
 #[tokio::test]
 async fn failed_renewal_suspends_then_validity_passing_loses() {
-    let (script, backend) = setup(&[Answer::Fail, Answer::Fail, Answer::Fail, Answer::Fail, Answer::Fail, Answer::Fail]);
-    let g = backend.acquire(&name(), &AcquireOptions::new().ttl(TTL)).await.unwrap();
+    let (script, backend) = setup(&[
+        Answer::Fail,
+        Answer::Fail,
+        Answer::Fail,
+        Answer::Fail,
+        Answer::Fail,
+        Answer::Fail,
+    ]);
+    let g = backend
+        .acquire(&name(), &AcquireOptions::new().ttl(TTL))
+        .await
+        .unwrap();
     let mut states = g.subscribe();
-    states.wait_for(|s| matches!(s, GuardState::Suspended { .. })).await.unwrap();
+    states
+        .wait_for(|s| matches!(s, GuardState::Suspended { .. }))
+        .await
+        .unwrap();
     assert!(g.is_held(), "suspended but within validity counts as held");
     let cause = tokio::time::timeout(TTL * 2, g.lost()).await.unwrap();
     assert_eq!(cause, LossCause::Expired);
     assert!(!g.is_held());
-    assert!(script.renewals.load(Ordering::SeqCst) >= 2, "retried sooner than the interval");
+    assert!(
+        script.renewals.load(Ordering::SeqCst) >= 2,
+        "retried sooner than the interval"
+    );
     // The core cleans up server state once the lock is lost.
     tokio::time::sleep(Duration::from_millis(20)).await;
     assert_eq!(script.releases.load(Ordering::SeqCst), 1);
     assert!(!g.release().await.unwrap());
-    assert_eq!(script.releases.load(Ordering::SeqCst), 1, "no second release");
+    assert_eq!(
+        script.releases.load(Ordering::SeqCst),
+        1,
+        "no second release"
+    );
 }
 
 #[tokio::test]
 async fn suspended_guard_recovers_on_successful_renewal() {
     let (_script, backend) = setup(&[Answer::Fail, Answer::Renew]);
-    let g = backend.acquire(&name(), &AcquireOptions::new().ttl(TTL)).await.unwrap();
+    let g = backend
+        .acquire(&name(), &AcquireOptions::new().ttl(TTL))
+        .await
+        .unwrap();
     let mut states = g.subscribe();
-    states.wait_for(|s| matches!(s, GuardState::Suspended { .. })).await.unwrap();
-    states.wait_for(|s| matches!(s, GuardState::Held { .. })).await.unwrap();
+    states
+        .wait_for(|s| matches!(s, GuardState::Suspended { .. }))
+        .await
+        .unwrap();
+    states
+        .wait_for(|s| matches!(s, GuardState::Held { .. }))
+        .await
+        .unwrap();
     tokio::time::sleep(TTL * 2).await;
-    assert!(matches!(g.state(), GuardState::Held { .. }), "{:?}", g.state());
+    assert!(
+        matches!(g.state(), GuardState::Held { .. }),
+        "{:?}",
+        g.state()
+    );
     assert!(g.release().await.unwrap());
 }
 
 #[tokio::test]
 async fn gone_on_renewal_loses_at_once() {
     let (_script, backend) = setup(&[Answer::Gone]);
-    let g = backend.acquire(&name(), &AcquireOptions::new().ttl(TTL)).await.unwrap();
+    let g = backend
+        .acquire(&name(), &AcquireOptions::new().ttl(TTL))
+        .await
+        .unwrap();
     let started = Instant::now();
     let cause = g.lost().await;
     assert_eq!(cause, LossCause::NotOwner);
-    assert!(started.elapsed() < TTL / 2 + Duration::from_millis(100), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < TTL / 2 + Duration::from_millis(100),
+        "{:?}",
+        started.elapsed()
+    );
 }
 
 #[tokio::test]
 async fn hanging_renewal_cannot_outlive_validity() {
     let (_script, backend) = setup(&[Answer::Hang]);
-    let g = backend.acquire(&name(), &AcquireOptions::new().ttl(TTL)).await.unwrap();
+    let g = backend
+        .acquire(&name(), &AcquireOptions::new().ttl(TTL))
+        .await
+        .unwrap();
     let until = g.valid_until().unwrap();
     let cause = g.lost().await;
     assert_eq!(cause, LossCause::Expired);
@@ -142,16 +200,32 @@ async fn hanging_renewal_cannot_outlive_validity() {
 #[tokio::test]
 async fn backend_events_drive_the_state() {
     let (script, backend) = setup(&[]);
-    let g = backend.acquire(&name(), &AcquireOptions::new().ttl(TTL * 10)).await.unwrap();
+    let g = backend
+        .acquire(&name(), &AcquireOptions::new().ttl(TTL * 10))
+        .await
+        .unwrap();
     let tx = script.events.lock().unwrap().clone().unwrap();
     let mut states = g.subscribe();
-    tx.send(LeaseEvent::Suspended { reason: "disconnected".into() }).unwrap();
-    states.wait_for(|s| matches!(s, GuardState::Suspended { .. })).await.unwrap();
+    tx.send(LeaseEvent::Suspended {
+        reason: "disconnected".into(),
+    })
+    .unwrap();
+    states
+        .wait_for(|s| matches!(s, GuardState::Suspended { .. }))
+        .await
+        .unwrap();
     let before = script.renewals.load(Ordering::SeqCst);
     tx.send(LeaseEvent::Resumed).unwrap();
-    states.wait_for(|s| matches!(s, GuardState::Held { .. })).await.unwrap();
-    assert!(script.renewals.load(Ordering::SeqCst) > before, "resume confirms with a renewal");
-    tx.send(LeaseEvent::Lost(LossCause::SessionExpired)).unwrap();
+    states
+        .wait_for(|s| matches!(s, GuardState::Held { .. }))
+        .await
+        .unwrap();
+    assert!(
+        script.renewals.load(Ordering::SeqCst) > before,
+        "resume confirms with a renewal"
+    );
+    tx.send(LeaseEvent::Lost(LossCause::SessionExpired))
+        .unwrap();
     assert_eq!(g.lost().await, LossCause::SessionExpired);
     let err = g.extend(TTL).await.unwrap_err();
     assert_eq!(err.kind(), LockErrorKind::Lost);
@@ -165,13 +239,20 @@ async fn keep_alive_off_means_one_ttl() {
     assert_eq!(g.lost().await, LossCause::Expired);
     assert_eq!(script.renewals.load(Ordering::SeqCst), 0);
     tokio::time::sleep(Duration::from_millis(20)).await;
-    assert_eq!(script.releases.load(Ordering::SeqCst), 1, "expired lease cleaned up");
+    assert_eq!(
+        script.releases.load(Ordering::SeqCst),
+        1,
+        "expired lease cleaned up"
+    );
 }
 
 #[tokio::test]
 async fn dropping_the_guard_releases_in_the_background() {
     let (script, backend) = setup(&[]);
-    let g = backend.acquire(&name(), &AcquireOptions::new().ttl(TTL)).await.unwrap();
+    let g = backend
+        .acquire(&name(), &AcquireOptions::new().ttl(TTL))
+        .await
+        .unwrap();
     drop(g);
     for _ in 0..50 {
         if script.releases.load(Ordering::SeqCst) == 1 {
@@ -185,8 +266,14 @@ async fn dropping_the_guard_releases_in_the_background() {
 #[tokio::test]
 async fn extend_rejects_bad_ttl_and_moves_validity() {
     let (_script, backend) = setup(&[]);
-    let g = backend.acquire(&name(), &AcquireOptions::new().ttl(TTL).keep_alive(false)).await.unwrap();
-    assert_eq!(g.extend(Duration::ZERO).await.unwrap_err().kind(), LockErrorKind::InvalidArgument);
+    let g = backend
+        .acquire(&name(), &AcquireOptions::new().ttl(TTL).keep_alive(false))
+        .await
+        .unwrap();
+    assert_eq!(
+        g.extend(Duration::ZERO).await.unwrap_err().kind(),
+        LockErrorKind::InvalidArgument
+    );
     let before = g.valid_until().unwrap();
     tokio::time::sleep(Duration::from_millis(50)).await;
     let after = g.extend(TTL * 4).await.unwrap();
@@ -200,7 +287,10 @@ async fn session_confirmations_cap_and_carry_validity() {
     let (script, backend) = setup(&[]);
     // Keep-alive off, a TTL far longer than the session's confirmations.
     let g = backend
-        .acquire(&name(), &AcquireOptions::new().ttl(TTL * 10).keep_alive(false))
+        .acquire(
+            &name(),
+            &AcquireOptions::new().ttl(TTL * 10).keep_alive(false),
+        )
         .await
         .unwrap();
     let own = g.valid_until().unwrap();
@@ -208,11 +298,22 @@ async fn session_confirmations_cap_and_carry_validity() {
     let mut states = g.subscribe();
     // The session vouches only for a short while: the guard's validity shrinks to it.
     let session = Instant::now() + TTL;
-    tx.send(LeaseEvent::Confirmed { valid_until: session }).unwrap();
-    states.wait_for(|s| s.valid_until() == Some(session)).await.unwrap();
+    tx.send(LeaseEvent::Confirmed {
+        valid_until: session,
+    })
+    .unwrap();
+    states
+        .wait_for(|s| s.valid_until() == Some(session))
+        .await
+        .unwrap();
     // Without further confirmation the guard is lost at the session's bound, not its own.
-    tx.send(LeaseEvent::Suspended { reason: "keep-alive failing".into() }).unwrap();
-    let cause = tokio::time::timeout(TTL * 2, g.lost()).await.expect("lost at the session bound");
+    tx.send(LeaseEvent::Suspended {
+        reason: "keep-alive failing".into(),
+    })
+    .unwrap();
+    let cause = tokio::time::timeout(TTL * 2, g.lost())
+        .await
+        .expect("lost at the session bound");
     assert_eq!(cause, LossCause::Expired);
     assert!(Instant::now() < own);
 }
@@ -221,7 +322,10 @@ async fn session_confirmations_cap_and_carry_validity() {
 async fn confirmations_keep_a_keep_alive_off_guard_for_its_own_ttl() {
     let (script, backend) = setup(&[]);
     let g = backend
-        .acquire(&name(), &AcquireOptions::new().ttl(TTL * 3).keep_alive(false))
+        .acquire(
+            &name(),
+            &AcquireOptions::new().ttl(TTL * 3).keep_alive(false),
+        )
         .await
         .unwrap();
     let own = g.valid_until().unwrap();
@@ -229,7 +333,12 @@ async fn confirmations_keep_a_keep_alive_off_guard_for_its_own_ttl() {
     // A session confirming every TTL/3 for TTL/3 * 2 ahead: the guard lives on to its own TTL.
     let pump = tokio::spawn(async move {
         loop {
-            if tx.send(LeaseEvent::Confirmed { valid_until: Instant::now() + TTL * 2 / 3 }).is_err() {
+            if tx
+                .send(LeaseEvent::Confirmed {
+                    valid_until: Instant::now() + TTL * 2 / 3,
+                })
+                .is_err()
+            {
                 return;
             }
             tokio::time::sleep(TTL / 3).await;

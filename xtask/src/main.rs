@@ -124,8 +124,15 @@ fn python_has_kazoo() -> bool {
 
 fn install_kazoo() -> Result<(), String> {
     eprintln!("xtask: installing the Python package kazoo (ZooKeeper interop test)");
-    run(Command::new(python()).args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "kazoo"]))
-        .map_err(|e| format!("{e}; install kazoo with `python3 -m pip install kazoo`"))
+    run(Command::new(python()).args([
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        "kazoo",
+    ]))
+    .map_err(|e| format!("{e}; install kazoo with `python3 -m pip install kazoo`"))
 }
 
 /// Every test of the workspace: unit, integration (real servers), doc tests.
@@ -148,7 +155,14 @@ fn bench_smoke() -> Result<(), String> {
 
 fn ci() -> Result<(), String> {
     run(cargo().args(["fmt", "--all", "--", "--check"]))?;
-    run(cargo().args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]))?;
+    run(cargo().args([
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
     test(&[])?;
     bench_smoke()
 }
