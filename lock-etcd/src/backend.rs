@@ -194,9 +194,22 @@ impl EtcdLock {
                 }
                 Placed::Owner { rev } => {
                     cleanup.disarm();
+                    let Some(session_until) = session.confirmed_until() else {
+                        // The session expired meanwhile: our key goes with its lease.
+                        continue;
+                    };
                     let permit = take(&slot);
-                    let lease =
-                        self.grant(session, key, rev, rev, start, req.ttl, permit, contended)?;
+                    let lease = self.grant(
+                        session,
+                        session_until,
+                        key,
+                        rev,
+                        rev,
+                        start,
+                        req.ttl,
+                        permit,
+                        contended,
+                    )?;
                     return Ok(Some(lease));
                 }
                 Placed::Queued { rev, pred } => {
@@ -216,9 +229,15 @@ impl EtcdLock {
                             confirmed_at,
                         } => {
                             cleanup.disarm();
+                            let Some(session_until) = session.confirmed_until() else {
+                                // The session expired meanwhile: our key goes with
+                                // its lease; queue again on a new one.
+                                continue;
+                            };
                             let permit = take(&slot);
                             let lease = self.grant(
                                 session,
+                                session_until,
                                 key,
                                 rev,
                                 confirmed_at,
@@ -486,11 +505,13 @@ impl EtcdLock {
         }
     }
 
-    /// Builds the granted lease: handle, events, token, validity.
+    /// Builds the granted lease: handle, events, token, validity (its own,
+    /// `start + ttl - drift`, and the session's, `session_until`).
     #[allow(clippy::too_many_arguments)]
     fn grant(
         &self,
         session: Arc<Session>,
+        session_until: Instant,
         key: String,
         rev: i64,
         confirmed_at: i64,
@@ -531,6 +552,7 @@ impl EtcdLock {
         let events =
             futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|e| (e, rx)) });
         Ok(Lease::new(Box::new(handle), validity(start, ttl))
+            .with_session_until(session_until)
             .with_token(Some(FencingToken::new(token)))
             .with_contended(contended)
             .with_events(Box::pin(events)))
@@ -734,12 +756,21 @@ fn lock_unpoisoned<T>(m: &StdMutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// Shared between a lease handle and its monitor task.
-#[derive(Default)]
 struct Flags {
     /// Our key was deleted or the session expired.
     lost: AtomicBool,
-    /// The watch on our key is down: a deletion could go unnoticed.
-    watch_down: AtomicBool,
+    /// Why the watch on our key is down, while it is: a deletion could go
+    /// unnoticed.
+    watch_trouble: watch::Sender<Option<String>>,
+}
+
+impl Default for Flags {
+    fn default() -> Self {
+        Self {
+            lost: AtomicBool::new(false),
+            watch_trouble: watch::Sender::new(None),
+        }
+    }
 }
 
 /// The handle of one granted lock.
@@ -760,6 +791,9 @@ struct EtcdLease {
 impl LeaseHandle for EtcdLease {
     /// Answers from the session's state, with no request: the lock lives as
     /// long as the session lease, which the session keeps alive by itself.
+    /// The answer is the guard's own bound (`now + ttl - drift`); the core
+    /// caps it with the session's, which the monitor sends as
+    /// [`LeaseEvent::Confirmed`] after every confirmed keep-alive.
     async fn renew(&self, ttl: Duration) -> Result<Renewal> {
         let now = Instant::now();
         if self.released.load(Ordering::SeqCst) || self.flags.lost.load(Ordering::SeqCst) {
@@ -784,7 +818,7 @@ impl LeaseHandle for EtcdLease {
             } => Err(LockError::unavailable(format!(
                 "etcd: session keep-alive failing: {reason}"
             ))),
-            SessionState::Live { .. } if self.flags.watch_down.load(Ordering::SeqCst) => {
+            SessionState::Live { .. } if self.flags.watch_trouble.borrow().is_some() => {
                 Err(LockError::unavailable(
                     "etcd: the watch on our key is down; a deletion could go unnoticed",
                 ))
@@ -849,53 +883,105 @@ impl Drop for EtcdLease {
     }
 }
 
-/// Watches a held lock: the session's state (trouble -> `Suspended`, back ->
-/// `Resumed`, expired -> `Lost(SessionExpired)`) and the DELETE of our key
-/// (-> `Lost(NotOwner)`).
+/// Watches a held lock until it is lost: follows the session (see
+/// [`follow_session`]) and watches the DELETE of our key (-> `Lost(NotOwner)`).
 async fn monitor(
     core: Arc<Core>,
-    mut sess: watch::Receiver<SessionState>,
+    sess: watch::Receiver<SessionState>,
     key: String,
     rev: i64,
     first_from: i64,
     flags: Arc<Flags>,
     tx: mpsc::UnboundedSender<LeaseEvent>,
 ) {
-    let lost = |cause: LossCause| {
-        flags.lost.store(true, Ordering::SeqCst);
-        let _ = tx.send(LeaseEvent::Lost(cause));
+    tokio::select! {
+        () = follow_session(sess, &flags, &tx) => {}
+        () = watch_key(&core, &key, rev, first_from, &flags, &tx) => {}
+    }
+}
+
+/// Marks the lock lost and tells the guard why.
+fn lose(flags: &Flags, tx: &mpsc::UnboundedSender<LeaseEvent>, cause: LossCause) {
+    flags.lost.store(true, Ordering::SeqCst);
+    let _ = tx.send(LeaseEvent::Lost(cause));
+}
+
+/// Turns the session's state into the guard's events: every confirmed
+/// keep-alive -> `Confirmed` until the session's new bound (last confirmed
+/// keep-alive send + lease TTL - drift), which also makes a suspended guard
+/// held again; failing keep-alives, or the watch on our key down ->
+/// `Suspended` (and no confirmation until both are fine again); the lease
+/// expired -> `Lost(SessionExpired)`. Returns only when the lock is lost.
+async fn follow_session(
+    mut sess: watch::Receiver<SessionState>,
+    flags: &Flags,
+    tx: &mpsc::UnboundedSender<LeaseEvent>,
+) {
+    let mut watch_trouble = flags.watch_trouble.subscribe();
+    let mut suspended = false;
+    let mut confirmed: Option<Instant> = None;
+    loop {
+        let (valid_until, session_trouble) = match &*sess.borrow_and_update() {
+            SessionState::Expired { reason } => {
+                tracing::debug!(%reason, "distlock etcd: session expired; lock lost");
+                lose(flags, tx, LossCause::SessionExpired);
+                return;
+            }
+            SessionState::Live {
+                valid_until,
+                trouble,
+            } => (*valid_until, trouble.clone()),
+        };
+        let watch_trouble_now = watch_trouble.borrow_and_update().clone();
+        match session_trouble.or(watch_trouble_now) {
+            Some(reason) => {
+                if !suspended {
+                    let _ = tx.send(LeaseEvent::Suspended { reason });
+                    suspended = true;
+                }
+            }
+            None => {
+                if suspended || confirmed != Some(valid_until) {
+                    let _ = tx.send(LeaseEvent::Confirmed { valid_until });
+                    suspended = false;
+                    confirmed = Some(valid_until);
+                }
+            }
+        }
+        let open = tokio::select! {
+            changed = sess.changed() => changed.is_ok(),
+            changed = watch_trouble.changed() => changed.is_ok(),
+        };
+        if !open {
+            // Cannot happen while the guard holds the session; never confirm again.
+            return std::future::pending().await;
+        }
+    }
+}
+
+/// Watches the DELETE of our key, reopening the watch after failures (reading
+/// our key first, so that a deletion in between is seen). Returns only when
+/// our key is gone.
+async fn watch_key(
+    core: &Core,
+    key: &str,
+    rev: i64,
+    first_from: i64,
+    flags: &Flags,
+    tx: &mpsc::UnboundedSender<LeaseEvent>,
+) {
+    let set_trouble = |trouble: Option<String>| {
+        flags.watch_trouble.send_if_modified(|t| {
+            let changed = *t != trouble;
+            *t = trouble;
+            changed
+        });
     };
     let mut epoch = core.epoch();
     let mut stream = None;
     let mut from = Some(first_from);
-    let mut session_trouble: Option<String> = None;
-    let mut watch_trouble: Option<String> = None;
-    let mut suspended = false;
     let mut retry = Duration::from_millis(100);
     loop {
-        // Read the session state (first round, or after it changed).
-        match &*sess.borrow_and_update() {
-            SessionState::Expired { reason } => {
-                tracing::debug!(%key, %reason, "distlock etcd: session expired; lock lost");
-                lost(LossCause::SessionExpired);
-                return;
-            }
-            SessionState::Live { trouble, .. } => session_trouble.clone_from(trouble),
-        }
-        let trouble = session_trouble.as_ref().or(watch_trouble.as_ref());
-        match (trouble, suspended) {
-            (Some(reason), false) => {
-                let _ = tx.send(LeaseEvent::Suspended {
-                    reason: reason.clone(),
-                });
-                suspended = true;
-            }
-            (None, true) => {
-                let _ = tx.send(LeaseEvent::Resumed);
-                suspended = false;
-            }
-            _ => {}
-        }
         let Some((s, idx)) = stream.as_mut() else {
             // (Re)open the watch. The first one starts right after the read that
             // confirmed our key; later ones read our key again first, so that a
@@ -903,12 +989,12 @@ async fn monitor(
             // revision (an old start revision makes etcd scan its history).
             let start = match from.take() {
                 Some(r) => Ok(Some(r)),
-                None => check_key(&core, &key, rev).await,
+                None => check_key(core, key, rev).await,
             };
             let opened = match start {
                 Ok(None) => {
                     tracing::debug!(%key, "distlock etcd: our key is gone; lock lost");
-                    lost(LossCause::NotOwner);
+                    lose(flags, tx, LossCause::NotOwner);
                     return;
                 }
                 Ok(Some(r)) => core.watch_deletes(key.as_bytes(), r).await,
@@ -917,18 +1003,13 @@ async fn monitor(
             match opened {
                 Ok(open) => {
                     epoch.borrow_and_update();
-                    flags.watch_down.store(false, Ordering::SeqCst);
-                    watch_trouble = None;
+                    set_trouble(None);
                     retry = Duration::from_millis(100);
                     stream = Some(open);
                 }
                 Err(e) => {
-                    flags.watch_down.store(true, Ordering::SeqCst);
-                    watch_trouble = Some(format!("the watch on our key is down: {e}"));
-                    tokio::select! {
-                        _ = tokio::time::sleep(retry) => {}
-                        changed = sess.changed() => if changed.is_err() { return },
-                    }
+                    set_trouble(Some(format!("the watch on our key is down: {e}")));
+                    tokio::time::sleep(retry).await;
                     retry = (retry * 2).min(Duration::from_secs(1));
                 }
             }
@@ -936,13 +1017,12 @@ async fn monitor(
         };
         let idx = *idx;
         tokio::select! {
-            changed = sess.changed() => if changed.is_err() { return },
             _ = epoch.changed() => stream = None,
             msg = s.message() => match msg {
                 Ok(Some(resp)) => {
                     if resp.events().iter().any(|e| e.event_type() == EventType::Delete) {
                         tracing::debug!(%key, "distlock etcd: our key was deleted; lock lost");
-                        lost(LossCause::NotOwner);
+                        lose(flags, tx, LossCause::NotOwner);
                         return;
                     }
                     if resp.canceled() {
@@ -951,8 +1031,7 @@ async fn monitor(
                         if resp.compact_revision() == 0 {
                             let reason = Failure::WatchCanceled(resp.cancel_reason().to_string());
                             let err = core.stream_error(idx, reason, "watch our key");
-                            flags.watch_down.store(true, Ordering::SeqCst);
-                            watch_trouble = Some(err.to_string());
+                            set_trouble(Some(err.to_string()));
                             tokio::time::sleep(retry).await;
                             retry = (retry * 2).min(Duration::from_secs(1));
                         }

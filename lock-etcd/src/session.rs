@@ -11,11 +11,19 @@ use tokio::time::Instant;
 
 use crate::core::{Core, Failure};
 
+/// How long before the end of its confirmed validity the session declares an
+/// unconfirmed lease expired. Guards are bounded by that validity (it is what
+/// the session sends them with [`lock_core::LeaseEvent::Confirmed`]); expiring
+/// the session a little earlier makes them see `Lost(SessionExpired)` rather
+/// than a bare `Lost(Expired)` of their validity at the same instant.
+pub(crate) const EXPIRE_LEAD: Duration = Duration::from_millis(50);
+
 /// What the session knows about its lease.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum SessionState {
     /// The server confirmed the lease; it lives at least until `valid_until`
-    /// (last confirmed keep-alive send + TTL - drift). `trouble` is set while
+    /// (last confirmed keep-alive send + TTL - drift), and the session counts
+    /// it expired [`EXPIRE_LEAD`] before that. `trouble` is set while
     /// keep-alives fail.
     Live {
         valid_until: Instant,
@@ -81,11 +89,12 @@ impl Session {
         self.ttl
     }
 
-    /// The state now (an unconfirmed lease past its validity counts as expired).
+    /// The state now (an unconfirmed lease at its validity, less
+    /// [`EXPIRE_LEAD`], counts as expired).
     pub(crate) fn state(&self) -> SessionState {
         let st = self.state.borrow().clone();
         match st {
-            SessionState::Live { valid_until, .. } if Instant::now() >= valid_until => {
+            SessionState::Live { valid_until, .. } if Instant::now() >= expiry(valid_until) => {
                 SessionState::Expired {
                     reason: "the lease was not confirmed within its TTL".into(),
                 }
@@ -96,6 +105,15 @@ impl Session {
 
     pub(crate) fn is_expired(&self) -> bool {
         matches!(self.state(), SessionState::Expired { .. })
+    }
+
+    /// Until when the session vouches for its keys (last confirmed keep-alive
+    /// send + TTL - drift), or `None` once it counts as expired.
+    pub(crate) fn confirmed_until(&self) -> Option<Instant> {
+        match self.state() {
+            SessionState::Live { valid_until, .. } => Some(valid_until),
+            SessionState::Expired { .. } => None,
+        }
     }
 
     /// A watch of the state, for guards and waiters.
@@ -125,6 +143,11 @@ impl Drop for Session {
             rt.spawn(async move { revoke(&core, id).await });
         }
     }
+}
+
+/// When a lease confirmed until `valid_until` counts as expired.
+fn expiry(valid_until: Instant) -> Instant {
+    valid_until.checked_sub(EXPIRE_LEAD).unwrap_or(valid_until)
 }
 
 fn expire(state: &watch::Sender<SessionState>, reason: String) {
@@ -168,7 +191,9 @@ struct Stream {
 
 /// Keeps lease `id` alive every TTL/3 on one stream; on failure marks the
 /// session troubled and retries soon on the next endpoint; expires it when the
-/// lease was not confirmed within its TTL or the server says it is gone.
+/// lease was not confirmed within its TTL (less [`EXPIRE_LEAD`]) or the server
+/// says it is gone. Every confirmation is a state change, which each guard's
+/// monitor turns into a [`lock_core::LeaseEvent::Confirmed`].
 async fn keep_alive(
     core: Arc<Core>,
     id: i64,
@@ -188,8 +213,9 @@ async fn keep_alive(
             SessionState::Live { valid_until, .. } => *valid_until,
             SessionState::Expired { .. } => return,
         };
-        if next >= valid_until {
-            tokio::time::sleep_until(valid_until).await;
+        let expire_at = expiry(valid_until);
+        if next >= expire_at {
+            tokio::time::sleep_until(expire_at).await;
             expire(
                 &state,
                 format!("no keep-alive was confirmed within the lease TTL of {ttl:?}"),
@@ -206,7 +232,13 @@ async fn keep_alive(
         let endpoint = stream
             .as_ref()
             .map_or_else(|| core.pinned(), |s| s.endpoint);
-        let outcome = tokio::time::timeout(per_try, beat(&core, id, &mut stream)).await;
+        // A keep-alive still unanswered when the lease would count as expired
+        // is given up then, so that the expiry is not reported late.
+        let outcome = tokio::time::timeout_at(
+            (sent + per_try).min(expire_at),
+            beat(&core, id, &mut stream),
+        )
+        .await;
         match outcome {
             Ok(Ok(Beat::Alive(secs))) => {
                 let confirmed = Duration::from_secs(u64::try_from(secs).unwrap_or(0));

@@ -1,6 +1,7 @@
 //! What a session means: one lease per client whatever the number of guards,
-//! per-guard TTLs independent of the lease TTL, in-process turns on one name,
-//! and the loss of every guard when the session expires.
+//! per-guard TTLs independent of the lease TTL, a guard's validity bounded by
+//! the session's last confirmation, in-process turns on one name, and the loss
+//! of every guard when the session expires.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -227,4 +228,248 @@ async fn session_expiry_loses_every_guard_of_the_client() {
     let (new_lease, _) = a.session_lease().await.unwrap();
     assert_ne!(new_lease, old_lease);
     assert!(g3.release().await.unwrap());
+}
+
+/// Every state a guard showed, with the instant it was seen.
+type History = Arc<Mutex<Vec<(Instant, GuardState)>>>;
+
+/// Records every state a guard goes through, with the instant it was seen.
+fn record(g: &lock_core::LockGuard) -> (History, tokio::task::JoinHandle<()>) {
+    let mut watch = g.subscribe();
+    let states = Arc::new(Mutex::new(vec![(Instant::now(), g.state())]));
+    let seen = states.clone();
+    let task = tokio::spawn(async move {
+        while watch.changed().await.is_ok() {
+            let st = watch.borrow_and_update().clone();
+            seen.lock().unwrap().push((Instant::now(), st));
+        }
+    });
+    (states, task)
+}
+
+/// Waits until the guard's state is `Lost` (as the core set it, not merely
+/// past its validity) and returns the cause.
+async fn lost_cause(g: &lock_core::LockGuard) -> LossCause {
+    let mut watch = g.subscribe();
+    let st = watch
+        .wait_for(|s| matches!(s, GuardState::Lost { .. }))
+        .await
+        .expect("keeper gone")
+        .clone();
+    match st {
+        GuardState::Lost { cause } => cause,
+        other => unreachable!("{other:?}"),
+    }
+}
+
+/// A guard TTL of 30 s on a 2 s lease: the guard's validity never passes the
+/// session's last confirmed keep-alive + the lease TTL. Every state the guard
+/// shows at an instant `t` is valid until at most `t + lease` (the keep-alive
+/// that vouched for it was sent before `t`); once the client's proxy is
+/// blackholed at `b`, at most `b + lease`, and the guard is lost within about
+/// the lease TTL, not its 30 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guard_validity_never_outlives_the_session() {
+    let lease = Duration::from_secs(2);
+    let proxy = Proxy::start(endpoints()[0].parse().unwrap()).expect("proxy");
+    let a = EtcdLock::connect(
+        EtcdConfig::new([proxy.addr().to_string()])
+            .with_lease_ttl(lease)
+            .with_request_timeout(Duration::from_millis(500)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(a.session_lease().await.unwrap().1, lease);
+    let n = name("session-bound");
+    let g = a
+        .acquire(&n, &AcquireOptions::new().ttl(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    let first = g.valid_until().expect("held");
+    let (states, recorder) = record(&g);
+    // Connected: held across two lease TTLs, validity always within one lease
+    // TTL of now and moving forward with the keep-alives.
+    let until = Instant::now() + lease * 2;
+    while Instant::now() < until {
+        let now = Instant::now();
+        let v = g.valid_until().expect("lost while the session is fine");
+        assert!(v > now, "{v:?} not after {now:?}");
+        assert!(
+            v <= now + lease,
+            "valid {:?} ahead, lease {lease:?}",
+            v - now
+        );
+        sleep(Duration::from_millis(50)).await;
+    }
+    let later = g.valid_until().expect("held");
+    assert!(
+        later > first + lease,
+        "validity did not follow the keep-alives: {first:?} then {later:?}"
+    );
+    // Cut off: nothing vouches for the lease any more.
+    let b = Instant::now();
+    proxy.blackhole();
+    let lost_after = loop {
+        let now = Instant::now();
+        match g.valid_until() {
+            Some(v) => {
+                assert!(
+                    v <= b + lease,
+                    "valid {:?} past the blackhole, lease {lease:?}",
+                    v - b
+                );
+                assert!(
+                    now < b + lease + Duration::from_millis(1500),
+                    "still held {:?} after the blackhole",
+                    now - b
+                );
+            }
+            None => break now - b,
+        }
+        sleep(Duration::from_millis(10)).await;
+    };
+    let cause = timeout(Duration::from_secs(1), lost_cause(&g))
+        .await
+        .expect("not reported lost");
+    println!(
+        "lease {lease:?}, guard ttl 30 s: lost {lost_after:?} after the blackhole ({cause:?})"
+    );
+    assert_eq!(cause, LossCause::SessionExpired);
+    // The last keep-alive before the blackhole was sent at most a third of the
+    // lease TTL earlier (plus scheduling): not lost before its bound.
+    assert!(
+        lost_after >= lease / 2,
+        "lost {lost_after:?} after the blackhole: earlier than the session's bound"
+    );
+    recorder.abort();
+    for (t, st) in states.lock().unwrap().iter() {
+        if let Some(v) = st.valid_until() {
+            assert!(v <= *t + lease, "{st:?} seen at {t:?}");
+            if *t >= b {
+                assert!(
+                    v <= b + lease,
+                    "{st:?} seen {:?} after the blackhole",
+                    *t - b
+                );
+            }
+        }
+    }
+}
+
+/// With keep-alive off, a guard TTL longer than the lease TTL (5 s on a 2 s
+/// lease) holds for its own TTL while the session keeps confirming, then is
+/// `Lost(Expired)` and the lock is given up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_alive_off_holds_its_ttl_longer_than_the_lease() {
+    let lease = Duration::from_secs(2);
+    let (a, b) = (connect(lease).await, connect(lease).await);
+    let (lease_id, _) = a.session_lease().await.expect("session");
+    let n = name("session-off-long");
+    let ttl = Duration::from_secs(5);
+    let t = Instant::now();
+    let g = a
+        .acquire(&n, &AcquireOptions::new().ttl(ttl).keep_alive(false))
+        .await
+        .unwrap();
+    let (states, recorder) = record(&g);
+    while t.elapsed() < ttl - Duration::from_millis(400) {
+        assert!(
+            matches!(g.state(), GuardState::Held { .. }),
+            "after {:?}: {:?}",
+            t.elapsed(),
+            g.state()
+        );
+        assert!(b
+            .try_acquire(&n, &AcquireOptions::new())
+            .await
+            .unwrap()
+            .is_none());
+        sleep(Duration::from_millis(250)).await;
+    }
+    let cause = timeout(Duration::from_secs(2), lost_cause(&g))
+        .await
+        .expect("not lost at its TTL");
+    let lost_at = t.elapsed();
+    assert_eq!(cause, LossCause::Expired);
+    assert!(
+        lost_at >= ttl - Duration::from_millis(200),
+        "lost after {lost_at:?}, before its TTL"
+    );
+    assert_eq!(
+        a.session_lease().await.map(|s| s.0),
+        Some(lease_id),
+        "the session lives on"
+    );
+    let g2 = b
+        .acquire(&n, &AcquireOptions::new().wait(Duration::from_secs(5)))
+        .await
+        .expect("next client");
+    let took = t.elapsed();
+    println!("keep-alive off, ttl {ttl:?}, lease {lease:?}: lost after {lost_at:?}, next holder after {took:?}");
+    assert!(took < ttl + Duration::from_secs(1), "freed after {took:?}");
+    assert!(g2.release().await.unwrap());
+    recorder.abort();
+    let states = states.lock().unwrap().clone();
+    let lost_early = states
+        .iter()
+        .filter(|(_, s)| !matches!(s, GuardState::Held { .. }))
+        .find(|(at, _)| *at - t < ttl - Duration::from_millis(200));
+    assert!(lost_early.is_none(), "{lost_early:?} in {states:?}");
+}
+
+/// A process paused (GC, swap, SIGSTOP) until etcd freed its lock wakes up
+/// with a guard that is not held, although the guard's own TTL (30 s) is far
+/// from over: its validity was bounded by the session's last confirmation.
+/// The pause is this test's only runtime thread blocked while another thread
+/// waits for the server to delete our key.
+#[tokio::test(flavor = "current_thread")]
+async fn paused_past_the_lease_wakes_up_not_held() {
+    let lease = Duration::from_secs(1);
+    let a = connect(lease).await;
+    let n = name("session-paused");
+    let g = a
+        .acquire(&n, &AcquireOptions::new().ttl(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    let (lease_id, _) = a.session_lease().await.expect("session");
+    let key = format!("{}{lease_id:x}", a.key_prefix(&n));
+    assert!(g.is_held());
+    let eps = endpoints();
+    let paused_at = Instant::now();
+    // The pause: nothing of this runtime runs until the server freed the lock.
+    let freed_after = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async move {
+            let mut admin = etcd_client::Client::connect(eps, None).await.unwrap();
+            loop {
+                let resp = admin.get(key.as_str(), None).await.unwrap();
+                if resp.kvs().is_empty() {
+                    return paused_at.elapsed();
+                }
+                assert!(
+                    paused_at.elapsed() < Duration::from_secs(10),
+                    "etcd never freed the paused client's lock"
+                );
+                sleep(Duration::from_millis(50)).await;
+            }
+        })
+    })
+    .join()
+    .expect("checker thread");
+    // Awake, before any other task of this process ran.
+    let held = g.is_held();
+    let state = g.state();
+    println!("lease {lease:?}, guard ttl 30 s: etcd freed the lock {freed_after:?} into the pause; on waking: {state:?}");
+    assert!(!held, "held after the server freed the lock: {state:?}");
+    assert_eq!(g.valid_until(), None);
+    let cause = timeout(Duration::from_secs(2), lost_cause(&g))
+        .await
+        .expect("loss not reported after waking");
+    assert!(
+        matches!(cause, LossCause::SessionExpired | LossCause::Expired),
+        "{cause:?}"
+    );
 }

@@ -382,14 +382,16 @@ impl Backend {
             Err(f) => return Err(lock_error(&format!("watching {path}"), f)),
         };
         let now = Instant::now();
-        let valid_until = validity(looked, ttl).min(session.shared.bound());
-        if valid_until <= now {
+        // The guard's own bound; the session's comes with the registration
+        // (and with every answered heartbeat after it).
+        let valid_until = validity(looked, ttl);
+        if valid_until.min(session.shared.bound()) <= now {
             return Err(LockError::unavailable(format!(
                 "acquiring {path} took longer than the session can be vouched for"
             )));
         }
         let reg = session
-            .register(valid_until)
+            .register()
             .map_err(|f| lock_error(&format!("acquiring {path}"), f))?;
         let flags = Arc::new(Flags::default());
         let task = tokio::spawn(watch_own_node(
@@ -404,7 +406,6 @@ impl Backend {
             path: path.to_string(),
             id: reg.id,
             flags,
-            valid_until: reg.valid_until,
             watch_task: task.abort_handle(),
         };
         let events = futures::stream::unfold(reg.receiver, |mut rx| async move {
@@ -412,6 +413,7 @@ impl Backend {
         });
         let token = u64::try_from(stat.czxid).ok().map(FencingToken::new);
         Ok(Lease::new(Box::new(handle), valid_until)
+            .with_session_until(reg.session_until)
             .with_token(token)
             .with_events(Box::pin(events)))
     }
@@ -581,7 +583,6 @@ struct ZkLease {
     path: String,
     id: u64,
     flags: Arc<Flags>,
-    valid_until: Arc<Mutex<Instant>>,
     watch_task: tokio::task::AbortHandle,
 }
 
@@ -608,8 +609,10 @@ impl Drop for ZkLease {
 #[async_trait]
 impl LeaseHandle for ZkLease {
     /// Answers from the session's state, without a request: the node is ours
-    /// as long as the session lives and nobody deleted it. Validity is
-    /// `min(now + ttl - drift, last reply's send time + session timeout - drift)`.
+    /// as long as the session lives and nobody deleted it. The answer is the
+    /// guard's own bound, `now + ttl - drift`; the core caps it with the
+    /// session's, which the session sends as [`LeaseEvent::Confirmed`] after
+    /// every answered heartbeat.
     async fn renew(&self, ttl: Duration) -> Result<Renewal> {
         if self.flags.gone.load(Ordering::SeqCst) {
             return Ok(Renewal::Gone);
@@ -629,9 +632,9 @@ impl LeaseHandle for ZkLease {
                         self.session.shared.id
                     )));
                 }
-                let valid_until = validity(now, ttl).min(bound);
-                *locked(&self.valid_until) = valid_until;
-                Ok(Renewal::Renewed { valid_until })
+                Ok(Renewal::Renewed {
+                    valid_until: validity(now, ttl),
+                })
             }
         }
     }

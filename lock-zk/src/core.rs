@@ -11,13 +11,20 @@
 //!   session timeout. A heartbeat (`sync /`) every quarter of the session
 //!   timeout keeps that knowledge fresh; it is the only keep-alive traffic,
 //!   one request per session, whatever the number of guards.
-//!   [`Shared::bound`] is that promise minus a drift allowance.
+//!   [`Shared::bound`] is that promise minus a drift allowance. Every
+//!   answered heartbeat sends each guard [`LeaseEvent::Confirmed`] with that
+//!   bound: the core holds a guard until the earlier of its own validity
+//!   (TTL from the acquisition or the last renewal) and the session's last
+//!   confirmation, so a guard lasts its TTL while the session is confirmed,
+//!   and never past the session's last confirmation plus the timeout.
 //! - `Disconnected`, or no reply for half the session timeout: every guard
-//!   gets [`LeaseEvent::Suspended`]; the next reply brings
-//!   [`LeaseEvent::Resumed`].
-//! - `Expired` (or `AuthFailed`/`Closed`), or no reply until the bound passes
-//!   (the server may have expired the session by then, and a partitioned
-//!   client only hears of it when it reconnects): the session is *retired*.
+//!   gets [`LeaseEvent::Suspended`]; the next answered heartbeat brings
+//!   `Confirmed` (which makes them held again), and after a reconnection
+//!   also [`LeaseEvent::Resumed`] (the core renews at once).
+//! - `Expired` (or `AuthFailed`/`Closed`), or no heartbeat answered until the
+//!   latest bound given to guards passes (the server may have expired the
+//!   session by then, and a partitioned client only hears of it when it
+//!   reconnects): the session is *retired*.
 //!   Every guard gets `Lost(SessionExpired)` and the client is dropped, so the
 //!   session is closed (or, unreachable, expires on the server): its
 //!   ephemeral nodes go away either way and a retired session never comes
@@ -136,10 +143,9 @@ pub(crate) enum Link {
     Retired(Retired),
 }
 
-/// A registered guard: where its events go and the validity it was last given.
+/// A registered guard: where its events go.
 struct Slot {
     events: mpsc::UnboundedSender<LeaseEvent>,
-    valid_until: Arc<Mutex<Instant>>,
 }
 
 /// What the monitor, the guards and the session share.
@@ -148,6 +154,10 @@ pub(crate) struct Shared {
     pub timeout: Duration,
     heartbeat_every: Duration,
     last_confirmed: Mutex<Instant>,
+    /// The latest session bound given to a guard (at its acquisition, or
+    /// with a heartbeat's `Confirmed`): the silent session is retired just
+    /// before it, so guards see `Lost(SessionExpired)` first.
+    vouched: Mutex<Instant>,
     link: watch::Sender<Link>,
     guards: Mutex<HashMap<u64, Slot>>,
     next_guard: AtomicU64,
@@ -169,6 +179,20 @@ impl Shared {
 
     fn last_confirmed(&self) -> Instant {
         *locked(&self.last_confirmed)
+    }
+
+    /// [`Shared::bound`], recorded as given to a guard.
+    fn vouch(&self) -> Instant {
+        let bound = self.bound();
+        let mut vouched = locked(&self.vouched);
+        if bound > *vouched {
+            *vouched = bound;
+        }
+        bound
+    }
+
+    fn vouched(&self) -> Instant {
+        *locked(&self.vouched)
     }
 
     /// A request sent at `sent` was answered by the server.
@@ -206,11 +230,11 @@ impl Shared {
         }
     }
 
-    /// A reply came: resume a suspended session, and let guards whose
-    /// validity runs out before the next heartbeat or two renew now (the core
-    /// renews on `Resumed`), so a guard's validity never lapses between two
-    /// keep-alive renewals while the session is confirmed.
-    fn resume_or_refresh(&self) {
+    /// A heartbeat was answered while connected: resume a suspended
+    /// session, and tell every guard that the session vouches for it until
+    /// [`Shared::bound`] (which also makes a suspended guard held again).
+    /// After a reconnection, `Resumed` follows: the core renews at once.
+    fn confirmed(&self, reconnected: bool) {
         let resumed = self.link.send_if_modified(|link| match link {
             Link::Suspended(_) => {
                 *link = Link::Connected;
@@ -220,12 +244,12 @@ impl Shared {
         });
         if resumed {
             tracing::info!(session = %self.id, "lock-zk: session resumed");
-            self.broadcast(&LeaseEvent::Resumed);
-            return;
         }
-        let soon = Instant::now() + self.heartbeat_every * 2;
-        for slot in locked(&self.guards).values() {
-            if *locked(&slot.valid_until) < soon {
+        let guards = locked(&self.guards);
+        let valid_until = self.vouch();
+        for slot in guards.values() {
+            let _ = slot.events.send(LeaseEvent::Confirmed { valid_until });
+            if resumed && reconnected {
                 let _ = slot.events.send(LeaseEvent::Resumed);
             }
         }
@@ -256,7 +280,9 @@ pub(crate) struct Registration {
     pub id: u64,
     pub events: mpsc::UnboundedSender<LeaseEvent>,
     pub receiver: mpsc::UnboundedReceiver<LeaseEvent>,
-    pub valid_until: Arc<Mutex<Instant>>,
+    /// Until when the session vouches for the guard ([`Shared::bound`] at
+    /// registration; later ones come as [`LeaseEvent::Confirmed`]).
+    pub session_until: Instant,
 }
 
 /// One ZooKeeper session and what it knows.
@@ -305,6 +331,7 @@ impl Session {
             heartbeat_every: (timeout / 4).max(Duration::from_millis(10)),
             // The session was created after the connect started.
             last_confirmed: Mutex::new(started),
+            vouched: Mutex::new(started + timeout.saturating_sub(drift(timeout))),
             link: watch::channel(Link::Connected).0,
             guards: Mutex::new(HashMap::new()),
             next_guard: AtomicU64::new(1),
@@ -358,26 +385,19 @@ impl Session {
     }
 
     /// Registers a granted lease for session events.
-    pub fn register(&self, valid_until: Instant) -> Reply<Registration> {
+    pub fn register(&self) -> Reply<Registration> {
         let (tx, rx) = mpsc::unbounded_channel();
-        let cell = Arc::new(Mutex::new(valid_until));
         let mut guards = locked(&self.shared.guards);
         if let Link::Retired(cause) = self.shared.link() {
             return Err(Failure::Retired(cause));
         }
         let id = self.shared.next_guard.fetch_add(1, Ordering::Relaxed);
-        guards.insert(
-            id,
-            Slot {
-                events: tx.clone(),
-                valid_until: cell.clone(),
-            },
-        );
+        guards.insert(id, Slot { events: tx.clone() });
         Ok(Registration {
             id,
             events: tx,
             receiver: rx,
-            valid_until: cell,
+            session_until: self.shared.vouch(),
         })
     }
 
@@ -501,9 +521,9 @@ fn answered_by_server(err: &zk::Error) -> bool {
     )
 }
 
-/// How much earlier than a guard's validity can run out the monitor declares
-/// a silent session expired, so that guards see `Lost(SessionExpired)` rather
-/// than a bare `Lost(Expired)` of their validity.
+/// How much earlier than the latest session bound given to a guard the
+/// monitor declares a silent session expired, so that guards see
+/// `Lost(SessionExpired)` rather than a bare `Lost(Expired)` of their validity.
 const RETIRE_LEAD: Duration = Duration::from_millis(50);
 
 type Heartbeat = Pin<Box<dyn Future<Output = Option<Instant>> + Send>>;
@@ -535,6 +555,8 @@ async fn monitor(session: Weak<Session>, shared: Arc<Shared>, mut states: zk::St
     let mut next_heartbeat = Instant::now() + every;
     let mut in_flight: Option<Heartbeat> = None;
     let mut disconnected = false;
+    // Disconnected since the last answered heartbeat.
+    let mut reconnected = false;
     let retire = |cause: Retired| match session.upgrade() {
         Some(s) => s.retire(cause),
         None => shared.retire(cause),
@@ -545,12 +567,13 @@ async fn monitor(session: Weak<Session>, shared: Arc<Shared>, mut states: zk::St
             return;
         }
         let suspect_at = shared.last_confirmed() + shared.timeout / 2;
-        let expire_at = shared.bound() - RETIRE_LEAD;
+        let expire_at = shared.vouched() - RETIRE_LEAD;
         tokio::select! {
             biased;
             state = states.changed() => match state {
                 zk::SessionState::Disconnected => {
                     disconnected = true;
+                    reconnected = true;
                     shared.suspend("disconnected from ZooKeeper; reconnecting");
                 }
                 zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => {
@@ -566,12 +589,12 @@ async fn monitor(session: Weak<Session>, shared: Arc<Shared>, mut states: zk::St
                 if let Some(sent) = answered {
                     shared.confirm(sent);
                     if !disconnected {
-                        shared.resume_or_refresh();
+                        shared.confirmed(std::mem::take(&mut reconnected));
                     }
                 }
             }
             _ = tokio::time::sleep_until(expire_at) => {
-                if shared.bound() - RETIRE_LEAD <= Instant::now() {
+                if shared.vouched() - RETIRE_LEAD <= Instant::now() {
                     return retire(Retired::Presumed);
                 }
             }

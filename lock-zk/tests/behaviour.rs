@@ -1,7 +1,8 @@
 //! What lock-zk does on a real ZooKeeper beyond the shared suite: the node
 //! layout (Curator's, nested names, chroot), exclusion with Curator-named
-//! contenders, guards sharing one session, validity bounded by the session,
-//! and keep-alive traffic that grows with sessions, not guards.
+//! contenders, guards sharing one session, validity bounded by the session
+//! (and by the guard's own TTL with keep-alive off), and keep-alive traffic
+//! that grows with sessions, not guards.
 //!
 //! All on the testbed's standalone server (tickTime 200 ms).
 
@@ -10,7 +11,7 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use lock_core::{AcquireOptions, DistributedLock, GuardState, LockErrorKind, LockName, LossCause};
-use lock_testbed::{shared_zk, unique_name, ZkEnsemble};
+use lock_testbed::{shared_zk, unique_name, Proxy, ZkEnsemble};
 use lock_zk::{ZkConfig, ZkLock};
 use tokio::time::{sleep, Instant};
 use zookeeper_client as zk;
@@ -291,11 +292,12 @@ async fn validity_is_bounded_by_the_session_and_keeps_up() {
     assert!(guard.release().await.unwrap());
 }
 
-/// With keep-alive off, a guard lasts at most the session timeout even with a
-/// longer TTL (ZooKeeper vouches for no more without contact); then it is
-/// lost and its node deleted, so another client gets the lock at once.
+/// With keep-alive off and a TTL longer than the session timeout (5 s on a
+/// 2 s session), a guard is held for its own TTL while the session is
+/// confirmed, its validity never more than one session timeout ahead; then it
+/// is lost and its node deleted, so another client gets the lock at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn keep_alive_off_guard_is_bounded_by_the_session() {
+async fn keep_alive_off_guard_lasts_its_ttl_while_the_session_is_confirmed() {
     let server = server().await;
     let session = Duration::from_secs(2);
     let a = ZkLock::connect(config(&server.connect_string(), session))
@@ -305,26 +307,115 @@ async fn keep_alive_off_guard_is_bounded_by_the_session() {
         .await
         .unwrap();
     let lock = name("no-keepalive");
-    let opts = AcquireOptions::new()
-        .ttl(Duration::from_secs(60))
-        .keep_alive(false);
+    let ttl = Duration::from_secs(5);
+    let opts = AcquireOptions::new().ttl(ttl).keep_alive(false);
     let started = Instant::now();
     let guard = a.acquire(&lock, &opts).await.unwrap();
-    let cause = tokio::time::timeout(session + Duration::from_secs(1), guard.lost())
+    while started.elapsed() < ttl - Duration::from_millis(400) {
+        match guard.state() {
+            GuardState::Held { valid_until } => assert!(
+                valid_until <= Instant::now() + session,
+                "validity beyond the session timeout"
+            ),
+            other => panic!(
+                "an unrenewed guard left the held state after {:?}: {other:?}",
+                started.elapsed()
+            ),
+        }
+        sleep(Duration::from_millis(50)).await;
+    }
+    let cause = tokio::time::timeout(Duration::from_secs(2), guard.lost())
         .await
-        .expect("an unrenewed guard outlived its session timeout");
+        .expect("an unrenewed guard outlived its TTL");
+    let lost_after = started.elapsed();
     assert_eq!(cause, LossCause::Expired);
+    assert!(
+        lost_after >= ttl - Duration::from_millis(200),
+        "lost after {lost_after:?}, before its TTL of {ttl:?}"
+    );
     let next = b
         .acquire(&lock, &opts.clone().wait(Duration::from_secs(2)))
         .await
         .expect("the lapsed guard's node was not deleted");
-    assert!(
-        started.elapsed() < session + Duration::from_secs(1),
-        "took {:?}",
-        started.elapsed()
-    );
+    let took = started.elapsed();
+    println!("keep-alive off, ttl {ttl:?}, session {session:?}: lost after {lost_after:?}, next holder after {took:?}");
+    assert!(took < ttl + Duration::from_secs(1), "took {took:?}");
     assert!(next.extend(Duration::from_secs(60)).await.unwrap() <= Instant::now() + session);
     assert!(next.release().await.unwrap());
+}
+
+/// With keep-alive off, a guard whose TTL (30 s) is far beyond the session
+/// timeout outlives several session timeouts while connected, but once its
+/// client is cut off (blackholed), its validity never passes the cut + one
+/// session timeout and it is lost within about that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_alive_off_guard_cut_off_is_lost_within_the_session_timeout() {
+    let server = server().await;
+    let proxy = Proxy::start(server.endpoint(0).parse().unwrap()).expect("proxy");
+    let session = Duration::from_secs(2);
+    let a = ZkLock::connect(
+        ZkConfig::new(proxy.addr().to_string())
+            .session_timeout(session)
+            .request_timeout(Duration::from_secs(1))
+            .connect_timeout(Duration::from_secs(2)),
+    )
+    .await
+    .unwrap();
+    let lock = name("no-keepalive-cut");
+    let opts = AcquireOptions::new()
+        .ttl(Duration::from_secs(30))
+        .keep_alive(false);
+    let guard = a.acquire(&lock, &opts).await.unwrap();
+    let started = Instant::now();
+    while started.elapsed() < session * 2 {
+        assert!(
+            matches!(guard.state(), GuardState::Held { .. }),
+            "after {:?}: {:?}",
+            started.elapsed(),
+            guard.state()
+        );
+        sleep(Duration::from_millis(50)).await;
+    }
+    let cut = Instant::now();
+    proxy.blackhole();
+    let lost_after = loop {
+        let now = Instant::now();
+        match guard.valid_until() {
+            Some(v) => {
+                assert!(
+                    v <= cut + session,
+                    "valid {:?} past the cut; session timeout {session:?}",
+                    v - cut
+                );
+                assert!(
+                    now - cut <= session + Duration::from_millis(250),
+                    "still held {:?} after the cut",
+                    now - cut
+                );
+            }
+            None => break now - cut,
+        }
+        sleep(Duration::from_millis(10)).await;
+    };
+    let mut states = guard.subscribe();
+    let lost = tokio::time::timeout(
+        Duration::from_secs(1),
+        states.wait_for(|s| matches!(s, GuardState::Lost { .. })),
+    )
+    .await
+    .expect("the loss was not reported")
+    .expect("keeper gone")
+    .clone();
+    println!("keep-alive off, ttl 30 s, session {session:?}: lost {lost_after:?} after the cut ({lost:?})");
+    assert!(
+        matches!(
+            lost,
+            GuardState::Lost {
+                cause: LossCause::SessionExpired | LossCause::Expired
+            }
+        ),
+        "{lost:?}"
+    );
 }
 
 /// The number of requests the server received on session `sid`, from the
