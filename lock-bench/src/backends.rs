@@ -1,0 +1,91 @@
+//! Our backends, each connected the way a user would: default configuration,
+//! one client per "process", used through `Arc<dyn DistributedLock>`.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use lock_core::{DistributedLock, MemoryLock};
+
+use crate::subject::{BenchResult, Connector, DistLocker, DistOptions, Locker};
+
+/// The backends, in report order.
+pub const ALL: [&str; 5] = ["memory", "redis", "redlock", "etcd", "zk"];
+
+/// Where a backend's server is.
+#[derive(Clone)]
+pub enum Target {
+    /// In process: every "client" shares this one service.
+    Memory(MemoryLock),
+    /// One Redis URL.
+    Redis(String),
+    /// The Redlock node URLs.
+    Redlock(Vec<String>),
+    /// etcd client endpoints.
+    Etcd(Vec<String>),
+    /// ZooKeeper `host:port,...`.
+    Zk(String),
+}
+
+/// Connects new clients of one of our backends.
+pub struct Ours {
+    target: Target,
+    opts: DistOptions,
+}
+
+impl Ours {
+    /// A connector for `target` whose acquires use `opts`.
+    pub fn new(target: Target, opts: DistOptions) -> Self {
+        Self { target, opts }
+    }
+
+    async fn client(&self) -> BenchResult<Arc<dyn DistributedLock>> {
+        let lock: Arc<dyn DistributedLock> = match &self.target {
+            Target::Memory(m) => Arc::new(m.clone()),
+            Target::Redis(url) => Arc::new(
+                lock_redis::RedisLock::connect(lock_redis::RedisLockConfig::new(url.clone()))
+                    .await
+                    .map_err(|e| format!("lock-redis connect {url}: {e}"))?,
+            ),
+            Target::Redlock(urls) => Arc::new(
+                lock_redlock::RedlockLock::connect(lock_redlock::RedlockConfig::new(
+                    urls.iter().cloned(),
+                ))
+                .await
+                .map_err(|e| format!("lock-redlock connect {urls:?}: {e}"))?,
+            ),
+            Target::Etcd(endpoints) => {
+                let mut config = lock_etcd::EtcdConfig::new(endpoints.iter().cloned());
+                if let Some(ttl) = self.opts.session_ttl {
+                    config = config.with_lease_ttl(ttl);
+                }
+                Arc::new(
+                    lock_etcd::EtcdLock::connect(config)
+                        .await
+                        .map_err(|e| format!("lock-etcd connect {endpoints:?}: {e}"))?,
+                )
+            }
+            Target::Zk(connect) => {
+                let mut config = lock_zk::ZkConfig::new(connect.clone());
+                if let Some(ttl) = self.opts.session_ttl {
+                    config = config.session_timeout(ttl);
+                }
+                Arc::new(
+                    lock_zk::ZkLock::connect(config)
+                        .await
+                        .map_err(|e| format!("lock-zk connect {connect}: {e}"))?,
+                )
+            }
+        };
+        Ok(lock)
+    }
+}
+
+#[async_trait]
+impl Connector for Ours {
+    async fn connect(&self) -> BenchResult<Arc<dyn Locker>> {
+        Ok(Arc::new(DistLocker::new(
+            self.client().await?,
+            self.opts.clone(),
+        )))
+    }
+}

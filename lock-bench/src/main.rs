@@ -1,0 +1,231 @@
+//! # lock-bench: the distlock backends against their peers and the raw limit
+//!
+//! Starts its own servers through `lock-testbed` (1 Redis, 5 Redis, a 3-member
+//! etcd cluster, a 3-server ZooKeeper ensemble), stops them at the end, and
+//! measures per backend (memory, redis, redlock, etcd, zk):
+//!
+//! - uncontended acquire+release latency (p50/p90/p99) and throughput with 1,
+//!   8 and 64 tasks on distinct names (one backend client per 8 tasks);
+//! - contention of 8 clients on one name: hand-off latency (release call to
+//!   the next holder's acquire returning, one monotonic clock), throughput,
+//!   longest wait, share of hand-offs to a different client;
+//! - the raw-protocol limit with the same client crates (Redis `SET NX PX` +
+//!   `EVALSHA` compare-and-delete, on 1 and on 5 nodes; etcd txn put-if-absent
+//!   with a lease + delete; ZooKeeper create ephemeral-sequential + delete);
+//! - peers on the same servers: `rslock`, etcd's Lock RPC, `zookeeper-client`'s
+//!   lock recipe;
+//! - keep-alive cost: server operations per second and client memory per
+//!   guard with many guards held (TTL 3 s, renewed every 1 s).
+//!
+//! Output: Markdown on stdout, JSON (`target/lock-bench/results.json`), an SVG
+//! of latency percentiles (`target/lock-bench/latency.svg`), a progress bar on
+//! stderr. Exits non-zero if any backend, raw protocol or peer failed to run.
+//!
+//! ```text
+//! cargo run --release -p lock-bench -- [--quick] [--backends redis,etcd,...] [--json PATH] [--svg PATH]
+//! ```
+
+mod backends;
+mod peers;
+mod plot;
+mod raw;
+mod report;
+mod run;
+mod servers;
+mod stats;
+mod subject;
+mod targets;
+mod workload;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+const USAGE: &str = "\
+usage: lock-bench [--quick] [--backends LIST] [--json PATH] [--svg PATH]
+
+  --quick           small sample counts (CI smoke test, under a minute)
+  --backends LIST   comma-separated subset of: memory,redis,redlock,etcd,zk (default: all)
+  --json PATH       where to write the JSON results (default: target/lock-bench/results.json)
+  --svg PATH        where to write the latency plot (default: target/lock-bench/latency.svg)
+  -h, --help        this text
+
+Starts its own servers (redis-server, etcd, ZooKeeper via lock-testbed) and
+stops them at the end. Markdown report on stdout, progress on stderr.
+Exit status 1 if any backend, raw protocol or peer failed to run.";
+
+/// The command line.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Args {
+    /// Small sample counts.
+    pub quick: bool,
+    /// Selected backends, in report order.
+    pub backends: Vec<String>,
+    /// JSON output path.
+    pub json: PathBuf,
+    /// SVG output path.
+    pub svg: PathBuf,
+}
+
+fn out_dir() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+            manifest.parent().unwrap_or(&manifest).join("target")
+        });
+    target.join("lock-bench")
+}
+
+/// Parses the arguments (without the program name); `Ok(None)` for `--help`.
+pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Option<Args>, String> {
+    let dir = out_dir();
+    let mut out = Args {
+        quick: false,
+        backends: backends::ALL.iter().map(|s| s.to_string()).collect(),
+        json: dir.join("results.json"),
+        svg: dir.join("latency.svg"),
+    };
+    let mut it = args.into_iter();
+    while let Some(arg) = it.next() {
+        let (flag, inline) = match arg.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
+            _ => (arg.clone(), None),
+        };
+        let mut value = |name: &str| {
+            inline
+                .clone()
+                .or_else(|| it.next())
+                .ok_or_else(|| format!("{name} needs a value"))
+        };
+        match flag.as_str() {
+            "--quick" => out.quick = true,
+            "-h" | "--help" => return Ok(None),
+            "--backends" => {
+                let list = value("--backends")?;
+                let mut picked = Vec::new();
+                for b in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+                    if !backends::ALL.contains(&b) {
+                        return Err(format!(
+                            "unknown backend {b:?}; known: {}",
+                            backends::ALL.join(",")
+                        ));
+                    }
+                    picked.push(b.to_string());
+                }
+                if picked.is_empty() {
+                    return Err("--backends needs at least one backend".into());
+                }
+                out.backends = backends::ALL
+                    .iter()
+                    .filter(|b| picked.iter().any(|p| p == *b))
+                    .map(|s| s.to_string())
+                    .collect();
+            }
+            "--json" => out.json = PathBuf::from(value("--json")?),
+            "--svg" => out.svg = PathBuf::from(value("--svg")?),
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    Ok(Some(out))
+}
+
+fn write_file(path: &std::path::Path, contents: &[u8]) -> Result<(), String> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+    }
+    std::fs::write(path, contents).map_err(|e| format!("write {}: {e}", path.display()))
+}
+
+fn main() -> ExitCode {
+    let args = match parse_args(std::env::args().skip(1)) {
+        Ok(Some(a)) => a,
+        Ok(None) => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("lock-bench: {e}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("lock-bench: cannot start the tokio runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let (report, servers) = rt.block_on(run::run(&args));
+    // Background clean-ups (released guards, closing sessions) get a moment,
+    // then the servers are stopped.
+    rt.shutdown_timeout(Duration::from_secs(2));
+    drop(servers);
+
+    print!("{}", report.markdown());
+    let mut ok = report.failures.is_empty();
+    match serde_json::to_vec_pretty(&report) {
+        Ok(json) => match write_file(&args.json, &json) {
+            Ok(()) => eprintln!("lock-bench: JSON written to {}", args.json.display()),
+            Err(e) => {
+                eprintln!("lock-bench: {e}");
+                ok = false;
+            }
+        },
+        Err(e) => {
+            eprintln!("lock-bench: JSON: {e}");
+            ok = false;
+        }
+    }
+    if let Some(dir) = args.svg.parent().filter(|d| !d.as_os_str().is_empty()) {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    match plot::write_svg(&report, &args.svg) {
+        Ok(()) => eprintln!("lock-bench: plot written to {}", args.svg.display()),
+        Err(e) => {
+            eprintln!("lock-bench: {e}");
+            ok = false;
+        }
+    }
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        if !report.failures.is_empty() {
+            eprintln!(
+                "lock-bench: {} failure(s); see the Failures section",
+                report.failures.len()
+            );
+        }
+        ExitCode::FAILURE
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Result<Option<Args>, String> {
+        parse_args(list.iter().map(|s| s.to_string()))
+    }
+
+    #[test]
+    fn parses_the_command_line() {
+        let a = args(&[]).unwrap().unwrap();
+        assert!(!a.quick);
+        assert_eq!(a.backends, backends::ALL.to_vec());
+        assert!(a.json.ends_with("lock-bench/results.json"));
+        let a = args(&["--quick", "--backends", "zk,redis", "--json=/tmp/x.json"])
+            .unwrap()
+            .unwrap();
+        assert!(a.quick);
+        assert_eq!(a.backends, vec!["redis", "zk"]);
+        assert_eq!(a.json, PathBuf::from("/tmp/x.json"));
+        assert!(args(&["--backends", "mysql"]).is_err());
+        assert!(args(&["--json"]).is_err());
+        assert!(args(&["--frobnicate"]).is_err());
+        assert_eq!(args(&["--help"]).unwrap(), None);
+    }
+}

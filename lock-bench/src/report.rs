@@ -1,0 +1,527 @@
+//! The results, the targets, and the Markdown report.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::stats::Summary;
+use crate::subject::Kind;
+use crate::workload::{Contended, Errors, KeepAlive, Uncontended};
+
+/// One measured thing: our backend, a raw protocol or a peer.
+#[derive(Clone, Debug, Serialize)]
+pub struct SubjectReport {
+    /// What it is, e.g. `distlock redis`, `raw SET NX PX + EVALSHA`, `rslock`.
+    pub label: String,
+    /// Ours, raw or peer.
+    pub kind: Kind,
+    /// Why it could not be measured (server down, connect failed, ...).
+    pub error: Option<String>,
+    /// One entry per concurrency level.
+    pub uncontended: Vec<Uncontended>,
+    /// The contended run, where measured.
+    pub contended: Option<Contended>,
+}
+
+impl SubjectReport {
+    /// A subject with nothing measured yet.
+    pub fn new(label: impl Into<String>, kind: Kind) -> Self {
+        Self {
+            label: label.into(),
+            kind,
+            error: None,
+            uncontended: Vec::new(),
+            contended: None,
+        }
+    }
+
+    /// The uncontended run with `tasks` tasks.
+    pub fn at(&self, tasks: usize) -> Option<&Uncontended> {
+        self.uncontended
+            .iter()
+            .find(|u| u.tasks == tasks && u.cycle.is_some())
+    }
+
+    /// Why this subject failed, if it did. Timeouts of a peer under contention
+    /// are a measurement, not a failure; for our backends they are failures.
+    pub fn failure(&self) -> Option<String> {
+        if let Some(e) = &self.error {
+            return Some(e.clone());
+        }
+        let mut errs: Vec<String> = Vec::new();
+        let mut add = |what: String, e: &Errors| {
+            if !e.is_empty() {
+                errs.push(format!(
+                    "{what}: {} failed ({})",
+                    e.count,
+                    e.first.join("; ")
+                ));
+            }
+        };
+        for u in &self.uncontended {
+            add(format!("uncontended x{}", u.tasks), &u.errors);
+        }
+        if let Some(c) = &self.contended {
+            add("contended".to_string(), &c.errors);
+            if self.kind == Kind::Ours && c.timeouts > 0 {
+                errs.push(format!("contended: {} acquires timed out", c.timeouts));
+            }
+            if c.overlaps > 0 {
+                errs.push(format!(
+                    "contended: {} holdings began before the previous holder released (mutual exclusion broken)",
+                    c.overlaps
+                ));
+            }
+        }
+        (!errs.is_empty()).then(|| errs.join(" | "))
+    }
+}
+
+/// The keep-alive runs of one backend.
+#[derive(Clone, Debug, Serialize)]
+pub struct KeepAliveReport {
+    /// What the server counter counts.
+    pub ops_source: Option<String>,
+    /// Server operations per second with the clients connected and no guard.
+    pub idle_ops_per_s: Option<f64>,
+    /// Operations counted in the idle window.
+    pub idle_ops: Option<u64>,
+    /// The idle window, s.
+    pub idle_window_s: f64,
+    /// The lease TTL, s (keep-alive renews every TTL/3).
+    pub ttl_s: f64,
+    /// One run per guard count.
+    pub runs: Vec<KeepAlive>,
+    /// Why it could not be measured.
+    pub error: Option<String>,
+}
+
+impl KeepAliveReport {
+    /// Why the keep-alive measurement failed, if it did.
+    pub fn failure(&self) -> Option<String> {
+        if let Some(e) = &self.error {
+            return Some(format!("keep-alive: {e}"));
+        }
+        let errs: Vec<String> = self
+            .runs
+            .iter()
+            .flat_map(|r| {
+                let mut v = Vec::new();
+                if !r.errors.is_empty() {
+                    v.push(format!(
+                        "keep-alive x{}: {} failed ({})",
+                        r.guards,
+                        r.errors.count,
+                        r.errors.first.join("; ")
+                    ));
+                }
+                if r.lost > 0 {
+                    v.push(format!(
+                        "keep-alive x{}: {} guards lost their lock while the servers were up",
+                        r.guards, r.lost
+                    ));
+                }
+                v
+            })
+            .collect();
+        (!errs.is_empty()).then(|| errs.join(" | "))
+    }
+}
+
+/// Everything measured for one backend and its comparisons.
+#[derive(Clone, Debug, Serialize)]
+pub struct BackendReport {
+    /// `memory`, `redis`, `redlock`, `etcd` or `zk`.
+    pub backend: String,
+    /// The servers it ran against.
+    pub servers: String,
+    /// Ours first, then the raw protocol, then the peers.
+    pub subjects: Vec<SubjectReport>,
+    /// Keep-alive cost of our backend.
+    pub keep_alive: Option<KeepAliveReport>,
+}
+
+impl BackendReport {
+    /// Our backend's subject.
+    pub fn ours(&self) -> Option<&SubjectReport> {
+        self.subjects.iter().find(|s| s.kind == Kind::Ours)
+    }
+
+    /// The raw-protocol subject.
+    pub fn raw(&self) -> Option<&SubjectReport> {
+        self.subjects.iter().find(|s| s.kind == Kind::Raw)
+    }
+
+    /// The first peer.
+    pub fn peer(&self) -> Option<&SubjectReport> {
+        self.subjects.iter().find(|s| s.kind == Kind::Peer)
+    }
+
+    /// The failures, one line each.
+    pub fn failures(&self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .subjects
+            .iter()
+            .filter_map(|s| {
+                s.failure()
+                    .map(|f| format!("{} / {}: {f}", self.backend, s.label))
+            })
+            .collect();
+        if let Some(f) = self.keep_alive.as_ref().and_then(|k| k.failure()) {
+            out.push(format!("{}: {f}", self.backend));
+        }
+        out
+    }
+}
+
+/// Met, missed, or not measurable in this run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Status {
+    /// The measured value meets the target.
+    #[serde(rename = "MET")]
+    Met,
+    /// It does not.
+    #[serde(rename = "MISSED")]
+    Missed,
+    /// Something it needs was not measured (filtered out or failed).
+    #[serde(rename = "NOT MEASURED")]
+    NotMeasured,
+}
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Status::Met => "MET",
+            Status::Missed => "MISSED",
+            Status::NotMeasured => "NOT MEASURED",
+        })
+    }
+}
+
+/// One target row.
+#[derive(Clone, Debug, Serialize)]
+pub struct Target {
+    /// The target, in words.
+    pub target: String,
+    /// The backend it is about.
+    pub backend: String,
+    /// The measured value, in words, with sample counts.
+    pub measured: String,
+    /// The verdict.
+    pub status: Status,
+}
+
+/// The whole run.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    /// `quick` or `full`.
+    pub mode: String,
+    /// What the run did, in words (durations, counts).
+    pub profile: Vec<(String, String)>,
+    /// Per backend.
+    pub backends: Vec<BackendReport>,
+    /// The targets.
+    pub targets: Vec<Target>,
+    /// Every failure, one line each.
+    pub failures: Vec<String>,
+    /// Seconds from start to report, server start-up included.
+    pub total_s: f64,
+    /// Seconds spent starting the servers.
+    pub server_start_s: f64,
+}
+
+/// Milliseconds with 3 significant digits.
+pub fn fmt_ms(v: f64) -> String {
+    if v >= 100.0 {
+        format!("{v:.0}")
+    } else if v >= 10.0 {
+        format!("{v:.1}")
+    } else if v >= 1.0 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+/// A rate, rounded, with thousands separators.
+pub fn fmt_rate(v: f64) -> String {
+    if v < 10.0 {
+        return format!("{v:.1}");
+    }
+    let n = v.round() as u64;
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn opt_ms(s: Option<&Summary>, f: impl Fn(&Summary) -> f64) -> String {
+    s.map(|s| fmt_ms(f(s))).unwrap_or_else(|| "-".into())
+}
+
+fn ratio(v: f64) -> String {
+    format!("{v:.2}x")
+}
+
+/// The uncontended ratio of ours to the raw limit at one level:
+/// (latency ratio raw p50 / ours p50, throughput ratio ours / raw).
+pub fn raw_ratios(ours: &Uncontended, raw: &Uncontended) -> Option<(f64, f64)> {
+    let (o, r) = (ours.cycle.as_ref()?, raw.cycle.as_ref()?);
+    if o.p50_ms <= 0.0 || raw.throughput_per_s <= 0.0 {
+        return None;
+    }
+    Some((
+        r.p50_ms / o.p50_ms,
+        ours.throughput_per_s / raw.throughput_per_s,
+    ))
+}
+
+impl Report {
+    /// The report as Markdown.
+    pub fn markdown(&self) -> String {
+        let mut m = String::new();
+        let _ = writeln!(m, "# distlock benchmark ({} run)\n", self.mode);
+        for (k, v) in &self.profile {
+            let _ = writeln!(m, "- {k}: {v}");
+        }
+        let _ = writeln!(
+            m,
+            "- servers started in {:.1} s; whole run {:.1} s\n",
+            self.server_start_s, self.total_s
+        );
+
+        let _ = writeln!(
+            m,
+            "## Uncontended acquire+release (each task on its own name)\n"
+        );
+        let _ = writeln!(
+            m,
+            "Latency of one acquire+release cycle in ms; throughput in cycles/s of all tasks together; \
+             every figure of a row comes from the n cycles of that row.\n"
+        );
+        let _ = writeln!(
+            m,
+            "| backend | subject | tasks | clients | n | p50 | p90 | p99 | acquire p50 | release p50 | throughput/s |"
+        );
+        let _ = writeln!(m, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        for b in &self.backends {
+            for s in &b.subjects {
+                if let Some(e) = &s.error {
+                    let _ = writeln!(
+                        m,
+                        "| {} | {} | - | - | - | FAILED: {} | | | | | |",
+                        b.backend,
+                        s.label,
+                        one_line(e)
+                    );
+                    continue;
+                }
+                for u in &s.uncontended {
+                    let c = u.cycle.as_ref();
+                    let failed = if u.errors.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" (FAILED: {} errors)", u.errors.count)
+                    };
+                    let _ = writeln!(
+                        m,
+                        "| {} | {} | {} | {} | n={} | {} | {} | {} | {} | {} | {}{} |",
+                        b.backend,
+                        s.label,
+                        u.tasks,
+                        u.clients,
+                        u.cycles,
+                        opt_ms(c, |s| s.p50_ms),
+                        opt_ms(c, |s| s.p90_ms),
+                        opt_ms(c, |s| s.p99_ms),
+                        opt_ms(u.acquire.as_ref(), |s| s.p50_ms),
+                        opt_ms(u.release.as_ref(), |s| s.p50_ms),
+                        fmt_rate(u.throughput_per_s),
+                        failed
+                    );
+                }
+            }
+        }
+
+        let _ = writeln!(
+            m,
+            "\n## Ours vs the raw-protocol limit (same client crates, same run)\n"
+        );
+        let _ = writeln!(
+            m,
+            "| backend | tasks | ours p50 ms (n) | raw p50 ms (n) | raw/ours latency | ours/s | raw/s | ours/raw throughput |"
+        );
+        let _ = writeln!(m, "|---|---:|---:|---:|---:|---:|---:|---:|");
+        for b in &self.backends {
+            let (Some(o), Some(r)) = (b.ours(), b.raw()) else {
+                continue;
+            };
+            for ou in &o.uncontended {
+                let Some(ru) = r.at(ou.tasks) else { continue };
+                let Some((lat, thr)) = raw_ratios(ou, ru) else {
+                    continue;
+                };
+                let _ = writeln!(
+                    m,
+                    "| {} | {} | {} (n={}) | {} (n={}) | {} | {} | {} | {} |",
+                    b.backend,
+                    ou.tasks,
+                    opt_ms(ou.cycle.as_ref(), |s| s.p50_ms),
+                    ou.cycles,
+                    opt_ms(ru.cycle.as_ref(), |s| s.p50_ms),
+                    ru.cycles,
+                    ratio(lat),
+                    fmt_rate(ou.throughput_per_s),
+                    fmt_rate(ru.throughput_per_s),
+                    ratio(thr)
+                );
+            }
+        }
+
+        let _ = writeln!(m, "\n## Contended: clients on one name\n");
+        let _ = writeln!(
+            m,
+            "Hand-off = from the holder calling release to the next holder's acquire returning \
+             (one monotonic clock). \"to another\" = share of hand-offs that went to a different client \
+             (a poller's releaser re-taking the lock counts as the same client).\n"
+        );
+        let _ = writeln!(
+            m,
+            "| backend | subject | clients | acquisitions/s (n) | hand-off p50 | p90 | p99 (n) | longest wait ms | to another | timeouts |"
+        );
+        let _ = writeln!(m, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+        for b in &self.backends {
+            for s in &b.subjects {
+                let Some(c) = &s.contended else { continue };
+                let h = c.handoff.as_ref();
+                let _ = writeln!(
+                    m,
+                    "| {} | {} | {} | {} (n={}) | {} | {} | {} (n={}) | {} | {} (n={}) | {} |",
+                    b.backend,
+                    s.label,
+                    c.contenders,
+                    fmt_rate(c.throughput_per_s),
+                    c.acquisitions,
+                    opt_ms(h, |s| s.p50_ms),
+                    opt_ms(h, |s| s.p90_ms),
+                    opt_ms(h, |s| s.p99_ms),
+                    h.map(|s| s.n).unwrap_or(0),
+                    c.longest_wait_ms.map(fmt_ms).unwrap_or_else(|| "-".into()),
+                    c.to_other_share
+                        .map(|v| format!("{:.0}%", v * 100.0))
+                        .unwrap_or_else(|| "-".into()),
+                    c.transitions,
+                    c.timeouts
+                );
+            }
+        }
+
+        let _ = writeln!(m, "\n## Keep-alive: many guards held at once\n");
+        let _ = writeln!(
+            m,
+            "Server operations per second while the guards are held (summed over the nodes), measured over \
+             the window; idle = the same clients connected with no guard. RSS/guard = growth of this \
+             process's resident memory while creating them, divided by their number.\n"
+        );
+        let _ = writeln!(
+            m,
+            "| backend | guards | sessions | TTL s | idle ops/s (n ops) | holding ops/s (n ops) | extra ops/s per guard | RSS/guard | lost | created in s |"
+        );
+        let _ = writeln!(m, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        for b in &self.backends {
+            let Some(k) = &b.keep_alive else { continue };
+            if let Some(e) = &k.error {
+                let _ = writeln!(
+                    m,
+                    "| {} | FAILED: {} | | | | | | | | |",
+                    b.backend,
+                    one_line(e)
+                );
+                continue;
+            }
+            let idle = match (k.idle_ops_per_s, k.idle_ops) {
+                (Some(r), Some(n)) => format!("{} (n={n})", fmt_rate(r)),
+                _ => "n/a".into(),
+            };
+            for r in &k.runs {
+                let hold = match (r.hold_ops_per_s, r.hold_ops) {
+                    (Some(v), Some(n)) => format!("{} (n={n})", fmt_rate(v)),
+                    _ => "n/a".into(),
+                };
+                let per_guard = match (r.hold_ops_per_s, k.idle_ops_per_s) {
+                    (Some(h), Some(i)) if r.guards > 0 => {
+                        format!("{:.3}", (h - i) / r.guards as f64)
+                    }
+                    _ => "n/a".into(),
+                };
+                let _ = writeln!(
+                    m,
+                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2} |",
+                    b.backend,
+                    r.guards,
+                    r.sessions,
+                    k.ttl_s,
+                    idle,
+                    hold,
+                    per_guard,
+                    r.rss_per_guard_bytes
+                        .map(|v| format!("{:.1} KiB", v / 1024.0))
+                        .unwrap_or_else(|| "n/a".into()),
+                    r.lost,
+                    r.create_s
+                );
+            }
+        }
+
+        let _ = writeln!(m, "\n## Targets\n");
+        let _ = writeln!(m, "| target | backend | measured | status |");
+        let _ = writeln!(m, "|---|---|---|---|");
+        for t in &self.targets {
+            let _ = writeln!(
+                m,
+                "| {} | {} | {} | **{}** |",
+                t.target, t.backend, t.measured, t.status
+            );
+        }
+
+        let _ = writeln!(m, "\n## Failures\n");
+        if self.failures.is_empty() {
+            let _ = writeln!(m, "None.");
+        } else {
+            for f in &self.failures {
+                let _ = writeln!(m, "- {}", one_line(f));
+            }
+        }
+        m
+    }
+}
+
+fn one_line(s: &str) -> String {
+    let s = s.replace(['\n', '|'], " ");
+    match s.char_indices().nth(600) {
+        Some((i, _)) => format!("{}...", &s[..i]),
+        None => s,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats() {
+        assert_eq!(fmt_ms(0.21349), "0.213");
+        assert_eq!(fmt_ms(2.1349), "2.13");
+        assert_eq!(fmt_ms(21.349), "21.3");
+        assert_eq!(fmt_ms(213.49), "213");
+        assert_eq!(fmt_rate(4921.4), "4,921");
+        assert_eq!(fmt_rate(1234567.0), "1,234,567");
+        assert_eq!(fmt_rate(999.0), "999");
+        assert_eq!(fmt_rate(2.25), "2.2");
+    }
+}

@@ -1,0 +1,665 @@
+//! The run: start the servers, measure every selected backend with its raw
+//! protocol and peer, evaluate the targets.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use lock_core::MemoryLock;
+
+use crate::backends::{Ours, Target};
+use crate::peers::{EtcdLockRpc, Rslock, ZkRecipe};
+use crate::raw::{RawEtcd, RawRedis, RawZk};
+use crate::report::{BackendReport, KeepAliveReport, Report, SubjectReport};
+use crate::servers::{Needed, OpsSource, Servers, ETCD_MEMBERS, REDLOCK_NODES, ZK_SERVERS};
+use crate::subject::{Connector, DistOptions, Kind, Locker};
+use crate::workload::{self, ContendedParams, CycleSamples, KeepAliveParams, UncontendedParams};
+use crate::Args;
+
+/// Sizes and durations of a run.
+#[derive(Clone, Debug)]
+pub struct Profile {
+    /// Concurrent tasks of the uncontended runs.
+    pub levels: Vec<usize>,
+    /// Tasks sharing one backend client.
+    pub tasks_per_client: usize,
+    /// Measured loop of one uncontended run (all rounds together).
+    pub uncontended: Duration,
+    /// The uncontended loop is split into this many rounds, the subjects of a
+    /// backend taking turns, so that a load change on the machine does not
+    /// favour one of them.
+    pub rounds: u32,
+    /// Unmeasured cycles per task first.
+    pub warmup: usize,
+    /// Clients on the one contended name.
+    pub contenders: usize,
+    /// Measured loop of one contended run.
+    pub contended: Duration,
+    /// The longest one contended acquire may wait.
+    pub wait: Duration,
+    /// Lease TTL of the uncontended and contended runs.
+    pub ttl: Duration,
+    /// Lease TTL of the keep-alive runs (renewed every TTL/3).
+    pub ka_ttl: Duration,
+    /// Guards held at once, one run each.
+    pub ka_guards: Vec<usize>,
+    /// Backend clients (sessions) holding them.
+    pub ka_sessions: usize,
+    /// Concurrent tasks creating and releasing them.
+    pub ka_creators: usize,
+    /// Idle window of the server counter.
+    pub ka_idle: Duration,
+    /// Window of the server counter with the guards held.
+    pub ka_window: Duration,
+}
+
+impl Profile {
+    /// The CI smoke test: every measurement, small samples, under a minute.
+    pub fn quick() -> Self {
+        Self {
+            levels: vec![1, 8, 64],
+            tasks_per_client: 8,
+            uncontended: Duration::from_millis(250),
+            rounds: 2,
+            warmup: 2,
+            contenders: 8,
+            contended: Duration::from_millis(500),
+            wait: Duration::from_secs(5),
+            ttl: Duration::from_secs(10),
+            ka_ttl: Duration::from_secs(3),
+            ka_guards: vec![50, 200],
+            ka_sessions: 8,
+            ka_creators: 64,
+            ka_idle: Duration::from_secs(1),
+            ka_window: Duration::from_secs(2),
+        }
+    }
+
+    /// The default run (a few minutes).
+    pub fn full() -> Self {
+        Self {
+            uncontended: Duration::from_secs(3),
+            rounds: 6,
+            warmup: 20,
+            contended: Duration::from_secs(5),
+            ka_guards: vec![1_000, 10_000],
+            ka_idle: Duration::from_secs(3),
+            ka_window: Duration::from_secs(5),
+            ..Self::quick()
+        }
+    }
+
+    fn describe(&self, quick: bool) -> Vec<(String, String)> {
+        let s = |v: Duration| format!("{:.2} s", v.as_secs_f64());
+        vec![
+            ("mode".into(), if quick { "quick (--quick)".into() } else { "full".into() }),
+            (
+                "uncontended".into(),
+                format!(
+                    "{} per level in {} round(s) taken in turn by a backend's subjects, tasks {:?}, one backend client per {} tasks, {} warm-up cycles per task first, TTL {}",
+                    s(self.uncontended),
+                    self.rounds,
+                    self.levels,
+                    self.tasks_per_client,
+                    self.warmup,
+                    s(self.ttl)
+                ),
+            ),
+            (
+                "contended".into(),
+                format!(
+                    "{} clients (one connection each) on one name for {}, no hold time, wait bound {}",
+                    self.contenders,
+                    s(self.contended),
+                    s(self.wait)
+                ),
+            ),
+            (
+                "keep-alive".into(),
+                format!(
+                    "guards {:?} on {} sessions, TTL {} (renewed every TTL/3), idle window {}, holding window {}",
+                    self.ka_guards,
+                    self.ka_sessions,
+                    s(self.ka_ttl),
+                    s(self.ka_idle),
+                    s(self.ka_window)
+                ),
+            ),
+            (
+                "machine".into(),
+                format!(
+                    "{} CPUs seen by this process; servers and clients share them",
+                    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+                ),
+            ),
+        ]
+    }
+}
+
+/// One subject of a backend group.
+struct Plan {
+    label: String,
+    kind: Kind,
+    connector: Result<Arc<dyn Connector>, String>,
+    contended: bool,
+}
+
+/// Our backend connected for the keep-alive runs, and its server counter.
+type KeepAlivePlan = (Result<Arc<dyn Connector>, String>, Option<OpsSource>);
+
+/// A backend group: our backend, its raw protocol, its peer.
+struct Group {
+    backend: &'static str,
+    servers: String,
+    subjects: Vec<Plan>,
+    /// Our backend with keep-alive options, and where to count server ops.
+    keep_alive: Option<KeepAlivePlan>,
+}
+
+fn server<'a, T>(s: &'a Option<Result<T, String>>, what: &str) -> Result<&'a T, String> {
+    match s {
+        Some(Ok(v)) => Ok(v),
+        Some(Err(e)) => Err(format!("{what} did not start: {e}")),
+        None => Err(format!("{what} was not started")),
+    }
+}
+
+fn arc<C: Connector + 'static>(c: C) -> Arc<dyn Connector> {
+    Arc::new(c)
+}
+
+fn groups(args: &Args, profile: &Profile, servers: &Servers) -> Vec<Group> {
+    let opts = DistOptions {
+        ttl: profile.ttl,
+        keep_alive: true,
+        session_ttl: None,
+    };
+    // Keep-alive runs: the session (etcd lease, ZooKeeper session) as short as
+    // the guards' TTL, so that it is renewed as often as they are.
+    let ka_opts = DistOptions {
+        ttl: profile.ka_ttl,
+        keep_alive: true,
+        session_ttl: Some(profile.ka_ttl),
+    };
+    let ours =
+        |t: &Result<Target, String>, o: &DistOptions| -> Result<Arc<dyn Connector>, String> {
+            t.clone().map(|t| arc(Ours::new(t, o.clone())))
+        };
+    let mut out = Vec::new();
+    for b in &args.backends {
+        match b.as_str() {
+            "memory" => {
+                let t = Ok(Target::Memory(MemoryLock::new()));
+                out.push(Group {
+                    backend: "memory",
+                    servers: "in process".into(),
+                    subjects: vec![Plan {
+                        label: "distlock memory".into(),
+                        kind: Kind::Ours,
+                        connector: ours(&t, &opts),
+                        contended: true,
+                    }],
+                    keep_alive: Some((ours(&t, &ka_opts), None)),
+                });
+            }
+            "redis" => {
+                let url = server(&servers.redis, "redis-server").map(|s| s.url());
+                let t = url.clone().map(Target::Redis);
+                out.push(Group {
+                    backend: "redis",
+                    servers: "1 redis-server".into(),
+                    subjects: vec![
+                        Plan {
+                            label: "distlock redis".into(),
+                            kind: Kind::Ours,
+                            connector: ours(&t, &opts),
+                            contended: true,
+                        },
+                        Plan {
+                            label: "raw SET NX PX + EVALSHA del".into(),
+                            kind: Kind::Raw,
+                            connector: url.clone().map(|u| arc(RawRedis { urls: vec![u] })),
+                            contended: false,
+                        },
+                    ],
+                    keep_alive: Some((
+                        ours(&t, &ka_opts),
+                        url.ok().map(|u| OpsSource::Redis(vec![u])),
+                    )),
+                });
+            }
+            "redlock" => {
+                let urls = server(&servers.redis_set, "5 redis-servers").map(|s| s.urls());
+                let t = urls.clone().map(Target::Redlock);
+                out.push(Group {
+                    backend: "redlock",
+                    servers: format!("{REDLOCK_NODES} independent redis-servers"),
+                    subjects: vec![
+                        Plan {
+                            label: "distlock redlock".into(),
+                            kind: Kind::Ours,
+                            connector: ours(&t, &opts),
+                            contended: true,
+                        },
+                        Plan {
+                            label: format!(
+                                "raw SET NX PX + EVALSHA del, {REDLOCK_NODES} nodes in parallel"
+                            ),
+                            kind: Kind::Raw,
+                            connector: urls.clone().map(|urls| arc(RawRedis { urls })),
+                            contended: false,
+                        },
+                        Plan {
+                            label: "rslock 0.10".into(),
+                            kind: Kind::Peer,
+                            connector: urls.clone().map(|urls| {
+                                arc(Rslock {
+                                    urls,
+                                    ttl: profile.ttl,
+                                })
+                            }),
+                            contended: true,
+                        },
+                    ],
+                    keep_alive: Some((ours(&t, &ka_opts), urls.ok().map(OpsSource::Redis))),
+                });
+            }
+            "etcd" => {
+                let eps = server(&servers.etcd, "etcd cluster").map(|c| c.endpoints());
+                let t = eps.clone().map(Target::Etcd);
+                out.push(Group {
+                    backend: "etcd",
+                    servers: format!("etcd, {ETCD_MEMBERS} members"),
+                    subjects: vec![
+                        Plan {
+                            label: "distlock etcd".into(),
+                            kind: Kind::Ours,
+                            connector: ours(&t, &opts),
+                            contended: true,
+                        },
+                        Plan {
+                            label: "raw txn put-if-absent (lease) + delete".into(),
+                            kind: Kind::Raw,
+                            connector: eps.clone().map(|endpoints| arc(RawEtcd { endpoints })),
+                            contended: false,
+                        },
+                        Plan {
+                            label: "etcd Lock RPC (v3lock)".into(),
+                            kind: Kind::Peer,
+                            connector: eps.clone().map(|endpoints| arc(EtcdLockRpc { endpoints })),
+                            contended: true,
+                        },
+                    ],
+                    keep_alive: Some((ours(&t, &ka_opts), eps.ok().map(OpsSource::Etcd))),
+                });
+            }
+            "zk" => {
+                let ens = server(&servers.zk, "ZooKeeper ensemble");
+                let cs = ens
+                    .as_ref()
+                    .map(|e| e.connect_string())
+                    .map_err(|e| e.clone());
+                let eps = ens.map(|e| e.endpoints());
+                let t = cs.clone().map(Target::Zk);
+                out.push(Group {
+                    backend: "zk",
+                    servers: format!("ZooKeeper, {ZK_SERVERS} servers"),
+                    subjects: vec![
+                        Plan {
+                            label: "distlock zk".into(),
+                            kind: Kind::Ours,
+                            connector: ours(&t, &opts),
+                            contended: true,
+                        },
+                        Plan {
+                            label: "raw create ephemeral-sequential + delete".into(),
+                            kind: Kind::Raw,
+                            connector: cs.clone().map(|connect_string| {
+                                arc(RawZk {
+                                    connect_string,
+                                    root: "/bench-raw".into(),
+                                })
+                            }),
+                            contended: false,
+                        },
+                        Plan {
+                            label: "zookeeper-client lock recipe".into(),
+                            kind: Kind::Peer,
+                            connector: cs.clone().map(|connect_string| {
+                                arc(ZkRecipe {
+                                    connect_string,
+                                    root: "/bench-peer".into(),
+                                })
+                            }),
+                            contended: true,
+                        },
+                    ],
+                    keep_alive: Some((ours(&t, &ka_opts), eps.ok().map(OpsSource::Zk))),
+                });
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+fn slug(label: &str) -> String {
+    label
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .collect::<String>()
+        .split('-')
+        .filter(|s| !s.is_empty())
+        .take(3)
+        .collect::<Vec<_>>()
+        .join("-")
+}
+
+fn progress(steps: u64) -> ProgressBar {
+    let bar = ProgressBar::with_draw_target(Some(steps), ProgressDrawTarget::stderr());
+    if let Ok(style) =
+        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {wide_msg}")
+    {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar
+}
+
+/// Runs everything; returns the report and the servers (to stop after the
+/// runtime has shut down).
+pub async fn run(args: &Args) -> (Report, Servers) {
+    let started = Instant::now();
+    let profile = if args.quick {
+        Profile::quick()
+    } else {
+        Profile::full()
+    };
+    let needed = Needed {
+        redis: args.backends.iter().any(|b| b == "redis"),
+        redis_set: args.backends.iter().any(|b| b == "redlock"),
+        etcd: args.backends.iter().any(|b| b == "etcd"),
+        zk: args.backends.iter().any(|b| b == "zk"),
+    };
+    let run_id = format!("bench-{}", std::process::id());
+
+    let bar = progress(1);
+    bar.set_message("starting servers");
+    let servers = tokio::task::spawn_blocking(move || Servers::start(needed))
+        .await
+        .unwrap_or_else(|e| {
+            let msg = format!("the server start-up task failed: {e}");
+            Servers {
+                redis: needed.redis.then(|| Err(msg.clone())),
+                redis_set: needed.redis_set.then(|| Err(msg.clone())),
+                etcd: needed.etcd.then(|| Err(msg.clone())),
+                zk: needed.zk.then(|| Err(msg.clone())),
+            }
+        });
+    let server_start_s = started.elapsed().as_secs_f64();
+
+    let groups = groups(args, &profile, &servers);
+    let total: u64 = groups
+        .iter()
+        .map(|g| {
+            g.subjects
+                .iter()
+                .map(|s| {
+                    profile.levels.len() as u64 * u64::from(profile.rounds) + u64::from(s.contended)
+                })
+                .sum::<u64>()
+                + profile.ka_guards.len() as u64
+        })
+        .sum::<u64>()
+        + 1;
+    bar.set_length(total);
+    bar.inc(1);
+
+    let mut backends = Vec::new();
+    for g in groups {
+        let Group {
+            backend,
+            servers: desc,
+            subjects: plans,
+            keep_alive,
+        } = g;
+        // Each measurement runs in its own task: a panic in a client crate
+        // becomes a failed row, not a crashed benchmark.
+        let labels: Vec<(String, Kind)> = plans.iter().map(|p| (p.label.clone(), p.kind)).collect();
+        let task = tokio::spawn(measure_group(
+            backend,
+            plans,
+            profile.clone(),
+            run_id.clone(),
+            bar.clone(),
+        ));
+        let subjects = match task.await {
+            Ok(s) => s,
+            Err(e) => labels
+                .into_iter()
+                .map(|(label, kind)| {
+                    let mut r = SubjectReport::new(label, kind);
+                    r.error = Some(format!("the measurement task failed: {e}"));
+                    r
+                })
+                .collect(),
+        };
+        let mut rep = BackendReport {
+            backend: backend.to_string(),
+            servers: desc,
+            subjects,
+            keep_alive: None,
+        };
+        if let Some((conn, source)) = keep_alive {
+            bar.set_message(format!("{backend}: keep-alive"));
+            let task = tokio::spawn(measure_keep_alive(
+                conn,
+                source,
+                profile.clone(),
+                run_id.clone(),
+                backend,
+                bar.clone(),
+            ));
+            rep.keep_alive = Some(match task.await {
+                Ok(k) => k,
+                Err(e) => KeepAliveReport {
+                    ops_source: None,
+                    idle_ops_per_s: None,
+                    idle_ops: None,
+                    idle_window_s: profile.ka_idle.as_secs_f64(),
+                    ttl_s: profile.ka_ttl.as_secs_f64(),
+                    runs: Vec::new(),
+                    error: Some(format!("the measurement task failed: {e}")),
+                },
+            });
+        }
+        backends.push(rep);
+    }
+    bar.finish_and_clear();
+
+    let targets = crate::targets::evaluate(&backends);
+    let failures = backends.iter().flat_map(|b| b.failures()).collect();
+    let report = Report {
+        mode: if args.quick {
+            "quick".into()
+        } else {
+            "full".into()
+        },
+        profile: profile.describe(args.quick),
+        backends,
+        targets,
+        failures,
+        total_s: started.elapsed().as_secs_f64(),
+        server_start_s,
+    };
+    (report, servers)
+}
+
+/// Measures the subjects of one backend: the uncontended levels in rounds
+/// (the subjects taking turns), then each contended run.
+async fn measure_group(
+    backend: &'static str,
+    plans: Vec<Plan>,
+    profile: Profile,
+    run_id: String,
+    bar: ProgressBar,
+) -> Vec<SubjectReport> {
+    let mut reports: Vec<SubjectReport> = plans
+        .iter()
+        .map(|p| {
+            let mut r = SubjectReport::new(p.label.clone(), p.kind);
+            r.error = p.connector.as_ref().err().cloned();
+            r
+        })
+        .collect();
+    let slice = profile.uncontended / profile.rounds.max(1);
+    for &tasks in &profile.levels {
+        let params = |plan: &Plan, warmup: usize| UncontendedParams {
+            tasks,
+            tasks_per_client: profile.tasks_per_client,
+            duration: slice,
+            warmup,
+            prefix: format!("{run_id}/{}/u{tasks}", slug(&plan.label)),
+        };
+        // One pool of clients per subject for all the rounds of this level.
+        let mut pools: Vec<Option<Vec<Arc<dyn Locker>>>> = Vec::new();
+        for (i, plan) in plans.iter().enumerate() {
+            let pool = match (&plan.connector, &reports[i].error) {
+                (Ok(conn), None) => {
+                    bar.set_message(format!("{backend}: {} connecting x{tasks}", plan.label));
+                    match workload::uncontended_pool(conn.as_ref(), &params(plan, 0)).await {
+                        Ok(pool) => Some(pool),
+                        Err(e) => {
+                            reports[i].error = Some(e);
+                            None
+                        }
+                    }
+                }
+                _ => None,
+            };
+            pools.push(pool);
+        }
+        let mut samples: Vec<CycleSamples> =
+            plans.iter().map(|_| CycleSamples::default()).collect();
+        for round in 0..profile.rounds.max(1) {
+            for (i, plan) in plans.iter().enumerate() {
+                bar.inc(1);
+                let (Some(pool), None) = (&pools[i], &reports[i].error) else {
+                    continue;
+                };
+                bar.set_message(format!("{backend}: {} uncontended x{tasks}", plan.label));
+                let warmup = if round == 0 { profile.warmup } else { 0 };
+                match workload::uncontended(pool, &params(plan, warmup)).await {
+                    Ok(s) => samples[i].merge(s),
+                    Err(e) => reports[i].error = Some(e),
+                }
+            }
+        }
+        drop(pools);
+        for (r, s) in reports.iter_mut().zip(samples) {
+            if r.error.is_none() {
+                r.uncontended.push(s.finish());
+            }
+        }
+    }
+    for (i, plan) in plans.iter().enumerate() {
+        if !plan.contended {
+            continue;
+        }
+        bar.inc(1);
+        let (Ok(conn), None) = (&plan.connector, &reports[i].error) else {
+            continue;
+        };
+        bar.set_message(format!(
+            "{}: {} contended x{}",
+            backend, plan.label, profile.contenders
+        ));
+        let p = ContendedParams {
+            contenders: profile.contenders,
+            duration: profile.contended,
+            wait: profile.wait,
+            name: format!("{run_id}/{}/contended", slug(&plan.label)),
+        };
+        match workload::contended(conn.clone(), &p).await {
+            Ok(c) => reports[i].contended = Some(c),
+            Err(e) => reports[i].error = Some(e),
+        }
+    }
+    reports
+}
+
+async fn measure_keep_alive(
+    conn: Result<Arc<dyn Connector>, String>,
+    source: Option<OpsSource>,
+    profile: Profile,
+    run_id: String,
+    backend: &'static str,
+    bar: ProgressBar,
+) -> KeepAliveReport {
+    let mut rep = KeepAliveReport {
+        ops_source: source.as_ref().map(|s| s.describe().to_string()),
+        idle_ops_per_s: None,
+        idle_ops: None,
+        idle_window_s: profile.ka_idle.as_secs_f64(),
+        ttl_s: profile.ka_ttl.as_secs_f64(),
+        runs: Vec::new(),
+        error: None,
+    };
+    let steps = profile.ka_guards.len() as u64;
+    let conn = match conn {
+        Ok(c) => c,
+        Err(e) => {
+            rep.error = Some(e);
+            bar.inc(steps);
+            return rep;
+        }
+    };
+    let clients: Vec<Arc<dyn Locker>> =
+        match futures::future::join_all((0..profile.ka_sessions).map(|_| conn.connect()))
+            .await
+            .into_iter()
+            .collect()
+        {
+            Ok(c) => c,
+            Err(e) => {
+                rep.error = Some(e);
+                bar.inc(steps);
+                return rep;
+            }
+        };
+    // Let the sessions settle (first keep-alives, pings), then the idle rate.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    if let Some(src) = &source {
+        match workload::ops_rate(src, profile.ka_idle).await {
+            Ok((rate, ops)) => {
+                rep.idle_ops_per_s = Some(rate);
+                rep.idle_ops = Some(ops);
+            }
+            Err(e) => {
+                rep.error = Some(format!("server counter: {e}"));
+                bar.inc(steps);
+                return rep;
+            }
+        }
+    }
+    for &guards in &profile.ka_guards {
+        bar.set_message(format!("{backend}: keep-alive with {guards} guards"));
+        let p = KeepAliveParams {
+            guards,
+            creators: profile.ka_creators,
+            window: profile.ka_window,
+            prefix: format!("{run_id}/keepalive/k{guards}"),
+        };
+        match workload::keep_alive(&clients, source.as_ref(), &p).await {
+            Ok(k) => rep.runs.push(k),
+            Err(e) => rep.error = Some(e),
+        }
+        bar.inc(1);
+    }
+    rep
+}

@@ -1,0 +1,250 @@
+//! The servers (started through `lock-testbed`, stopped on drop) and the
+//! server-side operation counters used to measure keep-alive traffic.
+
+use std::time::Duration;
+
+use lock_testbed::{EtcdCluster, RedisServer, RedisSet, ZkEnsemble};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::subject::BenchResult;
+
+/// Which servers a run needs.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Needed {
+    /// One Redis.
+    pub redis: bool,
+    /// Five independent Redis.
+    pub redis_set: bool,
+    /// A 3-member etcd cluster.
+    pub etcd: bool,
+    /// A 3-server ZooKeeper ensemble.
+    pub zk: bool,
+}
+
+/// The servers of a run; each is `None` if not needed, `Err` if it failed to start.
+#[derive(Default)]
+pub struct Servers {
+    /// One Redis (the `redis` backend).
+    pub redis: Option<Result<RedisServer, String>>,
+    /// Five Redis (the `redlock` backend and `rslock`).
+    pub redis_set: Option<Result<RedisSet, String>>,
+    /// etcd, 3 members.
+    pub etcd: Option<Result<EtcdCluster, String>>,
+    /// ZooKeeper, 3 servers.
+    pub zk: Option<Result<ZkEnsemble, String>>,
+}
+
+/// Nodes in the Redlock set.
+pub const REDLOCK_NODES: usize = 5;
+/// Members of the etcd cluster.
+pub const ETCD_MEMBERS: usize = 3;
+/// Servers of the ZooKeeper ensemble.
+pub const ZK_SERVERS: usize = 3;
+
+impl Servers {
+    /// Starts what is needed, in parallel (blocking: call from a blocking thread).
+    pub fn start(needed: Needed) -> Servers {
+        fn text<T>(r: Result<T, lock_testbed::TestbedError>) -> Result<T, String> {
+            r.map_err(|e| e.to_string())
+        }
+        std::thread::scope(|s| {
+            let redis = needed.redis.then(|| s.spawn(|| text(RedisServer::start())));
+            let set = needed
+                .redis_set
+                .then(|| s.spawn(|| text(RedisSet::start(REDLOCK_NODES))));
+            let etcd = needed
+                .etcd
+                .then(|| s.spawn(|| text(EtcdCluster::start(ETCD_MEMBERS))));
+            let zk = needed
+                .zk
+                .then(|| s.spawn(|| text(ZkEnsemble::start(ZK_SERVERS))));
+            fn join<T>(
+                h: std::thread::ScopedJoinHandle<'_, Result<T, String>>,
+            ) -> Result<T, String> {
+                h.join()
+                    .unwrap_or_else(|_| Err("the start-up thread panicked".to_string()))
+            }
+            Servers {
+                redis: redis.map(join),
+                redis_set: set.map(join),
+                etcd: etcd.map(join),
+                zk: zk.map(join),
+            }
+        })
+    }
+}
+
+/// Where to read the count of operations a server has handled.
+#[derive(Clone, Debug)]
+pub enum OpsSource {
+    /// Redis `INFO stats` `total_commands_processed`, summed over these URLs.
+    Redis(Vec<String>),
+    /// etcd `/metrics` `grpc_server_msg_received_total` (every unary request and
+    /// every stream message, keep-alives included), summed over these members.
+    Etcd(Vec<String>),
+    /// ZooKeeper `mntr` `zk_packets_received` (requests and pings), summed over
+    /// these servers.
+    Zk(Vec<String>),
+}
+
+impl OpsSource {
+    /// What is counted, in words.
+    pub fn describe(&self) -> &'static str {
+        match self {
+            OpsSource::Redis(_) => "Redis INFO total_commands_processed",
+            OpsSource::Etcd(_) => "etcd grpc_server_msg_received_total",
+            OpsSource::Zk(_) => "ZooKeeper mntr zk_packets_received",
+        }
+    }
+
+    /// The total now, summed over the nodes.
+    pub async fn read(&self) -> BenchResult<u64> {
+        let mut total = 0;
+        match self {
+            OpsSource::Redis(urls) => {
+                for url in urls {
+                    total += redis_commands(url).await?;
+                }
+            }
+            OpsSource::Etcd(endpoints) => {
+                for ep in endpoints {
+                    let body = http_get(ep, "/metrics").await?;
+                    total += sum_metric(&body, "grpc_server_msg_received_total");
+                }
+            }
+            OpsSource::Zk(endpoints) => {
+                for ep in endpoints {
+                    let mntr = four_letter_word(ep, "mntr").await?;
+                    total += mntr_value(&mntr, "zk_packets_received")
+                        .ok_or_else(|| format!("zookeeper {ep}: no zk_packets_received in mntr"))?;
+                }
+            }
+        }
+        Ok(total)
+    }
+}
+
+const IO_TIMEOUT: Duration = Duration::from_secs(5);
+
+async fn redis_commands(url: &str) -> BenchResult<u64> {
+    let work = async {
+        let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+        let mut conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .map_err(|e| e.to_string())?;
+        let info: String = redis::cmd("INFO")
+            .arg("stats")
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        info_value(&info, "total_commands_processed")
+            .ok_or_else(|| "no total_commands_processed".to_string())
+    };
+    match tokio::time::timeout(IO_TIMEOUT, work).await {
+        Ok(r) => r.map_err(|e| format!("redis {url} INFO stats: {e}")),
+        Err(_) => Err(format!("redis {url} INFO stats: timed out")),
+    }
+}
+
+async fn exchange(addr: &str, request: &[u8]) -> BenchResult<String> {
+    let work = async {
+        let mut stream = TcpStream::connect(addr).await?;
+        stream.write_all(request).await?;
+        let mut buf = Vec::new();
+        stream.read_to_end(&mut buf).await?;
+        Ok::<_, std::io::Error>(String::from_utf8_lossy(&buf).into_owned())
+    };
+    match tokio::time::timeout(IO_TIMEOUT, work).await {
+        Ok(r) => r.map_err(|e| format!("{addr}: {e}")),
+        Err(_) => Err(format!("{addr}: timed out")),
+    }
+}
+
+async fn http_get(addr: &str, path: &str) -> BenchResult<String> {
+    let text = exchange(
+        addr,
+        format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes(),
+    )
+    .await?;
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| format!("GET {path} on {addr}: no HTTP header end"))?;
+    let status = head.split_whitespace().nth(1);
+    if !head.starts_with("HTTP/1.") || status != Some("200") {
+        return Err(format!(
+            "GET {path} on {addr}: {}",
+            head.lines().next().unwrap_or("no status line")
+        ));
+    }
+    Ok(body.to_string())
+}
+
+async fn four_letter_word(addr: &str, word: &str) -> BenchResult<String> {
+    exchange(addr, word.as_bytes()).await
+}
+
+/// `key:value` from Redis `INFO`.
+pub fn info_value(info: &str, key: &str) -> Option<u64> {
+    info.lines().find_map(|l| {
+        l.trim()
+            .strip_prefix(key)?
+            .strip_prefix(':')?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
+/// `key<TAB>value` from ZooKeeper `mntr`.
+pub fn mntr_value(mntr: &str, key: &str) -> Option<u64> {
+    mntr.lines().find_map(|l| {
+        let mut parts = l.split_whitespace();
+        (parts.next()? == key).then(|| parts.next()?.parse().ok())?
+    })
+}
+
+/// The sum over every series of a Prometheus counter `name` (all label sets).
+pub fn sum_metric(exposition: &str, name: &str) -> u64 {
+    exposition
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let rest = l.strip_prefix(name)?;
+            if !(rest.starts_with('{') || rest.starts_with(' ')) {
+                return None;
+            }
+            let value = l.rsplit(' ').next()?;
+            value.parse::<f64>().ok()
+        })
+        .sum::<f64>() as u64
+}
+
+/// Resident memory of this process in bytes (`/proc/self/statm`), if readable.
+pub fn rss_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions; it returns -1 on error.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    Some(pages * u64::try_from(page).ok().filter(|p| *p > 0)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_counters() {
+        let info = "# Stats\r\ntotal_connections_received:3\r\ntotal_commands_processed:1234\r\n";
+        assert_eq!(info_value(info, "total_commands_processed"), Some(1234));
+        assert_eq!(info_value(info, "missing"), None);
+        let mntr = "zk_version\t3.8.0\nzk_packets_received\t77\nzk_packets_sent\t80\n";
+        assert_eq!(mntr_value(mntr, "zk_packets_received"), Some(77));
+        let prom = "# HELP grpc_server_msg_received_total x\n\
+                    grpc_server_msg_received_total{grpc_method=\"Range\",grpc_service=\"etcdserverpb.KV\",grpc_type=\"unary\"} 10\n\
+                    grpc_server_msg_received_total{grpc_method=\"LeaseKeepAlive\",grpc_service=\"etcdserverpb.Lease\",grpc_type=\"bidi_stream\"} 5\n\
+                    grpc_server_msg_received_totalx 100\n";
+        assert_eq!(sum_metric(prom, "grpc_server_msg_received_total"), 15);
+    }
+}

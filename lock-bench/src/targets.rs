@@ -1,0 +1,317 @@
+//! The targets from the issue, checked against the measured values. A target
+//! is never loosened here: what is missed is reported as missed.
+
+use crate::report::{fmt_ms, fmt_rate, raw_ratios, BackendReport, Status, Target};
+
+/// Uncontended acquire+release at least this fraction of the raw limit.
+pub const RAW_FRACTION: f64 = 0.85;
+/// Redlock acquire latency at most this multiple of single Redis.
+pub const REDLOCK_LATENCY: f64 = 1.5;
+/// Redlock throughput at least this multiple of rslock's.
+pub const REDLOCK_VS_RSLOCK: f64 = 2.0;
+/// Contended hand-off within this many round trips of the backend.
+pub const HANDOFF_ROUND_TRIPS: f64 = 3.0;
+/// Keep-alive traffic at the larger guard count at most this multiple of the
+/// traffic at the smaller count (per-guard renewals would grow with the guard
+/// ratio, 10x in the full run).
+pub const KEEPALIVE_GROWTH: f64 = 1.5;
+
+fn status(ok: bool) -> Status {
+    if ok {
+        Status::Met
+    } else {
+        Status::Missed
+    }
+}
+
+fn target(target: &str, backend: &str, measured: String, status: Status) -> Target {
+    Target {
+        target: target.to_string(),
+        backend: backend.to_string(),
+        measured,
+        status,
+    }
+}
+
+fn find<'a>(backends: &'a [BackendReport], name: &str) -> Option<&'a BackendReport> {
+    backends.iter().find(|b| b.backend == name)
+}
+
+/// All the targets, in the issue's order.
+pub fn evaluate(backends: &[BackendReport]) -> Vec<Target> {
+    let mut out = Vec::new();
+    let remote = ["redis", "redlock", "etcd", "zk"];
+
+    // 1. Uncontended acquire+release >= 0.85x the raw limit, every backend.
+    let t1 = format!(
+        "uncontended acquire+release >= {RAW_FRACTION}x the raw-protocol limit (raw p50 / ours p50, ours/raw throughput, every level)"
+    );
+    for name in remote {
+        let Some(b) = find(backends, name) else {
+            continue;
+        };
+        let (Some(ours), Some(raw)) = (b.ours(), b.raw()) else {
+            out.push(target(
+                &t1,
+                name,
+                "not measured".into(),
+                Status::NotMeasured,
+            ));
+            continue;
+        };
+        let mut parts = Vec::new();
+        let mut worst: Option<f64> = None;
+        for ou in &ours.uncontended {
+            let Some(ru) = raw.at(ou.tasks) else { continue };
+            let Some((lat, thr)) = raw_ratios(ou, ru) else {
+                continue;
+            };
+            parts.push(format!(
+                "x{}: latency {lat:.2}, throughput {thr:.2} (n={}/{})",
+                ou.tasks, ou.cycles, ru.cycles
+            ));
+            let w = lat.min(thr);
+            worst = Some(worst.map_or(w, |x: f64| x.min(w)));
+        }
+        match worst {
+            Some(w) => out.push(target(
+                &t1,
+                name,
+                format!("worst {w:.2}x; {}", parts.join("; ")),
+                status(w >= RAW_FRACTION),
+            )),
+            None => out.push(target(
+                &t1,
+                name,
+                "not measured".into(),
+                Status::NotMeasured,
+            )),
+        }
+    }
+
+    // 2. Redlock on 5 nodes: acquire latency <= 1.5x single Redis; throughput >= 2x rslock.
+    let t2a = format!("Redlock (5 nodes) acquire p50 <= {REDLOCK_LATENCY}x single Redis (1 task)");
+    match (find(backends, "redlock"), find(backends, "redis")) {
+        (None, _) => {}
+        (Some(rl), Some(r)) => {
+            let a = rl
+                .ours()
+                .and_then(|s| s.at(1))
+                .and_then(|u| u.acquire.clone());
+            let b = r
+                .ours()
+                .and_then(|s| s.at(1))
+                .and_then(|u| u.acquire.clone());
+            // The same ratio for the bare round trips: the floor on this machine.
+            let floor = match (
+                rl.raw()
+                    .and_then(|s| s.at(1))
+                    .and_then(|u| u.acquire.as_ref()),
+                r.raw()
+                    .and_then(|s| s.at(1))
+                    .and_then(|u| u.acquire.as_ref()),
+            ) {
+                (Some(a), Some(b)) if b.p50_ms > 0.0 => format!(
+                    "; raw floor: 5-node SET NX {} ms (n={}) / 1-node {} ms (n={}) = {:.2}x",
+                    fmt_ms(a.p50_ms),
+                    a.n,
+                    fmt_ms(b.p50_ms),
+                    b.n,
+                    a.p50_ms / b.p50_ms
+                ),
+                _ => String::new(),
+            };
+            match (a, b) {
+                (Some(a), Some(b)) if b.p50_ms > 0.0 => {
+                    let x = a.p50_ms / b.p50_ms;
+                    out.push(target(
+                        &t2a,
+                        "redlock",
+                        format!(
+                            "{x:.2}x: {} ms (n={}) vs {} ms (n={}){floor}",
+                            fmt_ms(a.p50_ms),
+                            a.n,
+                            fmt_ms(b.p50_ms),
+                            b.n
+                        ),
+                        status(x <= REDLOCK_LATENCY),
+                    ))
+                }
+                _ => out.push(target(
+                    &t2a,
+                    "redlock",
+                    "not measured".into(),
+                    Status::NotMeasured,
+                )),
+            }
+        }
+        _ => out.push(target(
+            &t2a,
+            "redlock",
+            "needs both redis and redlock in the run".into(),
+            Status::NotMeasured,
+        )),
+    }
+    if let Some(rl) = find(backends, "redlock") {
+        let ours = rl.ours();
+        let peer = rl.peer();
+        let t2b = format!("Redlock throughput >= {REDLOCK_VS_RSLOCK}x rslock's on the same nodes: contended (one name)");
+        match (
+            ours.and_then(|s| s.contended.as_ref()),
+            peer.and_then(|s| s.contended.as_ref()),
+        ) {
+            (Some(o), Some(p)) => {
+                let x = if p.throughput_per_s > 0.0 {
+                    o.throughput_per_s / p.throughput_per_s
+                } else {
+                    f64::INFINITY
+                };
+                let share =
+                    |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{:.0}%", v * 100.0));
+                out.push(target(
+                    &t2b,
+                    "redlock",
+                    format!(
+                        "{x:.2}x: {}/s (n={}) vs {}/s (n={}); hand-offs to another client: {} vs {}",
+                        fmt_rate(o.throughput_per_s),
+                        o.acquisitions,
+                        fmt_rate(p.throughput_per_s),
+                        p.acquisitions,
+                        share(o.to_other_share),
+                        share(p.to_other_share)
+                    ),
+                    status(x >= REDLOCK_VS_RSLOCK),
+                ));
+            }
+            _ => out.push(target(
+                &t2b,
+                "redlock",
+                "not measured".into(),
+                Status::NotMeasured,
+            )),
+        }
+        let max_tasks = ours
+            .and_then(|s| s.uncontended.iter().map(|u| u.tasks).max())
+            .unwrap_or(0);
+        let t2c = format!(
+            "Redlock throughput >= {REDLOCK_VS_RSLOCK}x rslock's on the same nodes: uncontended, {max_tasks} tasks"
+        );
+        match (
+            ours.and_then(|s| s.at(max_tasks)),
+            peer.and_then(|s| s.at(max_tasks)),
+        ) {
+            (Some(o), Some(p)) if p.throughput_per_s > 0.0 => {
+                let x = o.throughput_per_s / p.throughput_per_s;
+                out.push(target(
+                    &t2c,
+                    "redlock",
+                    format!(
+                        "{x:.2}x: {}/s (n={}) vs {}/s (n={})",
+                        fmt_rate(o.throughput_per_s),
+                        o.cycles,
+                        fmt_rate(p.throughput_per_s),
+                        p.cycles
+                    ),
+                    status(x >= REDLOCK_VS_RSLOCK),
+                ));
+            }
+            _ => out.push(target(
+                &t2c,
+                "redlock",
+                "not measured".into(),
+                Status::NotMeasured,
+            )),
+        }
+    }
+
+    // 3. Contended hand-off within 3 round trips of the backend (no polling).
+    let t3 = format!(
+        "contended hand-off p50 <= {HANDOFF_ROUND_TRIPS} round trips (round trip = raw acquire p50, 1 task)"
+    );
+    for name in remote {
+        let Some(b) = find(backends, name) else {
+            continue;
+        };
+        let handoff = b
+            .ours()
+            .and_then(|s| s.contended.as_ref())
+            .and_then(|c| c.handoff.clone());
+        let rt = b
+            .raw()
+            .and_then(|s| s.at(1))
+            .and_then(|u| u.acquire.clone());
+        match (handoff, rt) {
+            (Some(h), Some(rt)) if rt.p50_ms > 0.0 => {
+                let trips = h.p50_ms / rt.p50_ms;
+                out.push(target(
+                    &t3,
+                    name,
+                    format!(
+                        "{trips:.2} round trips: hand-off p50 {} ms (n={}), round trip {} ms (n={})",
+                        fmt_ms(h.p50_ms),
+                        h.n,
+                        fmt_ms(rt.p50_ms),
+                        rt.n
+                    ),
+                    status(trips <= HANDOFF_ROUND_TRIPS),
+                ));
+            }
+            _ => out.push(target(
+                &t3,
+                name,
+                "not measured".into(),
+                Status::NotMeasured,
+            )),
+        }
+    }
+
+    // 4. Keep-alive traffic grows with sessions, not guards, on etcd and ZooKeeper.
+    let t4 = format!(
+        "keep-alive server traffic grows with sessions, not guards: ops/s at the larger guard count <= {KEEPALIVE_GROWTH}x the smaller (same sessions)"
+    );
+    for name in ["etcd", "zk"] {
+        let Some(b) = find(backends, name) else {
+            continue;
+        };
+        let runs: Vec<_> = b
+            .keep_alive
+            .iter()
+            .flat_map(|k| k.runs.iter())
+            .filter(|r| r.hold_ops_per_s.is_some() && r.errors.is_empty())
+            .collect();
+        let small = runs.iter().min_by_key(|r| r.guards);
+        let large = runs.iter().max_by_key(|r| r.guards);
+        match (small, large) {
+            (Some(s), Some(l)) if l.guards > s.guards => {
+                let (so, lo) = (
+                    s.hold_ops_per_s.unwrap_or(0.0),
+                    l.hold_ops_per_s.unwrap_or(0.0),
+                );
+                let growth = if so > 0.0 { lo / so } else { f64::INFINITY };
+                out.push(target(
+                    &t4,
+                    name,
+                    format!(
+                        "{growth:.2}x for {:.0}x the guards: {} ops/s (n={} ops) with {} guards vs {} ops/s (n={} ops) with {}, {} sessions",
+                        l.guards as f64 / s.guards as f64,
+                        fmt_rate(lo),
+                        l.hold_ops.unwrap_or(0),
+                        l.guards,
+                        fmt_rate(so),
+                        s.hold_ops.unwrap_or(0),
+                        s.guards,
+                        l.sessions
+                    ),
+                    status(growth <= KEEPALIVE_GROWTH),
+                ));
+            }
+            _ => out.push(target(
+                &t4,
+                name,
+                "not measured".into(),
+                Status::NotMeasured,
+            )),
+        }
+    }
+    out
+}

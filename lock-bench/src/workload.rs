@@ -1,0 +1,539 @@
+//! The three workloads: uncontended cycles, contention on one name, and many
+//! guards held with keep-alive.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::future::join_all;
+use serde::Serialize;
+use tokio::sync::Barrier;
+
+use crate::servers::{rss_bytes, OpsSource};
+use crate::stats::{self, Holding, Summary};
+use crate::subject::{BenchResult, Connector, Held, Locker};
+
+/// How many errors are kept, in words, per measurement.
+const KEPT_ERRORS: usize = 3;
+/// Bound on one acquire+release cycle of an uncontended run.
+const CYCLE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Errors seen during a measurement: a count and the first few messages.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Errors {
+    /// How many operations failed.
+    pub count: usize,
+    /// The first few messages.
+    pub first: Vec<String>,
+}
+
+impl Errors {
+    fn push(&mut self, e: String) {
+        self.count += 1;
+        if self.first.len() < KEPT_ERRORS {
+            self.first.push(e);
+        }
+    }
+
+    fn merge(&mut self, other: Errors) {
+        self.count += other.count;
+        for e in other.first {
+            if self.first.len() < KEPT_ERRORS {
+                self.first.push(e);
+            }
+        }
+    }
+
+    /// True when nothing failed.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+}
+
+async fn connect_pool(connector: &dyn Connector, n: usize) -> BenchResult<Vec<Arc<dyn Locker>>> {
+    join_all((0..n).map(|_| connector.connect()))
+        .await
+        .into_iter()
+        .collect()
+}
+
+/// Parameters of an uncontended run.
+#[derive(Clone, Debug)]
+pub struct UncontendedParams {
+    /// Concurrent tasks, each on its own lock name.
+    pub tasks: usize,
+    /// Tasks per backend client (the pool has `ceil(tasks / tasks_per_client)` clients).
+    pub tasks_per_client: usize,
+    /// How long the measured loop runs.
+    pub duration: Duration,
+    /// Unmeasured cycles per task first (connections, scripts, directories).
+    pub warmup: usize,
+    /// Name prefix, unique per run and subject.
+    pub prefix: String,
+}
+
+/// The result of an uncontended run.
+#[derive(Clone, Debug, Serialize)]
+pub struct Uncontended {
+    /// Concurrent tasks.
+    pub tasks: usize,
+    /// Backend clients shared by the tasks.
+    pub clients: usize,
+    /// acquire + release, one cycle.
+    pub cycle: Option<Summary>,
+    /// acquire alone.
+    pub acquire: Option<Summary>,
+    /// release alone.
+    pub release: Option<Summary>,
+    /// Completed cycles per second, all tasks together.
+    pub throughput_per_s: f64,
+    /// Completed cycles behind the throughput.
+    pub cycles: usize,
+    /// Length of the measured loop.
+    pub elapsed_s: f64,
+    /// Failed cycles.
+    pub errors: Errors,
+}
+
+/// The raw samples of uncontended runs (one or several slices).
+#[derive(Debug, Default)]
+pub struct CycleSamples {
+    tasks: usize,
+    clients: usize,
+    acquire: Vec<Duration>,
+    release: Vec<Duration>,
+    cycle: Vec<Duration>,
+    last_end: Option<Instant>,
+    /// Measured time, summed over slices.
+    elapsed: Duration,
+    errors: Errors,
+}
+
+impl CycleSamples {
+    fn extend(&mut self, other: CycleSamples) {
+        self.acquire.extend(other.acquire);
+        self.release.extend(other.release);
+        self.cycle.extend(other.cycle);
+        self.last_end = self.last_end.max(other.last_end);
+        self.errors.merge(other.errors);
+    }
+
+    /// Adds another slice of the same subject and level.
+    pub fn merge(&mut self, other: CycleSamples) {
+        self.tasks = other.tasks;
+        self.clients = other.clients;
+        self.elapsed += other.elapsed;
+        self.extend(other);
+    }
+
+    /// Percentiles and throughput.
+    pub fn finish(mut self) -> Uncontended {
+        let cycles = self.cycle.len();
+        Uncontended {
+            tasks: self.tasks,
+            clients: self.clients,
+            cycle: Summary::of(&mut self.cycle),
+            acquire: Summary::of(&mut self.acquire),
+            release: Summary::of(&mut self.release),
+            throughput_per_s: stats::rate(cycles as u64, self.elapsed),
+            cycles,
+            elapsed_s: self.elapsed.as_secs_f64(),
+            errors: self.errors,
+        }
+    }
+}
+
+async fn one_cycle(locker: &dyn Locker, name: &str) -> BenchResult<(Duration, Duration)> {
+    let t0 = Instant::now();
+    let held = locker
+        .acquire(name, CYCLE_TIMEOUT / 2)
+        .await?
+        .ok_or_else(|| format!("uncontended acquire of {name} timed out: the lock was held"))?;
+    let t1 = Instant::now();
+    held.release().await?;
+    Ok((t1 - t0, t1.elapsed()))
+}
+
+async fn bounded_cycle(locker: &dyn Locker, name: &str) -> BenchResult<(Duration, Duration)> {
+    tokio::time::timeout(CYCLE_TIMEOUT, one_cycle(locker, name))
+        .await
+        .unwrap_or_else(|_| {
+            Err(format!(
+                "acquire+release of {name} took more than {CYCLE_TIMEOUT:?}"
+            ))
+        })
+}
+
+/// The backend clients of an uncontended run: one per `tasks_per_client` tasks.
+pub async fn uncontended_pool(
+    connector: &dyn Connector,
+    p: &UncontendedParams,
+) -> BenchResult<Vec<Arc<dyn Locker>>> {
+    connect_pool(connector, p.tasks.div_ceil(p.tasks_per_client.max(1))).await
+}
+
+/// Runs `tasks` concurrent loops of acquire+release on `clients` (task `t`
+/// uses client `t % clients.len()`), each task on its own name.
+pub async fn uncontended(
+    clients: &[Arc<dyn Locker>],
+    p: &UncontendedParams,
+) -> BenchResult<CycleSamples> {
+    let n_clients = clients.len();
+    if n_clients == 0 {
+        return Err("no client to run with".into());
+    }
+    let barrier = Arc::new(Barrier::new(p.tasks + 1));
+    let mut handles = Vec::new();
+    for t in 0..p.tasks {
+        let locker = clients[t % n_clients].clone();
+        let name = format!("{}/t{t}", p.prefix);
+        let barrier = barrier.clone();
+        let (duration, warmup) = (p.duration, p.warmup);
+        handles.push(tokio::spawn(async move {
+            let mut s = CycleSamples::default();
+            let mut warm_ok = true;
+            for _ in 0..warmup {
+                if let Err(e) = bounded_cycle(locker.as_ref(), &name).await {
+                    s.errors.push(format!("warm-up: {e}"));
+                    warm_ok = false;
+                    break;
+                }
+            }
+            barrier.wait().await;
+            let deadline = Instant::now() + duration;
+            while warm_ok && Instant::now() < deadline {
+                match bounded_cycle(locker.as_ref(), &name).await {
+                    Ok((acq, rel)) => {
+                        s.acquire.push(acq);
+                        s.release.push(rel);
+                        s.cycle.push(acq + rel);
+                        s.last_end = Some(Instant::now());
+                    }
+                    Err(e) => {
+                        s.errors.push(e);
+                        break;
+                    }
+                }
+            }
+            s
+        }));
+    }
+    // The tasks warm up, then wait at the barrier; the clock starts when the
+    // last one (and this one) arrives.
+    barrier.wait().await;
+    let started = Instant::now();
+    let mut all = CycleSamples {
+        tasks: p.tasks,
+        clients: n_clients,
+        ..CycleSamples::default()
+    };
+    for h in handles {
+        match h.await {
+            Ok(s) => all.extend(s),
+            Err(e) => all.errors.push(format!("task failed: {e}")),
+        }
+    }
+    all.elapsed = all
+        .last_end
+        .map(|e| e.saturating_duration_since(started))
+        .unwrap_or_default();
+    Ok(all)
+}
+
+/// Parameters of a contended run.
+#[derive(Clone, Debug)]
+pub struct ContendedParams {
+    /// Clients contending for the one name, each with its own connection.
+    pub contenders: usize,
+    /// How long the measured loop runs.
+    pub duration: Duration,
+    /// The longest one acquire may wait.
+    pub wait: Duration,
+    /// The lock name.
+    pub name: String,
+}
+
+/// The result of a contended run.
+#[derive(Clone, Debug, Serialize)]
+pub struct Contended {
+    /// Clients on the one name.
+    pub contenders: usize,
+    /// Acquisitions granted during the measured loop.
+    pub acquisitions: usize,
+    /// Acquisitions per second.
+    pub throughput_per_s: f64,
+    /// Release (call) to the next holder's acquire returning.
+    pub handoff: Option<Summary>,
+    /// acquire call to holding.
+    pub wait: Option<Summary>,
+    /// The longest wait, ms.
+    pub longest_wait_ms: Option<f64>,
+    /// Share of hand-offs that went to a different client.
+    pub to_other_share: Option<f64>,
+    /// Hand-offs behind `to_other_share` (hand-off latencies + overlaps).
+    pub transitions: usize,
+    /// Holdings granted before the previous holder started releasing.
+    pub overlaps: usize,
+    /// Acquires that gave up after `wait`.
+    pub timeouts: usize,
+    /// Failed acquires or releases.
+    pub errors: Errors,
+}
+
+/// `contenders` clients loop acquire (wait) -> release on one name.
+pub async fn contended(
+    connector: Arc<dyn Connector>,
+    p: &ContendedParams,
+) -> BenchResult<Contended> {
+    let clients = connect_pool(connector.as_ref(), p.contenders).await?;
+    // Warm each client on a name of its own (connections, scripts, parents).
+    let mut warm_errors = Errors::default();
+    for (i, c) in clients.iter().enumerate() {
+        if let Err(e) = bounded_cycle(c.as_ref(), &format!("{}-warm{i}", p.name)).await {
+            warm_errors.push(format!("warm-up: {e}"));
+        }
+    }
+    if !warm_errors.is_empty() {
+        return Err(warm_errors.first.join("; "));
+    }
+    let barrier = Arc::new(Barrier::new(p.contenders + 1));
+    let mut handles = Vec::new();
+    for (id, locker) in clients.into_iter().enumerate() {
+        let barrier = barrier.clone();
+        let name = p.name.clone();
+        let (wait, duration) = (p.wait, p.duration);
+        handles.push(tokio::spawn(async move {
+            let mut holdings = Vec::new();
+            let mut timeouts = 0;
+            let mut errors = Errors::default();
+            barrier.wait().await;
+            let deadline = Instant::now() + duration;
+            while Instant::now() < deadline {
+                let requested = Instant::now();
+                match locker.acquire(&name, wait).await {
+                    Ok(Some(held)) => {
+                        let acquired = Instant::now();
+                        let release_started = Instant::now();
+                        let released = held.release().await;
+                        holdings.push(Holding {
+                            client: id,
+                            requested,
+                            acquired,
+                            release_started,
+                        });
+                        if let Err(e) = released {
+                            errors.push(e);
+                            break;
+                        }
+                    }
+                    Ok(None) => timeouts += 1,
+                    Err(e) => {
+                        errors.push(e);
+                        break;
+                    }
+                }
+            }
+            (holdings, timeouts, errors)
+        }));
+    }
+    barrier.wait().await;
+    let deadline = Instant::now() + p.duration;
+    let mut holdings = Vec::new();
+    let mut timeouts = 0;
+    let mut errors = Errors::default();
+    let bound = tokio::time::Instant::from_std(deadline) + p.wait + Duration::from_secs(10);
+    for h in handles {
+        let abort = h.abort_handle();
+        match tokio::time::timeout_at(bound, h).await {
+            Ok(Ok((hs, t, e))) => {
+                holdings.extend(hs);
+                timeouts += t;
+                errors.merge(e);
+            }
+            Ok(Err(e)) => errors.push(format!("contender task failed: {e}")),
+            Err(_) => {
+                abort.abort();
+                errors.push("a contender did not finish its last cycle in time".to_string());
+            }
+        }
+    }
+    // Only what was granted within the measured loop counts.
+    holdings.retain(|h| h.acquired <= deadline);
+    let acquisitions = holdings.len();
+    let mut h = stats::handoffs(holdings);
+    Ok(Contended {
+        contenders: p.contenders,
+        acquisitions,
+        throughput_per_s: stats::rate(acquisitions as u64, p.duration),
+        longest_wait_ms: h.longest_wait().map(|d| d.as_secs_f64() * 1e3),
+        to_other_share: h.share_to_other(),
+        transitions: h.latencies.len() + h.overlaps,
+        overlaps: h.overlaps,
+        handoff: Summary::of(&mut h.latencies),
+        wait: Summary::of(&mut h.waits),
+        timeouts,
+        errors,
+    })
+}
+
+/// Parameters of a keep-alive run.
+#[derive(Clone, Debug)]
+pub struct KeepAliveParams {
+    /// Guards held at once.
+    pub guards: usize,
+    /// Concurrent tasks creating and releasing them.
+    pub creators: usize,
+    /// How long the server counter is read while they are held.
+    pub window: Duration,
+    /// Name prefix.
+    pub prefix: String,
+}
+
+/// The result of a keep-alive run.
+#[derive(Clone, Debug, Serialize)]
+pub struct KeepAlive {
+    /// Guards held at once.
+    pub guards: usize,
+    /// Backend clients holding them.
+    pub sessions: usize,
+    /// Time to acquire them all.
+    pub create_s: f64,
+    /// Server operations per second while they were held (measured window).
+    pub hold_ops_per_s: Option<f64>,
+    /// Server operations counted in the window.
+    pub hold_ops: Option<u64>,
+    /// The window, s.
+    pub window_s: f64,
+    /// Resident memory growth of this process per guard, bytes.
+    pub rss_per_guard_bytes: Option<f64>,
+    /// Guards no longer held at the end of the window.
+    pub lost: usize,
+    /// Failed acquires or releases.
+    pub errors: Errors,
+}
+
+/// Reads the server counter over `window`: operations per second and count.
+pub async fn ops_rate(source: &OpsSource, window: Duration) -> BenchResult<(f64, u64)> {
+    let before = source.read().await?;
+    let t0 = Instant::now();
+    tokio::time::sleep(window).await;
+    let after = source.read().await?;
+    let ops = after.saturating_sub(before);
+    Ok((stats::rate(ops, t0.elapsed()), ops))
+}
+
+/// Holds `guards` locks with keep-alive on `clients` and measures the server
+/// traffic and client memory it costs.
+pub async fn keep_alive(
+    clients: &[Arc<dyn Locker>],
+    source: Option<&OpsSource>,
+    p: &KeepAliveParams,
+) -> BenchResult<KeepAlive> {
+    let rss_before = rss_bytes();
+    let created = Instant::now();
+    let next = Arc::new(AtomicUsize::new(0));
+    let held: Arc<Mutex<Vec<Box<dyn Held>>>> = Arc::new(Mutex::new(Vec::with_capacity(p.guards)));
+    let mut handles = Vec::new();
+    for _ in 0..p.creators.max(1) {
+        let (next, held, clients) = (next.clone(), held.clone(), clients.to_vec());
+        let (guards, prefix) = (p.guards, p.prefix.clone());
+        handles.push(tokio::spawn(async move {
+            let mut errors = Errors::default();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= guards {
+                    break;
+                }
+                let name = format!("{prefix}/g{i}");
+                let locker = &clients[i % clients.len()];
+                match tokio::time::timeout(CYCLE_TIMEOUT, locker.acquire(&name, CYCLE_TIMEOUT / 2))
+                    .await
+                {
+                    Ok(Ok(Some(h))) => {
+                        if let Ok(mut v) = held.lock() {
+                            v.push(h);
+                        }
+                    }
+                    Ok(Ok(None)) => errors.push(format!("acquire {name}: timed out")),
+                    Ok(Err(e)) => errors.push(e),
+                    Err(_) => {
+                        errors.push(format!("acquire {name}: took more than {CYCLE_TIMEOUT:?}"))
+                    }
+                }
+                if errors.count > 0 {
+                    break;
+                }
+            }
+            errors
+        }));
+    }
+    let mut errors = Errors::default();
+    for h in handles {
+        match h.await {
+            Ok(e) => errors.merge(e),
+            Err(e) => errors.push(format!("creator task failed: {e}")),
+        }
+    }
+    let create_s = created.elapsed().as_secs_f64();
+    let rss_after = rss_bytes();
+    let mut guards: Vec<Box<dyn Held>> = held
+        .lock()
+        .map(|mut v| std::mem::take(&mut *v))
+        .unwrap_or_default();
+    let count = guards.len();
+    let mut result = KeepAlive {
+        guards: count,
+        sessions: clients.len(),
+        create_s,
+        hold_ops_per_s: None,
+        hold_ops: None,
+        window_s: p.window.as_secs_f64(),
+        rss_per_guard_bytes: match (rss_before, rss_after) {
+            (Some(b), Some(a)) if count > 0 => Some(a.saturating_sub(b) as f64 / count as f64),
+            _ => None,
+        },
+        lost: 0,
+        errors: Errors::default(),
+    };
+    if errors.is_empty() {
+        match source {
+            Some(src) => match ops_rate(src, p.window).await {
+                Ok((rate, ops)) => {
+                    result.hold_ops_per_s = Some(rate);
+                    result.hold_ops = Some(ops);
+                }
+                Err(e) => errors.push(format!("server counter: {e}")),
+            },
+            None => tokio::time::sleep(p.window).await,
+        }
+    }
+    result.lost = guards.iter().filter(|g| !g.is_held()).count();
+    // Release them all, concurrently.
+    let per = count.div_ceil(p.creators.max(1)).max(1);
+    let mut releases = Vec::new();
+    while !guards.is_empty() {
+        let chunk: Vec<Box<dyn Held>> = guards.drain(..per.min(guards.len())).collect();
+        releases.push(tokio::spawn(async move {
+            let mut errors = Errors::default();
+            for g in chunk {
+                let lost = !g.is_held();
+                if let Err(e) = g.release().await {
+                    // A guard already counted as lost cannot be released; that is
+                    // reported as `lost`, not twice.
+                    if !lost {
+                        errors.push(e);
+                    }
+                }
+            }
+            errors
+        }));
+    }
+    for r in releases {
+        match r.await {
+            Ok(e) => errors.merge(e),
+            Err(e) => errors.push(format!("release task failed: {e}")),
+        }
+    }
+    result.errors = errors;
+    Ok(result)
+}
