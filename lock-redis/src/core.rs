@@ -8,6 +8,7 @@ use std::time::Duration;
 use lock_core::{LockError, LockErrorKind, Result};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind};
+
 use tokio::time::Instant;
 
 use crate::config::RedisLockConfig;
@@ -42,32 +43,7 @@ pub(crate) fn map_error(what: &str, failure: Failure) -> LockError {
         }
         Failure::Redis(err) => err,
     };
-    let code = err.code().unwrap_or("");
-    let kind = match err.kind() {
-        ErrorKind::Io => LockErrorKind::Unavailable,
-        _ if err.is_timeout() || err.is_connection_dropped() || err.is_connection_refusal() => {
-            LockErrorKind::Unavailable
-        }
-        ErrorKind::AuthenticationFailed | ErrorKind::Server(ServerErrorKind::NoPerm) => {
-            LockErrorKind::Unauthorized
-        }
-        _ if matches!(code, "NOAUTH" | "WRONGPASS" | "NOPERM") => LockErrorKind::Unauthorized,
-        ErrorKind::InvalidClientConfig => LockErrorKind::InvalidArgument,
-        // The server is up but cannot serve writes now: loading its data set,
-        // a failover in progress, a busy script, out of memory, failing to persist.
-        ErrorKind::Server(
-            ServerErrorKind::BusyLoading
-            | ServerErrorKind::TryAgain
-            | ServerErrorKind::MasterDown
-            | ServerErrorKind::ClusterDown
-            | ServerErrorKind::ReadOnly,
-        ) => LockErrorKind::Unavailable,
-        _ if matches!(code, "BUSY" | "OOM" | "MISCONF" | "LOADING") => LockErrorKind::Unavailable,
-        ErrorKind::Client => LockErrorKind::Internal,
-        // Parse errors, unexpected reply types, MOVED/ASK/CROSSSLOT from a
-        // cluster (not supported: use one node), script errors.
-        _ => LockErrorKind::Protocol,
-    };
+    let kind = crate::scripts::error_kind(&err);
     let hint = match err.kind() {
         ErrorKind::Server(
             ServerErrorKind::Moved | ServerErrorKind::Ask | ServerErrorKind::CrossSlot,

@@ -8,31 +8,35 @@
 //! and publishes on `{key}:released` when it releases, so that waiters wake at
 //! once instead of polling.
 //!
+//! [`error_kind`] is the shared mapping of `redis` errors to error kinds.
+//!
 //! Scripts are sent with `EVALSHA` (the `redis` crate's `Script` loads a
 //! script once, on the first `NOSCRIPT` reply).
 
-use redis::Script;
+use lock_core::LockErrorKind;
+use redis::{ErrorKind, RedisError, Script, ServerErrorKind};
 
 /// Acquire with a fencing token, atomically.
 /// `KEYS[1]` = lock key, `KEYS[2]` = fencing counter key; `ARGV[1]` = owner token, `ARGV[2]` = ttl ms.
 /// Returns `{1, token}` when acquired, `{0, pttl}` when held by someone else
 /// (`pttl` = the holder's remaining ms, -1 if it has no expiry).
 ///
-/// The token is `INCR` of the counter, floored at the server's clock in
-/// microseconds (`TIME`): `token = max(counter + 1, now_us)`. The floor keeps
-/// tokens increasing when the counter is lost (a restart without persistence,
-/// a failover to a replica that missed the last `INCR`), as long as the
-/// server's wall clock does not step back by more than the gap. With
-/// persistence (`appendfsync always`) the counter alone guarantees it.
-/// Tokens stay below 2^53, exact in Lua's doubles, for the next 200 years.
+/// The token is `INCR` of the counter. When the counter was missing (`INCR`
+/// returned 1: first use, or lost to a restart without persistence, a
+/// failover to a replica that missed it, an eviction), it starts from the
+/// server's clock in microseconds (`TIME`) instead of 1. Tokens handed out
+/// since the previous start are at most that start plus one per acquisition,
+/// and acquisitions come far less often than once a microsecond, so the new
+/// start is above every earlier token as long as the server's wall clock did
+/// not step back. With persistence (`appendfsync always`) the counter alone
+/// guarantees it. Tokens stay below 2^53, exact in Lua's doubles.
 pub const ACQUIRE_FENCED: &str = r#"
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local n = redis.call('INCR', KEYS[2])
-  local t = redis.call('TIME')
-  local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  if n < floor then
-    n = floor
-    redis.call('SET', KEYS[2], string.format('%.0f', floor))
+  if n == 1 then
+    local t = redis.call('TIME')
+    n = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    redis.call('SET', KEYS[2], string.format('%.0f', n))
   end
   return {1, n}
 end
@@ -102,6 +106,37 @@ impl Keys {
             released: format!("{{{lock}}}:released"),
             lock,
         }
+    }
+}
+
+/// The error kind of a `redis` error, shared by `lock-redis` and
+/// `lock-redlock` (each wraps it into its own messages).
+pub fn error_kind(err: &RedisError) -> LockErrorKind {
+    let code = err.code().unwrap_or("");
+    match err.kind() {
+        ErrorKind::Io => LockErrorKind::Unavailable,
+        _ if err.is_timeout() || err.is_connection_dropped() || err.is_connection_refusal() => {
+            LockErrorKind::Unavailable
+        }
+        ErrorKind::AuthenticationFailed | ErrorKind::Server(ServerErrorKind::NoPerm) => {
+            LockErrorKind::Unauthorized
+        }
+        _ if matches!(code, "NOAUTH" | "WRONGPASS" | "NOPERM") => LockErrorKind::Unauthorized,
+        ErrorKind::InvalidClientConfig => LockErrorKind::InvalidArgument,
+        // The server is up but cannot serve writes now: loading its data set,
+        // a failover in progress, a busy script, out of memory, failing to persist.
+        ErrorKind::Server(
+            ServerErrorKind::BusyLoading
+            | ServerErrorKind::TryAgain
+            | ServerErrorKind::MasterDown
+            | ServerErrorKind::ClusterDown
+            | ServerErrorKind::ReadOnly,
+        ) => LockErrorKind::Unavailable,
+        _ if matches!(code, "BUSY" | "OOM" | "MISCONF" | "LOADING") => LockErrorKind::Unavailable,
+        ErrorKind::Client => LockErrorKind::Internal,
+        // Parse errors, unexpected reply types, MOVED/ASK/CROSSSLOT from a
+        // cluster (not supported: use one node), script errors.
+        _ => LockErrorKind::Protocol,
     }
 }
 

@@ -7,10 +7,10 @@ use std::time::Duration;
 use lock_core::{LockError, LockErrorKind, NodeFailure, NodeFailureReason, Result};
 use lock_redis::scripts::Scripts;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
+use redis::{RedisError, RedisResult, Value};
 
-/// The one place where a `redis` error becomes a distlock error kind and a
-/// per-node failure reason.
+/// The one place where a `redis` error becomes a distlock error kind (the
+/// mapping shared with `lock-redis`) and a per-node failure reason.
 pub(crate) fn classify(err: &RedisError) -> (LockErrorKind, NodeFailureReason) {
     if err.is_timeout() {
         return (LockErrorKind::Unavailable, NodeFailureReason::TimedOut);
@@ -18,25 +18,10 @@ pub(crate) fn classify(err: &RedisError) -> (LockErrorKind, NodeFailureReason) {
     if err.is_connection_refusal() || err.is_connection_dropped() || err.is_io_error() {
         return (LockErrorKind::Unavailable, NodeFailureReason::Unreachable);
     }
-    let kind = match err.kind() {
-        ErrorKind::AuthenticationFailed | ErrorKind::Server(ServerErrorKind::NoPerm) => {
-            LockErrorKind::Unauthorized
-        }
-        ErrorKind::InvalidClientConfig => LockErrorKind::InvalidArgument,
-        ErrorKind::Server(
-            ServerErrorKind::BusyLoading
-            | ServerErrorKind::TryAgain
-            | ServerErrorKind::MasterDown
-            | ServerErrorKind::ClusterDown
-            | ServerErrorKind::ReadOnly,
-        ) => LockErrorKind::Unavailable,
-        ErrorKind::Parse
-        | ErrorKind::UnexpectedReturnType
-        | ErrorKind::Server(_)
-        | ErrorKind::Extension => LockErrorKind::Protocol,
-        _ => LockErrorKind::Internal,
-    };
-    (kind, NodeFailureReason::Error)
+    (
+        lock_redis::scripts::error_kind(err),
+        NodeFailureReason::Error,
+    )
 }
 
 /// A whole-operation error from a `redis` error (configuration, single-node
@@ -259,6 +244,7 @@ impl Node {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use redis::ErrorKind;
 
     fn io(kind: std::io::ErrorKind) -> RedisError {
         RedisError::from(std::io::Error::new(kind, "test"))
