@@ -52,3 +52,9 @@ pub use lock_etcd as etcd;
 #[cfg(feature = "zk")]
 #[cfg_attr(docsrs, doc(cfg(feature = "zk")))]
 pub use lock_zk as zk;
+
+/// The repository README's examples, compiled (and the in-memory one run) as
+/// doctests so that they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;

@@ -243,10 +243,10 @@ impl fmt::Display for Endpoint {
 ///
 /// ```
 /// use distlock::{LockUrl, Scheme};
-/// let url: LockUrl = "etcd://10.0.0.1,10.0.0.2:2479/jobs?lease_ttl=5s".parse().unwrap();
+/// let url: LockUrl = "etcd://127.0.0.1,127.0.0.2:2479/jobs?lease_ttl=5s".parse().unwrap();
 /// assert_eq!(url.scheme(), Scheme::Etcd);
 /// assert_eq!(url.endpoints().len(), 2);
-/// assert_eq!(url.endpoints()[0].to_string(), "10.0.0.1:2379");
+/// assert_eq!(url.endpoints()[0].to_string(), "127.0.0.1:2379");
 /// assert_eq!(url.option("lease_ttl"), Some("5s"));
 /// assert!("redis://h:notaport".parse::<LockUrl>().is_err());
 /// ```

@@ -14,9 +14,9 @@ use lock_core::{LockError, Result};
 /// use std::time::Duration;
 /// use lock_redlock::RedlockConfig;
 /// let cfg = RedlockConfig::new([
-///     "redis://10.0.0.1:6379/",
-///     "redis://10.0.0.2:6379/",
-///     "redis://10.0.0.3:6379/",
+///     "redis://127.0.0.1:7001/",
+///     "redis://127.0.0.1:7002/",
+///     "redis://127.0.0.1:7003/",
 /// ])
 /// .with_node_timeout(Duration::from_millis(30))
 /// .with_max_extensions(Some(100));

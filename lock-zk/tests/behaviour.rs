@@ -169,7 +169,7 @@ async fn curator_named_contenders_exclude_both_ways() {
 
     // Curator holds.
     let (stat, seq) = admin
-        .create(&curator_prefix, b"10.0.0.7", &ephemeral_seq)
+        .create(&curator_prefix, b"127.0.0.7", &ephemeral_seq)
         .await
         .unwrap();
     let curator_node = format!("{curator_prefix}{seq}");
@@ -207,7 +207,7 @@ async fn curator_named_contenders_exclude_both_ways() {
 
     // We hold; a Curator contender arriving now sorts after us by Curator's rule.
     let (_, seq) = admin
-        .create(&curator_prefix, b"10.0.0.7", &ephemeral_seq)
+        .create(&curator_prefix, b"127.0.0.7", &ephemeral_seq)
         .await
         .unwrap();
     let late = format!("_c_0b0f9a54-9c1d-4bb0-a3f5-21c9a4f2d7e1-lock-{seq}");
