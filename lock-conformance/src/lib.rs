@@ -51,7 +51,10 @@ pub use async_trait::async_trait;
 pub use lock_testbed as testbed;
 
 mod cases;
+mod memory;
 pub mod model;
+
+pub use memory::MemoryHarness;
 
 pub use cases::CASES;
 
