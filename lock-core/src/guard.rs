@@ -396,7 +396,7 @@ impl Keeper {
     }
 
     async fn run(mut self) {
-        let mut next_renew = self.interval().map(|i| Instant::now() + i);
+        let mut next_renew = self.interval().map(|i| Instant::now() + jittered(i));
         loop {
             let live_until = self.current().valid_until();
             let far = Instant::now() + Duration::from_secs(86_400 * 365);
@@ -415,7 +415,7 @@ impl Keeper {
                     Some(Command::Extend(ttl, reply)) => {
                         let result = self.extend(ttl).await;
                         if result.is_ok() {
-                            next_renew = self.interval().map(|i| Instant::now() + i);
+                            next_renew = self.interval().map(|i| Instant::now() + jittered(i));
                         }
                         let _ = reply.send(result);
                     }
@@ -455,7 +455,7 @@ impl Keeper {
             }
             Ok(Ok(Renewal::Renewed { valid_until })) => {
                 self.renewed(valid_until);
-                Some(started + interval)
+                Some(started + jittered(interval))
             }
             Ok(Ok(Renewal::Gone)) => {
                 self.lose(LossCause::NotOwner).await;
@@ -465,7 +465,7 @@ impl Keeper {
                 tracing::warn!(backend = self.backend, name = %self.name, error = %err, "distlock: renewal failed; guard suspended");
                 self.suspend(err.to_string());
                 // Retry sooner than the regular interval, but do not spin.
-                Some(Instant::now() + (interval / 3).max(Duration::from_millis(10)))
+                Some(Instant::now() + jittered(interval / 3).max(Duration::from_millis(10)))
             }
         }
     }
@@ -572,6 +572,14 @@ impl Keeper {
         metrics::histogram!(m::HOLD_DURATION, "backend" => self.backend)
             .record(self.acquired_at.elapsed().as_secs_f64());
     }
+}
+
+/// A renewal period with jitter (uniform in 3/4 to 1 of it), so that guards
+/// taken together do not all renew at the same instant and load the server
+/// in bursts.
+fn jittered(period: Duration) -> Duration {
+    use rand::Rng;
+    period.mul_f64(rand::rng().random_range(0.75..=1.0))
 }
 
 async fn next_event(events: &mut Option<BoxStream<'static, LeaseEvent>>) -> Option<LeaseEvent> {

@@ -105,14 +105,7 @@ const TTL: Duration = Duration::from_millis(300);
 
 #[tokio::test]
 async fn failed_renewal_suspends_then_validity_passing_loses() {
-    let (script, backend) = setup(&[
-        Answer::Fail,
-        Answer::Fail,
-        Answer::Fail,
-        Answer::Fail,
-        Answer::Fail,
-        Answer::Fail,
-    ]);
+    let (script, backend) = setup(&[Answer::Fail; 40]);
     let g = backend
         .acquire(&name(), &AcquireOptions::new().ttl(TTL))
         .await
