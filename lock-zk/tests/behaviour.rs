@@ -11,37 +11,13 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use lock_core::{AcquireOptions, DistributedLock, GuardState, LockErrorKind, LockName, LossCause};
-use lock_testbed::{shared_zk, unique_name, Proxy, ZkEnsemble};
+use lock_testbed::{unique_name, Proxy, ZkEnsemble};
 use lock_zk::{ZkConfig, ZkLock};
 use tokio::time::{sleep, Instant};
 use zookeeper_client as zk;
 
-fn name(prefix: &str) -> LockName {
-    LockName::new(unique_name(prefix)).expect("valid name")
-}
-
-async fn server() -> &'static ZkEnsemble {
-    tokio::task::spawn_blocking(shared_zk)
-        .await
-        .expect("start-up task")
-        .unwrap_or_else(|e| panic!("the testbed could not start ZooKeeper: {e}"))
-}
-
-async fn admin(connect: &str) -> zk::Client {
-    zk::Client::connector()
-        .with_session_timeout(Duration::from_secs(4))
-        .connect(connect)
-        .await
-        .expect("the test's own ZooKeeper session")
-}
-
-async fn children(admin: &zk::Client, path: &str) -> Vec<String> {
-    match admin.list_children(path).await {
-        Ok(children) => children,
-        Err(zk::Error::NoNode) => Vec::new(),
-        Err(e) => panic!("listing {path}: {e}"),
-    }
-}
+mod support;
+use support::{admin, children, name, server};
 
 fn config(connect: &str, session: Duration) -> ZkConfig {
     ZkConfig::new(connect).session_timeout(session)

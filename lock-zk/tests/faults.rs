@@ -5,45 +5,19 @@
 //!
 //! The leader test starts its own 3-server ensemble; the others use the
 //! testbed's standalone server (they fault a proxy, not the server).
-//! Nothing is skipped: a missing server, `python3` or kazoo fails the test.
+//! A missing server, `python3` or kazoo fails the test.
 
 use std::net::SocketAddr;
 use std::process::Stdio;
 use std::time::Duration;
 
-use lock_core::{AcquireOptions, DistributedLock, GuardState, LockErrorKind, LockName, LossCause};
-use lock_testbed::{shared_zk, unique_name, Proxy, ZkEnsemble, ZkOptions};
+use lock_core::{AcquireOptions, DistributedLock, GuardState, LockErrorKind, LossCause};
+use lock_testbed::{Proxy, ZkEnsemble, ZkOptions};
 use lock_zk::{ZkConfig, ZkLock};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::time::{sleep, timeout, Instant};
-use zookeeper_client as zk;
-
-fn name(prefix: &str) -> LockName {
-    LockName::new(unique_name(prefix)).expect("valid name")
-}
-
-async fn standalone() -> &'static ZkEnsemble {
-    tokio::task::spawn_blocking(shared_zk)
-        .await
-        .expect("start-up task")
-        .unwrap_or_else(|e| panic!("the testbed could not start ZooKeeper: {e}"))
-}
-
-async fn admin(connect: &str) -> zk::Client {
-    zk::Client::connector()
-        .with_session_timeout(Duration::from_secs(4))
-        .connect(connect)
-        .await
-        .expect("the test's own ZooKeeper session")
-}
-
-async fn children(admin: &zk::Client, path: &str) -> Vec<String> {
-    match admin.list_children(path).await {
-        Ok(children) => children,
-        Err(zk::Error::NoNode) => Vec::new(),
-        Err(e) => panic!("listing {path}: {e}"),
-    }
-}
+mod support;
+use support::{admin, children, name, server as standalone};
 
 fn state_kind(st: &GuardState) -> &'static str {
     match st {
