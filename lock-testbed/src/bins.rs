@@ -32,6 +32,14 @@ pub(crate) const ETCDCTL: Tool = Tool {
     env: "DISTLOCK_ETCDCTL",
     package: "etcd-client",
 };
+/// The Python that runs the kazoo interop script: Debian's own interpreter,
+/// which the `python3-kazoo` package serves (a pyenv or venv `python3` earlier
+/// on `PATH` would not see it, and Debian's refuses `pip install`, PEP 668).
+pub(crate) const PYTHON: Tool = Tool {
+    default: "/usr/bin/python3",
+    env: "DISTLOCK_PYTHON",
+    package: "python3-kazoo",
+};
 pub(crate) const JAVA: Tool = Tool {
     default: "java",
     env: "DISTLOCK_JAVA",

@@ -51,6 +51,7 @@
 //! | `DISTLOCK_REDIS_SERVER` | `redis-server` on `PATH` (Debian package `redis-server`) | Redis server binary, a name on `PATH` or a path |
 //! | `DISTLOCK_ETCD` | `etcd` on `PATH` (Debian package `etcd-server`) | etcd binary |
 //! | `DISTLOCK_ETCDCTL` | `etcdctl` on `PATH` (Debian package `etcd-client`) | etcdctl, see [`etcdctl_path`] (this crate itself talks to etcd's HTTP gateway) |
+//! | `DISTLOCK_PYTHON` | `/usr/bin/python3` (Debian's, with the package `python3-kazoo`) | Python with `kazoo`, see [`python_path`] (the kazoo interop test) |
 //! | `DISTLOCK_JAVA` | `java` on `PATH` (Debian package `openjdk-17-jre-headless`) | Java runtime for ZooKeeper |
 //! | `DISTLOCK_ZK_CLASSPATH` | `/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar` (Debian packages `zookeeper`, `libslf4j-java`) | class path holding `org.apache.zookeeper.server.quorum.QuorumPeerMain` |
 //! | `DISTLOCK_TEST_REDIS` | unset: start one | `host:port` of a Redis started elsewhere, returned by [`shared_redis`] |
@@ -112,6 +113,13 @@ pub use zk::{ZkEnsemble, ZkOptions};
 /// `etcd-client` when missing.
 pub fn etcdctl_path() -> Result<std::path::PathBuf, TestbedError> {
     bins::resolve(bins::ETCDCTL)
+}
+
+/// The Python interpreter with `kazoo` for interop tests (`DISTLOCK_PYTHON`,
+/// default Debian's `/usr/bin/python3`, which the package `python3-kazoo`
+/// serves); an error naming that package when missing.
+pub fn python_path() -> Result<std::path::PathBuf, TestbedError> {
+    bins::resolve(bins::PYTHON)
 }
 
 #[cfg(test)]

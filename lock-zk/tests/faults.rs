@@ -5,7 +5,7 @@
 //!
 //! The leader test starts its own 3-server ensemble; the others use the
 //! testbed's standalone server (they fault a proxy, not the server).
-//! A missing server, `python3` or kazoo fails the test.
+//! A missing server, Python or kazoo fails the test.
 
 use std::net::SocketAddr;
 use std::process::Stdio;
@@ -298,10 +298,11 @@ async fn connect_to_blackholed_server_is_unavailable_within_connect_timeout() {
     );
 }
 
-/// Runs `tests/support/kazoo_lock.py`; fails (never skips) without python3 or kazoo.
+/// Runs `tests/support/kazoo_lock.py`; fails (never skips) without Python or kazoo.
 fn kazoo(args: &[&str]) -> tokio::process::Child {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/kazoo_lock.py");
-    tokio::process::Command::new("python3")
+    let python = lock_testbed::python_path().unwrap_or_else(|e| panic!("{e}"));
+    tokio::process::Command::new(python)
         .arg(script)
         .args(args)
         .stdin(Stdio::piped())
@@ -309,7 +310,7 @@ fn kazoo(args: &[&str]) -> tokio::process::Child {
         .stderr(Stdio::inherit())
         .kill_on_drop(true)
         .spawn()
-        .unwrap_or_else(|e| panic!("cannot run python3 ({e}): the kazoo interop test needs python3 with kazoo (`pip install kazoo`)"))
+        .unwrap_or_else(|e| panic!("cannot run Python ({e}): the kazoo interop test needs Python with kazoo (Debian: `apt-get install python3-kazoo`, or set DISTLOCK_PYTHON)"))
 }
 
 async fn kazoo_line(
@@ -322,7 +323,7 @@ async fn kazoo_line(
         .unwrap_or_default();
     assert!(
         !line.starts_with("NO_KAZOO") && !line.is_empty(),
-        "the kazoo interop test needs the Python package kazoo: `pip install kazoo` (script said {line:?})"
+        "the kazoo interop test needs the Python package kazoo (Debian: `apt-get install python3-kazoo`, or set DISTLOCK_PYTHON to a Python that has it; script said {line:?})"
     );
     line
 }

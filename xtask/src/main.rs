@@ -1,28 +1,91 @@
 //! Project chores, run as `cargo xtask <task>` (matklad's xtask pattern).
 //!
-//! - `cargo xtask test`: installs what the tests need where it is missing
-//!   (Debian packages `redis-server`, `etcd-server`, `etcd-client`,
-//!   `zookeeper`, `protobuf-compiler`; the Python package `kazoo` for the
-//!   ZooKeeper interop test), then runs every test of the workspace against
-//!   real servers the tests start themselves.
+//! - `cargo xtask test`: installs what the build and the tests need where it is
+//!   missing (see [`REQUIREMENTS`]), checks that every file is there, then
+//!   checks formatting and lints, runs every test of the workspace against
+//!   real servers the tests start themselves, and runs the benchmark's quick
+//!   mode as a smoke test. With arguments (`cargo xtask test -p lock-redis`)
+//!   it runs only `cargo test` with them.
 //! - `cargo xtask bench [--quick]`: the same set-up, then the benchmark
 //!   (`lock-bench`) in release mode.
-//! - `cargo xtask setup`: only the set-up.
-//! - `cargo xtask ci`: what CI runs: formatting and clippy checks, `test`,
-//!   and the benchmark's `--quick` mode as a smoke test (dev profile).
+//! - `cargo xtask setup`: only the set-up and the check.
+//! - `cargo xtask ci`: the same as `test` without arguments (what `.ci/run` runs).
 
 use std::env;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
-/// Debian packages the tests and the benchmark need, with a file each installs.
-const DEBIAN_PACKAGES: &[(&str, &str)] = &[
-    ("redis-server", "/usr/bin/redis-server"),
-    ("etcd-server", "/usr/bin/etcd"),
-    ("etcd-client", "/usr/bin/etcdctl"),
-    ("zookeeper", "/usr/share/java/zookeeper.jar"),
-    ("protobuf-compiler", "/usr/bin/protoc"),
+/// Something the build or the tests need: a file that proves it is there, and
+/// the Debian package that provides it.
+struct Requirement {
+    /// The Debian package.
+    package: &'static str,
+    /// A file the package installs and the build or a test uses.
+    file: &'static str,
+    /// Who needs it, for the error message.
+    needed_by: &'static str,
+}
+
+/// Every file the build and the tests need, with its Debian package.
+///
+/// Installed with `--no-install-recommends`, so a package that is only
+/// recommended by another one (`libprotobuf-dev` by `protobuf-compiler`) is
+/// listed on its own.
+const REQUIREMENTS: &[Requirement] = &[
+    Requirement {
+        package: "protobuf-compiler",
+        file: "/usr/bin/protoc",
+        needed_by: "etcd-client's build script (protoc)",
+    },
+    Requirement {
+        package: "libprotobuf-dev",
+        file: "/usr/include/google/protobuf/descriptor.proto",
+        needed_by: "etcd-client's build script (the protobuf include files)",
+    },
+    Requirement {
+        package: "redis-server",
+        file: "/usr/bin/redis-server",
+        needed_by: "the Redis and Redlock tests",
+    },
+    Requirement {
+        package: "etcd-server",
+        file: "/usr/bin/etcd",
+        needed_by: "the etcd tests",
+    },
+    Requirement {
+        package: "etcd-client",
+        file: "/usr/bin/etcdctl",
+        needed_by: "the etcdctl interop tests",
+    },
+    Requirement {
+        package: "zookeeper",
+        file: "/usr/share/java/zookeeper.jar",
+        needed_by: "the ZooKeeper tests (server jar)",
+    },
+    Requirement {
+        package: "libslf4j-java",
+        file: "/usr/share/java/slf4j-simple.jar",
+        needed_by: "the ZooKeeper tests (server logging)",
+    },
+    Requirement {
+        package: "default-jre-headless",
+        file: "/usr/bin/java",
+        needed_by: "the ZooKeeper tests (Java runtime)",
+    },
+    Requirement {
+        package: "python3-kazoo",
+        file: KAZOO_PYTHON,
+        needed_by: "the kazoo interop test (Debian's Python)",
+    },
 ];
+
+/// The interpreter the kazoo interop test runs (lock-testbed's default for
+/// `DISTLOCK_PYTHON`): Debian's own Python, which `python3-kazoo` serves. A
+/// Python from pyenv or a venv earlier on `PATH` does not see Debian's
+/// packages, and Debian's refuses `pip install` (PEP 668).
+const KAZOO_PYTHON: &str = "/usr/bin/python3";
+/// The Debian package that gives [`KAZOO_PYTHON`] the `kazoo` module.
+const KAZOO_PACKAGE: &str = "python3-kazoo";
 
 fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();
@@ -30,6 +93,7 @@ fn main() -> ExitCode {
     let rest = &args[args.len().min(1)..];
     let result = match task {
         "setup" => setup(),
+        "test" if rest.is_empty() => setup().and_then(|()| ci()),
         "test" => setup().and_then(|()| test(rest)),
         "bench" => setup().and_then(|()| bench(rest)),
         "ci" => setup().and_then(|()| ci()),
@@ -72,20 +136,45 @@ fn cargo() -> Command {
     cmd
 }
 
-/// Installs the servers and tools the tests need, where missing.
-fn setup() -> Result<(), String> {
-    let missing: Vec<&str> = DEBIAN_PACKAGES
+/// What is still missing: the requirements whose file is absent, and kazoo
+/// if Debian's Python cannot import it.
+fn missing() -> Vec<&'static Requirement> {
+    let mut missing: Vec<&Requirement> = REQUIREMENTS
         .iter()
-        .filter(|(_, file)| !Path::new(file).exists())
-        .map(|(pkg, _)| *pkg)
+        .filter(|r| !Path::new(r.file).exists())
         .collect();
-    if !missing.is_empty() {
-        install_debian(&missing)?;
+    if Path::new(KAZOO_PYTHON).exists() && !python_has_kazoo() {
+        missing.extend(REQUIREMENTS.iter().filter(|r| r.package == KAZOO_PACKAGE));
     }
-    if !python_has_kazoo() {
-        install_kazoo()?;
+    missing
+}
+
+/// Installs what the build and the tests need where it is missing, then
+/// checks every file again and names the package of anything still missing.
+fn setup() -> Result<(), String> {
+    let before = missing();
+    if !before.is_empty() {
+        let mut packages: Vec<&str> = before.iter().map(|r| r.package).collect();
+        packages.dedup();
+        install_debian(&packages)?;
     }
-    Ok(())
+    let after = missing();
+    if after.is_empty() {
+        return Ok(());
+    }
+    let lines: Vec<String> = after
+        .iter()
+        .map(|r| {
+            format!(
+                "  {} (Debian package `{}`), needed by {}",
+                r.file, r.package, r.needed_by
+            )
+        })
+        .collect();
+    Err(format!(
+        "still missing after the install:\n{}",
+        lines.join("\n")
+    ))
 }
 
 fn install_debian(packages: &[&str]) -> Result<(), String> {
@@ -110,32 +199,15 @@ fn install_debian(packages: &[&str]) -> Result<(), String> {
         .env("DEBIAN_FRONTEND", "noninteractive"))
 }
 
-fn python() -> &'static str {
-    "python3"
-}
-
 fn python_has_kazoo() -> bool {
-    Command::new(python())
+    Command::new(KAZOO_PYTHON)
         .args(["-c", "import kazoo"])
         .output()
         .map(|o| o.status.success())
         .unwrap_or(false)
 }
 
-fn install_kazoo() -> Result<(), String> {
-    eprintln!("xtask: installing the Python package kazoo (ZooKeeper interop test)");
-    run(Command::new(python()).args([
-        "-m",
-        "pip",
-        "install",
-        "--quiet",
-        "--disable-pip-version-check",
-        "kazoo",
-    ]))
-    .map_err(|e| format!("{e}; install kazoo with `python3 -m pip install kazoo`"))
-}
-
-/// Every test of the workspace: unit, integration (real servers), doc tests.
+/// `cargo test` over the whole workspace with the caller's arguments.
 fn test(extra: &[String]) -> Result<(), String> {
     run(cargo().args(["test", "--workspace"]).args(extra))
 }
@@ -148,11 +220,12 @@ fn bench(extra: &[String]) -> Result<(), String> {
 }
 
 /// The benchmark's quick mode as a smoke test, in the dev profile that the
-/// tests already built (CI checks that it runs end to end, not its numbers).
+/// tests already built (this checks that it runs end to end, not its numbers).
 fn bench_smoke() -> Result<(), String> {
     run(cargo().args(["run", "--package", "lock-bench", "--", "--quick"]))
 }
 
+/// Formatting, lints, every test, the benchmark's smoke run.
 fn ci() -> Result<(), String> {
     run(cargo().args(["fmt", "--all", "--", "--check"]))?;
     run(cargo().args([
