@@ -7,12 +7,12 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use lock_core::{
-    AcquireOptions, Capabilities, DistributedLock, DistributedLockExt, GuardState, LockErrorKind,
-    LockName, LossCause, MAX_TTL,
+    AcquireOptions, Capabilities, DistributedLockExt, GuardState, LockErrorKind, LockMode,
+    LockName, LockService, LossCause, ReadWriteLockExt, MAX_TTL,
 };
 use tokio::time::{sleep, timeout, Instant};
 
-use crate::{unique_name, Case, Harness};
+use crate::{client_through_proxies, unique_name, Case, Harness};
 
 macro_rules! cases {
     ($( $name:ident if $applies:expr ),* $(,)?) => {
@@ -55,6 +55,26 @@ cases! {
     unreachable_server_is_unavailable_quickly if |c| c.remote,
     inspect_reports_holder if always,
     model_based_random_interleavings if always,
+    parent_and_child_names_are_independent if always,
+    every_call_honours_its_deadline_when_the_server_hangs if |c| c.remote,
+    lost_release_notification_still_wakes_the_waiter if |c| c.remote && c.notified_wait,
+    unanswered_extend_never_lengthens_validity if |c| c.remote,
+    acquire_all_takes_all_or_nothing if always,
+    crossing_multi_locks_never_deadlock_or_overlap if always,
+    multi_lock_reports_a_lost_member if always,
+    readers_hold_together_and_a_writer_alone if |c| c.read_write,
+    waiting_writer_is_not_starved_by_new_readers if |c| c.read_write,
+    read_write_exclusion_under_contention if |c| c.read_write,
+    write_tokens_follow_every_earlier_grant if |c| c.read_write && c.fencing.has_tokens(),
+    downgrade_keeps_writers_out_and_lets_readers_in if |c| c.read_write,
+    upgrade_is_refused if |c| c.read_write,
+    dropped_read_write_waiters_leave_nothing if |c| c.read_write,
+    permits_never_exceed_the_count if |c| c.semaphore,
+    freed_permit_goes_to_a_waiter_promptly if |c| c.semaphore && c.notified_wait,
+    abandoned_permit_frees_within_ttl if |c| c.semaphore,
+    dropped_permit_waiter_leaves_nothing if |c| c.semaphore,
+    missing_primitives_are_unsupported if |c| !c.read_write || !c.semaphore,
+    list_shows_held_locks_by_prefix if always,
 }
 
 fn opts(h: &dyn Harness) -> AcquireOptions {
@@ -63,8 +83,24 @@ fn opts(h: &dyn Harness) -> AcquireOptions {
         .wait(Duration::from_secs(30))
 }
 
-async fn client(h: &dyn Harness) -> Arc<dyn DistributedLock> {
+async fn client(h: &dyn Harness) -> Arc<dyn LockService> {
     h.client().await
+}
+
+/// Waits until nothing of `name` is left on the server, or fails after `h.slack()`.
+async fn assert_no_leftovers(h: &dyn Harness, name: &LockName) {
+    let deadline = Instant::now() + h.slack();
+    loop {
+        let left = h.leftovers(name).await;
+        if left.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "left behind on the server: {left:?}"
+        );
+        sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// Many tasks on two clients doing a non-atomic read-modify-write with an
@@ -598,30 +634,55 @@ async fn bad_input_is_invalid_argument(h: Arc<dyn Harness>) {
 /// A server that does not answer gives `Unavailable` within the configured
 /// timeout (plus slack), never a hang.
 async fn unreachable_server_is_unavailable_quickly(h: Arc<dyn Harness>) {
-    let t = Instant::now();
-    let (made, limit) = h.unreachable_client().await;
+    let limit = Duration::from_millis(500);
     let bound = limit + h.slack();
+    let name = unique_name("unreachable");
+    // A server that accepts connections and never answers, from the start...
+    let t = Instant::now();
+    let (proxies, made) = {
+        let proxies: Vec<crate::testbed::Proxy> = h
+            .upstreams()
+            .into_iter()
+            .map(|up| crate::testbed::Proxy::start(up).expect("proxy"))
+            .collect();
+        for p in &proxies {
+            p.blackhole();
+        }
+        let addrs: Vec<_> = proxies.iter().map(|p| p.addr()).collect();
+        let made = h.client_at(&addrs, limit).await;
+        (proxies, made)
+    };
     let err = match made {
         Err(err) => err,
-        Ok(c) => {
-            let name = unique_name("unreachable");
-            match timeout(
-                bound * 2,
-                c.acquire(&name, &opts(&*h).wait(Duration::from_secs(30))),
-            )
-            .await
-            {
-                Err(_) => panic!(
-                    "acquire against an unreachable server hung for {:?}",
-                    bound * 2
-                ),
-                Ok(Ok(_)) => panic!("acquired a lock from an unreachable server"),
-                Ok(Err(err)) => err,
-            }
-        }
+        Ok(c) => match timeout(bound * 2, c.acquire(&name, &opts(&*h))).await {
+            Err(_) => panic!(
+                "acquire against an unreachable server hung for {:?}",
+                bound * 2
+            ),
+            Ok(Ok(_)) => panic!("acquired a lock from an unreachable server"),
+            Ok(Err(err)) => err,
+        },
     };
     assert_eq!(err.kind(), LockErrorKind::Unavailable, "{err}");
     assert!(err.is_retryable());
+    assert!(
+        t.elapsed() <= bound,
+        "took {:?}, limit {limit:?}",
+        t.elapsed()
+    );
+    drop(proxies);
+    // ...and one that stops answering after the connect.
+    let (proxies, made) = client_through_proxies(&*h, limit).await;
+    let c = made.expect("connect through healthy proxies");
+    for p in &proxies {
+        p.blackhole();
+    }
+    let t = Instant::now();
+    let err = c
+        .acquire(&name, &opts(&*h))
+        .await
+        .expect_err("acquired from a server that stopped answering");
+    assert_eq!(err.kind(), LockErrorKind::Unavailable, "{err}");
     assert!(
         t.elapsed() <= bound,
         "took {:?}, limit {limit:?}",
@@ -652,4 +713,826 @@ async fn inspect_reports_holder(h: Arc<dyn Harness>) {
 /// name, tokens strictly increasing.
 async fn model_based_random_interleavings(h: Arc<dyn Harness>) {
     crate::model::run(h).await;
+}
+
+/// A name and its children (and its parent) are different locks: holding
+/// one never blocks or is blocked by the other, also from the same client,
+/// whatever the child's last segment looks like (a lease id, a contender
+/// node, a read or write marker).
+async fn parent_and_child_names_are_independent(h: Arc<dyn Harness>) {
+    let parent = unique_name("nested");
+    let children: Vec<LockName> = [
+        "nightly",
+        "x-lock-0000000001",
+        "x__lock__0000000002",
+        "7f3a9c2e4b1d0005",
+        "y-__WRIT__0000000003",
+        "z-__READ__0000000004",
+        "read",
+        "write",
+        "leases",
+        "locks",
+    ]
+    .iter()
+    .map(|seg| LockName::new(format!("{parent}/{seg}")).expect("valid child name"))
+    .collect();
+    let grandchild = LockName::new(format!("{parent}/nightly/part")).unwrap();
+    let (a, b) = (client(&*h).await, client(&*h).await);
+    let quick = opts(&*h).wait(h.slack());
+
+    // Children held on one client: the parent is free for both clients.
+    let mut held = Vec::new();
+    for child in children.iter().chain([&grandchild]) {
+        held.push(
+            a.try_acquire(child, &quick)
+                .await
+                .unwrap()
+                .unwrap_or_else(|| panic!("child {child} not free")),
+        );
+    }
+    let p = a
+        .acquire(&parent, &quick)
+        .await
+        .expect("the client holding the children could not take the parent");
+    assert!(b.try_acquire(&parent, &quick).await.unwrap().is_none());
+    assert!(p.release().await.unwrap());
+    let p = b
+        .try_acquire(&parent, &quick)
+        .await
+        .unwrap()
+        .expect("parent blocked by its children");
+    // The parent held: every child is still taken and released independently.
+    for g in held.drain(..) {
+        assert!(g.release().await.unwrap());
+    }
+    for child in children.iter().chain([&grandchild]) {
+        let g = a
+            .acquire(child, &quick)
+            .await
+            .unwrap_or_else(|e| panic!("child {child} blocked by its held parent: {e}"));
+        assert!(b.try_acquire(child, &quick).await.unwrap().is_none());
+        held.push(g);
+    }
+    // Releasing the parent does not free a child, and the other way round.
+    assert!(p.release().await.unwrap());
+    for (child, g) in children.iter().chain([&grandchild]).zip(&held) {
+        assert!(
+            g.is_held(),
+            "child {child} lost when its parent was released"
+        );
+        assert!(b.try_acquire(child, &quick).await.unwrap().is_none());
+    }
+    let p = b
+        .try_acquire(&parent, &quick)
+        .await
+        .unwrap()
+        .expect("parent free");
+    for g in held {
+        assert!(g.release().await.unwrap());
+    }
+    assert!(p.is_held());
+    assert!(p.release().await.unwrap());
+    for name in children.iter().chain([&grandchild, &parent]) {
+        assert_no_leftovers(&*h, name).await;
+    }
+}
+
+/// Every call returns within its own bound (its wait plus one request
+/// timeout) when the servers stop answering after the connect, and a
+/// connect to servers that never answer gives up within its timeout.
+async fn every_call_honours_its_deadline_when_the_server_hangs(h: Arc<dyn Harness>) {
+    let timeout_ = Duration::from_millis(800);
+    let allowance = Duration::from_millis(400);
+    let (proxies, made) = client_through_proxies(&*h, timeout_).await;
+    let c = made.expect("connect through healthy proxies");
+    let name = unique_name("deadline");
+    let g = c
+        .acquire(&name, &opts(&*h).ttl(h.ttl() * 20))
+        .await
+        .expect("acquire through healthy proxies");
+    for p in &proxies {
+        p.blackhole();
+    }
+    async fn bounded<T>(
+        what: &str,
+        bound: Duration,
+        fut: impl std::future::Future<Output = T>,
+    ) -> T {
+        let t = Instant::now();
+        let out = timeout(bound * 4, fut).await.unwrap_or_else(|_| {
+            panic!(
+                "{what} against a hung server did not return within {:?}",
+                bound * 4
+            )
+        });
+        assert!(
+            t.elapsed() <= bound,
+            "{what} took {:?}, bound {bound:?}",
+            t.elapsed()
+        );
+        out
+    }
+    let other = unique_name("deadline-other");
+    let wait = Duration::from_millis(200);
+    let r = bounded(
+        "try_acquire",
+        timeout_ + allowance,
+        c.try_acquire(&other, &opts(&*h)),
+    )
+    .await;
+    assert!(r.is_err(), "try_acquire answered {r:?} from a hung server");
+    let r = bounded(
+        "acquire",
+        wait + timeout_ + allowance,
+        c.acquire(&other, &opts(&*h).wait(wait)),
+    )
+    .await;
+    assert!(r.is_err(), "acquire answered from a hung server");
+    bounded("inspect", timeout_ + allowance, c.inspect(&name))
+        .await
+        .ok();
+    bounded("extend", timeout_ + allowance, g.extend(h.ttl() * 20))
+        .await
+        .ok();
+    bounded("release", timeout_ + allowance, g.release())
+        .await
+        .ok();
+    let addrs: Vec<_> = proxies.iter().map(|p| p.addr()).collect();
+    let r = bounded(
+        "connect",
+        timeout_ + allowance,
+        h.client_at(&addrs, timeout_),
+    )
+    .await;
+    if let Ok(late) = r {
+        // A lazy connect: the first call must still be bounded.
+        let r = bounded(
+            "try_acquire on a lazily connected client",
+            timeout_ + allowance,
+            late.try_acquire(&other, &opts(&*h)),
+        )
+        .await;
+        assert!(r.is_err());
+    }
+    for p in &proxies {
+        p.heal();
+    }
+    // The lock expires or was released: it is free again within its TTL.
+    let fresh = client(&*h).await;
+    let g = fresh
+        .acquire(&name, &opts(&*h).wait(h.ttl() * 20 + h.slack()))
+        .await
+        .expect("the lock of the hung client never came free");
+    assert!(g.release().await.unwrap());
+}
+
+/// A release whose notification is lost (the waiter's connections are cut
+/// while it happens) still wakes the waiter promptly once they are back,
+/// long before the holder's TTL or any long re-check.
+async fn lost_release_notification_still_wakes_the_waiter(h: Arc<dyn Harness>) {
+    let name = unique_name("lostnote");
+    let holder = client(&*h).await;
+    let long = opts(&*h)
+        .ttl(Duration::from_secs(30))
+        .wait(Duration::from_secs(60));
+    let (proxies, made) = client_through_proxies(&*h, Duration::from_secs(1)).await;
+    let waiter_client = made.expect("connect through healthy proxies");
+    let g = holder.acquire(&name, &long).await.unwrap();
+    let waiter = {
+        let (c, name, o) = (waiter_client.clone(), name.clone(), long.clone());
+        tokio::spawn(async move { c.acquire(&name, &o).await.map(|g| (Instant::now(), g)) })
+    };
+    sleep(Duration::from_millis(500)).await;
+    for p in &proxies {
+        p.cut();
+    }
+    assert!(g.release().await.unwrap());
+    sleep(Duration::from_millis(300)).await;
+    let healed = Instant::now();
+    for p in &proxies {
+        p.heal();
+    }
+    let bound = Duration::from_secs(4) + h.slack();
+    let (got, g2) = timeout(bound * 2, waiter)
+        .await
+        .expect("the waiter slept through a release whose notification was lost")
+        .unwrap()
+        .expect("the waiter's acquire failed");
+    assert!(
+        got - healed <= bound,
+        "the waiter took {:?} after the connection came back",
+        got - healed
+    );
+    assert!(g2.release().await.unwrap());
+    drop(proxies);
+}
+
+/// An extend to a shorter TTL whose reply never comes may have been applied:
+/// the guard never reports a validity beyond what the server may keep.
+async fn unanswered_extend_never_lengthens_validity(h: Arc<dyn Harness>) {
+    let name = unique_name("ambiguous");
+    let (proxies, made) = client_through_proxies(&*h, Duration::from_millis(800)).await;
+    let c = made.expect("connect through healthy proxies");
+    let long = h.ttl() * 10;
+    let g = c
+        .acquire(&name, &opts(&*h).ttl(long).keep_alive(false))
+        .await
+        .unwrap();
+    for p in &proxies {
+        p.set_reply_delay(Duration::from_secs(3));
+    }
+    let short = h.ttl();
+    let sent = Instant::now();
+    let _ = g.extend(short).await;
+    if let Some(until) = g.valid_until() {
+        assert!(
+            until <= sent + short,
+            "validity {:?} after an unanswered extend to {short:?}",
+            until - sent
+        );
+    }
+    for p in &proxies {
+        p.heal();
+    }
+    let _ = g.release().await;
+    drop(proxies);
+    assert_no_leftovers(&*h, &name).await;
+}
+
+/// `acquire_all` takes every name or none: when one is held elsewhere it
+/// times out and leaves the others free; otherwise it holds them all, with
+/// a token each where the backend has them, and releases them all.
+async fn acquire_all_takes_all_or_nothing(h: Arc<dyn Harness>) {
+    let names: Vec<LockName> = (0..3).map(|i| unique_name(&format!("all{i}"))).collect();
+    let (a, b) = (client(&*h).await, client(&*h).await);
+    let blocker = b.acquire(&names[2], &opts(&*h)).await.unwrap();
+    let err = a
+        .acquire_all(&names, &opts(&*h).wait(Duration::from_millis(300)))
+        .await
+        .expect_err("acquired a set with a member held elsewhere");
+    assert_eq!(err.kind(), LockErrorKind::Timeout, "{err}");
+    for n in &names[..2] {
+        let g = b
+            .try_acquire(n, &opts(&*h))
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("{n} kept after a failed acquire_all"));
+        assert!(g.release().await.unwrap());
+    }
+    assert!(blocker.release().await.unwrap());
+    let reversed: Vec<LockName> = names.iter().rev().cloned().collect();
+    let all = a.acquire_all(&reversed, &opts(&*h)).await.unwrap();
+    assert_eq!(
+        all.names().cloned().collect::<Vec<_>>(),
+        names,
+        "not in the global order"
+    );
+    assert!(all.is_held());
+    for g in all.guards() {
+        assert_eq!(
+            g.fencing_token().is_some(),
+            h.client().await.capabilities().fencing.has_tokens()
+        );
+        assert!(b.try_acquire(g.name(), &opts(&*h)).await.unwrap().is_none());
+    }
+    let dup = [names[0].clone(), names[0].clone()];
+    assert_eq!(
+        a.acquire_all(&dup, &opts(&*h)).await.unwrap_err().kind(),
+        LockErrorKind::InvalidArgument
+    );
+    assert!(all.release().await.unwrap());
+    for n in &names {
+        assert_no_leftovers(&*h, n).await;
+    }
+}
+
+/// Two clients that repeatedly take {a, b} and {b, a} never deadlock and are
+/// never inside at the same time.
+async fn crossing_multi_locks_never_deadlock_or_overlap(h: Arc<dyn Harness>) {
+    let x = unique_name("cross-x");
+    let y = unique_name("cross-y");
+    let inside = Arc::new(AtomicBool::new(false));
+    let overlaps = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for order in [[x.clone(), y.clone()], [y.clone(), x.clone()]] {
+        let c = client(&*h).await;
+        let (inside, overlaps) = (inside.clone(), overlaps.clone());
+        let o = opts(&*h).wait(Duration::from_secs(30));
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..6 {
+                c.with_all(&order, &o, |_views| async {
+                    if inside.swap(true, Ordering::SeqCst) {
+                        overlaps.fetch_add(1, Ordering::SeqCst);
+                    }
+                    sleep(Duration::from_millis(5)).await;
+                    inside.store(false, Ordering::SeqCst);
+                })
+                .await
+                .expect("with_all");
+            }
+        }));
+    }
+    for t in tasks {
+        timeout(Duration::from_secs(60), t)
+            .await
+            .expect("deadlock: the crossing multi-locks did not finish")
+            .unwrap();
+    }
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0);
+}
+
+/// A member lost while the set is held is reported with its name, and a
+/// `with_all` section is stopped.
+async fn multi_lock_reports_a_lost_member(h: Arc<dyn Harness>) {
+    let names = [unique_name("member-a"), unique_name("member-b")];
+    let a = client(&*h).await;
+    let all = a.acquire_all(&names, &opts(&*h)).await.unwrap();
+    h.remove_behind_back(&names[1]).await;
+    let (name, _cause) = timeout(h.ttl() + h.slack(), all.lost())
+        .await
+        .expect("the lost member was never reported");
+    assert_eq!(name, names[1]);
+    assert!(!all.is_held());
+    assert_eq!(all.first_lost().map(|(n, _)| n), Some(names[1].clone()));
+    assert!(
+        !all.release().await.unwrap(),
+        "a set with a lost member reported fully held"
+    );
+    let removed = names[0].clone();
+    let h2 = h.clone();
+    let err = a
+        .with_all(&names, &opts(&*h), |_| async move {
+            h2.remove_behind_back(&removed).await;
+            sleep(h2.ttl() * 3 + h2.slack()).await;
+        })
+        .await
+        .expect_err("the section ran on after a member was lost");
+    assert_eq!(err.kind(), LockErrorKind::Lost, "{err}");
+    for n in &names {
+        assert_no_leftovers(&*h, n).await;
+    }
+}
+
+/// Readers hold together; a writer is alone: no reader beside a writer, no
+/// writer beside a reader or another writer.
+async fn readers_hold_together_and_a_writer_alone(h: Arc<dyn Harness>) {
+    let name = unique_name("rw");
+    let (a, b, c) = (client(&*h).await, client(&*h).await, client(&*h).await);
+    let o = opts(&*h);
+    let r1 = a
+        .try_acquire_read(&name, &o)
+        .await
+        .unwrap()
+        .expect("first reader");
+    let r2 = b
+        .try_acquire_read(&name, &o)
+        .await
+        .unwrap()
+        .expect("second reader");
+    assert_eq!(r1.mode(), LockMode::Read);
+    assert!(
+        c.try_acquire_write(&name, &o).await.unwrap().is_none(),
+        "writer beside readers"
+    );
+    assert!(r1.release().await.unwrap());
+    assert!(
+        c.try_acquire_write(&name, &o).await.unwrap().is_none(),
+        "writer beside a reader"
+    );
+    assert!(r2.release().await.unwrap());
+    let w = c
+        .try_acquire_write(&name, &o)
+        .await
+        .unwrap()
+        .expect("writer on a free lock");
+    assert_eq!(w.mode(), LockMode::Write);
+    assert!(
+        a.try_acquire_read(&name, &o).await.unwrap().is_none(),
+        "reader beside a writer"
+    );
+    assert!(
+        b.try_acquire_write(&name, &o).await.unwrap().is_none(),
+        "two writers"
+    );
+    // The mutex of the same name is a different lock.
+    let m = a
+        .try_acquire(&name, &o)
+        .await
+        .unwrap()
+        .expect("the mutex of the name is separate");
+    assert!(m.release().await.unwrap());
+    assert!(w.release().await.unwrap());
+    let r = a
+        .acquire_read(&name, &o.clone().wait(h.slack()))
+        .await
+        .expect("reader after the writer");
+    assert!(r.release().await.unwrap());
+    assert_no_leftovers(&*h, &name).await;
+}
+
+/// Readers that arrive after a writer started waiting queue behind it, so a
+/// stream of readers cannot starve the writer; the writer gets the lock as
+/// soon as the earlier readers leave.
+async fn waiting_writer_is_not_starved_by_new_readers(h: Arc<dyn Harness>) {
+    let name = unique_name("starve");
+    let (a, b, c) = (client(&*h).await, client(&*h).await, client(&*h).await);
+    let o = opts(&*h).wait(Duration::from_secs(30));
+    let r1 = a.acquire_read(&name, &o).await.unwrap();
+    let writer = {
+        let (b, name, o) = (b.clone(), name.clone(), o.clone());
+        tokio::spawn(async move {
+            b.acquire_write(&name, &o)
+                .await
+                .map(|g| (Instant::now(), g))
+        })
+    };
+    sleep(Duration::from_millis(500)).await;
+    assert!(
+        c.try_acquire_read(&name, &o).await.unwrap().is_none(),
+        "a new reader went ahead of a waiting writer"
+    );
+    let late_reader = {
+        let (c, name, o) = (c.clone(), name.clone(), o.clone());
+        tokio::spawn(async move { c.acquire_read(&name, &o).await.map(|g| (Instant::now(), g)) })
+    };
+    sleep(Duration::from_millis(300)).await;
+    let released = Instant::now();
+    assert!(r1.release().await.unwrap());
+    let (w_at, w) = writer.await.unwrap().expect("the writer");
+    assert!(
+        w_at - released < h.slack(),
+        "writer woke {:?} after the last reader left",
+        w_at - released
+    );
+    sleep(Duration::from_millis(200)).await;
+    assert!(
+        !late_reader.is_finished(),
+        "a reader got in beside the writer"
+    );
+    let w_released = Instant::now();
+    assert!(w.release().await.unwrap());
+    let (r_at, r) = late_reader
+        .await
+        .unwrap()
+        .expect("the reader behind the writer");
+    assert!(r_at >= w_released);
+    assert!(r.release().await.unwrap());
+    assert_no_leftovers(&*h, &name).await;
+}
+
+/// Tasks on several clients mixing reads and writes: never a reader beside a
+/// writer, never two writers, and readers do overlap.
+async fn read_write_exclusion_under_contention(h: Arc<dyn Harness>) {
+    let name = unique_name("rwmix");
+    let readers = Arc::new(AtomicU64::new(0));
+    let writers = Arc::new(AtomicU64::new(0));
+    let violations = Arc::new(AtomicU64::new(0));
+    let max_readers = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for i in 0..6 {
+        let c = client(&*h).await;
+        let (name, readers, writers, violations, max_readers) = (
+            name.clone(),
+            readers.clone(),
+            writers.clone(),
+            violations.clone(),
+            max_readers.clone(),
+        );
+        let o = opts(&*h).wait(Duration::from_secs(60));
+        tasks.push(tokio::spawn(async move {
+            for round in 0..5 {
+                if (i + round) % 3 == 0 {
+                    c.with_write(&name, &o, |_| async {
+                        if writers.fetch_add(1, Ordering::SeqCst) > 0
+                            || readers.load(Ordering::SeqCst) > 0
+                        {
+                            violations.fetch_add(1, Ordering::SeqCst);
+                        }
+                        sleep(Duration::from_millis(5)).await;
+                        writers.fetch_sub(1, Ordering::SeqCst);
+                    })
+                    .await
+                    .expect("with_write");
+                } else {
+                    c.with_read(&name, &o, |_| async {
+                        let now = readers.fetch_add(1, Ordering::SeqCst) + 1;
+                        max_readers.fetch_max(now, Ordering::SeqCst);
+                        if writers.load(Ordering::SeqCst) > 0 {
+                            violations.fetch_add(1, Ordering::SeqCst);
+                        }
+                        sleep(Duration::from_millis(20)).await;
+                        readers.fetch_sub(1, Ordering::SeqCst);
+                    })
+                    .await
+                    .expect("with_read");
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(violations.load(Ordering::SeqCst), 0, "exclusion violated");
+    assert!(
+        max_readers.load(Ordering::SeqCst) >= 2,
+        "readers never shared the lock"
+    );
+    assert_no_leftovers(&*h, &name).await;
+}
+
+/// A write guard's token is greater than the token of every read or write
+/// guard granted before it on that name; every read guard has a token too.
+async fn write_tokens_follow_every_earlier_grant(h: Arc<dyn Harness>) {
+    let name = unique_name("rwtoken");
+    let (a, b) = (client(&*h).await, client(&*h).await);
+    let o = opts(&*h).wait(Duration::from_secs(30));
+    let mut highest = None;
+    for _ in 0..3 {
+        let r1 = a.acquire_read(&name, &o).await.unwrap();
+        let r2 = b.acquire_read(&name, &o).await.unwrap();
+        let (t1, t2) = (
+            r1.fencing_token().expect("read token"),
+            r2.fencing_token().expect("read token"),
+        );
+        assert_ne!(t1, t2, "two read guards share a token");
+        highest = highest.max(Some(t1.max(t2)));
+        assert!(r1.release().await.unwrap() && r2.release().await.unwrap());
+        let w = a.acquire_write(&name, &o).await.unwrap();
+        let tw = w.fencing_token().expect("write token");
+        assert!(
+            Some(tw) > highest,
+            "write token {tw} not above an earlier grant {highest:?}"
+        );
+        highest = Some(tw);
+        assert!(w.release().await.unwrap());
+    }
+}
+
+/// A downgraded write guard becomes a read guard with a newer token: other
+/// readers get in, writers stay out, and the name was never free between.
+async fn downgrade_keeps_writers_out_and_lets_readers_in(h: Arc<dyn Harness>) {
+    let name = unique_name("downgrade");
+    let (a, b) = (client(&*h).await, client(&*h).await);
+    let o = opts(&*h);
+    let w = a.acquire_write(&name, &o).await.unwrap();
+    let wt = w.fencing_token();
+    let r = a.downgrade(w).await.expect("downgrade");
+    assert_eq!(r.mode(), LockMode::Read);
+    assert!(r.is_held());
+    if let (Some(wt), Some(rt)) = (wt, r.fencing_token()) {
+        assert!(rt > wt, "read token {rt} not above the write token {wt}");
+    }
+    assert!(
+        b.try_acquire_write(&name, &o).await.unwrap().is_none(),
+        "a writer got in after a downgrade"
+    );
+    let r2 = b
+        .try_acquire_read(&name, &o)
+        .await
+        .unwrap()
+        .expect("a reader beside the downgraded guard");
+    assert!(r2.release().await.unwrap());
+    let err = a.downgrade(r).await.expect_err("downgraded a read guard");
+    assert_eq!(err.kind(), LockErrorKind::InvalidArgument);
+    assert_no_leftovers(&*h, &name).await;
+    let w = b
+        .try_acquire_write(&name, &o)
+        .await
+        .unwrap()
+        .expect("free after everything was released");
+    assert!(w.release().await.unwrap());
+}
+
+/// Upgrading a read guard is refused with `WouldDeadlock`; the read guard is kept.
+async fn upgrade_is_refused(h: Arc<dyn Harness>) {
+    let name = unique_name("upgrade");
+    let a = client(&*h).await;
+    let r = a.acquire_read(&name, &opts(&*h)).await.unwrap();
+    let err = a.upgrade(&r).await.expect_err("upgrade succeeded");
+    assert_eq!(err.kind(), LockErrorKind::WouldDeadlock, "{err}");
+    assert!(!err.is_retryable());
+    assert!(r.is_held());
+    assert!(r.release().await.unwrap());
+}
+
+/// Waiting readers and writers that are dropped leave nothing on the server
+/// and do not block the next ones.
+async fn dropped_read_write_waiters_leave_nothing(h: Arc<dyn Harness>) {
+    let name = unique_name("rwcancel");
+    let (a, b, c) = (client(&*h).await, client(&*h).await, client(&*h).await);
+    let o = opts(&*h).wait(Duration::from_secs(60));
+    let w = a.acquire_write(&name, &o).await.unwrap();
+    let waiting_reader = {
+        let (b, name, o) = (b.clone(), name.clone(), o.clone());
+        tokio::spawn(async move { b.acquire_read(&name, &o).await.map(|_| ()) })
+    };
+    let waiting_writer = {
+        let (c, name, o) = (c.clone(), name.clone(), o.clone());
+        tokio::spawn(async move { c.acquire_write(&name, &o).await.map(|_| ()) })
+    };
+    sleep(Duration::from_millis(400)).await;
+    waiting_reader.abort();
+    waiting_writer.abort();
+    assert!(waiting_reader.await.unwrap_err().is_cancelled());
+    assert!(waiting_writer.await.unwrap_err().is_cancelled());
+    assert!(w.release().await.unwrap());
+    let t = Instant::now();
+    let w2 = b
+        .acquire_write(&name, &opts(&*h).wait(h.slack()))
+        .await
+        .expect("a cancelled waiter blocked the next writer");
+    assert!(t.elapsed() < h.slack());
+    assert!(w2.release().await.unwrap());
+    assert_no_leftovers(&*h, &name).await;
+}
+
+/// A stream of acquirers never sees more than N holders of a semaphore of N,
+/// and the permits are really shared (N holders at once happen).
+async fn permits_never_exceed_the_count(h: Arc<dyn Harness>) {
+    const PERMITS: u32 = 3;
+    let name = unique_name("permits");
+    let inside = Arc::new(AtomicU64::new(0));
+    let most = Arc::new(AtomicU64::new(0));
+    let tokens = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for _ in 0..6 {
+        let c = client(&*h).await;
+        let (name, inside, most, tokens) =
+            (name.clone(), inside.clone(), most.clone(), tokens.clone());
+        let o = opts(&*h).wait(Duration::from_secs(60));
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..4 {
+                let g = c.acquire_permit(&name, PERMITS, &o).await.expect("permit");
+                assert!(matches!(g.mode(), LockMode::Permit { permits: PERMITS }));
+                tokens.lock().unwrap().push(g.fencing_token());
+                let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                sleep(Duration::from_millis(30)).await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                assert!(
+                    g.release().await.unwrap(),
+                    "permit lost during a short section"
+                );
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let most = most.load(Ordering::SeqCst);
+    assert!(
+        most <= u64::from(PERMITS),
+        "{most} holders of {PERMITS} permits"
+    );
+    assert!(most >= 2, "the permits were never shared");
+    let mut seen: Vec<_> = tokens.lock().unwrap().iter().flatten().copied().collect();
+    let all = seen.len();
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen.len(), all, "two permits shared a fencing token");
+    assert_no_leftovers(&*h, &name).await;
+}
+
+/// A released permit goes to a waiter on another client at once.
+async fn freed_permit_goes_to_a_waiter_promptly(h: Arc<dyn Harness>) {
+    let name = unique_name("permitwake");
+    let (a, b) = (client(&*h).await, client(&*h).await);
+    let long = opts(&*h).ttl(h.ttl() * 20).wait(h.ttl() * 20);
+    let p1 = a.acquire_permit(&name, 2, &long).await.unwrap();
+    let p2 = a.acquire_permit(&name, 2, &long).await.unwrap();
+    let waiter = {
+        let (b, name, o) = (b.clone(), name.clone(), long.clone());
+        tokio::spawn(async move {
+            b.acquire_permit(&name, 2, &o)
+                .await
+                .map(|g| (Instant::now(), g))
+        })
+    };
+    sleep(Duration::from_millis(300)).await;
+    assert!(!waiter.is_finished(), "a third holder of two permits");
+    let released = Instant::now();
+    assert!(p1.release().await.unwrap());
+    let (got, p3) = waiter.await.unwrap().unwrap();
+    assert!(
+        got - released < h.slack().min(h.ttl() * 5),
+        "hand-off took {:?}",
+        got - released
+    );
+    assert!(p2.release().await.unwrap() && p3.release().await.unwrap());
+    assert_no_leftovers(&*h, &name).await;
+}
+
+/// A permit whose holder vanished (keep-alive off, guard leaked) frees
+/// within its TTL.
+async fn abandoned_permit_frees_within_ttl(h: Arc<dyn Harness>) {
+    let name = unique_name("permitabandon");
+    let (a, b) = (client(&*h).await, client(&*h).await);
+    let g = a
+        .acquire_permit(&name, 1, &opts(&*h).keep_alive(false))
+        .await
+        .unwrap();
+    let t = Instant::now();
+    std::mem::forget(g);
+    let g2 = b
+        .acquire_permit(&name, 1, &opts(&*h).wait(h.ttl() + h.slack()))
+        .await
+        .expect("abandoned permit not freed within ttl + slack");
+    assert!(t.elapsed() <= h.ttl() + h.slack(), "took {:?}", t.elapsed());
+    assert!(g2.release().await.unwrap());
+}
+
+/// A dropped waiter for a permit leaves nothing behind and blocks nobody.
+async fn dropped_permit_waiter_leaves_nothing(h: Arc<dyn Harness>) {
+    let name = unique_name("permitcancel");
+    let (a, b, c) = (client(&*h).await, client(&*h).await, client(&*h).await);
+    let o = opts(&*h).wait(Duration::from_secs(60));
+    let p = a.acquire_permit(&name, 1, &o).await.unwrap();
+    let waiting = {
+        let (b, name, o) = (b.clone(), name.clone(), o.clone());
+        tokio::spawn(async move { b.acquire_permit(&name, 1, &o).await.map(|_| ()) })
+    };
+    sleep(Duration::from_millis(300)).await;
+    waiting.abort();
+    assert!(waiting.await.unwrap_err().is_cancelled());
+    assert!(p.release().await.unwrap());
+    let p2 = c
+        .acquire_permit(&name, 1, &opts(&*h).wait(h.slack()))
+        .await
+        .expect("a cancelled permit waiter blocked the next one");
+    assert!(p2.release().await.unwrap());
+    assert_no_leftovers(&*h, &name).await;
+}
+
+/// A backend without read-write locks or semaphores says so with
+/// `Unsupported`, and leaves nothing behind.
+async fn missing_primitives_are_unsupported(h: Arc<dyn Harness>) {
+    let name = unique_name("unsupported");
+    let a = client(&*h).await;
+    let caps = a.capabilities();
+    let o = opts(&*h);
+    if !caps.read_write {
+        for err in [
+            a.try_acquire_read(&name, &o).await.err(),
+            a.try_acquire_write(&name, &o).await.err(),
+            a.acquire_read(&name, &o).await.err(),
+            a.acquire_write(&name, &o).await.err(),
+        ] {
+            let err = err.expect("a read-write lock from a backend without them");
+            assert_eq!(err.kind(), LockErrorKind::Unsupported, "{err}");
+            assert!(!err.is_retryable());
+        }
+    }
+    if !caps.semaphore {
+        for err in [
+            a.try_acquire_permit(&name, 2, &o).await.err(),
+            a.acquire_permit(&name, 2, &o).await.err(),
+        ] {
+            let err = err.expect("a permit from a backend without semaphores");
+            assert_eq!(err.kind(), LockErrorKind::Unsupported, "{err}");
+        }
+    }
+    assert!(h.leftovers(&name).await.is_empty());
+}
+
+/// `list` shows the held mutexes under a prefix, sorted, with their status,
+/// and nothing that was released or that lies outside the prefix.
+async fn list_shows_held_locks_by_prefix(h: Arc<dyn Harness>) {
+    let base = unique_name("list");
+    let names: Vec<LockName> = ["b", "a", "c/deeper"]
+        .iter()
+        .map(|s| LockName::new(format!("{base}/{s}")).unwrap())
+        .collect();
+    let outside = LockName::new(format!("{base}-outside")).unwrap();
+    let (a, b) = (client(&*h).await, client(&*h).await);
+    let mut guards = Vec::new();
+    for n in names.iter().chain([&outside]) {
+        guards.push(a.acquire(n, &opts(&*h)).await.unwrap());
+    }
+    let prefix = format!("{base}/");
+    let listed = b.list(&prefix, 100).await.expect("list");
+    let mut expected = names.clone();
+    expected.sort();
+    assert_eq!(
+        listed.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>(),
+        expected,
+        "listed {listed:?}"
+    );
+    assert!(listed.iter().all(|(_, st)| st.held));
+    let first_two = b.list(&prefix, 2).await.unwrap();
+    assert_eq!(first_two.len(), 2);
+    for g in guards {
+        assert!(g.release().await.unwrap());
+    }
+    let deadline = Instant::now() + h.slack();
+    loop {
+        let left = b.list(&prefix, 100).await.unwrap();
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "released locks still listed: {left:?}"
+        );
+        sleep(Duration::from_millis(50)).await;
+    }
 }

@@ -7,19 +7,16 @@
 //! use std::sync::Arc;
 //! use std::time::Duration;
 //! use lock_conformance::{Harness, async_trait};
-//! use lock_core::{Capabilities, DistributedLock, Fencing, LockError, LockName, MemoryLock};
+//! use lock_core::{Capabilities, Fencing, LockError, LockName, LockService, MemoryLock};
 //!
 //! struct Mem(MemoryLock);
 //!
 //! #[async_trait]
 //! impl Harness for Mem {
-//!     async fn client(&self) -> Arc<dyn DistributedLock> { Arc::new(self.0.clone()) }
+//!     async fn client(&self) -> Arc<dyn LockService> { Arc::new(self.0.clone()) }
 //!     fn ttl(&self) -> Duration { Duration::from_millis(300) }
 //!     async fn remove_behind_back(&self, name: &LockName) { self.0.force_release(name); }
 //!     async fn leftovers(&self, _name: &LockName) -> Vec<String> { Vec::new() }
-//!     async fn unreachable_client(&self) -> (Result<Arc<dyn DistributedLock>, LockError>, Duration) {
-//!         unreachable!("memory is not remote")
-//!     }
 //! }
 //!
 //! fn main() -> std::process::ExitCode {
@@ -38,6 +35,7 @@
 #![deny(missing_docs)]
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -45,7 +43,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use libtest_mimic::{Arguments, Failed, Trial};
-use lock_core::{Capabilities, DistributedLock, LockError, LockName};
+use lock_core::{Capabilities, LockError, LockName, LockService};
 
 pub use async_trait::async_trait;
 pub use lock_testbed as testbed;
@@ -64,7 +62,7 @@ pub use cases::CASES;
 pub trait Harness: Send + Sync + 'static {
     /// A new, independent client of the backend (its own connection or
     /// session), as another process would have. Panics if it cannot connect.
-    async fn client(&self) -> Arc<dyn DistributedLock>;
+    async fn client(&self) -> Arc<dyn LockService>;
 
     /// The base lease TTL the cases use: short to keep the suite fast, long
     /// enough for the backend (etcd leases are whole seconds; ZooKeeper's is
@@ -81,20 +79,55 @@ pub trait Harness: Send + Sync + 'static {
     /// ZooKeeper delete of the holder's node) would.
     async fn remove_behind_back(&self, name: &LockName);
 
-    /// What is left on the server for `name` (keys, contender keys, nodes),
-    /// excluding what is meant to persist (the fencing counter). Empty when clean.
+    /// What is left on the server for `name` (keys, contender keys, nodes) of
+    /// every kind of lock (mutex, read-write lock, semaphore), excluding what
+    /// is meant to persist (the fencing counter). Empty when clean.
     async fn leftovers(&self, name: &LockName) -> Vec<String>;
 
-    /// A client whose server does not answer (e.g. behind a blackholed
-    /// proxy), and the connect/request timeout it was configured with.
-    /// Constructing it may itself fail with an `Unavailable` error. Only
-    /// called when [`Capabilities::remote`] is set.
-    async fn unreachable_client(&self) -> (Result<Arc<dyn DistributedLock>, LockError>, Duration);
+    /// The server addresses a client connects to, in the order
+    /// [`client_at`](Harness::client_at) takes replacements for them, so a
+    /// case can put a fault [`testbed::Proxy`] in front of each. Only called
+    /// when [`Capabilities::remote`] is set.
+    fn upstreams(&self) -> Vec<SocketAddr> {
+        Vec::new()
+    }
+
+    /// A client that connects to `addrs` (one per [`upstreams`](Harness::upstreams)
+    /// entry, e.g. the proxies in front of them) with its connect timeout and
+    /// every request timeout set to `timeout`. The error of the connect is
+    /// returned, not a panic: a case may connect through a proxy that does
+    /// not answer. Only called when [`Capabilities::remote`] is set.
+    async fn client_at(
+        &self,
+        addrs: &[SocketAddr],
+        timeout: Duration,
+    ) -> Result<Arc<dyn LockService>, LockError> {
+        let _ = (addrs, timeout);
+        unreachable!("client_at is only called for remote backends")
+    }
 
     /// How many random operation sequences the model-based case runs.
     fn model_cases(&self) -> u32 {
         12
     }
+}
+
+/// Fault proxies in front of every upstream of `h`, and a client that talks
+/// through them with `timeout` (see [`Harness::client_at`]). The proxies must
+/// outlive the client.
+pub async fn client_through_proxies(
+    h: &dyn Harness,
+    timeout: Duration,
+) -> (Vec<testbed::Proxy>, Result<Arc<dyn LockService>, LockError>) {
+    let proxies: Vec<testbed::Proxy> = h
+        .upstreams()
+        .into_iter()
+        .map(|up| testbed::Proxy::start(up).unwrap_or_else(|e| panic!("proxy to {up}: {e}")))
+        .collect();
+    assert!(!proxies.is_empty(), "a remote harness names its upstreams");
+    let addrs: Vec<SocketAddr> = proxies.iter().map(testbed::Proxy::addr).collect();
+    let client = h.client_at(&addrs, timeout).await;
+    (proxies, client)
 }
 
 /// A lock name unique to this process and call, for one case.

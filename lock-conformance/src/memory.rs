@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{DistributedLock, LockError, LockName, MemoryLock};
+use lock_core::{LockName, LockService, MemoryLock};
 
 use crate::{async_trait, Harness};
 
@@ -29,7 +29,7 @@ impl MemoryHarness {
 
 #[async_trait]
 impl Harness for MemoryHarness {
-    async fn client(&self) -> Arc<dyn DistributedLock> {
+    async fn client(&self) -> Arc<dyn LockService> {
         Arc::new(self.lock.clone())
     }
 
@@ -46,21 +46,15 @@ impl Harness for MemoryHarness {
     }
 
     async fn leftovers(&self, name: &LockName) -> Vec<String> {
-        let st = lock_core::DistributedLock::inspect(&self.lock, name)
-            .await
-            .expect("inspect of the in-memory backend cannot fail");
+        let (holders, waiters) = self.lock.occupancy(name);
         let mut left = Vec::new();
-        if st.held {
-            left.push(format!("{name}: held"));
+        if holders > 0 {
+            left.push(format!("{name}: {holders} holders"));
         }
-        if let Some(waiters) = st.waiters.filter(|w| *w > 0) {
+        if waiters > 0 {
             left.push(format!("{name}: {waiters} waiters"));
         }
         left
-    }
-
-    async fn unreachable_client(&self) -> (Result<Arc<dyn DistributedLock>, LockError>, Duration) {
-        unreachable!("the in-memory backend is not remote; the case is deselected by capability")
     }
 
     fn model_cases(&self) -> u32 {

@@ -1,11 +1,14 @@
 //! The model-based test: random operation sequences from several clients on a
-//! few names, checked against a reference model of a lock service.
+//! few names, checked against a reference model of a lock service: the mutex,
+//! and where the backend offers them, the read-write lock and the semaphore.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{AcquireOptions, DistributedLock, FencingToken, LockGuard, LockName};
+use lock_core::{
+    AcquireOptions, Capabilities, FencingToken, LockGuard, LockMode, LockName, LockService,
+};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, TestRunner};
@@ -16,37 +19,160 @@ use crate::{unique_name, Harness};
 pub const CLIENTS: usize = 3;
 /// Names in a sequence.
 pub const NAMES: usize = 2;
+/// Permits of the semaphores in a sequence.
+pub const PERMITS: u32 = 2;
+
+/// Which kind of lease an operation asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Take {
+    /// The mutex.
+    Mutex,
+    /// The read side of the read-write lock.
+    Read,
+    /// The write side of the read-write lock.
+    Write,
+    /// A permit of the semaphore ([`PERMITS`]).
+    Permit,
+}
+
+/// The kind of lock a lease belongs to: a client holds at most one lease of
+/// each kind on a name in the model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum Slot {
+    Mutex,
+    ReadWrite,
+    Semaphore,
+}
+
+impl Take {
+    fn slot(self) -> Slot {
+        match self {
+            Take::Mutex => Slot::Mutex,
+            Take::Read | Take::Write => Slot::ReadWrite,
+            Take::Permit => Slot::Semaphore,
+        }
+    }
+}
 
 /// One step of a sequence.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Op {
-    /// Client `c` tries to take name `n`.
-    TryAcquire(usize, usize),
-    /// Client `c` releases its guard on `n`, if it has one.
-    Release(usize, usize),
-    /// Client `c` extends its guard on `n`, if it has one.
-    Extend(usize, usize),
-    /// Name `n` is removed behind its holder's back; the holder's guard is then released.
+    /// Client `c` tries to take name `n` as `Take`.
+    TryAcquire(usize, usize, Take),
+    /// Client `c` releases its lease of that kind on `n`, if it has one.
+    Release(usize, usize, Take),
+    /// Client `c` extends its lease of that kind on `n`, if it has one.
+    Extend(usize, usize, Take),
+    /// Client `c` downgrades its write lease on `n`, if it has one.
+    Downgrade(usize, usize),
+    /// Every lease on name `n` is removed behind its holders' backs; their
+    /// guards are then released.
     Remove(usize),
 }
 
-/// Sequences of 1 to `max_len` operations.
-pub fn ops(max_len: usize) -> impl Strategy<Value = Vec<Op>> {
+/// Sequences of 1 to `max_len` operations on the primitives `caps` offers.
+pub fn ops(max_len: usize, caps: &Capabilities) -> impl Strategy<Value = Vec<Op>> {
+    let mut takes = vec![Take::Mutex];
+    if caps.read_write {
+        takes.extend([Take::Read, Take::Write]);
+    }
+    if caps.semaphore {
+        takes.push(Take::Permit);
+    }
+    let rw = caps.read_write;
     let c = 0..CLIENTS;
     let n = 0..NAMES;
+    let take = proptest::sample::select(takes);
     let op = prop_oneof![
-        3 => (c.clone(), n.clone()).prop_map(|(c, n)| Op::TryAcquire(c, n)),
-        2 => (c.clone(), n.clone()).prop_map(|(c, n)| Op::Release(c, n)),
-        1 => (c, n.clone()).prop_map(|(c, n)| Op::Extend(c, n)),
+        4 => (c.clone(), n.clone(), take.clone()).prop_map(|(c, n, t)| Op::TryAcquire(c, n, t)),
+        3 => (c.clone(), n.clone(), take.clone()).prop_map(|(c, n, t)| Op::Release(c, n, t)),
+        1 => (c.clone(), n.clone(), take).prop_map(|(c, n, t)| Op::Extend(c, n, t)),
+        1 => (c, n.clone()).prop_map(move |(c, n)| if rw { Op::Downgrade(c, n) } else { Op::Remove(n) }),
         1 => n.prop_map(Op::Remove),
     ];
     proptest::collection::vec(op, 1..=max_len)
 }
 
+/// The reference model of one name.
+#[derive(Default)]
+struct Model {
+    mutex: Option<usize>,
+    readers: BTreeSet<usize>,
+    writer: Option<usize>,
+    permits: BTreeSet<usize>,
+    last_token: HashMap<Slot, FencingToken>,
+}
+
+impl Model {
+    /// Whether `take` by client `c` must be granted (`true`) or refused.
+    fn grantable(&self, take: Take) -> bool {
+        match take {
+            Take::Mutex => self.mutex.is_none(),
+            Take::Read => self.writer.is_none(),
+            Take::Write => self.writer.is_none() && self.readers.is_empty(),
+            Take::Permit => self.permits.len() < PERMITS as usize,
+        }
+    }
+
+    fn hold(&mut self, c: usize, take: Take) {
+        match take {
+            Take::Mutex => self.mutex = Some(c),
+            Take::Read => {
+                self.readers.insert(c);
+            }
+            Take::Write => self.writer = Some(c),
+            Take::Permit => {
+                self.permits.insert(c);
+            }
+        }
+    }
+
+    fn drop_lease(&mut self, c: usize, slot: Slot) {
+        match slot {
+            Slot::Mutex => self.mutex = None,
+            Slot::ReadWrite => {
+                self.readers.remove(&c);
+                if self.writer == Some(c) {
+                    self.writer = None;
+                }
+            }
+            Slot::Semaphore => {
+                self.permits.remove(&c);
+            }
+        }
+    }
+
+    /// A new token of `slot` must be above every earlier one of that slot.
+    fn check_token(&mut self, slot: Slot, token: Option<FencingToken>) -> Result<(), String> {
+        let Some(t) = token else { return Ok(()) };
+        if let Some(last) = self.last_token.get(&slot) {
+            if t <= *last {
+                return Err(format!("token {t} not above {last}"));
+            }
+        }
+        self.last_token.insert(slot, t);
+        Ok(())
+    }
+}
+
+async fn try_take(
+    client: &dyn LockService,
+    name: &LockName,
+    take: Take,
+    o: &AcquireOptions,
+) -> lock_core::Result<Option<LockGuard>> {
+    match take {
+        Take::Mutex => client.try_acquire(name, o).await,
+        Take::Read => client.try_acquire_read(name, o).await,
+        Take::Write => client.try_acquire_write(name, o).await,
+        Take::Permit => client.try_acquire_permit(name, PERMITS, o).await,
+    }
+}
+
 /// Runs `ops` against fresh clients of `h` and the model; `Err` describes the
 /// first disagreement.
 pub async fn check(h: &dyn Harness, ops: &[Op]) -> Result<(), String> {
-    let mut clients: Vec<Arc<dyn DistributedLock>> = Vec::new();
+    let mut clients: Vec<Arc<dyn LockService>> = Vec::new();
     for _ in 0..CLIENTS {
         clients.push(h.client().await);
     }
@@ -57,63 +183,84 @@ pub async fn check(h: &dyn Harness, ops: &[Op]) -> Result<(), String> {
     let o = AcquireOptions::new()
         .ttl(Duration::from_secs(60))
         .keep_alive(false);
-    let mut holder: [Option<usize>; NAMES] = [None; NAMES];
-    let mut last_token: [Option<FencingToken>; NAMES] = [None; NAMES];
-    let mut guards: HashMap<(usize, usize), LockGuard> = HashMap::new();
+    let mut models: Vec<Model> = (0..NAMES).map(|_| Model::default()).collect();
+    let mut guards: HashMap<(usize, usize, Slot), LockGuard> = HashMap::new();
 
     for (step, op) in ops.iter().enumerate() {
         let at = |msg: String| format!("step {step} {op:?}: {msg}");
         match *op {
-            Op::TryAcquire(c, n) => {
-                if guards.contains_key(&(c, n)) {
+            Op::TryAcquire(c, n, take) => {
+                if guards.contains_key(&(c, n, take.slot())) {
                     continue; // a client re-taking its own lock is not in the model
                 }
-                let got = clients[c]
-                    .try_acquire(&names[n], &o)
+                let got = try_take(&*clients[c], &names[n], take, &o)
                     .await
                     .map_err(|e| at(e.to_string()))?;
-                match (holder[n], got) {
-                    (Some(other), Some(_)) => {
-                        return Err(at(format!("granted while client {other} holds it")))
-                    }
-                    (Some(_), None) => {}
-                    (None, None) => return Err(at("free lock not granted".into())),
-                    (None, Some(g)) => {
-                        if let Some(t) = g.fencing_token() {
-                            if Some(t) <= last_token[n] {
-                                return Err(at(format!("token {t} not above {:?}", last_token[n])));
-                            }
-                            last_token[n] = Some(t);
-                        }
-                        holder[n] = Some(c);
-                        guards.insert((c, n), g);
+                let model = &mut models[n];
+                match (model.grantable(take), got) {
+                    (false, Some(_)) => return Err(at("granted against the model".into())),
+                    (false, None) => {}
+                    (true, None) => return Err(at("refused although grantable".into())),
+                    (true, Some(g)) => {
+                        model
+                            .check_token(take.slot(), g.fencing_token())
+                            .map_err(at)?;
+                        model.hold(c, take);
+                        guards.insert((c, n, take.slot()), g);
                     }
                 }
             }
-            Op::Release(c, n) => {
-                if let Some(g) = guards.remove(&(c, n)) {
+            Op::Release(c, n, take) => {
+                if let Some(g) = guards.remove(&(c, n, take.slot())) {
                     let was = g.release().await.map_err(|e| at(e.to_string()))?;
                     if !was {
                         return Err(at("release of a held lock said not held".into()));
                     }
-                    holder[n] = None;
+                    models[n].drop_lease(c, take.slot());
                 }
             }
-            Op::Extend(c, n) => {
-                if let Some(g) = guards.get(&(c, n)) {
+            Op::Extend(c, n, take) => {
+                if let Some(g) = guards.get(&(c, n, take.slot())) {
                     g.extend(Duration::from_secs(60))
                         .await
                         .map_err(|e| at(e.to_string()))?;
                 }
             }
+            Op::Downgrade(c, n) => {
+                let key = (c, n, Slot::ReadWrite);
+                let is_writer = guards
+                    .get(&key)
+                    .is_some_and(|g| g.mode() == LockMode::Write);
+                if !is_writer {
+                    continue;
+                }
+                let g = guards.remove(&key).expect("checked above");
+                let read = clients[c]
+                    .downgrade(g)
+                    .await
+                    .map_err(|e| at(e.to_string()))?;
+                if read.mode() != LockMode::Read {
+                    return Err(at(format!("downgrade gave a {} guard", read.mode())));
+                }
+                let model = &mut models[n];
+                model
+                    .check_token(Slot::ReadWrite, read.fencing_token())
+                    .map_err(at)?;
+                model.writer = None;
+                model.readers.insert(c);
+                guards.insert(key, read);
+            }
             Op::Remove(n) => {
                 h.remove_behind_back(&names[n]).await;
-                if let Some(c) = holder[n].take() {
-                    let g = guards.remove(&(c, n)).expect("model holder has a guard");
+                let held: Vec<(usize, usize, Slot)> =
+                    guards.keys().filter(|k| k.1 == n).copied().collect();
+                for key in held {
+                    let g = guards.remove(&key).expect("listed above");
                     let was = g.release().await.map_err(|e| at(e.to_string()))?;
                     if was {
                         return Err(at("release after removal said still held".into()));
                     }
+                    models[n].drop_lease(key.0, key.2);
                 }
             }
         }
@@ -124,10 +271,12 @@ pub async fn check(h: &dyn Harness, ops: &[Op]) -> Result<(), String> {
     Ok(())
 }
 
-/// The case: `h.model_cases()` random sequences of up to 16 operations.
+/// The case: `h.model_cases()` random sequences of up to 16 operations on
+/// the primitives the backend offers.
 pub async fn run(h: Arc<dyn Harness>) {
+    let caps = h.client().await.capabilities();
     let mut runner = TestRunner::new(Config::default());
-    let strategy = ops(16);
+    let strategy = ops(16, &caps);
     for case in 0..h.model_cases() {
         let seq = strategy.new_tree(&mut runner).expect("strategy").current();
         if let Err(msg) = check(&*h, &seq).await {

@@ -12,6 +12,8 @@ fn main() -> ExitCode {
         .with_fifo(true)
         .with_loss_events(true)
         .with_notified_wait(true)
+        .with_read_write(true)
+        .with_semaphore(true)
         .with_fault_tolerance("not applicable: one process");
     lock_conformance::run(|| async { MemoryHarness::new() }, expected)
 }

@@ -6,13 +6,13 @@ use std::time::Duration;
 
 use lock_conformance::model::{check, ops};
 use lock_conformance::MemoryHarness;
-use lock_core::MemoryLock;
+use lock_core::{DistributedLock, MemoryLock};
 use proptest::prelude::*;
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
     #[test]
-    fn memory_lock_agrees_with_the_model(seq in ops(40)) {
+    fn memory_lock_agrees_with_the_model(seq in ops(40, &MemoryLock::new().capabilities())) {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         let lock = MemoryLock::new();
         let harness = MemoryHarness { lock: lock.clone(), model_cases: 0 };

@@ -21,26 +21,90 @@ use crate::guard::LossCause;
 use crate::name::LockName;
 use crate::options::RetryPolicy;
 
-/// What the core asks a backend for: one lease on `name`.
+/// The largest number of permits a semaphore may have: 100,000.
+pub const MAX_PERMITS: u32 = 100_000;
+
+/// Which kind of lease a request asks for. A name is used as one kind of
+/// lock: a mutex, a read-write lock or a semaphore (the kinds keep their
+/// state apart on the server and do not exclude each other).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LockMode {
+    /// A mutex: one holder at a time ([`crate::DistributedLock`]).
+    Exclusive,
+    /// The read side of a read-write lock: shared with other readers, never
+    /// with a writer ([`crate::ReadWriteLock`]).
+    Read,
+    /// The write side of a read-write lock: alone.
+    Write,
+    /// One of `permits` permits of a semaphore ([`crate::Semaphore`]).
+    Permit {
+        /// How many holders the semaphore admits at once (1 ..= [`MAX_PERMITS`]).
+        permits: u32,
+    },
+}
+
+impl LockMode {
+    /// A short, stable, lowercase name (for logs and metrics labels).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Exclusive => "exclusive",
+            Self::Read => "read",
+            Self::Write => "write",
+            Self::Permit { .. } => "permit",
+        }
+    }
+
+    /// Checks the permit count of a semaphore mode.
+    pub fn validate(self) -> Result<Self> {
+        match self {
+            Self::Permit { permits } if permits == 0 || permits > MAX_PERMITS => {
+                Err(crate::LockError::invalid(format!(
+                    "a semaphore needs 1 ..= {MAX_PERMITS} permits, not {permits}"
+                )))
+            }
+            other => Ok(other),
+        }
+    }
+}
+
+impl std::fmt::Display for LockMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Permit { permits } => write!(f, "permit of {permits}"),
+            other => f.write_str(other.as_str()),
+        }
+    }
+}
+
+/// What the core asks a backend for: one lease on `name`. Built only through
+/// [`LeaseRequest::new`], which validates the TTL, so a backend can compute
+/// with it without overflow.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LeaseRequest {
     /// The lock name.
     pub name: LockName,
-    /// The requested lease TTL (validated: 1 ms ..= [`crate::MAX_TTL`]).
+    /// The requested lease TTL (validated: [`crate::MIN_TTL`] ..= [`crate::MAX_TTL`]).
     pub ttl: Duration,
     /// The retry delays to use where the backend retries.
     pub retry: RetryPolicy,
+    /// The kind of lease (a mutex unless set with [`LeaseRequest::with_mode`]).
+    pub mode: LockMode,
 }
 
 impl LeaseRequest {
-    /// A request for `name` with `ttl` and the default retry policy.
-    pub fn new(name: LockName, ttl: Duration) -> Self {
-        Self {
+    /// A mutex request for `name` with `ttl` and the default retry policy;
+    /// an `InvalidArgument` error if `ttl` is outside
+    /// [`crate::MIN_TTL`] ..= [`crate::MAX_TTL`].
+    pub fn new(name: LockName, ttl: Duration) -> Result<Self> {
+        crate::options::check_ttl(ttl)?;
+        Ok(Self {
             name,
             ttl,
             retry: RetryPolicy::default(),
-        }
+            mode: LockMode::Exclusive,
+        })
     }
 
     /// Sets the retry policy.
@@ -48,9 +112,23 @@ impl LeaseRequest {
         self.retry = retry;
         self
     }
+
+    /// Sets the kind of lease; an `InvalidArgument` error for a semaphore
+    /// without permits or with more than [`MAX_PERMITS`].
+    pub fn with_mode(mut self, mode: LockMode) -> Result<Self> {
+        self.mode = mode.validate()?;
+        Ok(self)
+    }
 }
 
-/// The outcome of renewing a lease.
+/// The outcome of renewing a lease that the server answered.
+///
+/// A renewal that fails with an error has an UNKNOWN outcome: the request may
+/// have reached the server and been applied, or not. The core then assumes
+/// the worse of the two for the guard's validity: the earlier of its current
+/// validity and what the renewal could have set (its TTL from when it was
+/// sent, less the drift allowance), so an extend to a shorter TTL whose reply
+/// was lost never leaves a guard looking held longer than the server keeps it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Renewal {
     /// Still ours, now valid until this instant (monotonic, drift-adjusted,
@@ -97,12 +175,27 @@ pub trait LeaseHandle: Send + Sync + 'static {
     /// Extends the lease to `ttl` from now if it is still ours.
     ///
     /// Backends whose liveness is per session (etcd lease, ZooKeeper session)
-    /// may answer from the session's state without a request per lease.
+    /// may answer from the session's state without a request per lease. An
+    /// error means the outcome is unknown (see [`Renewal`]).
     async fn renew(&self, ttl: Duration) -> Result<Renewal>;
 
     /// Removes the lease if it is still ours; `Ok(true)` if it was, `Ok(false)`
     /// if it was already gone or taken over. Must never remove someone else's lock.
     async fn release(&self) -> Result<bool>;
+
+    /// Turns this write lease into a read lease of the same name with `ttl`,
+    /// never leaving the name without our lease in between (take the read
+    /// side first, then drop the write side, or both at once). On `Ok` the
+    /// write side is gone and the returned lease is the read side; on `Err`
+    /// the write lease is unchanged. The default says the backend has no
+    /// read-write locks.
+    async fn downgrade(&self, ttl: Duration) -> Result<Lease> {
+        let _ = ttl;
+        Err(crate::LockError::new(
+            crate::LockErrorKind::Unsupported,
+            "this backend has no read-write locks",
+        ))
+    }
 }
 
 /// A granted lease, as a backend returns it to the core.
@@ -124,6 +217,9 @@ pub struct Lease {
     pub handle: Box<dyn LeaseHandle>,
     /// Events the backend sees by itself (watch of the key, session state).
     pub events: Option<BoxStream<'static, LeaseEvent>>,
+    /// Where the lease lives on the server (the etcd key, the ZooKeeper node
+    /// path, the Redis key), for operators and tools; `None` if not told.
+    pub key: Option<String>,
 }
 
 impl Lease {
@@ -136,7 +232,14 @@ impl Lease {
             contended: false,
             handle,
             events: None,
+            key: None,
         }
+    }
+
+    /// Sets where the lease lives on the server (see [`Lease::key`]).
+    pub fn with_key(mut self, key: impl Into<String>) -> Self {
+        self.key = Some(key.into());
+        self
     }
 
     /// Sets the fencing token.
@@ -172,6 +275,7 @@ impl std::fmt::Debug for Lease {
             .field("session_until", &self.session_until)
             .field("contended", &self.contended)
             .field("events", &self.events.is_some())
+            .field("key", &self.key)
             .finish_non_exhaustive()
     }
 }
@@ -191,6 +295,9 @@ pub struct LockStatus {
     pub ttl_remaining: Option<Duration>,
     /// The number of waiters, where known (etcd, ZooKeeper contender keys).
     pub waiters: Option<usize>,
+    /// An identifier of the holder where the backend has one (the etcd
+    /// lease id, the ZooKeeper session id of the holder's node), for operators.
+    pub owner: Option<String>,
 }
 
 impl LockStatus {
@@ -217,6 +324,12 @@ impl LockStatus {
     /// Sets the number of waiters.
     pub fn with_waiters(mut self, waiters: Option<usize>) -> Self {
         self.waiters = waiters;
+        self
+    }
+
+    /// Sets the holder's identifier.
+    pub fn with_owner(mut self, owner: Option<String>) -> Self {
+        self.owner = owner;
         self
     }
 }
@@ -256,6 +369,19 @@ pub trait LockBackend: Send + Sync + 'static {
 
     /// What the server says about `name` now (for status commands and tests).
     async fn inspect(&self, name: &LockName) -> Result<LockStatus>;
+
+    /// The mutexes held now whose names start with `prefix` (every one for
+    /// ""), sorted by name, at most `limit`, each with what [`inspect`]
+    /// would say of it. The default says the backend cannot list.
+    ///
+    /// [`inspect`]: LockBackend::inspect
+    async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<(LockName, LockStatus)>> {
+        let _ = (prefix, limit);
+        Err(crate::LockError::new(
+            crate::LockErrorKind::Unsupported,
+            "this backend cannot list its locks",
+        ))
+    }
 }
 
 #[async_trait]
@@ -272,18 +398,32 @@ impl<B: LockBackend + ?Sized> LockBackend for Arc<B> {
     async fn inspect(&self, name: &LockName) -> Result<LockStatus> {
         (**self).inspect(name).await
     }
+    async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<(LockName, LockStatus)>> {
+        (**self).list(prefix, limit).await
+    }
 }
 
 /// The clock drift allowance for a lease of `ttl`: 1% of the TTL plus 2 ms,
 /// as the Redlock specification suggests.
 pub fn drift(ttl: Duration) -> Duration {
-    ttl / 100 + Duration::from_millis(2)
+    (ttl / 100).saturating_add(Duration::from_millis(2))
 }
 
 /// End of validity for a lease of `ttl` requested at `start` (taken before the
-/// request was sent): `start + ttl - drift(ttl)`.
+/// request was sent): `start + ttl - drift(ttl)`. Saturates instead of
+/// overflowing for any `ttl` (see [`add_saturating`]).
 pub fn validity(start: Instant, ttl: Duration) -> Instant {
-    start + ttl.saturating_sub(drift(ttl))
+    add_saturating(start, ttl.saturating_sub(drift(ttl)))
+}
+
+/// `at + d`, or a point about 30 years after `at` if that would overflow:
+/// how the core and the backends add a configured duration to an instant
+/// without a panic, whatever the configuration says.
+pub fn add_saturating(at: Instant, d: Duration) -> Instant {
+    const FAR: Duration = Duration::from_secs(30 * 365 * 86_400);
+    // Instants count from boot in whole seconds of an i64: 30 years more
+    // never overflows, and the fallback is never taken.
+    at.checked_add(d.min(FAR)).unwrap_or(at)
 }
 
 /// Runs a clean-up future in the background if dropped while armed: the way a

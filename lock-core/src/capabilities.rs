@@ -15,6 +15,13 @@ pub enum Fencing {
     /// the counter (single Redis: durable only with `appendonly yes` and
     /// `appendfsync always`).
     RequiresPersistence,
+    /// Strictly increasing as long as the server's wall clock never steps
+    /// back: each token is at least the server's clock in microseconds, so
+    /// tokens keep increasing across restarts without persistence, snapshot
+    /// reloads, lost AOF writes and failovers to a replica whose clock agrees
+    /// (single Redis). A clock stepped back by more than the time the lock
+    /// state was lost can repeat tokens.
+    ServerClock,
     /// Strictly increasing within this process only (the in-memory backend).
     InProcess,
 }
@@ -47,6 +54,10 @@ pub struct Capabilities {
     /// How many server failures the backend tolerates while keeping locks safe,
     /// in words (e.g. "none", "a minority of 2N+1 members").
     pub fault_tolerance: &'static str,
+    /// Read-write locks ([`crate::ReadWriteLock`]) are offered.
+    pub read_write: bool,
+    /// Semaphores ([`crate::Semaphore`]) are offered.
+    pub semaphore: bool,
 }
 
 impl Capabilities {
@@ -60,6 +71,8 @@ impl Capabilities {
             notified_wait: false,
             remote: false,
             fault_tolerance: "none",
+            read_write: false,
+            semaphore: false,
         }
     }
 
@@ -90,6 +103,18 @@ impl Capabilities {
     /// Sets [`Capabilities::remote`].
     pub fn with_remote(mut self, on: bool) -> Self {
         self.remote = on;
+        self
+    }
+
+    /// Sets [`Capabilities::read_write`].
+    pub fn with_read_write(mut self, on: bool) -> Self {
+        self.read_write = on;
+        self
+    }
+
+    /// Sets [`Capabilities::semaphore`].
+    pub fn with_semaphore(mut self, on: bool) -> Self {
+        self.semaphore = on;
         self
     }
 

@@ -25,6 +25,12 @@ pub enum LockErrorKind {
     Unauthorized,
     /// The server answered something this library does not understand.
     Protocol,
+    /// The backend cannot offer this primitive honestly (e.g. a read-write
+    /// lock or a semaphore on Redlock); see [`crate::Capabilities`].
+    Unsupported,
+    /// The call would wait for itself forever (upgrading a read guard to a
+    /// write guard: two readers upgrading at once wait for each other).
+    WouldDeadlock,
     /// A bug or an unexpected internal condition (a panicked background task, ...).
     Internal,
 }
@@ -40,6 +46,8 @@ impl LockErrorKind {
             Self::NotHeld => "not_held",
             Self::Unauthorized => "unauthorized",
             Self::Protocol => "protocol",
+            Self::Unsupported => "unsupported",
+            Self::WouldDeadlock => "would_deadlock",
             Self::Internal => "internal",
         }
     }

@@ -2,6 +2,8 @@
 
 use std::fmt;
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::stream::BoxStream;
@@ -9,12 +11,13 @@ use futures::StreamExt;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
-use crate::backend::{Lease, LeaseEvent, LeaseHandle, Renewal};
+use crate::backend::{validity, Lease, LeaseEvent, LeaseHandle, LockMode, Renewal};
+use crate::clock::{self, SuspendMark};
 use crate::error::{LockError, LockErrorKind, Result};
 use crate::fencing::FencingToken;
 use crate::metrics as m;
 use crate::name::LockName;
-use crate::options::{KeepAlive, MAX_TTL};
+use crate::options::{check_ttl, KeepAlive};
 
 /// Why a guard lost its lock.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -87,6 +90,24 @@ impl GuardState {
         }
     }
 
+    /// Moves the validity earlier by the time the machine spent suspended
+    /// since `mark`.
+    fn corrected(self, mark: SuspendMark) -> Self {
+        match self {
+            Self::Held { valid_until } => Self::Held {
+                valid_until: clock::corrected(valid_until, mark),
+            },
+            Self::Suspended {
+                valid_until,
+                reason,
+            } => Self::Suspended {
+                valid_until: clock::corrected(valid_until, mark),
+                reason,
+            },
+            other => other,
+        }
+    }
+
     /// Applies the rule that a guard is never held past its validity.
     fn at(self, now: Instant) -> Self {
         match self.valid_until() {
@@ -103,14 +124,31 @@ impl GuardState {
 #[derive(Clone)]
 pub struct GuardView {
     name: LockName,
+    mode: LockMode,
+    key: Option<Arc<str>>,
     token: Option<FencingToken>,
     state: watch::Receiver<GuardState>,
+    /// The suspended time when the published validity was computed
+    /// ([`SuspendMark`] in nanoseconds), shared with the keeper.
+    mark: Arc<AtomicU64>,
 }
 
 impl GuardView {
     /// The lock name.
     pub fn name(&self) -> &LockName {
         &self.name
+    }
+
+    /// What kind of lease this is: a mutex, a read or write side of a
+    /// read-write lock, or a semaphore permit.
+    pub fn mode(&self) -> LockMode {
+        self.mode
+    }
+
+    /// Where the lease lives on the server (the etcd key, the ZooKeeper node
+    /// path, the Redis key), where the backend tells it.
+    pub fn server_key(&self) -> Option<&str> {
+        self.key.as_deref()
     }
 
     /// The fencing token of this grant, if the backend has them
@@ -120,9 +158,12 @@ impl GuardView {
         self.token
     }
 
-    /// The state now. Never `Held` past `valid_until`.
+    /// The state now. Never `Held` past `valid_until`, and time the machine
+    /// spent suspended counts against the validity.
     pub fn state(&self) -> GuardState {
-        self.state.borrow().clone().at(Instant::now())
+        let st = self.state.borrow().clone();
+        let mark = SuspendMark::from_nanos(self.mark.load(Ordering::Acquire));
+        st.corrected(mark).at(Instant::now())
     }
 
     /// Whether the lock is held (or suspended but still within validity).
@@ -168,6 +209,7 @@ impl fmt::Debug for GuardView {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("GuardView")
             .field("name", &self.name)
+            .field("mode", &self.mode)
             .field("token", &self.token)
             .field("state", &self.state())
             .finish()
@@ -177,6 +219,7 @@ impl fmt::Debug for GuardView {
 enum Command {
     Extend(Duration, oneshot::Sender<Result<Instant>>),
     Release(oneshot::Sender<Result<bool>>),
+    Downgrade(oneshot::Sender<Result<(Lease, Grant)>>),
 }
 
 /// Proof of holding a lock. One type for every backend.
@@ -196,28 +239,25 @@ pub struct LockGuard {
 impl LockGuard {
     /// Starts the keeper task for a freshly granted lease. Must be called
     /// within a tokio runtime (the core calls it; backends do not).
-    pub(crate) fn start(
-        lease: Lease,
-        name: LockName,
-        ttl: Duration,
-        keep_alive: KeepAlive,
-        backend: &'static str,
-    ) -> Self {
+    pub(crate) fn start(lease: Lease, grant: Grant) -> Self {
         let own_until = lease.valid_until;
         let session_until = lease.session_until;
         let (state_tx, state_rx) = watch::channel(GuardState::Held {
             valid_until: session_until.map_or(own_until, |s| s.min(own_until)),
         });
+        let mark = Arc::new(AtomicU64::new(grant.mark.as_nanos()));
         let (cmd_tx, cmd_rx) = mpsc::channel(4);
         let keeper = Keeper {
             handle: lease.handle,
             events: lease.events,
             commands: cmd_rx,
             state: state_tx,
-            ttl,
-            keep_alive,
-            backend,
-            name: name.clone(),
+            mark: mark.clone(),
+            resumes: clock::resumes(),
+            ttl: grant.ttl,
+            keep_alive: grant.keep_alive,
+            backend: grant.backend,
+            name: grant.name.clone(),
             acquired_at: Instant::now(),
             given_up: false,
             own_until,
@@ -226,9 +266,12 @@ impl LockGuard {
         tokio::spawn(keeper.run());
         Self {
             view: GuardView {
-                name,
+                name: grant.name,
+                mode: grant.mode,
+                key: lease.key.map(Arc::from),
                 token: lease.token,
                 state: state_rx,
+                mark,
             },
             commands: cmd_tx,
         }
@@ -237,6 +280,16 @@ impl LockGuard {
     /// The lock name.
     pub fn name(&self) -> &LockName {
         self.view.name()
+    }
+
+    /// What kind of lease this is; see [`GuardView::mode`].
+    pub fn mode(&self) -> LockMode {
+        self.view.mode()
+    }
+
+    /// Where the lease lives on the server; see [`GuardView::server_key`].
+    pub fn server_key(&self) -> Option<&str> {
+        self.view.server_key()
     }
 
     /// The fencing token of this grant; see [`GuardView::fencing_token`].
@@ -277,12 +330,13 @@ impl LockGuard {
     /// Extends the lease to `ttl` from now (and keep-alive renews to `ttl` from
     /// then on). Returns the new end of validity. Fails with
     /// [`LockErrorKind::Lost`] if the lock is gone.
+    ///
+    /// If the server's answer does not come, the outcome is unknown: the guard
+    /// is suspended and its validity becomes the earlier of the current one
+    /// and what the extension could have set (so a shorter TTL that the
+    /// server may have applied is honoured).
     pub async fn extend(&self, ttl: Duration) -> Result<Instant> {
-        if ttl < Duration::from_millis(1) || ttl > MAX_TTL {
-            return Err(LockError::invalid(format!(
-                "ttl {ttl:?} is outside 1 ms ..= {MAX_TTL:?}"
-            )));
-        }
+        check_ttl(ttl)?;
         let (tx, rx) = oneshot::channel();
         self.commands
             .send(Command::Extend(ttl, tx))
@@ -299,6 +353,17 @@ impl LockGuard {
             return Ok(false);
         }
         rx.await.unwrap_or(Ok(false))
+    }
+
+    /// Hands the lease to the backend's downgrade (write -> read) and ends
+    /// this guard without releasing: the backend removed the write side.
+    pub(crate) async fn downgrade_lease(self) -> Result<(Lease, Grant)> {
+        let (tx, rx) = oneshot::channel();
+        self.commands
+            .send(Command::Downgrade(tx))
+            .await
+            .map_err(|_| self.keeper_gone())?;
+        rx.await.map_err(|_| self.keeper_gone())?
     }
 
     fn keeper_gone(&self) -> LockError {
@@ -322,10 +387,23 @@ impl fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockGuard")
             .field("name", self.name())
+            .field("mode", &self.mode())
             .field("token", &self.fencing_token())
             .field("state", &self.state())
             .finish()
     }
+}
+
+/// What the core knows of a grant besides the lease itself.
+pub(crate) struct Grant {
+    pub(crate) name: LockName,
+    pub(crate) mode: LockMode,
+    pub(crate) ttl: Duration,
+    pub(crate) keep_alive: KeepAlive,
+    pub(crate) backend: &'static str,
+    /// The suspended time when the request was sent (the lease's validity
+    /// was computed from then).
+    pub(crate) mark: SuspendMark,
 }
 
 /// The background task behind a guard. It owns the lease handle; dropping the
@@ -335,6 +413,11 @@ struct Keeper {
     events: Option<BoxStream<'static, LeaseEvent>>,
     commands: mpsc::Receiver<Command>,
     state: watch::Sender<GuardState>,
+    /// See [`GuardView::mark`]: the keeper stores the mark of every validity
+    /// it publishes (after publishing it, so a racing reader errs early).
+    mark: Arc<AtomicU64>,
+    /// Changes after every resume from a machine suspension.
+    resumes: watch::Receiver<u64>,
     ttl: Duration,
     keep_alive: KeepAlive,
     backend: &'static str,
@@ -374,16 +457,70 @@ impl Keeper {
             .map_or(self.own_until, |s| s.min(self.own_until))
     }
 
-    /// A renewal or an extension succeeded: held until the new bound.
-    fn renewed(&mut self, own_until: Instant) -> Instant {
-        self.own_until = own_until;
+    /// A renewal or an extension sent at `sent` (with the suspend mark of
+    /// then) succeeded: held until the new bound.
+    fn renewed(&mut self, own_until: Instant, mark: SuspendMark) -> Instant {
+        self.rebase();
+        self.own_until = clock::corrected(own_until, mark);
         let valid_until = self.effective_until();
         self.state.send_replace(GuardState::Held { valid_until });
         valid_until
     }
 
+    /// The outcome of a renewal sent at `sent` for `ttl` is unknown: the
+    /// server may have applied it, so the guard's own validity is at most
+    /// what it could have set.
+    fn unknown_renewal(&mut self, sent: Instant, ttl: Duration, mark: SuspendMark, reason: String) {
+        self.rebase();
+        let could_have_set = clock::corrected(validity(sent, ttl), mark);
+        self.own_until = self.own_until.min(could_have_set);
+        let valid_until = self.effective_until();
+        self.state.send_if_modified(|st| match st {
+            GuardState::Held { .. } | GuardState::Suspended { .. } => {
+                *st = GuardState::Suspended {
+                    valid_until,
+                    reason,
+                };
+                true
+            }
+            _ => false,
+        });
+    }
+
+    /// Applies the suspended time since the last published mark to the
+    /// stored bounds and the published state, and moves the mark to now.
+    fn rebase(&mut self) {
+        let mark = SuspendMark::from_nanos(self.mark.load(Ordering::Acquire));
+        let lost = mark.since();
+        if lost.is_zero() {
+            return;
+        }
+        self.own_until = clock::corrected(self.own_until, mark);
+        self.session_until = self.session_until.map(|s| clock::corrected(s, mark));
+        self.state
+            .send_modify(|st| *st = st.clone().corrected(mark));
+        self.mark
+            .store(SuspendMark::now().as_nanos(), Ordering::Release);
+    }
+
+    /// The machine was suspended: the validity shrinks by the time it was
+    /// away, and the guard is suspended until the server confirms it.
+    async fn resumed(&mut self) -> Option<Instant> {
+        self.rebase();
+        let valid_until = self.effective_until();
+        if valid_until <= Instant::now() {
+            self.lose(LossCause::Expired).await;
+            return None;
+        }
+        self.suspend(
+            "the machine was suspended; waiting for the server to confirm the lock".into(),
+        );
+        self.interval().map(|_| Instant::now())
+    }
+
     /// The session vouched for the lease until `until`.
     fn confirmed(&mut self, until: Instant) {
+        self.rebase();
         self.session_until = Some(until);
         let valid_until = self.effective_until();
         self.state.send_if_modified(|st| match st {
@@ -419,7 +556,26 @@ impl Keeper {
                         }
                         let _ = reply.send(result);
                     }
+                    Some(Command::Downgrade(reply)) => {
+                        match self.downgrade().await {
+                            Ok(lease) => {
+                                let _ = reply.send(Ok(lease));
+                                return;
+                            }
+                            Err(err) => {
+                                let _ = reply.send(Err(err));
+                            }
+                        }
+                    }
                 },
+                changed = self.resumes.changed(), if live_until.is_some() => {
+                    if changed.is_err() {
+                        // The detector is gone (cannot happen: it lives in a static).
+                        self.resumes = clock::resumes();
+                    } else if let Some(at) = self.resumed().await {
+                        next_renew = Some(at);
+                    }
+                }
                 event = next_event(&mut self.events), if self.events.is_some() && live_until.is_some() => {
                     match event {
                         None => self.events = None,
@@ -446,15 +602,17 @@ impl Keeper {
     /// One keep-alive renewal; returns when to renew next.
     async fn renew_once(&mut self) -> Option<Instant> {
         let interval = self.interval()?;
+        self.rebase();
         let valid_until = self.current().valid_until()?;
         let started = Instant::now();
+        let mark = SuspendMark::now();
         match tokio::time::timeout_at(valid_until, self.handle.renew(self.ttl)).await {
             Err(_elapsed) => {
                 self.lose(LossCause::Expired).await;
                 None
             }
             Ok(Ok(Renewal::Renewed { valid_until })) => {
-                self.renewed(valid_until);
+                self.renewed(valid_until, mark);
                 Some(started + jittered(interval))
             }
             Ok(Ok(Renewal::Gone)) => {
@@ -463,7 +621,7 @@ impl Keeper {
             }
             Ok(Err(err)) => {
                 tracing::warn!(backend = self.backend, name = %self.name, error = %err, "distlock: renewal failed; guard suspended");
-                self.suspend(err.to_string());
+                self.unknown_renewal(started, self.ttl, mark, err.to_string());
                 // Retry sooner than the regular interval, but do not spin.
                 Some(Instant::now() + jittered(interval / 3).max(Duration::from_millis(10)))
             }
@@ -471,6 +629,7 @@ impl Keeper {
     }
 
     async fn extend(&mut self, ttl: Duration) -> Result<Instant> {
+        self.rebase();
         let state = self.current().at(Instant::now());
         let valid_until = match state {
             GuardState::Lost { cause } => {
@@ -487,6 +646,8 @@ impl Keeper {
             }
             other => other.valid_until().unwrap_or_else(Instant::now),
         };
+        let started = Instant::now();
+        let mark = SuspendMark::now();
         match tokio::time::timeout_at(valid_until, self.handle.renew(ttl)).await {
             Err(_elapsed) => {
                 self.lose(LossCause::Expired).await;
@@ -497,7 +658,7 @@ impl Keeper {
             }
             Ok(Ok(Renewal::Renewed { valid_until })) => {
                 self.ttl = ttl;
-                Ok(self.renewed(valid_until))
+                Ok(self.renewed(valid_until, mark))
             }
             Ok(Ok(Renewal::Gone)) => {
                 self.lose(LossCause::NotOwner).await;
@@ -507,10 +668,45 @@ impl Keeper {
                 ))
             }
             Ok(Err(err)) => {
-                self.suspend(err.to_string());
+                self.unknown_renewal(started, ttl, mark, err.to_string());
                 Err(err)
             }
         }
+    }
+
+    /// Write -> read: the backend grants the read lease and removes the
+    /// write side; this keeper then ends without releasing.
+    async fn downgrade(&mut self) -> Result<(Lease, Grant)> {
+        self.rebase();
+        match self.current().at(Instant::now()) {
+            GuardState::Lost { cause } => {
+                return Err(LockError::new(
+                    LockErrorKind::Lost,
+                    format!("lock {} lost: {cause}", self.name),
+                ))
+            }
+            GuardState::Released => {
+                return Err(LockError::new(
+                    LockErrorKind::NotHeld,
+                    "guard already released",
+                ))
+            }
+            _ => {}
+        }
+        let mark = SuspendMark::now();
+        let lease = self.handle.downgrade(self.ttl).await?;
+        self.record_hold();
+        self.state.send_replace(GuardState::Released);
+        self.given_up = true;
+        let grant = Grant {
+            name: self.name.clone(),
+            mode: LockMode::Read,
+            ttl: self.ttl,
+            keep_alive: self.keep_alive,
+            backend: self.backend,
+            mark,
+        };
+        Ok((lease, grant))
     }
 
     fn suspend(&mut self, reason: String) {
@@ -586,5 +782,46 @@ async fn next_event(events: &mut Option<BoxStream<'static, LeaseEvent>>) -> Opti
     match events {
         Some(stream) => stream.next().await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The only unit tests of this crate that hold guards: a simulated
+    //! suspension is process-wide, so guard tests of other modules live in
+    //! `tests/`, in their own processes.
+    use super::*;
+    use crate::{AcquireOptions, DistributedLock, LockName, MemoryLock};
+
+    /// After the machine was suspended longer than the TTL, the guard is no
+    /// longer held, at once, and its loss signal fires without waiting for
+    /// timers on the stopped clock.
+    #[tokio::test]
+    async fn suspension_longer_than_the_ttl_loses_the_guard() {
+        let locks = MemoryLock::new();
+        let name = LockName::new("suspended").unwrap();
+        let g = locks
+            .acquire(&name, &AcquireOptions::new().ttl(Duration::from_secs(30)))
+            .await
+            .unwrap();
+        let short = locks
+            .acquire(
+                &LockName::new("suspended-short").unwrap(),
+                &AcquireOptions::new().ttl(Duration::from_secs(30)),
+            )
+            .await
+            .unwrap();
+        assert!(g.is_held());
+        clock::simulate_suspend(Duration::from_secs(45));
+        assert!(
+            !g.is_held(),
+            "still held after a suspension past its ttl: {:?}",
+            g.state()
+        );
+        let cause = tokio::time::timeout(Duration::from_secs(2), g.lost())
+            .await
+            .expect("the loss signal fires promptly after the resume");
+        assert_eq!(cause, LossCause::Expired);
+        assert!(!short.is_held());
     }
 }

@@ -13,7 +13,12 @@
 //!   [`lost`](LockGuard::lost) future, [`extend`](LockGuard::extend),
 //!   [`release`](LockGuard::release); dropping it releases in the background.
 //! - [`DistributedLockExt::with_lock`]: runs a critical section and stops it
-//!   if the lock is lost.
+//!   if the lock is lost; [`DistributedLockExt::acquire_all`] takes several
+//!   names in one global order, all or nothing ([`MultiGuard`]).
+//! - [`ReadWriteLock`] (many readers or one writer, with downgrade) and
+//!   [`Semaphore`] (N permits): the same [`LockGuard`], on every backend that
+//!   can keep them honest ([`Capabilities::read_write`],
+//!   [`Capabilities::semaphore`]); [`LockService`] is all three at once.
 //! - [`TokenFence`] and [`FencedRegister`]: the resource side of fencing.
 //! - [`MemoryLock`]: the in-process backend.
 //! - [`LockBackend`] and [`LeaseHandle`]: the small seam a backend implements;
@@ -26,32 +31,41 @@
 //! service can prevent that; what helps is (1) the fencing token, checked by
 //! the resource ([`TokenFence`]), and (2) the guard's state and loss signal,
 //! so that code stops as soon as a loss is known. All time bounds use
-//! `tokio::time::Instant` (monotonic), never the wall clock.
+//! `tokio::time::Instant` (monotonic), never the wall clock; time the machine
+//! spends suspended counts against every validity.
 #![deny(missing_docs)]
 
 mod backend;
 mod capabilities;
+mod clock;
 mod error;
 mod fencing;
 mod guard;
 mod lock;
 mod memory;
 pub mod metrics;
+mod multi;
 mod name;
 mod options;
+pub mod session;
 
 pub use backend::{
-    drift, validity, CleanupOnDrop, Lease, LeaseEvent, LeaseHandle, LeaseRequest, LockBackend,
-    LockStatus, Renewal,
+    add_saturating, drift, validity, CleanupOnDrop, Lease, LeaseEvent, LeaseHandle, LeaseRequest,
+    LockBackend, LockMode, LockStatus, Renewal, MAX_PERMITS,
 };
 pub use capabilities::{Capabilities, Fencing};
 pub use error::{LockError, LockErrorKind, NodeFailure, NodeFailureReason, Result};
 pub use fencing::{FencedRegister, FencingToken, StaleToken, TokenFence};
 pub use guard::{GuardState, GuardView, LockGuard, LossCause};
-pub use lock::{DistributedLock, DistributedLockExt};
+pub use lock::{
+    DistributedLock, DistributedLockExt, LockService, ReadWriteLock, ReadWriteLockExt, Semaphore,
+    SemaphoreExt,
+};
 pub use memory::MemoryLock;
+pub use multi::MultiGuard;
 pub use name::{LockName, MAX_NAME_LEN};
-pub use options::{AcquireOptions, KeepAlive, RetryPolicy, MAX_TTL, MAX_WAIT};
+pub use options::{AcquireOptions, KeepAlive, RetryPolicy, MAX_TTL, MAX_WAIT, MIN_TTL};
+pub use session::{Sent, SessionEvents, SessionHub, SessionStatus};
 
 /// Re-exported so backends implement the seam with the same macro version.
 pub use async_trait::async_trait;

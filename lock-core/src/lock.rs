@@ -1,21 +1,32 @@
-//! The user-facing trait, and the bridge from the backend seam to it.
+//! The user-facing traits, and the bridge from the backend seam to them.
+//!
+//! [`DistributedLock`] (mutex), [`ReadWriteLock`] and [`Semaphore`] are
+//! implemented for every [`LockBackend`] by blanket impls that share one
+//! acquire path ([`grant`]): validation, the capability check, the deadline,
+//! metrics and tracing, and the start of the guard.
 
 use std::future::Future;
 
 use async_trait::async_trait;
+use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::backend::{LeaseRequest, LockBackend, LockStatus};
+use crate::backend::{Lease, LeaseRequest, LockBackend, LockMode, LockStatus};
 use crate::capabilities::Capabilities;
+use crate::clock::{self, SuspendMark};
 use crate::error::{LockError, LockErrorKind, Result};
-use crate::guard::{GuardView, LockGuard};
+use crate::guard::{Grant, GuardView, LockGuard};
 use crate::metrics as m;
+use crate::multi::MultiGuard;
 use crate::name::LockName;
 use crate::options::AcquireOptions;
 
 /// A distributed lock service: one client of one backend, shared by any number
 /// of tasks. Object safe: `Arc<dyn DistributedLock>` is the usual way to pass
 /// it around and to swap backends.
+///
+/// Locks are not reentrant: a task that holds a name and acquires it again
+/// waits for itself (until its wait runs out).
 ///
 /// ```
 /// # async fn demo() -> Result<(), lock_core::LockError> {
@@ -51,9 +62,99 @@ pub trait DistributedLock: Send + Sync {
     /// no key, node or lease behind (removal may finish in the background).
     async fn acquire(&self, name: &LockName, opts: &AcquireOptions) -> Result<LockGuard>;
 
-    /// What the server says about `name` now, without taking it.
+    /// What the server says about the mutex `name` now, without taking it.
     async fn inspect(&self, name: &LockName) -> Result<LockStatus>;
+
+    /// The mutexes held now whose names start with `prefix` (every one for
+    /// ""), sorted by name, at most `limit`, with their status; an
+    /// [`LockErrorKind::Unsupported`] error where the backend cannot list.
+    async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<(LockName, LockStatus)>>;
 }
+
+/// A read-write lock service: many readers at once, or one writer alone.
+///
+/// Semantics, on every backend that offers it
+/// ([`Capabilities::read_write`]; the others fail with
+/// [`LockErrorKind::Unsupported`]):
+/// - readers share the name with each other, never with a writer;
+/// - a writer is alone, and a waiting writer is not starved by a stream of
+///   new readers (readers that come after a waiting writer wait behind it);
+/// - waiters are served in arrival order where the backend queues
+///   ([`Capabilities::fifo`]);
+/// - every guard carries a fencing token where the backend has them, and a
+///   write guard's token is greater than the token of every read or write
+///   guard granted before it on that name;
+/// - [`downgrade`](ReadWriteLock::downgrade) turns a write guard into a read
+///   guard without letting another writer in; there is no upgrade
+///   ([`upgrade`](ReadWriteLock::upgrade) always fails with
+///   [`LockErrorKind::WouldDeadlock`]: two readers upgrading at once would
+///   wait for each other forever; release and acquire the write side instead).
+///
+/// A name is one kind of lock: the mutex, the read-write lock and the
+/// semaphore of one name are kept apart on the server and do not exclude
+/// each other.
+#[async_trait]
+pub trait ReadWriteLock: DistributedLock {
+    /// One attempt at the read side, no waiting.
+    async fn try_acquire_read(
+        &self,
+        name: &LockName,
+        opts: &AcquireOptions,
+    ) -> Result<Option<LockGuard>>;
+
+    /// Waits up to `opts.wait` for the read side. Cancellation safe.
+    async fn acquire_read(&self, name: &LockName, opts: &AcquireOptions) -> Result<LockGuard>;
+
+    /// One attempt at the write side, no waiting.
+    async fn try_acquire_write(
+        &self,
+        name: &LockName,
+        opts: &AcquireOptions,
+    ) -> Result<Option<LockGuard>>;
+
+    /// Waits up to `opts.wait` for the write side. Cancellation safe.
+    async fn acquire_write(&self, name: &LockName, opts: &AcquireOptions) -> Result<LockGuard>;
+
+    /// Turns a write guard into a read guard (with a new fencing token)
+    /// without any moment in which another writer could get in. On error the
+    /// write guard is released (in the background) and the error returned.
+    async fn downgrade(&self, guard: LockGuard) -> Result<LockGuard>;
+
+    /// Always fails with [`LockErrorKind::WouldDeadlock`] (see the trait
+    /// docs); the read guard is left as it is.
+    async fn upgrade(&self, guard: &LockGuard) -> Result<LockGuard>;
+}
+
+/// A counting semaphore: at most `permits` holders of a name at once, each
+/// with its own lease (TTL, keep-alive, fencing token, loss signal).
+///
+/// Every client of a name must use the same `permits`. Offered where the
+/// backend can keep the count honest ([`Capabilities::semaphore`]); the
+/// others fail with [`LockErrorKind::Unsupported`].
+#[async_trait]
+pub trait Semaphore: DistributedLock {
+    /// One attempt at a permit of `permits`, no waiting.
+    async fn try_acquire_permit(
+        &self,
+        name: &LockName,
+        permits: u32,
+        opts: &AcquireOptions,
+    ) -> Result<Option<LockGuard>>;
+
+    /// Waits up to `opts.wait` for a permit of `permits`. Cancellation safe.
+    async fn acquire_permit(
+        &self,
+        name: &LockName,
+        permits: u32,
+        opts: &AcquireOptions,
+    ) -> Result<LockGuard>;
+}
+
+/// Everything a backend client offers: the mutex, the read-write lock and
+/// the semaphore. What `distlock::connect` returns, as `Arc<dyn LockService>`.
+pub trait LockService: ReadWriteLock + Semaphore {}
+
+impl<T: ReadWriteLock + Semaphore + ?Sized> LockService for T {}
 
 #[async_trait]
 impl<B: LockBackend> DistributedLock for B {
@@ -66,70 +167,220 @@ impl<B: LockBackend> DistributedLock for B {
         name: &LockName,
         opts: &AcquireOptions,
     ) -> Result<Option<LockGuard>> {
-        opts.validate()?;
-        let backend = self.backend_capabilities().backend;
-        let span = tracing::debug_span!("distlock.try_acquire", backend, name = %name);
-        let started = tokio::time::Instant::now();
-        let req = LeaseRequest::new(name.clone(), opts.ttl_value()).with_retry(opts.retry_value());
-        let result = self.try_lock(&req).instrument(span).await;
-        record_attempt(
-            backend,
-            started,
-            &result.as_ref().map(|o| o.as_ref().map(|l| l.contended)),
-        );
-        Ok(result?.map(|lease| {
-            LockGuard::start(
-                lease,
-                name.clone(),
-                opts.ttl_value(),
-                opts.keep_alive_value(),
-                backend,
-            )
-        }))
+        grant(self, name, opts, LockMode::Exclusive, false).await
     }
 
     async fn acquire(&self, name: &LockName, opts: &AcquireOptions) -> Result<LockGuard> {
-        opts.validate()?;
-        let backend = self.backend_capabilities().backend;
-        let span = tracing::debug_span!("distlock.acquire", backend, name = %name);
-        let started = tokio::time::Instant::now();
-        let deadline = started + opts.wait_value();
-        let req = LeaseRequest::new(name.clone(), opts.ttl_value()).with_retry(opts.retry_value());
-        let result = self.lock(&req, deadline).instrument(span).await;
-        record_attempt(
-            backend,
-            started,
-            &result.as_ref().map(|o| o.as_ref().map(|l| l.contended)),
-        );
-        match result? {
-            Some(lease) => Ok(LockGuard::start(
-                lease,
-                name.clone(),
-                opts.ttl_value(),
-                opts.keep_alive_value(),
-                backend,
-            )),
-            None => {
-                metrics::counter!(m::TIMEOUTS, "backend" => backend).increment(1);
-                Err(LockError::new(
-                    LockErrorKind::Timeout,
-                    format!(
-                        "lock {name} is held by another owner; gave up after {:?}",
-                        opts.wait_value()
-                    ),
-                ))
-            }
-        }
+        granted(
+            name,
+            opts,
+            grant(self, name, opts, LockMode::Exclusive, true).await,
+        )
     }
 
     async fn inspect(&self, name: &LockName) -> Result<LockStatus> {
         LockBackend::inspect(self, name).await
     }
+
+    async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<(LockName, LockStatus)>> {
+        LockBackend::list(self, prefix, limit).await
+    }
+}
+
+#[async_trait]
+impl<B: LockBackend> ReadWriteLock for B {
+    async fn try_acquire_read(
+        &self,
+        name: &LockName,
+        opts: &AcquireOptions,
+    ) -> Result<Option<LockGuard>> {
+        grant(self, name, opts, LockMode::Read, false).await
+    }
+
+    async fn acquire_read(&self, name: &LockName, opts: &AcquireOptions) -> Result<LockGuard> {
+        granted(
+            name,
+            opts,
+            grant(self, name, opts, LockMode::Read, true).await,
+        )
+    }
+
+    async fn try_acquire_write(
+        &self,
+        name: &LockName,
+        opts: &AcquireOptions,
+    ) -> Result<Option<LockGuard>> {
+        grant(self, name, opts, LockMode::Write, false).await
+    }
+
+    async fn acquire_write(&self, name: &LockName, opts: &AcquireOptions) -> Result<LockGuard> {
+        granted(
+            name,
+            opts,
+            grant(self, name, opts, LockMode::Write, true).await,
+        )
+    }
+
+    async fn downgrade(&self, guard: LockGuard) -> Result<LockGuard> {
+        if guard.mode() != LockMode::Write {
+            return Err(LockError::invalid(format!(
+                "only a write guard can be downgraded; lock {} is held as {}",
+                guard.name(),
+                guard.mode()
+            )));
+        }
+        let name = guard.name().clone();
+        let span = tracing::debug_span!("distlock.downgrade", backend = self.backend_capabilities().backend, name = %name);
+        let (lease, grant) = guard.downgrade_lease().instrument(span).await?;
+        admit(lease, grant)
+    }
+
+    async fn upgrade(&self, guard: &LockGuard) -> Result<LockGuard> {
+        Err(LockError::new(
+            LockErrorKind::WouldDeadlock,
+            format!(
+                "lock {} cannot be upgraded from {} to write: two readers upgrading at once would wait for each other forever; release the read guard, then acquire the write side",
+                guard.name(),
+                guard.mode()
+            ),
+        ))
+    }
+}
+
+#[async_trait]
+impl<B: LockBackend> Semaphore for B {
+    async fn try_acquire_permit(
+        &self,
+        name: &LockName,
+        permits: u32,
+        opts: &AcquireOptions,
+    ) -> Result<Option<LockGuard>> {
+        grant(self, name, opts, LockMode::Permit { permits }, false).await
+    }
+
+    async fn acquire_permit(
+        &self,
+        name: &LockName,
+        permits: u32,
+        opts: &AcquireOptions,
+    ) -> Result<LockGuard> {
+        granted(
+            name,
+            opts,
+            grant(self, name, opts, LockMode::Permit { permits }, true).await,
+        )
+    }
+}
+
+/// Whether a backend with `caps` offers `mode`; the `Unsupported` error if not.
+fn check_supported(caps: &Capabilities, mode: LockMode) -> Result<()> {
+    let (offered, what) = match mode {
+        LockMode::Exclusive => (true, ""),
+        LockMode::Read | LockMode::Write => (caps.read_write, "read-write locks"),
+        LockMode::Permit { .. } => (caps.semaphore, "semaphores"),
+    };
+    if offered {
+        return Ok(());
+    }
+    Err(LockError::new(
+        LockErrorKind::Unsupported,
+        format!(
+            "the {} backend has no {what}: it cannot keep them honest (see its capabilities)",
+            caps.backend
+        ),
+    ))
+}
+
+/// The one acquire path of every primitive: `wait` = whether to wait up to
+/// `opts.wait` (acquire) or try once (try_acquire). `Ok(None)` = held by
+/// others (after the wait, for `acquire`).
+async fn grant<B: LockBackend + ?Sized>(
+    backend: &B,
+    name: &LockName,
+    opts: &AcquireOptions,
+    mode: LockMode,
+    wait: bool,
+) -> Result<Option<LockGuard>> {
+    opts.validate()?;
+    let caps = backend.backend_capabilities();
+    check_supported(&caps, mode)?;
+    let req = LeaseRequest::new(name.clone(), opts.ttl_value())?
+        .with_retry(opts.retry_value())
+        .with_mode(mode)?;
+    let backend_name = caps.backend;
+    let started = Instant::now();
+    let mark = SuspendMark::now();
+    let result = if wait {
+        let span = tracing::debug_span!("distlock.acquire", backend = backend_name, name = %name, mode = mode.as_str());
+        let deadline = crate::backend::add_saturating(started, opts.wait_value());
+        backend.lock(&req, deadline).instrument(span).await
+    } else {
+        let span = tracing::debug_span!("distlock.try_acquire", backend = backend_name, name = %name, mode = mode.as_str());
+        backend.try_lock(&req).instrument(span).await
+    };
+    record_attempt(
+        backend_name,
+        started,
+        &result.as_ref().map(|o| o.as_ref().map(|l| l.contended)),
+    );
+    let Some(lease) = result? else {
+        if wait {
+            metrics::counter!(m::TIMEOUTS, "backend" => backend_name).increment(1);
+        }
+        return Ok(None);
+    };
+    let grant = Grant {
+        name: name.clone(),
+        mode,
+        ttl: opts.ttl_value(),
+        keep_alive: opts.keep_alive_value(),
+        backend: backend_name,
+        mark,
+    };
+    admit(lease, grant).map(Some)
+}
+
+/// `acquire`'s answer: a timeout error when the wait ran out.
+fn granted(
+    name: &LockName,
+    opts: &AcquireOptions,
+    outcome: Result<Option<LockGuard>>,
+) -> Result<LockGuard> {
+    outcome?.ok_or_else(|| {
+        LockError::new(
+            LockErrorKind::Timeout,
+            format!(
+                "lock {name} is held by another owner; gave up after {:?}",
+                opts.wait_value()
+            ),
+        )
+    })
+}
+
+/// Starts the guard of a granted lease, unless the lease is already past its
+/// validity (a reply slower than the TTL): then it is released in the
+/// background and the caller gets a retryable `Unavailable` error, never a
+/// guard that is born lost.
+fn admit(lease: Lease, grant: Grant) -> Result<LockGuard> {
+    let until = lease
+        .session_until
+        .map_or(lease.valid_until, |s| s.min(lease.valid_until));
+    if clock::corrected(until, grant.mark) <= Instant::now() {
+        let handle = lease.handle;
+        tokio::spawn(async move {
+            let _ = handle.release().await;
+        });
+        return Err(LockError::unavailable(format!(
+            "lock {}: the grant arrived after its validity had passed (the request took longer than the ttl {:?} allows); released it",
+            grant.name, grant.ttl
+        )));
+    }
+    Ok(LockGuard::start(lease, grant))
 }
 
 fn record_attempt(
     backend: &'static str,
-    started: tokio::time::Instant,
+    started: Instant,
     outcome: &std::result::Result<Option<bool>, &LockError>,
 ) {
     let label = match outcome {
@@ -143,6 +394,32 @@ fn record_attempt(
     }
     metrics::histogram!(m::ACQUISITION_TIME, "backend" => backend, "outcome" => label)
         .record(started.elapsed().as_secs_f64());
+}
+
+/// Runs `section` while `guard` holds, then releases it; stops the section
+/// (drops its future) as soon as the lock is lost.
+async fn run_section<F, Fut, T>(guard: LockGuard, section: F) -> Result<T>
+where
+    F: FnOnce(GuardView) -> Fut + Send,
+    Fut: Future<Output = T> + Send,
+    T: Send,
+{
+    let name = guard.name().clone();
+    let lost = guard.lost();
+    let section = section(guard.view());
+    tokio::select! {
+        biased;
+        cause = lost => {
+            drop(guard);
+            Err(LockError::new(LockErrorKind::Lost, format!("lock {name} lost during the critical section: {cause}")))
+        }
+        out = section => {
+            if let Err(err) = guard.release().await {
+                tracing::warn!(name = %name, error = %err, "distlock: release after the critical section failed; the lock expires with its TTL");
+            }
+            Ok(out)
+        }
+    }
 }
 
 /// Helpers on every [`DistributedLock`], including `dyn DistributedLock`.
@@ -183,23 +460,120 @@ pub trait DistributedLockExt: DistributedLock {
     {
         async move {
             let guard = self.acquire(name, opts).await?;
-            let lost = guard.lost();
-            let section = section(guard.view());
-            tokio::select! {
-                biased;
-                cause = lost => {
-                    drop(guard);
-                    Err(LockError::new(LockErrorKind::Lost, format!("lock {name} lost during the critical section: {cause}")))
-                }
-                out = section => {
-                    if let Err(err) = guard.release().await {
-                        tracing::warn!(name = %name, error = %err, "distlock: release after with_lock failed; the lock expires with its TTL");
-                    }
-                    Ok(out)
-                }
-            }
+            run_section(guard, section).await
+        }
+    }
+
+    /// Acquires every name of `names`, all or nothing, in one global order
+    /// (sorted by name, so that two tasks needing overlapping sets never wait
+    /// for each other in a cycle), within one wait of `opts.wait` for the
+    /// whole set. On a timeout or an error everything already taken is
+    /// released (in reverse order) before the error is returned. Duplicate
+    /// or no names are an `InvalidArgument` error.
+    ///
+    /// ```
+    /// # async fn demo() -> Result<(), lock_core::LockError> {
+    /// use lock_core::{AcquireOptions, DistributedLockExt, LockName, MemoryLock};
+    /// let locks = MemoryLock::new();
+    /// let names = [LockName::new("accounts/b")?, LockName::new("accounts/a")?];
+    /// let all = locks.acquire_all(&names, &AcquireOptions::new()).await?;
+    /// assert_eq!(all.names().next().map(|n| n.as_str()), Some("accounts/a"));
+    /// assert!(all.release().await?);
+    /// # Ok(()) }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(demo()).unwrap();
+    /// ```
+    fn acquire_all(
+        &self,
+        names: &[LockName],
+        opts: &AcquireOptions,
+    ) -> impl Future<Output = Result<MultiGuard>> + Send {
+        crate::multi::acquire_all(self, names, opts)
+    }
+
+    /// [`acquire_all`](DistributedLockExt::acquire_all), then `section`, then
+    /// the release of every name; the section stops as soon as any member
+    /// is lost.
+    fn with_all<F, Fut, T>(
+        &self,
+        names: &[LockName],
+        opts: &AcquireOptions,
+        section: F,
+    ) -> impl Future<Output = Result<T>> + Send
+    where
+        F: FnOnce(Vec<GuardView>) -> Fut + Send,
+        Fut: Future<Output = T> + Send,
+        T: Send,
+    {
+        async move {
+            let all = self.acquire_all(names, opts).await?;
+            all.run(section).await
         }
     }
 }
 
 impl<L: DistributedLock + ?Sized> DistributedLockExt for L {}
+
+/// Helpers on every [`ReadWriteLock`], including `dyn ReadWriteLock`.
+pub trait ReadWriteLockExt: ReadWriteLock {
+    /// [`DistributedLockExt::with_lock`] for the read side.
+    fn with_read<F, Fut, T>(
+        &self,
+        name: &LockName,
+        opts: &AcquireOptions,
+        section: F,
+    ) -> impl Future<Output = Result<T>> + Send
+    where
+        F: FnOnce(GuardView) -> Fut + Send,
+        Fut: Future<Output = T> + Send,
+        T: Send,
+    {
+        async move {
+            let guard = self.acquire_read(name, opts).await?;
+            run_section(guard, section).await
+        }
+    }
+
+    /// [`DistributedLockExt::with_lock`] for the write side.
+    fn with_write<F, Fut, T>(
+        &self,
+        name: &LockName,
+        opts: &AcquireOptions,
+        section: F,
+    ) -> impl Future<Output = Result<T>> + Send
+    where
+        F: FnOnce(GuardView) -> Fut + Send,
+        Fut: Future<Output = T> + Send,
+        T: Send,
+    {
+        async move {
+            let guard = self.acquire_write(name, opts).await?;
+            run_section(guard, section).await
+        }
+    }
+}
+
+impl<L: ReadWriteLock + ?Sized> ReadWriteLockExt for L {}
+
+/// Helpers on every [`Semaphore`], including `dyn Semaphore`.
+pub trait SemaphoreExt: Semaphore {
+    /// [`DistributedLockExt::with_lock`] for one permit of `permits`.
+    fn with_permit<F, Fut, T>(
+        &self,
+        name: &LockName,
+        permits: u32,
+        opts: &AcquireOptions,
+        section: F,
+    ) -> impl Future<Output = Result<T>> + Send
+    where
+        F: FnOnce(GuardView) -> Fut + Send,
+        Fut: Future<Output = T> + Send,
+        T: Send,
+    {
+        async move {
+            let guard = self.acquire_permit(name, permits, opts).await?;
+            run_section(guard, section).await
+        }
+    }
+}
+
+impl<L: Semaphore + ?Sized> SemaphoreExt for L {}

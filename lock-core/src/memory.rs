@@ -1,10 +1,12 @@
 //! `MemoryLock`: the in-process backend with the full semantics.
 //!
 //! TTL expiry on the monotonic clock, fencing tokens, FIFO waiting without
-//! polling (each waiter has its own wake-up; the head also wakes at the
-//! holder's expiry), and a loss event when a lock is removed behind its
-//! holder. It is the embedded default for single-process use, the backend for
-//! users' unit tests, and the proof that the conformance suite is right.
+//! polling (each waiter has its own wake-up; waiters also wake at the
+//! earliest expiry of a holder that blocks them), a loss event when a lock
+//! is removed behind its holder, and every primitive: the mutex, the
+//! read-write lock (writer preference, downgrade) and the semaphore. It is
+//! the embedded default for single-process use, the backend for users' unit
+//! tests, and the proof that the conformance suite is right.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -15,10 +17,11 @@ use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
 use crate::backend::{
-    Lease, LeaseEvent, LeaseHandle, LeaseRequest, LockBackend, LockStatus, Renewal,
+    add_saturating, Lease, LeaseEvent, LeaseHandle, LeaseRequest, LockBackend, LockMode,
+    LockStatus, Renewal,
 };
 use crate::capabilities::{Capabilities, Fencing};
-use crate::error::Result;
+use crate::error::{LockError, LockErrorKind, Result};
 use crate::fencing::FencingToken;
 use crate::guard::LossCause;
 use crate::name::LockName;
@@ -47,38 +50,107 @@ struct Shared {
     state: Mutex<State>,
 }
 
+/// The three kinds of lock a name can be; each keeps its own state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Kind {
+    Mutex,
+    ReadWrite,
+    Semaphore,
+}
+
+impl Kind {
+    fn of(mode: LockMode) -> Self {
+        match mode {
+            LockMode::Read | LockMode::Write => Self::ReadWrite,
+            LockMode::Permit { .. } => Self::Semaphore,
+            _ => Self::Mutex,
+        }
+    }
+}
+
 #[derive(Default)]
 struct State {
-    locks: HashMap<LockName, Entry>,
+    locks: HashMap<(LockName, Kind), Entry>,
     next_id: u64,
 }
 
 #[derive(Default)]
 struct Entry {
-    holder: Option<Holder>,
+    holders: BTreeMap<u64, Holder>,
     /// Fencing counter: never reset, so tokens keep increasing.
     counter: u64,
     /// FIFO queue of waiters by ticket; each has its own wake-up.
-    waiters: BTreeMap<u64, Arc<Notify>>,
+    waiters: BTreeMap<u64, Waiter>,
 }
 
 struct Holder {
-    owner: u64,
+    mode: LockMode,
     expires: Instant,
+    token: u64,
     events: mpsc::UnboundedSender<LeaseEvent>,
+}
+
+struct Waiter {
+    mode: LockMode,
+    notify: Arc<Notify>,
+}
+
+/// Whether a lease of `mode` held already blocks a newcomer of `wanted`.
+fn conflicts(held: LockMode, wanted: LockMode) -> bool {
+    !matches!(
+        (held, wanted),
+        (LockMode::Read, LockMode::Read) | (LockMode::Permit { .. }, LockMode::Permit { .. })
+    )
 }
 
 impl Entry {
     fn purge_expired(&mut self, now: Instant) {
-        if self.holder.as_ref().is_some_and(|h| h.expires <= now) {
-            self.holder = None;
+        self.holders.retain(|_, h| h.expires > now);
+    }
+
+    /// Whether `mode` may be granted now to a contender behind the waiters
+    /// `ahead` (FIFO, with writer preference: a reader waits behind a
+    /// waiting writer).
+    fn grantable(&self, mode: LockMode, ahead: &[LockMode]) -> bool {
+        match mode {
+            LockMode::Permit { permits } => {
+                ahead.is_empty()
+                    && self.holders.len() < usize::try_from(permits).unwrap_or(usize::MAX)
+            }
+            LockMode::Read => {
+                !ahead.contains(&LockMode::Write)
+                    && !self.holders.values().any(|h| conflicts(h.mode, mode))
+            }
+            _ => ahead.is_empty() && self.holders.is_empty(),
         }
     }
 
-    fn wake_head(&self) {
-        if let Some(n) = self.waiters.values().next() {
-            n.notify_one();
+    /// The modes of the waiters before `ticket` (all of them for `None`).
+    fn ahead_of(&self, ticket: Option<u64>) -> Vec<LockMode> {
+        self.waiters
+            .range(..ticket.unwrap_or(u64::MAX))
+            .map(|(_, w)| w.mode)
+            .collect()
+    }
+
+    /// Wakes every waiter that could be granted now (they re-check in order).
+    fn wake_eligible(&self) {
+        let mut ahead = Vec::new();
+        for waiter in self.waiters.values() {
+            if self.grantable(waiter.mode, &ahead) {
+                waiter.notify.notify_one();
+            }
+            ahead.push(waiter.mode);
         }
+    }
+
+    /// The earliest expiry among the holders.
+    fn next_expiry(&self) -> Option<Instant> {
+        self.holders.values().map(|h| h.expires).min()
+    }
+
+    fn is_idle(&self) -> bool {
+        self.holders.is_empty() && self.waiters.is_empty()
     }
 }
 
@@ -92,26 +164,30 @@ impl MemoryLock {
         self.shared.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Removes the lock `name` behind its holder's back (an operator deleting
-    /// the key): the holder's guard gets a loss event at once. Returns whether
-    /// it was held. For tests of loss handling.
+    /// Removes every lease on `name` (mutex, read-write lock and semaphore)
+    /// behind its holders' backs (an operator deleting the keys): their
+    /// guards get a loss event at once. Returns whether any was held. For
+    /// tests of loss handling.
     pub fn force_release(&self, name: &LockName) -> bool {
+        let now = Instant::now();
         let mut st = self.state();
-        let Some(entry) = st.locks.get_mut(name) else {
-            return false;
-        };
-        entry.purge_expired(Instant::now());
-        match entry.holder.take() {
-            Some(holder) => {
+        let mut any = false;
+        for kind in [Kind::Mutex, Kind::ReadWrite, Kind::Semaphore] {
+            let Some(entry) = st.locks.get_mut(&(name.clone(), kind)) else {
+                continue;
+            };
+            entry.purge_expired(now);
+            for (_, holder) in std::mem::take(&mut entry.holders) {
                 let _ = holder.events.send(LeaseEvent::Lost(LossCause::NotOwner));
-                entry.wake_head();
-                true
+                any = true;
             }
-            None => false,
+            entry.wake_eligible();
         }
+        any
     }
 
-    /// The number of names with a holder or waiters now (for leak checks).
+    /// The number of names with a holder or waiters now, over every kind of
+    /// lock (for leak checks).
     pub fn active_names(&self) -> usize {
         let now = Instant::now();
         let mut st = self.state();
@@ -119,70 +195,104 @@ impl MemoryLock {
             .values_mut()
             .map(|e| {
                 e.purge_expired(now);
-                e.holder.is_some() || !e.waiters.is_empty()
+                !e.is_idle()
             })
             .filter(|active| *active)
             .count()
     }
 
-    /// Takes the lock if it is free and `ticket` (if any) is at the head of the queue.
+    /// Holders and waiters of `name` over every kind of lock, for leak checks.
+    pub fn occupancy(&self, name: &LockName) -> (usize, usize) {
+        let now = Instant::now();
+        let mut st = self.state();
+        let mut holders = 0;
+        let mut waiters = 0;
+        for kind in [Kind::Mutex, Kind::ReadWrite, Kind::Semaphore] {
+            if let Some(entry) = st.locks.get_mut(&(name.clone(), kind)) {
+                entry.purge_expired(now);
+                holders += entry.holders.len();
+                waiters += entry.waiters.len();
+            }
+        }
+        (holders, waiters)
+    }
+
+    /// Grants `mode` on `name` if it is grantable for `ticket` (a queued
+    /// waiter) or a newcomer (`None`).
     fn grab(&self, req: &LeaseRequest, ticket: Option<u64>) -> Option<Lease> {
         let now = Instant::now();
         let mut st = self.state();
         st.next_id += 1;
         let owner = st.next_id;
-        let entry = st.locks.entry(req.name.clone()).or_default();
+        let key = (req.name.clone(), Kind::of(req.mode));
+        let entry = st.locks.entry(key).or_default();
         entry.purge_expired(now);
-        let head = entry.waiters.keys().next().copied();
-        let our_turn = match ticket {
-            Some(t) => head == Some(t),
-            None => head.is_none(),
-        };
-        if entry.holder.is_some() || !our_turn {
+        let ahead = entry.ahead_of(ticket);
+        if !entry.grantable(req.mode, &ahead) {
             return None;
         }
         if let Some(t) = ticket {
             entry.waiters.remove(&t);
-            // The next waiter recomputes its wake-up against the new holder's expiry.
-            entry.wake_head();
         }
+        let lease = self.hold(entry, &req.name, req.mode, owner, req.ttl, now);
+        // Readers and permits behind this one may be grantable too.
+        entry.wake_eligible();
+        Some(lease)
+    }
+
+    /// Records a holder of `mode` and builds its lease.
+    fn hold(
+        &self,
+        entry: &mut Entry,
+        name: &LockName,
+        mode: LockMode,
+        owner: u64,
+        ttl: Duration,
+        now: Instant,
+    ) -> Lease {
         entry.counter += 1;
-        let token = FencingToken::new(entry.counter);
-        let expires = now + req.ttl;
+        let token = entry.counter;
+        let expires = add_saturating(now, ttl);
         let (tx, rx) = mpsc::unbounded_channel();
-        entry.holder = Some(Holder {
+        entry.holders.insert(
             owner,
-            expires,
-            events: tx,
-        });
+            Holder {
+                mode,
+                expires,
+                token,
+                events: tx,
+            },
+        );
         let handle = MemoryLease {
             lock: self.clone(),
-            name: req.name.clone(),
+            key: (name.clone(), Kind::of(mode)),
             owner,
         };
         let events =
             futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|e| (e, rx)) });
-        Some(
-            Lease::new(Box::new(handle), expires)
-                .with_token(Some(token))
-                .with_events(Box::pin(events)),
-        )
+        Lease::new(Box::new(handle), expires)
+            .with_token(Some(FencingToken::new(token)))
+            .with_events(Box::pin(events))
     }
 }
 
 /// Removes a waiter's ticket when its acquire ends or is dropped.
 struct Ticket<'a> {
     lock: &'a MemoryLock,
-    name: &'a LockName,
+    key: (LockName, Kind),
     id: u64,
 }
 
 impl Drop for Ticket<'_> {
     fn drop(&mut self) {
         let mut st = self.lock.state();
-        if let Some(entry) = st.locks.get_mut(self.name) {
+        if let Some(entry) = st.locks.get_mut(&self.key) {
             if entry.waiters.remove(&self.id).is_some() {
-                entry.wake_head();
+                // A writer that gives up may unblock the readers behind it.
+                entry.wake_eligible();
+            }
+            if entry.is_idle() && entry.counter == 0 {
+                st.locks.remove(&self.key);
             }
         }
     }
@@ -196,6 +306,8 @@ impl LockBackend for MemoryLock {
             .with_fifo(true)
             .with_loss_events(true)
             .with_notified_wait(true)
+            .with_read_write(true)
+            .with_semaphore(true)
             .with_fault_tolerance("not applicable: one process")
     }
 
@@ -207,21 +319,24 @@ impl LockBackend for MemoryLock {
         if let Some(lease) = self.grab(req, None) {
             return Ok(Some(lease));
         }
+        let key = (req.name.clone(), Kind::of(req.mode));
         let notify = Arc::new(Notify::new());
         let id = {
             let mut st = self.state();
             st.next_id += 1;
             let id = st.next_id;
-            st.locks
-                .entry(req.name.clone())
-                .or_default()
-                .waiters
-                .insert(id, notify.clone());
+            st.locks.entry(key.clone()).or_default().waiters.insert(
+                id,
+                Waiter {
+                    mode: req.mode,
+                    notify: notify.clone(),
+                },
+            );
             id
         };
         let _ticket = Ticket {
             lock: self,
-            name: &req.name,
+            key: key.clone(),
             id,
         };
         loop {
@@ -232,17 +347,13 @@ impl LockBackend for MemoryLock {
             if now >= deadline {
                 return Ok(None);
             }
-            // The head waiter also wakes when the holder's lease runs out.
-            let wake = {
-                let st = self.state();
-                st.locks
-                    .get(&req.name)
-                    .and_then(|e| {
-                        let is_head = e.waiters.keys().next() == Some(&id);
-                        e.holder.as_ref().filter(|_| is_head).map(|h| h.expires)
-                    })
-                    .map_or(deadline, |exp| exp.min(deadline))
-            };
+            // Also wake when a holder's lease runs out.
+            let wake = self
+                .state()
+                .locks
+                .get(&key)
+                .and_then(Entry::next_expiry)
+                .map_or(deadline, |exp| exp.min(deadline));
             tokio::select! {
                 _ = notify.notified() => {}
                 _ = tokio::time::sleep_until(wake) => {}
@@ -253,21 +364,57 @@ impl LockBackend for MemoryLock {
     async fn inspect(&self, name: &LockName) -> Result<LockStatus> {
         let now = Instant::now();
         let mut st = self.state();
-        let Some(entry) = st.locks.get_mut(name) else {
+        let Some(entry) = st.locks.get_mut(&(name.clone(), Kind::Mutex)) else {
             return Ok(LockStatus::new(false).with_waiters(Some(0)));
         };
         entry.purge_expired(now);
-        let token = (entry.counter > 0).then(|| FencingToken::new(entry.counter));
-        Ok(LockStatus::new(entry.holder.is_some())
+        let holder = entry.holders.values().next();
+        let token = holder
+            .map(|h| h.token)
+            .or((entry.counter > 0).then_some(entry.counter))
+            .map(FencingToken::new);
+        Ok(LockStatus::new(holder.is_some())
             .with_token(token)
-            .with_ttl_remaining(entry.holder.as_ref().map(|h| h.expires - now))
-            .with_waiters(Some(entry.waiters.len())))
+            .with_ttl_remaining(holder.map(|h| h.expires - now))
+            .with_waiters(Some(entry.waiters.len()))
+            .with_owner(
+                entry
+                    .holders
+                    .keys()
+                    .next()
+                    .map(|o| format!("memory-owner-{o}")),
+            ))
+    }
+
+    async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<(LockName, LockStatus)>> {
+        let mut names: Vec<LockName> = {
+            let now = Instant::now();
+            let mut st = self.state();
+            st.locks
+                .iter_mut()
+                .filter(|((name, kind), _)| {
+                    *kind == Kind::Mutex && name.as_str().starts_with(prefix)
+                })
+                .filter_map(|((name, _), entry)| {
+                    entry.purge_expired(now);
+                    (!entry.holders.is_empty()).then(|| name.clone())
+                })
+                .collect()
+        };
+        names.sort();
+        names.truncate(limit);
+        let mut out = Vec::with_capacity(names.len());
+        for name in names {
+            let status = LockBackend::inspect(self, &name).await?;
+            out.push((name, status));
+        }
+        Ok(out)
     }
 }
 
 struct MemoryLease {
     lock: MemoryLock,
-    name: LockName,
+    key: (LockName, Kind),
     owner: u64,
 }
 
@@ -276,34 +423,70 @@ impl LeaseHandle for MemoryLease {
     async fn renew(&self, ttl: Duration) -> Result<Renewal> {
         let now = Instant::now();
         let mut st = self.lock.state();
-        let Some(entry) = st.locks.get_mut(&self.name) else {
+        let Some(entry) = st.locks.get_mut(&self.key) else {
             return Ok(Renewal::Gone);
         };
         entry.purge_expired(now);
-        match entry.holder.as_mut() {
-            Some(h) if h.owner == self.owner => {
-                h.expires = now + ttl;
+        match entry.holders.get_mut(&self.owner) {
+            Some(h) => {
+                h.expires = add_saturating(now, ttl);
                 Ok(Renewal::Renewed {
                     valid_until: h.expires,
                 })
             }
-            _ => Ok(Renewal::Gone),
+            None => Ok(Renewal::Gone),
         }
     }
 
     async fn release(&self) -> Result<bool> {
         let now = Instant::now();
         let mut st = self.lock.state();
-        let Some(entry) = st.locks.get_mut(&self.name) else {
+        let Some(entry) = st.locks.get_mut(&self.key) else {
             return Ok(false);
         };
-        let ours = entry.holder.as_ref().is_some_and(|h| h.owner == self.owner);
-        if !ours {
+        let Some(holder) = entry.holders.remove(&self.owner) else {
             return Ok(false);
+        };
+        entry.wake_eligible();
+        Ok(holder.expires > now)
+    }
+
+    async fn downgrade(&self, ttl: Duration) -> Result<Lease> {
+        let now = Instant::now();
+        let mut st = self.lock.state();
+        st.next_id += 1;
+        let owner = st.next_id;
+        let entry = st
+            .locks
+            .get_mut(&self.key)
+            .ok_or_else(|| lost(&self.key.0))?;
+        entry.purge_expired(now);
+        match entry.holders.get(&self.owner) {
+            Some(h) if h.mode == LockMode::Write => {}
+            Some(_) => return Err(LockError::invalid("only a write lease can be downgraded")),
+            None => return Err(lost(&self.key.0)),
         }
-        let live = entry.holder.as_ref().is_some_and(|h| h.expires > now);
-        entry.holder = None;
-        entry.wake_head();
-        Ok(live)
+        // Both at once: the read side is ours before the write side goes.
+        entry.holders.remove(&self.owner);
+        let lease = self
+            .lock
+            .hold(entry, &self.key.0, LockMode::Read, owner, ttl, now);
+        entry.wake_eligible();
+        Ok(lease)
+    }
+}
+
+fn lost(name: &LockName) -> LockError {
+    LockError::new(
+        LockErrorKind::Lost,
+        format!("lock {name} is no longer held"),
+    )
+}
+
+impl std::fmt::Debug for MemoryLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryLock")
+            .field("active_names", &self.active_names())
+            .finish()
     }
 }

@@ -10,6 +10,11 @@ use crate::error::LockError;
 /// (a crashed holder would block everyone for that long).
 pub const MAX_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 
+/// The shortest TTL accepted: 10 ms. A lease's validity is its TTL minus the
+/// clock-drift allowance ([`crate::drift`]: 1% + 2 ms) minus the time the
+/// request took; below this there is nothing left to hold the lock with.
+pub const MIN_TTL: Duration = Duration::from_millis(10);
+
 /// The longest wait accepted by [`AcquireOptions::wait`]: one day.
 pub const MAX_WAIT: Duration = Duration::from_secs(24 * 60 * 60);
 
@@ -166,22 +171,11 @@ impl AcquireOptions {
         }
     }
 
-    /// Checks the options: TTL in `1 ms ..= MAX_TTL`, wait at most
+    /// Checks the options: TTL in [`MIN_TTL`]` ..= `[`MAX_TTL`], wait at most
     /// [`MAX_WAIT`], keep-alive interval positive and below the TTL, retry
     /// delays ordered.
     pub fn validate(&self) -> Result<(), LockError> {
-        if self.ttl < Duration::from_millis(1) {
-            return Err(LockError::invalid(format!(
-                "ttl {:?} is too short; at least 1 ms",
-                self.ttl
-            )));
-        }
-        if self.ttl > MAX_TTL {
-            return Err(LockError::invalid(format!(
-                "ttl {:?} is longer than the maximum {:?}",
-                self.ttl, MAX_TTL
-            )));
-        }
+        check_ttl(self.ttl)?;
         if self.wait > MAX_WAIT {
             return Err(LockError::invalid(format!(
                 "wait {:?} is longer than the maximum {:?}",
@@ -202,8 +196,29 @@ impl AcquireOptions {
         if self.retry.min_delay > self.retry.max_delay {
             return Err(LockError::invalid("retry min_delay is above max_delay"));
         }
+        if self.retry.max_delay > MAX_WAIT {
+            return Err(LockError::invalid(format!(
+                "retry max_delay {:?} is longer than the maximum wait {MAX_WAIT:?}",
+                self.retry.max_delay
+            )));
+        }
         Ok(())
     }
+}
+
+/// Checks a lease TTL: [`MIN_TTL`]` ..= `[`MAX_TTL`], with an error that says the bound.
+pub(crate) fn check_ttl(ttl: Duration) -> Result<(), LockError> {
+    if ttl < MIN_TTL {
+        return Err(LockError::invalid(format!(
+            "ttl {ttl:?} is too short to leave any validity after the clock-drift allowance; the minimum is {MIN_TTL:?}"
+        )));
+    }
+    if ttl > MAX_TTL {
+        return Err(LockError::invalid(format!(
+            "ttl {ttl:?} is longer than the maximum {MAX_TTL:?}"
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -216,6 +231,13 @@ mod tests {
             .ttl(Duration::ZERO)
             .validate()
             .is_err());
+        let msg = AcquireOptions::new()
+            .ttl(Duration::from_millis(3))
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("minimum is 10ms"), "{msg}");
+        assert!(AcquireOptions::new().ttl(MIN_TTL).validate().is_ok());
         assert!(AcquireOptions::new()
             .ttl(MAX_TTL + Duration::from_secs(1))
             .validate()

@@ -344,3 +344,116 @@ async fn confirmations_keep_a_keep_alive_off_guard_for_its_own_ttl() {
     assert_eq!(script.renewals.load(Ordering::SeqCst), 0);
     pump.abort();
 }
+
+/// An extend to a SHORTER ttl whose reply is lost may have been applied by
+/// the server: the guard must not keep its old, longer validity.
+#[tokio::test]
+async fn unanswered_extend_to_shorter_ttl_caps_validity() {
+    let (_script, backend) = setup(&[Answer::Fail]);
+    let g = backend
+        .acquire(
+            &name(),
+            &AcquireOptions::new()
+                .ttl(Duration::from_secs(30))
+                .keep_alive(false),
+        )
+        .await
+        .unwrap();
+    let before = Instant::now();
+    let short = Duration::from_millis(200);
+    let err = g.extend(short).await.unwrap_err();
+    assert_eq!(err.kind(), LockErrorKind::Unavailable);
+    let until = g.valid_until().expect("still within the shorter validity");
+    assert!(
+        until <= before + short + Duration::from_millis(20),
+        "validity {:?} after the request, longer than the {short:?} the server may have set",
+        until - before
+    );
+    assert!(
+        matches!(g.state(), GuardState::Suspended { .. }),
+        "{:?}",
+        g.state()
+    );
+    let cause = tokio::time::timeout(Duration::from_secs(2), g.lost())
+        .await
+        .expect("lost once the shorter ttl ran out");
+    assert_eq!(cause, LossCause::Expired);
+}
+
+/// A renewal that fails with the SAME ttl changes nothing but the state.
+#[tokio::test]
+async fn failed_keep_alive_keeps_its_validity() {
+    let (_script, backend) = setup(&[Answer::Fail]);
+    let g = backend
+        .acquire(&name(), &AcquireOptions::new().ttl(Duration::from_secs(3)))
+        .await
+        .unwrap();
+    let until = g.valid_until().unwrap();
+    let mut states = g.subscribe();
+    states
+        .wait_for(|s| matches!(s, GuardState::Suspended { .. }))
+        .await
+        .unwrap();
+    assert_eq!(g.valid_until(), Some(until));
+}
+
+/// A backend whose grant arrives after the lease's validity already passed.
+struct LateGrant(Arc<Script>);
+
+#[async_trait]
+impl LockBackend for LateGrant {
+    fn backend_capabilities(&self) -> Capabilities {
+        Capabilities::new("late")
+    }
+    async fn try_lock(&self, req: &LeaseRequest) -> Result<Option<Lease>> {
+        let sent = Instant::now();
+        tokio::time::sleep(req.ttl + Duration::from_millis(5)).await;
+        Ok(Some(Lease::new(
+            Box::new(Scripted(self.0.clone())),
+            lock_core::validity(sent, req.ttl),
+        )))
+    }
+    async fn inspect(&self, _name: &LockName) -> Result<LockStatus> {
+        Ok(LockStatus::new(false))
+    }
+}
+
+/// No guard is ever born lost: a grant past its validity is released and
+/// reported as a retryable error.
+#[tokio::test]
+async fn grant_past_its_validity_is_an_error_not_a_lost_guard() {
+    let script = Arc::new(Script::default());
+    let backend = LateGrant(script.clone());
+    let err = backend
+        .try_acquire(
+            &name(),
+            &AcquireOptions::new().ttl(Duration::from_millis(20)),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), LockErrorKind::Unavailable, "{err}");
+    assert!(err.is_retryable());
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(
+        script.releases.load(Ordering::SeqCst),
+        1,
+        "the late lease is released"
+    );
+}
+
+/// A TTL too short for any validity is refused with the minimum.
+#[tokio::test]
+async fn too_short_ttl_names_the_minimum() {
+    let (_script, backend) = setup(&[]);
+    let err = backend
+        .try_acquire(
+            &name(),
+            &AcquireOptions::new().ttl(Duration::from_millis(2)),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), LockErrorKind::InvalidArgument);
+    assert!(err.to_string().contains("minimum is 10ms"), "{err}");
+    assert!(LeaseRequest::new(name(), Duration::from_millis(2)).is_err());
+    assert!(LeaseRequest::new(name(), Duration::MAX).is_err());
+}

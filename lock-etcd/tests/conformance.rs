@@ -1,24 +1,22 @@
 //! The whole conformance suite against a real etcd (the testbed's shared
 //! single member), with a 2 s session lease and 2 s guard TTL.
 
+use std::net::SocketAddr;
 use std::process::ExitCode;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{DeleteOptions, GetOptions};
-use lock_conformance::testbed::{shared_etcd, Proxy};
+use lock_conformance::testbed::shared_etcd;
 use lock_conformance::{async_trait, Harness};
-use lock_core::{Capabilities, DistributedLock, Fencing, LockError, LockName};
+use lock_core::{Capabilities, Fencing, LockError, LockName, LockService};
 use lock_etcd::{EtcdConfig, EtcdLock};
 
 const TTL: Duration = Duration::from_secs(2);
-const UNREACHABLE_TIMEOUT: Duration = Duration::from_secs(1);
 
 struct Etcd {
     endpoints: Vec<String>,
     admin: etcd_client::Client,
-    /// Blackholed proxies handed out by `unreachable_client`, kept open until the end.
-    proxies: Mutex<Vec<Proxy>>,
 }
 
 impl Etcd {
@@ -29,11 +27,7 @@ impl Etcd {
         let admin = etcd_client::Client::connect(&endpoints, None)
             .await
             .unwrap_or_else(|e| panic!("admin client for {endpoints:?}: {e}"));
-        Etcd {
-            endpoints,
-            admin,
-            proxies: Mutex::new(Vec::new()),
-        }
+        Etcd { endpoints, admin }
     }
 
     fn config(&self) -> EtcdConfig {
@@ -49,7 +43,7 @@ impl Etcd {
 
 #[async_trait]
 impl Harness for Etcd {
-    async fn client(&self) -> Arc<dyn DistributedLock> {
+    async fn client(&self) -> Arc<dyn LockService> {
         Arc::new(
             EtcdLock::connect(self.config())
                 .await
@@ -85,19 +79,23 @@ impl Harness for Etcd {
             .collect()
     }
 
-    async fn unreachable_client(&self) -> (Result<Arc<dyn DistributedLock>, LockError>, Duration) {
-        let upstream = self.endpoints[0].parse().expect("endpoint is host:port");
-        let proxy = Proxy::start(upstream).expect("start a proxy");
-        proxy.blackhole();
-        let config = EtcdConfig::new([proxy.addr().to_string()])
+    fn upstreams(&self) -> Vec<SocketAddr> {
+        self.endpoints
+            .iter()
+            .map(|e| e.parse().expect("endpoint is host:port"))
+            .collect()
+    }
+
+    async fn client_at(
+        &self,
+        addrs: &[SocketAddr],
+        timeout: Duration,
+    ) -> Result<Arc<dyn LockService>, LockError> {
+        let config = EtcdConfig::new(addrs.iter().map(ToString::to_string))
             .with_lease_ttl(TTL)
-            .with_connect_timeout(UNREACHABLE_TIMEOUT)
-            .with_request_timeout(UNREACHABLE_TIMEOUT);
-        self.proxies.lock().unwrap().push(proxy);
-        let made = EtcdLock::connect(config)
-            .await
-            .map(|c| Arc::new(c) as Arc<dyn DistributedLock>);
-        (made, UNREACHABLE_TIMEOUT)
+            .with_connect_timeout(timeout)
+            .with_request_timeout(timeout);
+        Ok(Arc::new(EtcdLock::connect(config).await?))
     }
 }
 

@@ -1,22 +1,18 @@
 //! The whole conformance suite against a real redis-server (the testbed's
 //! shared one), each client with its own connections.
 
+use std::net::SocketAddr;
 use std::process::ExitCode;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use lock_conformance::{async_trait, Harness};
-use lock_core::{Capabilities, DistributedLock, Fencing, LockError, LockName};
+use lock_core::{Capabilities, Fencing, LockError, LockName, LockService};
 use lock_redis::{Keys, RedisLock, RedisLockConfig};
-use lock_testbed::{shared_redis, Proxy, RedisServer, RespValue};
-
-/// Timeouts of the client behind the blackholed proxy.
-const UNREACHABLE_TIMEOUT: Duration = Duration::from_millis(300);
+use lock_testbed::{shared_redis, RedisServer, RespValue};
 
 struct Redis {
     server: &'static RedisServer,
-    /// Proxies of unreachable clients: kept alive as long as the clients.
-    proxies: Mutex<Vec<Proxy>>,
 }
 
 impl Redis {
@@ -45,7 +41,7 @@ impl Redis {
 
 #[async_trait]
 impl Harness for Redis {
-    async fn client(&self) -> Arc<dyn DistributedLock> {
+    async fn client(&self) -> Arc<dyn LockService> {
         let client = RedisLock::connect(self.config())
             .await
             .unwrap_or_else(|e| panic!("connect to {}: {e}", self.server.url()));
@@ -78,21 +74,20 @@ impl Harness for Redis {
         left
     }
 
-    async fn unreachable_client(&self) -> (Result<Arc<dyn DistributedLock>, LockError>, Duration) {
-        // Connect through a healthy proxy, then blackhole it: the acquire path
-        // (request timeout, clean-up of the unanswered SET) is what is tested.
-        // (tests/faults.rs covers a connect to a blackholed server.)
-        let proxy = Proxy::start(self.server.addr()).expect("proxy");
-        let config = RedisLockConfig::new(proxy.redis_url())
-            .connect_timeout(UNREACHABLE_TIMEOUT)
-            .request_timeout(UNREACHABLE_TIMEOUT);
-        let client = RedisLock::connect(config).await;
-        proxy.blackhole();
-        self.proxies.lock().unwrap().push(proxy);
-        (
-            client.map(|c| Arc::new(c) as Arc<dyn DistributedLock>),
-            UNREACHABLE_TIMEOUT,
-        )
+    fn upstreams(&self) -> Vec<SocketAddr> {
+        vec![self.server.addr()]
+    }
+
+    async fn client_at(
+        &self,
+        addrs: &[SocketAddr],
+        timeout: Duration,
+    ) -> Result<Arc<dyn LockService>, LockError> {
+        let config = RedisLockConfig::new(format!("redis://{}/", addrs[0]))
+            .connect_timeout(timeout)
+            .request_timeout(timeout);
+        let client = RedisLock::connect(config).await?;
+        Ok(Arc::new(client))
     }
 }
 
@@ -108,10 +103,7 @@ fn main() -> ExitCode {
         || async {
             let server =
                 shared_redis().unwrap_or_else(|e| panic!("starting the shared redis-server: {e}"));
-            Redis {
-                server,
-                proxies: Mutex::new(Vec::new()),
-            }
+            Redis { server }
         },
         expected,
     )

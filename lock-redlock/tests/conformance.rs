@@ -3,13 +3,14 @@
 //! tokens); `capabilities_as_declared` checks that the backend reports
 //! exactly what is declared here.
 
+use std::net::SocketAddr;
 use std::process::ExitCode;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use lock_conformance::testbed::{shared_redis_set, Proxy, RedisSet, RespValue};
+use lock_conformance::testbed::{shared_redis_set, RedisSet, RespValue};
 use lock_conformance::{async_trait, Harness};
-use lock_core::{Capabilities, DistributedLock, Fencing, LockError, LockName};
+use lock_core::{Capabilities, Fencing, LockError, LockName, LockService};
 use lock_redlock::{RedlockConfig, RedlockLock};
 
 /// The per-node timeout of the suite's clients: above the default 50 ms,
@@ -18,13 +19,8 @@ use lock_redlock::{RedlockConfig, RedlockLock};
 /// tests use the default).
 const NODE_TIMEOUT: Duration = Duration::from_millis(200);
 
-/// The connect timeout of the unreachable client: the bound the suite checks.
-const UNREACHABLE_CONNECT_TIMEOUT: Duration = Duration::from_millis(300);
-
 struct Redlock {
     set: &'static RedisSet,
-    /// Blackholed proxies of `unreachable_client`, kept open until the end.
-    proxies: Mutex<Vec<Proxy>>,
 }
 
 impl Redlock {
@@ -50,7 +46,7 @@ impl Redlock {
 
 #[async_trait]
 impl Harness for Redlock {
-    async fn client(&self) -> Arc<dyn DistributedLock> {
+    async fn client(&self) -> Arc<dyn LockService> {
         let lock = RedlockLock::connect(
             RedlockConfig::new(self.set.urls()).with_node_timeout(NODE_TIMEOUT),
         )
@@ -79,24 +75,20 @@ impl Harness for Redlock {
             .collect()
     }
 
-    /// Every node behind a blackholed proxy: connects succeed, nothing answers.
-    async fn unreachable_client(&self) -> (Result<Arc<dyn DistributedLock>, LockError>, Duration) {
-        let proxies: Vec<Proxy> = self
-            .set
-            .addrs()
-            .into_iter()
-            .map(|a| Proxy::start(a).expect("start a proxy"))
-            .collect();
-        for p in &proxies {
-            p.blackhole();
-        }
-        let urls: Vec<String> = proxies.iter().map(Proxy::redis_url).collect();
-        self.proxies.lock().unwrap().extend(proxies);
-        let cfg = RedlockConfig::new(urls).with_connect_timeout(UNREACHABLE_CONNECT_TIMEOUT);
-        let made = RedlockLock::connect(cfg)
-            .await
-            .map(|l| Arc::new(l) as Arc<dyn DistributedLock>);
-        (made, UNREACHABLE_CONNECT_TIMEOUT)
+    fn upstreams(&self) -> Vec<SocketAddr> {
+        self.set.addrs()
+    }
+
+    async fn client_at(
+        &self,
+        addrs: &[SocketAddr],
+        timeout: Duration,
+    ) -> Result<Arc<dyn LockService>, LockError> {
+        let urls: Vec<String> = addrs.iter().map(|a| format!("redis://{a}/")).collect();
+        let config = RedlockConfig::new(urls)
+            .with_connect_timeout(timeout)
+            .with_node_timeout(timeout);
+        Ok(Arc::new(RedlockLock::connect(config).await?))
     }
 }
 
@@ -115,7 +107,6 @@ fn main() -> ExitCode {
             Redlock {
                 set: shared_redis_set()
                     .unwrap_or_else(|e| panic!("the five shared Redis nodes did not start: {e}")),
-                proxies: Mutex::new(Vec::new()),
             }
         },
         expected,

@@ -10,26 +10,23 @@
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use lock_conformance::{async_trait, Harness};
-use lock_core::{Capabilities, DistributedLock, Fencing, LockError, LockName};
-use lock_testbed::{shared_zk, Proxy};
+use lock_core::{Capabilities, Fencing, LockError, LockName, LockService};
+use lock_testbed::shared_zk;
 use lock_zk::{ZkConfig, ZkLock};
 use zookeeper_client as zk;
 
 const SESSION_TIMEOUT: Duration = Duration::from_secs(3);
 const TTL: Duration = Duration::from_secs(2);
-const UNREACHABLE_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
 struct Zk {
     connect: String,
     endpoint: SocketAddr,
     /// The operator's own session, for faults and leftovers.
     admin: zk::Client,
-    /// The blackholed proxies of unreachable clients, kept open until the end.
-    proxies: Mutex<Vec<Proxy>>,
 }
 
 impl Zk {
@@ -52,7 +49,7 @@ impl Zk {
 
 #[async_trait]
 impl Harness for Zk {
-    async fn client(&self) -> Arc<dyn DistributedLock> {
+    async fn client(&self) -> Arc<dyn LockService> {
         Arc::new(
             ZkLock::connect(self.config())
                 .await
@@ -84,18 +81,20 @@ impl Harness for Zk {
             .collect()
     }
 
-    async fn unreachable_client(&self) -> (Result<Arc<dyn DistributedLock>, LockError>, Duration) {
-        let proxy = Proxy::start(self.endpoint).expect("starting a proxy");
-        proxy.blackhole();
-        let config = ZkConfig::new(proxy.addr().to_string())
+    fn upstreams(&self) -> Vec<SocketAddr> {
+        vec![self.endpoint]
+    }
+
+    async fn client_at(
+        &self,
+        addrs: &[SocketAddr],
+        timeout: Duration,
+    ) -> Result<Arc<dyn LockService>, LockError> {
+        let config = ZkConfig::new(addrs[0].to_string())
             .session_timeout(SESSION_TIMEOUT)
-            .connect_timeout(UNREACHABLE_CONNECT_TIMEOUT)
-            .request_timeout(UNREACHABLE_CONNECT_TIMEOUT);
-        let made = ZkLock::connect(config)
-            .await
-            .map(|l| Arc::new(l) as Arc<dyn DistributedLock>);
-        self.proxies.lock().unwrap().push(proxy);
-        (made, UNREACHABLE_CONNECT_TIMEOUT)
+            .connect_timeout(timeout)
+            .request_timeout(timeout);
+        Ok(Arc::new(ZkLock::connect(config).await?))
     }
 }
 
@@ -126,7 +125,6 @@ fn main() -> ExitCode {
                 connect,
                 endpoint,
                 admin,
-                proxies: Mutex::new(Vec::new()),
             }
         },
         expected,
