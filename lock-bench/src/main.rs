@@ -42,10 +42,13 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 const USAGE: &str = "\
-usage: lock-bench [--quick] [--backends LIST] [--json PATH] [--svg PATH]
+usage: lock-bench [--quick] [--backends LIST] [--data-dir PATH] [--json PATH] [--svg PATH]
 
   --quick           small sample counts (CI smoke test, under a minute)
   --backends LIST   comma-separated subset of: memory,redis,redlock,etcd,zk (default: all)
+  --data-dir PATH   where the servers keep their data (default: /dev/shm, a tmpfs, where
+                    it exists: etcd and ZooKeeper fsync every write, and a noisy disk
+                    would swing their rates between runs; else the system's temp dir)
   --json PATH       where to write the JSON results (default: target/lock-bench/results.json)
   --svg PATH        where to write the latency plot (default: target/lock-bench/latency.svg)
   -h, --help        this text
@@ -65,7 +68,23 @@ pub struct Args {
     pub json: PathBuf,
     /// SVG output path.
     pub svg: PathBuf,
+    /// Where the servers keep their data (`None`: the system's temp dir).
+    pub data_dir: Option<PathBuf>,
 }
+
+impl Args {
+    /// The data dir, in words, for the report.
+    pub fn data_dir_description(&self) -> String {
+        match &self.data_dir {
+            Some(d) if d == std::path::Path::new(TMPFS) => format!("{} (tmpfs)", d.display()),
+            Some(d) => d.display().to_string(),
+            None => format!("{} (the system's temp dir)", std::env::temp_dir().display()),
+        }
+    }
+}
+
+/// The tmpfs the servers' data dirs go to by default.
+const TMPFS: &str = "/dev/shm";
 
 fn out_dir() -> PathBuf {
     let target = std::env::var_os("CARGO_TARGET_DIR")
@@ -85,6 +104,9 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Option<Args
         backends: backends::ALL.iter().map(|s| s.to_string()).collect(),
         json: dir.join("results.json"),
         svg: dir.join("latency.svg"),
+        data_dir: std::path::Path::new(TMPFS)
+            .is_dir()
+            .then(|| PathBuf::from(TMPFS)),
     };
     let mut it = args.into_iter();
     while let Some(arg) = it.next() {
@@ -124,6 +146,7 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Option<Args
             }
             "--json" => out.json = PathBuf::from(value("--json")?),
             "--svg" => out.svg = PathBuf::from(value("--svg")?),
+            "--data-dir" => out.data_dir = Some(PathBuf::from(value("--data-dir")?)),
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
@@ -149,6 +172,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    lock_testbed::set_data_root(args.data_dir.clone());
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

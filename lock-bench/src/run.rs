@@ -490,7 +490,11 @@ pub async fn run(args: &Args) -> (Report, Servers) {
         } else {
             "full".into()
         },
-        profile: profile.describe(args.quick),
+        profile: {
+            let mut p = profile.describe(args.quick);
+            p.push(("server data dirs".into(), args.data_dir_description()));
+            p
+        },
         backends,
         targets,
         failures,

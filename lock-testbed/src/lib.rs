@@ -97,7 +97,7 @@ mod zk;
 
 pub use error::TestbedError;
 pub use etcd::EtcdCluster;
-pub use process::pid_alive;
+pub use process::{pid_alive, set_data_root};
 pub use proxy::Proxy;
 pub use redis::{RedisOptions, RedisServer, RedisSet};
 pub use resp::{resp_command, RespConnection, RespValue};

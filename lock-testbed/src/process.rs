@@ -283,14 +283,37 @@ pub(crate) struct ManagedDir {
     id: u64,
 }
 
+/// Where server data dirs go, if not the system's temp dir (see [`set_data_root`]).
+static DATA_ROOT: std::sync::RwLock<Option<PathBuf>> = std::sync::RwLock::new(None);
+
+/// Puts the data dirs of servers started from now on under `root` instead of
+/// the system's temp dir: e.g. `/dev/shm` (tmpfs), so that etcd's and
+/// ZooKeeper's fsync of every write does not depend on a noisy disk (the
+/// benchmark does this). `None` goes back to the temp dir.
+pub fn set_data_root(root: Option<PathBuf>) {
+    *DATA_ROOT.write().unwrap_or_else(|p| p.into_inner()) = root;
+}
+
+fn data_root() -> PathBuf {
+    DATA_ROOT
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone()
+        .unwrap_or_else(std::env::temp_dir)
+}
+
 impl ManagedDir {
-    /// A fresh dir `$TMPDIR/distlock-<prefix>-<our pid>-XXXXXX`.
+    /// A fresh dir `<data root>/distlock-<prefix>-<our pid>-XXXXXX` (the data
+    /// root is `$TMPDIR` unless [`set_data_root`] says otherwise).
     pub(crate) fn new(prefix: &str) -> Result<ManagedDir, TestbedError> {
-        sweep_stale_dirs();
+        let root = data_root();
+        sweep_stale_dirs(&root);
         let dir = tempfile::Builder::new()
             .prefix(&format!("distlock-{prefix}-{}-", std::process::id()))
-            .tempdir()
-            .map_err(|e| TestbedError::io("creating a temp dir", e))?;
+            .tempdir_in(&root)
+            .map_err(|e| {
+                TestbedError::io(format!("creating a temp dir in {}", root.display()), e)
+            })?;
         let id = NEXT_DIR_ID.fetch_add(1, Ordering::Relaxed);
         with_registry(|reg| reg.dirs.insert(id, dir.path().to_path_buf()));
         Ok(ManagedDir { dir: Some(dir), id })
@@ -315,8 +338,8 @@ impl Drop for ManagedDir {
 
 /// Remove temp dirs left by test processes that were SIGKILLed (no exit handler ran):
 /// `distlock-<kind>-<pid>-*` whose `<pid>` is no longer alive.
-fn sweep_stale_dirs() {
-    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+fn sweep_stale_dirs(root: &Path) {
+    let Ok(entries) = std::fs::read_dir(root) else {
         return;
     };
     for entry in entries.flatten() {
