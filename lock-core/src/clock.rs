@@ -89,9 +89,16 @@ impl SuspendMark {
         Self(suspended_total())
     }
 
-    /// Time spent suspended since the mark.
+    /// Time spent suspended since the mark; zero below [`RESUME_THRESHOLD`]
+    /// (the two clocks are read one after the other, so their difference
+    /// jitters by nanoseconds while nothing is suspended).
     pub(crate) fn since(self) -> Duration {
-        suspended_total().saturating_sub(self.0)
+        let lost = suspended_total().saturating_sub(self.0);
+        if lost < RESUME_THRESHOLD {
+            Duration::ZERO
+        } else {
+            lost
+        }
     }
 
     /// Nanoseconds, for an atomic.

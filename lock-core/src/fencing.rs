@@ -84,7 +84,7 @@ impl TokenFence {
             Ok(())
         } else {
             self.rejections.fetch_add(1, Ordering::Relaxed);
-            metrics::counter!(crate::metrics::FENCING_REJECTS).increment(1);
+            metrics::counter!(crate::metrics::FENCING_REJECTS, "storage" => "memory").increment(1);
             Err(StaleToken {
                 offered: token,
                 highest: FencingToken(prev),
@@ -143,7 +143,7 @@ impl<T> FencedRegister<T> {
         let (highest, value) = &mut *guard;
         if token.get() < *highest {
             self.rejections.fetch_add(1, Ordering::Relaxed);
-            metrics::counter!(crate::metrics::FENCING_REJECTS).increment(1);
+            metrics::counter!(crate::metrics::FENCING_REJECTS, "storage" => "memory").increment(1);
             return Err(StaleToken {
                 offered: token,
                 highest: FencingToken(*highest),

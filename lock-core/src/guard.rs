@@ -10,6 +10,7 @@ use futures::stream::BoxStream;
 use futures::StreamExt;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::backend::{validity, Lease, LeaseEvent, LeaseHandle, LockMode, Renewal};
 use crate::clock::{self, SuspendMark};
@@ -131,6 +132,8 @@ pub struct GuardView {
     /// The suspended time when the published validity was computed
     /// ([`SuspendMark`] in nanoseconds), shared with the keeper.
     mark: Arc<AtomicU64>,
+    /// The `distlock.guard` span of this grant.
+    span: tracing::Span,
 }
 
 impl GuardView {
@@ -149,6 +152,13 @@ impl GuardView {
     /// path, the Redis key), where the backend tells it.
     pub fn server_key(&self) -> Option<&str> {
         self.key.as_deref()
+    }
+
+    /// The `distlock.guard` tracing span of this grant (fields `backend`,
+    /// `name`, `mode`, `token`), to run the critical section in:
+    /// `section.instrument(guard.span())`.
+    pub fn span(&self) -> tracing::Span {
+        self.span.clone()
     }
 
     /// The fencing token of this grant, if the backend has them
@@ -231,6 +241,7 @@ enum Command {
 ///
 /// Note: a guard leaked with `mem::forget` while keep-alive is on keeps its
 /// lock until the process ends, as a holder that never finishes would.
+#[must_use = "a guard dropped at once releases its lock at once"]
 pub struct LockGuard {
     view: GuardView,
     commands: mpsc::Sender<Command>,
@@ -247,6 +258,16 @@ impl LockGuard {
         });
         let mark = Arc::new(AtomicU64::new(grant.mark.as_nanos()));
         let (cmd_tx, cmd_rx) = mpsc::channel(4);
+        let token = lease.token.map(|t| t.get());
+        let span = tracing::info_span!(
+            "distlock.guard",
+            backend = grant.backend,
+            name = %grant.name,
+            mode = grant.mode.as_str(),
+            token = token
+        );
+        metrics::gauge!(m::HELD, "backend" => grant.backend).increment(1.0);
+        let now = Instant::now();
         let keeper = Keeper {
             handle: lease.handle,
             events: lease.events,
@@ -258,12 +279,15 @@ impl LockGuard {
             keep_alive: grant.keep_alive,
             backend: grant.backend,
             name: grant.name.clone(),
-            acquired_at: Instant::now(),
+            acquired_at: now,
+            last_renewal: now,
+            warned_late: false,
+            gauged: Gauged::Held,
             given_up: false,
             own_until,
             session_until,
         };
-        tokio::spawn(keeper.run());
+        tokio::spawn(keeper.run().instrument(span.clone()));
         Self {
             view: GuardView {
                 name: grant.name,
@@ -272,6 +296,7 @@ impl LockGuard {
                 token: lease.token,
                 state: state_rx,
                 mark,
+                span,
             },
             commands: cmd_tx,
         }
@@ -406,6 +431,14 @@ pub(crate) struct Grant {
     pub(crate) mark: SuspendMark,
 }
 
+/// How the gauges [`m::HELD`] and [`m::SUSPENDED`] count a guard.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Gauged {
+    Held,
+    Suspended,
+    Ended,
+}
+
 /// The background task behind a guard. It owns the lease handle; dropping the
 /// guard closes its command channel, which makes it release and exit.
 struct Keeper {
@@ -418,6 +451,12 @@ struct Keeper {
     mark: Arc<AtomicU64>,
     /// Changes after every resume from a machine suspension.
     resumes: watch::Receiver<u64>,
+    /// The last successful renewal (or the acquisition).
+    last_renewal: Instant,
+    /// The late-renewal warning was given since `last_renewal`.
+    warned_late: bool,
+    /// What the held/suspended gauges count this guard as.
+    gauged: Gauged,
     ttl: Duration,
     keep_alive: KeepAlive,
     backend: &'static str,
@@ -451,6 +490,33 @@ impl Keeper {
         self.state.borrow().clone()
     }
 
+    /// Moves this guard between the held and suspended gauges (or off both).
+    fn sync_gauges(&mut self) {
+        let now = match *self.state.borrow() {
+            GuardState::Held { .. } => Gauged::Held,
+            GuardState::Suspended { .. } => Gauged::Suspended,
+            _ => Gauged::Ended,
+        };
+        self.set_gauged(now);
+    }
+
+    fn set_gauged(&mut self, now: Gauged) {
+        if now == self.gauged {
+            return;
+        }
+        let backend = self.backend;
+        if self.gauged == Gauged::Suspended {
+            metrics::gauge!(m::SUSPENDED, "backend" => backend).decrement(1.0);
+        }
+        if now == Gauged::Suspended {
+            metrics::gauge!(m::SUSPENDED, "backend" => backend).increment(1.0);
+        }
+        if now == Gauged::Ended {
+            metrics::gauge!(m::HELD, "backend" => backend).decrement(1.0);
+        }
+        self.gauged = now;
+    }
+
     /// The guard's validity: its own, capped by the session's.
     fn effective_until(&self) -> Instant {
         self.session_until
@@ -461,6 +527,8 @@ impl Keeper {
     /// then) succeeded: held until the new bound.
     fn renewed(&mut self, own_until: Instant, mark: SuspendMark) -> Instant {
         self.rebase();
+        self.last_renewal = Instant::now();
+        self.warned_late = false;
         self.own_until = clock::corrected(own_until, mark);
         let valid_until = self.effective_until();
         self.state.send_replace(GuardState::Held { valid_until });
@@ -521,6 +589,8 @@ impl Keeper {
     /// The session vouched for the lease until `until`.
     fn confirmed(&mut self, until: Instant) {
         self.rebase();
+        self.last_renewal = Instant::now();
+        self.warned_late = false;
         self.session_until = Some(until);
         let valid_until = self.effective_until();
         self.state.send_if_modified(|st| match st {
@@ -535,8 +605,10 @@ impl Keeper {
     async fn run(mut self) {
         let mut next_renew = self.interval().map(|i| Instant::now() + jittered(i));
         loop {
+            self.sync_gauges();
             let live_until = self.current().valid_until();
             let far = Instant::now() + Duration::from_secs(86_400 * 365);
+            let late_at = self.last_renewal + self.ttl.mul_f64(0.8);
             tokio::select! {
                 biased;
                 cmd = self.commands.recv() => match cmd {
@@ -594,6 +666,17 @@ impl Keeper {
                 }
                 _ = tokio::time::sleep_until(next_renew.unwrap_or(far)), if live_until.is_some() && next_renew.is_some() => {
                     next_renew = self.renew_once().await;
+                }
+                _ = tokio::time::sleep_until(late_at), if live_until.is_some() && !self.warned_late => {
+                    self.warned_late = true;
+                    metrics::counter!(m::LATE_RENEWALS, "backend" => self.backend).increment(1);
+                    tracing::warn!(
+                        backend = self.backend,
+                        name = %self.name,
+                        held_for = ?self.acquired_at.elapsed(),
+                        ttl = ?self.ttl,
+                        "distlock: guard held past 80% of its ttl without a renewal; it expires unless renewed or extended"
+                    );
                 }
             }
         }
@@ -767,6 +850,14 @@ impl Keeper {
     fn record_hold(&self) {
         metrics::histogram!(m::HOLD_DURATION, "backend" => self.backend)
             .record(self.acquired_at.elapsed().as_secs_f64());
+    }
+}
+
+impl Drop for Keeper {
+    fn drop(&mut self) {
+        // Every exit (release, loss, downgrade, a runtime shutting down) ends
+        // the guard's place in the gauges.
+        self.set_gauged(Gauged::Ended);
     }
 }
 

@@ -46,6 +46,7 @@ mod memory;
 pub mod metrics;
 mod multi;
 mod name;
+mod named;
 mod options;
 pub mod session;
 
@@ -64,6 +65,7 @@ pub use lock::{
 pub use memory::MemoryLock;
 pub use multi::MultiGuard;
 pub use name::{LockName, MAX_NAME_LEN};
+pub use named::{IntoLockName, NamedLock};
 pub use options::{AcquireOptions, KeepAlive, RetryPolicy, MAX_TTL, MAX_WAIT, MIN_TTL};
 pub use session::{Sent, SessionEvents, SessionHub, SessionStatus};
 

@@ -19,6 +19,7 @@ use crate::guard::{Grant, GuardView, LockGuard};
 use crate::metrics as m;
 use crate::multi::MultiGuard;
 use crate::name::LockName;
+use crate::named::{IntoLockName, NamedLock};
 use crate::options::AcquireOptions;
 
 /// A distributed lock service: one client of one backend, shared by any number
@@ -301,9 +302,26 @@ async fn grant<B: LockBackend + ?Sized>(
     mode: LockMode,
     wait: bool,
 ) -> Result<Option<LockGuard>> {
-    opts.validate()?;
+    m::describe_once();
     let caps = backend.backend_capabilities();
-    check_supported(&caps, mode)?;
+    let outcome = grant_inner(backend, &caps, name, opts, mode, wait).await;
+    if let Err(err) = &outcome {
+        metrics::counter!(m::ERRORS, "backend" => caps.backend, "kind" => err.kind().as_str())
+            .increment(1);
+    }
+    outcome
+}
+
+async fn grant_inner<B: LockBackend + ?Sized>(
+    backend: &B,
+    caps: &Capabilities,
+    name: &LockName,
+    opts: &AcquireOptions,
+    mode: LockMode,
+    wait: bool,
+) -> Result<Option<LockGuard>> {
+    opts.validate()?;
+    check_supported(caps, mode)?;
     let req = LeaseRequest::new(name.clone(), opts.ttl_value())?
         .with_retry(opts.retry_value())
         .with_mode(mode)?;
@@ -313,10 +331,12 @@ async fn grant<B: LockBackend + ?Sized>(
     let result = if wait {
         let span = tracing::debug_span!("distlock.acquire", backend = backend_name, name = %name, mode = mode.as_str());
         let deadline = crate::backend::add_saturating(started, opts.wait_value());
-        backend.lock(&req, deadline).instrument(span).await
+        LockBackend::lock(backend, &req, deadline)
+            .instrument(span)
+            .await
     } else {
         let span = tracing::debug_span!("distlock.try_acquire", backend = backend_name, name = %name, mode = mode.as_str());
-        backend.try_lock(&req).instrument(span).await
+        LockBackend::try_lock(backend, &req).instrument(span).await
     };
     record_attempt(
         backend_name,
@@ -424,6 +444,12 @@ where
 
 /// Helpers on every [`DistributedLock`], including `dyn DistributedLock`.
 pub trait DistributedLockExt: DistributedLock {
+    /// A handle on the lock `name` (a [`LockName`] or a string, validated
+    /// here once): `locks.lock("jobs/nightly")?.acquire(&opts)`.
+    fn lock(&self, name: impl IntoLockName) -> Result<NamedLock<'_, Self>> {
+        Ok(NamedLock::new(self, name.into_lock_name()?))
+    }
+
     /// Acquires `name` (waiting up to `opts.wait`), runs `section`, releases.
     ///
     /// If the lock is lost before the section ends, the section's future is

@@ -18,6 +18,7 @@ use crate::options::AcquireOptions;
 /// with its own fencing token), in acquisition order (sorted by name). The
 /// set counts as lost as soon as any member is lost. Dropping it releases
 /// every member in the background, in reverse order.
+#[must_use = "a multi-guard dropped at once releases its locks at once"]
 pub struct MultiGuard {
     /// In acquisition order; released from the back.
     guards: Vec<LockGuard>,
