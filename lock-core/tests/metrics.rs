@@ -44,6 +44,10 @@ impl LockBackend for Outage {
     }
 }
 
+/// One metric's labels (over every series), whether every series had a
+/// description and a unit, and a value.
+type Seen = (Vec<(String, String)>, bool, DebugValue);
+
 #[test]
 fn every_metric_is_emitted_described_and_labelled() {
     let recorder = DebuggingRecorder::new();
@@ -101,7 +105,7 @@ fn every_metric_is_emitted_described_and_labelled() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     });
 
-    let mut seen: HashMap<String, (Vec<(String, String)>, bool, DebugValue)> = HashMap::new();
+    let mut seen: HashMap<String, Seen> = HashMap::new();
     for (key, unit, description, value) in snapshotter.snapshot().into_vec() {
         let labels = key
             .key()
