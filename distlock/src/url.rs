@@ -811,22 +811,22 @@ impl LockUrl {
             .collect();
         let mut config = lock_redlock::RedlockConfig::new(nodes);
         if let Some(d) = self.duration("connect_timeout") {
-            config = config.with_connect_timeout(d);
+            config = config.connect_timeout(d);
         }
         if let Some(d) = self.duration("node_timeout") {
-            config = config.with_node_timeout(d);
+            config = config.node_timeout(d);
         }
         if let Some(n) = self.option("retry_count").and_then(|v| v.parse().ok()) {
-            config = config.with_retry_count(n);
+            config = config.retry_count(n);
         }
         let delay = self.duration("retry_delay").unwrap_or(config.retry_delay);
         let jitter = self.duration("retry_jitter").unwrap_or(config.retry_jitter);
-        config = config.with_retry_delay(delay, jitter);
+        config = config.retry_delay(delay, jitter);
         if let Some(max) = self.option("max_extensions") {
-            config = config.with_max_extensions(max.parse().ok());
+            config = config.max_extensions(max.parse().ok());
         }
         if let Some(prefix) = self.option("prefix") {
-            config = config.with_key_prefix(prefix);
+            config = config.key_prefix(prefix);
         }
         config.validate()?;
         Ok(config)
@@ -840,18 +840,18 @@ impl LockUrl {
     pub fn etcd_config(&self) -> Result<lock_etcd::EtcdConfig, LockError> {
         self.expect(Scheme::Etcd)?;
         let mut config = lock_etcd::EtcdConfig::new(self.endpoints.iter().map(Endpoint::to_string))
-            .with_key_prefix(self.etcd_prefix());
+            .key_prefix(self.etcd_prefix());
         if let Some(d) = self.duration("connect_timeout") {
-            config = config.with_connect_timeout(d);
+            config = config.connect_timeout(d);
         }
         if let Some(d) = self.duration("request_timeout") {
-            config = config.with_request_timeout(d);
+            config = config.request_timeout(d);
         }
         if let Some(d) = self.duration("lease_ttl") {
-            config = config.with_lease_ttl(d);
+            config = config.lease_ttl(d);
         }
         if let (Some(user), Some(password)) = (&self.user, &self.password) {
-            config = config.with_user(user.clone(), password.clone());
+            config = config.user(user.clone(), password.clone());
         }
         config.validate()?;
         Ok(config)

@@ -56,7 +56,7 @@ impl Ours {
             Target::Etcd(endpoints) => {
                 let mut config = lock_etcd::EtcdConfig::new(endpoints.iter().cloned());
                 if let Some(ttl) = self.opts.session_ttl {
-                    config = config.with_lease_ttl(ttl);
+                    config = config.lease_ttl(ttl);
                 }
                 Arc::new(
                     lock_etcd::EtcdLock::connect(config)

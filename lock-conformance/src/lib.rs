@@ -130,6 +130,25 @@ pub async fn client_through_proxies(
     (proxies, client)
 }
 
+/// Any duration, from zero to `Duration::MAX`, with the edges and everyday
+/// values well represented: for the property tests that prove no
+/// configuration can make a backend panic.
+pub fn any_duration() -> impl proptest::strategy::Strategy<Value = Duration> {
+    use proptest::prelude::*;
+    prop_oneof![
+        Just(Duration::ZERO),
+        Just(Duration::MAX),
+        (0u64..=u64::MAX, 0u32..1_000_000_000).prop_map(|(s, n)| Duration::new(s, n)),
+        (0u64..5_000).prop_map(Duration::from_millis),
+    ]
+}
+
+/// A loopback address where nothing listens (a port bound and released):
+/// connecting there is refused at once.
+pub fn closed_port() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], testbed::free_port()))
+}
+
 /// A lock name unique to this process and call, for one case.
 pub fn unique_name(case: &str) -> LockName {
     static NEXT: AtomicU64 = AtomicU64::new(0);

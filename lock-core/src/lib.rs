@@ -66,7 +66,9 @@ pub use memory::MemoryLock;
 pub use multi::MultiGuard;
 pub use name::{LockName, MAX_NAME_LEN};
 pub use named::{IntoLockName, NamedLock};
-pub use options::{AcquireOptions, KeepAlive, RetryPolicy, MAX_TTL, MAX_WAIT, MIN_TTL};
+pub use options::{
+    check_duration, AcquireOptions, KeepAlive, RetryPolicy, MAX_TTL, MAX_WAIT, MIN_TTL,
+};
 pub use session::{Sent, SessionEvents, SessionHub, SessionStatus};
 
 /// Re-exported so backends implement the seam with the same macro version.

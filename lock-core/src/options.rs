@@ -206,6 +206,29 @@ impl AcquireOptions {
     }
 }
 
+/// Checks a configured duration: an `InvalidArgument` error naming `what`
+/// unless it lies in `min ..= max`. Backends validate their configuration
+/// with it, so that no configured duration can panic later in `Instant`
+/// arithmetic or make a call wait for days.
+pub fn check_duration(
+    what: &str,
+    d: Duration,
+    min: Duration,
+    max: Duration,
+) -> Result<(), LockError> {
+    if d < min {
+        return Err(LockError::invalid(format!(
+            "{what} {d:?} is too short; the minimum is {min:?}"
+        )));
+    }
+    if d > max {
+        return Err(LockError::invalid(format!(
+            "{what} {d:?} is too long; the maximum is {max:?}"
+        )));
+    }
+    Ok(())
+}
+
 /// Checks a lease TTL: [`MIN_TTL`]` ..= `[`MAX_TTL`], with an error that says the bound.
 pub(crate) fn check_ttl(ttl: Duration) -> Result<(), LockError> {
     if ttl < MIN_TTL {

@@ -12,9 +12,9 @@ use lock_core::{LockError, MAX_TTL};
 /// use lock_etcd::EtcdConfig;
 ///
 /// let config = EtcdConfig::new(["127.0.0.1:2379", "127.0.0.1:22379"])
-///     .with_key_prefix("locks/")
-///     .with_lease_ttl(Duration::from_millis(2500)) // rounded up to 3 s
-///     .with_request_timeout(Duration::from_secs(2));
+///     .key_prefix("locks/")
+///     .lease_ttl(Duration::from_millis(2500)) // rounded up to 3 s
+///     .request_timeout(Duration::from_secs(2));
 /// assert_eq!(config.lease_ttl_secs(), 3);
 /// assert!(config.validate().is_ok());
 /// ```
@@ -94,31 +94,31 @@ impl EtcdConfig {
     }
 
     /// Sets [`EtcdConfig::key_prefix`].
-    pub fn with_key_prefix(mut self, prefix: impl Into<String>) -> Self {
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.key_prefix = prefix.into();
         self
     }
 
     /// Sets [`EtcdConfig::lease_ttl`] (rounded up to whole seconds when used).
-    pub fn with_lease_ttl(mut self, ttl: Duration) -> Self {
+    pub fn lease_ttl(mut self, ttl: Duration) -> Self {
         self.lease_ttl = ttl;
         self
     }
 
     /// Sets [`EtcdConfig::connect_timeout`].
-    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
     }
 
     /// Sets [`EtcdConfig::request_timeout`].
-    pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
         self.request_timeout = timeout;
         self
     }
 
     /// Sets [`EtcdConfig::user`] and [`EtcdConfig::password`].
-    pub fn with_user(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
+    pub fn user(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
         self.user = Some(user.into());
         self.password = Some(password.into());
         self
@@ -182,7 +182,7 @@ mod tests {
 
     #[test]
     fn lease_ttl_rounds_up_to_whole_seconds() {
-        let c = |ms| EtcdConfig::new(["a:1"]).with_lease_ttl(Duration::from_millis(ms));
+        let c = |ms| EtcdConfig::new(["a:1"]).lease_ttl(Duration::from_millis(ms));
         assert_eq!(c(1).lease_ttl_secs(), 1);
         assert_eq!(c(1000).lease_ttl_secs(), 1);
         assert_eq!(c(1001).lease_ttl_secs(), 2);
@@ -197,15 +197,15 @@ mod tests {
         for bad in [
             EtcdConfig::new(Vec::<String>::new()),
             EtcdConfig::new([""]),
-            ok.clone().with_lease_ttl(Duration::ZERO),
-            ok.clone().with_lease_ttl(MAX_TTL + Duration::from_secs(1)),
-            ok.clone().with_request_timeout(Duration::ZERO),
-            ok.clone().with_connect_timeout(Duration::ZERO),
+            ok.clone().lease_ttl(Duration::ZERO),
+            ok.clone().lease_ttl(MAX_TTL + Duration::from_secs(1)),
+            ok.clone().request_timeout(Duration::ZERO),
+            ok.clone().connect_timeout(Duration::ZERO),
             EtcdConfig {
                 user: Some("u".into()),
                 ..ok.clone()
             },
-            ok.clone().with_key_prefix("a\nb"),
+            ok.clone().key_prefix("a\nb"),
         ] {
             assert_eq!(
                 bad.validate().unwrap_err().kind(),
@@ -217,7 +217,7 @@ mod tests {
 
     #[test]
     fn debug_redacts_password() {
-        let c = EtcdConfig::new(["a:1"]).with_user("root", "hunter2");
+        let c = EtcdConfig::new(["a:1"]).user("root", "hunter2");
         assert!(!format!("{c:?}").contains("hunter2"));
     }
 }

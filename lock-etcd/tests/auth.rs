@@ -61,8 +61,8 @@ async fn enable_auth(endpoints: &[String]) {
 
 fn config(endpoints: &[String]) -> EtcdConfig {
     EtcdConfig::new(endpoints.to_vec())
-        .with_lease_ttl(Duration::from_secs(2))
-        .with_request_timeout(Duration::from_secs(2))
+        .lease_ttl(Duration::from_secs(2))
+        .request_timeout(Duration::from_secs(2))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -93,16 +93,16 @@ async fn credentials_and_permissions() {
         .await
         .expect_err("anonymous inspect");
     assert_eq!(err.kind(), LockErrorKind::Unauthorized, "{err}");
-    let err = EtcdLock::connect(config(&eps).with_user("locker", "wrong"))
+    let err = EtcdLock::connect(config(&eps).user("locker", "wrong"))
         .await
         .expect_err("wrong password");
     assert_eq!(err.kind(), LockErrorKind::Unauthorized, "{err}");
     assert!(!err.is_retryable());
 
-    let a = EtcdLock::connect(config(&eps).with_user("locker", "lockerpw"))
+    let a = EtcdLock::connect(config(&eps).user("locker", "lockerpw"))
         .await
         .expect("locker connects");
-    let b = EtcdLock::connect(config(&eps).with_user("locker", "lockerpw"))
+    let b = EtcdLock::connect(config(&eps).user("locker", "lockerpw"))
         .await
         .expect("locker connects");
     let g = a.acquire(&name, &opts).await.expect("locker acquires");
@@ -115,7 +115,7 @@ async fn credentials_and_permissions() {
     assert!(g.release().await.unwrap());
 
     // Authenticated, but without permission on the lock's keys.
-    let outsider = EtcdLock::connect(config(&eps).with_user("outsider", "outsiderpw"))
+    let outsider = EtcdLock::connect(config(&eps).user("outsider", "outsiderpw"))
         .await
         .expect("outsider connects (a lease needs no key permission)");
     let err = outsider

@@ -32,8 +32,8 @@ impl Etcd {
 
     fn config(&self) -> EtcdConfig {
         EtcdConfig::new(self.endpoints.clone())
-            .with_lease_ttl(TTL)
-            .with_request_timeout(Duration::from_secs(2))
+            .lease_ttl(TTL)
+            .request_timeout(Duration::from_secs(2))
     }
 
     fn prefix(name: &LockName) -> String {
@@ -92,9 +92,9 @@ impl Harness for Etcd {
         timeout: Duration,
     ) -> Result<Arc<dyn LockService>, LockError> {
         let config = EtcdConfig::new(addrs.iter().map(ToString::to_string))
-            .with_lease_ttl(TTL)
-            .with_connect_timeout(timeout)
-            .with_request_timeout(timeout);
+            .lease_ttl(TTL)
+            .connect_timeout(timeout)
+            .request_timeout(timeout);
         Ok(Arc::new(EtcdLock::connect(config).await?))
     }
 }

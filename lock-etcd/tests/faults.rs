@@ -22,9 +22,9 @@ fn name(prefix: &str) -> LockName {
 
 fn config(endpoints: Vec<String>, lease: Duration) -> EtcdConfig {
     EtcdConfig::new(endpoints)
-        .with_lease_ttl(lease)
-        .with_request_timeout(Duration::from_secs(1))
-        .with_connect_timeout(Duration::from_secs(5))
+        .lease_ttl(lease)
+        .request_timeout(Duration::from_secs(1))
+        .connect_timeout(Duration::from_secs(5))
 }
 
 async fn connect(cfg: EtcdConfig) -> EtcdLock {
@@ -309,7 +309,7 @@ async fn blackholed_after_connect_fails_within_request_timeout() {
     let request_timeout = Duration::from_millis(800);
     let a = connect(
         config(vec![proxy.addr().to_string()], Duration::from_secs(2))
-            .with_request_timeout(request_timeout),
+            .request_timeout(request_timeout),
     )
     .await;
     proxy.blackhole();

@@ -25,8 +25,8 @@ fn endpoints() -> Vec<String> {
 async fn connect(lease: Duration) -> EtcdLock {
     EtcdLock::connect(
         EtcdConfig::new(endpoints())
-            .with_lease_ttl(lease)
-            .with_request_timeout(Duration::from_secs(1)),
+            .lease_ttl(lease)
+            .request_timeout(Duration::from_secs(1)),
     )
     .await
     .expect("connect to the test etcd")
@@ -199,8 +199,8 @@ async fn session_expiry_loses_every_guard_of_the_client() {
     let proxy = Proxy::start(endpoints()[0].parse().unwrap()).expect("proxy");
     let a = EtcdLock::connect(
         EtcdConfig::new([proxy.addr().to_string()])
-            .with_lease_ttl(lease)
-            .with_request_timeout(Duration::from_millis(500)),
+            .lease_ttl(lease)
+            .request_timeout(Duration::from_millis(500)),
     )
     .await
     .unwrap();
@@ -274,8 +274,8 @@ async fn guard_validity_never_outlives_the_session() {
     let proxy = Proxy::start(endpoints()[0].parse().unwrap()).expect("proxy");
     let a = EtcdLock::connect(
         EtcdConfig::new([proxy.addr().to_string()])
-            .with_lease_ttl(lease)
-            .with_request_timeout(Duration::from_millis(500)),
+            .lease_ttl(lease)
+            .request_timeout(Duration::from_millis(500)),
     )
     .await
     .unwrap();

@@ -13,7 +13,7 @@ use tokio::time::Instant;
 
 use crate::config::RedisLockConfig;
 use crate::core::{ttl_millis, AcquireReply, Core};
-use crate::notify::{Notifier, Subscription, Timeouts};
+use crate::notify::{Notifier, NotifyNode, Subscription, Timeouts};
 use crate::scripts::{owner_token, Keys};
 
 /// Longest pause between two attempts of the background compare-and-delete
@@ -63,7 +63,10 @@ impl RedisLock {
     pub async fn connect(config: RedisLockConfig) -> Result<RedisLock, LockError> {
         let core = Arc::new(Core::connect(config).await?);
         let notifier = Notifier::start(
-            core.client.clone(),
+            vec![NotifyNode {
+                addr: core.config.redacted_url(),
+                client: core.client.clone(),
+            }],
             Timeouts {
                 connect: core.config.connect_timeout,
                 request: core.config.request_timeout,
@@ -109,7 +112,8 @@ impl RedisLock {
                     token,
                 };
                 let lease = Lease::new(Box::new(handle), validity(start, req.ttl))
-                    .with_token(Some(FencingToken::new(fence)));
+                    .with_token(Some(FencingToken::new(fence)))
+                    .with_key(keys.lock.clone());
                 Ok(Attempt::Acquired(lease))
             }
             Ok(AcquireReply::Held(pttl)) => {
@@ -186,7 +190,7 @@ async fn release_lost_acquire(core: Arc<Core>, keys: Keys, token: String, until:
 impl LockBackend for RedisLock {
     fn backend_capabilities(&self) -> Capabilities {
         Capabilities::new("redis")
-            .with_fencing(Fencing::RequiresPersistence)
+            .with_fencing(Fencing::ServerClock)
             .with_fifo(false)
             .with_loss_events(false)
             .with_notified_wait(true)
@@ -244,6 +248,37 @@ impl LockBackend for RedisLock {
             .with_token(seen.counter.filter(|c| *c > 0).map(FencingToken::new))
             .with_ttl_remaining(ttl_remaining))
     }
+
+    /// The keys under the prefix that hold a lock (a 32-hex-digit owner
+    /// token with an expiry), by `SCAN`, within one request timeout. The
+    /// owner is the first 8 digits of the holder's token (the whole token
+    /// would let anyone release the lock).
+    async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<(LockName, LockStatus)>> {
+        let key_prefix = &self.inner.core.config.key_prefix;
+        let mut out: Vec<(LockName, LockStatus)> = self
+            .inner
+            .core
+            .list(prefix)
+            .await?
+            .into_iter()
+            .filter_map(|(listed, counter)| {
+                let name = LockName::new(listed.key.strip_prefix(key_prefix.as_str())?).ok()?;
+                let status = LockStatus::new(true)
+                    .with_token(counter.filter(|c| *c > 0).map(FencingToken::new))
+                    .with_ttl_remaining(Some(Duration::from_millis(listed.pttl)))
+                    .with_owner(Some(owner_hint(&listed.token)));
+                Some((name, status))
+            })
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out.truncate(limit);
+        Ok(out)
+    }
+}
+
+/// What an operator sees of an owner token: its first 8 digits.
+pub(crate) fn owner_hint(token: &str) -> String {
+    format!("{}…", token.get(..8).unwrap_or(token))
 }
 
 /// A granted lease: the owner token and the keys, with the shared connection.

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use lock_core::LockError;
+use lock_core::{check_duration, LockError};
 
 /// The default server URL: `redis://127.0.0.1:6379/`.
 pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379/";
@@ -13,6 +13,8 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_millis(500);
 /// The default longest sleep of a waiter between two attempts: 10 s.
 pub const DEFAULT_MAX_RECHECK: Duration = Duration::from_secs(10);
+/// The longest connect or request timeout accepted: one hour.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
 
 /// How to reach Redis and how long to wait for it.
 ///
@@ -103,23 +105,20 @@ impl RedisLockConfig {
         self
     }
 
-    /// Checks the timeouts (all positive). The URL is checked when connecting.
+    /// Checks the configuration: timeouts in 1 ms ..= [`MAX_TIMEOUT`],
+    /// `max_recheck` in 1 ms ..= one day, a key prefix without whitespace or
+    /// control characters. The URL is checked when connecting.
     pub fn validate(&self) -> Result<(), LockError> {
-        for (what, d) in [
-            ("connect_timeout", self.connect_timeout),
-            ("request_timeout", self.request_timeout),
-            ("max_recheck", self.max_recheck),
-        ] {
-            if d.is_zero() {
-                return Err(LockError::invalid(format!("{what} must be positive")));
-            }
-        }
-        Ok(())
+        let ms = Duration::from_millis(1);
+        check_duration("connect_timeout", self.connect_timeout, ms, MAX_TIMEOUT)?;
+        check_duration("request_timeout", self.request_timeout, ms, MAX_TIMEOUT)?;
+        check_duration("max_recheck", self.max_recheck, ms, lock_core::MAX_WAIT)?;
+        crate::scripts::check_prefix(&self.key_prefix)
     }
 
     /// The URL with its password replaced by `***`, for logs and errors.
     pub fn redacted_url(&self) -> String {
-        redact(&self.url)
+        redact_url(&self.url)
     }
 }
 
@@ -135,8 +134,9 @@ impl fmt::Debug for RedisLockConfig {
     }
 }
 
-/// `scheme://user:password@host...` -> `scheme://user:***@host...`.
-fn redact(url: &str) -> String {
+/// `scheme://user:password@host...` -> `scheme://user:***@host...`: how
+/// every Redis URL is shown in logs, errors and `Debug` output.
+pub fn redact_url(url: &str) -> String {
     let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
         return url.to_string();
     };
@@ -162,22 +162,28 @@ mod tests {
     #[test]
     fn passwords_are_redacted() {
         assert_eq!(
-            redact("redis://127.0.0.1:6379/0"),
+            redact_url("redis://127.0.0.1:6379/0"),
             "redis://127.0.0.1:6379/0"
         );
-        assert_eq!(redact("redis://:pw@h:1/2"), "redis://:***@h:1/2");
-        assert_eq!(redact("redis://u:pw@h:1"), "redis://u:***@h:1");
-        assert_eq!(redact("redis://pw@h"), "redis://***@h");
-        assert_eq!(redact("not a url"), "not a url");
+        assert_eq!(redact_url("redis://:pw@h:1/2"), "redis://:***@h:1/2");
+        assert_eq!(redact_url("redis://u:pw@h:1"), "redis://u:***@h:1");
+        assert_eq!(redact_url("redis://pw@h"), "redis://***@h");
+        assert_eq!(redact_url("not a url"), "not a url");
     }
 
     #[test]
     fn zero_timeouts_are_rejected() {
         assert!(RedisLockConfig::default().validate().is_ok());
-        let bad = RedisLockConfig::default().request_timeout(Duration::ZERO);
-        assert_eq!(
-            bad.validate().unwrap_err().kind(),
-            lock_core::LockErrorKind::InvalidArgument
-        );
+        for bad in [
+            RedisLockConfig::default().request_timeout(Duration::ZERO),
+            RedisLockConfig::default().connect_timeout(Duration::MAX),
+            RedisLockConfig::default().max_recheck(Duration::MAX),
+            RedisLockConfig::default().key_prefix("two words:"),
+        ] {
+            assert_eq!(
+                bad.validate().unwrap_err().kind(),
+                lock_core::LockErrorKind::InvalidArgument
+            );
+        }
     }
 }

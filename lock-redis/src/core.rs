@@ -12,7 +12,7 @@ use redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind};
 use tokio::time::Instant;
 
 use crate::config::RedisLockConfig;
-use crate::scripts::{Keys, Scripts, ACQUIRE_FENCED, EXTEND, RELEASE};
+use crate::scripts::{Keys, Listed, Scripts, ACQUIRE_FENCED, EXTEND, LIST_PAGE, RELEASE};
 
 /// Delays of the connection manager's reconnection attempts: from this...
 const RECONNECT_MIN_DELAY: Duration = Duration::from_millis(25);
@@ -106,7 +106,7 @@ impl Core {
                 .get_multiplexed_async_connection_with_config(&probe_config)
                 .await?;
             let mut load = redis::pipe();
-            for code in [ACQUIRE_FENCED, RELEASE, EXTEND] {
+            for code in [ACQUIRE_FENCED, RELEASE, EXTEND, LIST_PAGE] {
                 load.cmd("SCRIPT").arg("LOAD").arg(code);
             }
             load.query_async::<()>(&mut probe).await?;
@@ -213,6 +213,36 @@ impl Core {
             })
             .await?;
         Ok(n == 1)
+    }
+
+    /// The held locks whose names start with `name_prefix`, with their
+    /// counters; the whole scan within one request timeout.
+    pub(crate) async fn list(&self, name_prefix: &str) -> Result<Vec<(Listed, Option<u64>)>> {
+        let mut conn = self.conn.clone();
+        let prefix = self.config.key_prefix.clone();
+        let scripts = &self.scripts;
+        let found = self
+            .request("list", async {
+                let found =
+                    crate::scripts::list_keys(&mut conn, &scripts.list_page, &prefix, name_prefix)
+                        .await?;
+                if found.is_empty() {
+                    return Ok((found, Vec::new()));
+                }
+                let counters: Vec<Option<u64>> = redis::cmd("MGET")
+                    .arg(
+                        found
+                            .iter()
+                            .map(|l| Keys::aux(&l.key, "fencing"))
+                            .collect::<Vec<_>>(),
+                    )
+                    .query_async(&mut conn)
+                    .await?;
+                Ok((found, counters))
+            })
+            .await?;
+        let (found, counters) = found;
+        Ok(found.into_iter().zip(counters).collect())
     }
 
     /// `PTTL` of the lock key and `GET` of the counter, in one transaction.

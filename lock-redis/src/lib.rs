@@ -4,12 +4,12 @@
 mod backend;
 mod config;
 mod core;
-mod notify;
+pub mod notify;
 pub mod scripts;
 
 pub use backend::RedisLock;
 pub use config::{
-    RedisLockConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_RECHECK, DEFAULT_REQUEST_TIMEOUT,
-    DEFAULT_URL,
+    redact_url, RedisLockConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_RECHECK,
+    DEFAULT_REQUEST_TIMEOUT, DEFAULT_URL, MAX_TIMEOUT,
 };
 pub use scripts::Keys;

@@ -1,46 +1,95 @@
-//! Release notifications: one pub/sub connection per client, shared by all of
-//! its waiters.
+//! Release notifications, shared by `lock-redis` (one node) and
+//! `lock-redlock` (N nodes).
 //!
-//! A waiting acquire [`subscribe`](Notifier::subscribe)s to the lock's
-//! `{key}:released` channel. A background task owns the pub/sub connection:
-//! it subscribes to a channel while at least one local waiter wants it,
-//! unsubscribes when the last one leaves, reconnects (and resubscribes) when
-//! the connection breaks, and hands each message to ONE local waiter of that
-//! channel (the local waiters are interchangeable, so waking all of them would
-//! be a herd inside the process). A waiter that was woken but is dropped
-//! before it retried passes the wake-up on.
+//! The release script publishes the releasing owner's token on the lock's
+//! `{key} released` channel (see [`crate::scripts`]). A client keeps, per
+//! node, one pub/sub connection, opened when its first waiter appears,
+//! subscribed to the channels its waiters need. A waiting acquire:
 //!
-//! A waiter learns when its channel is confirmed on the server (it must retry
-//! after that, since a release before the confirmation published to nobody)
-//! and when it is confirmed again after a reconnection (messages may have been
-//! missed while the connection was down).
+//! 1. [`subscribe`](Notifier::subscribe)s, waits until the subscription is
+//!    confirmed by a node ([`Subscription::confirmed_by`]) and only then tries
+//!    the lock again (a release before the confirmation published to nobody);
+//! 2. before each attempt calls [`Subscription::before_attempt`], after it
+//!    [`Subscription::after_attempt`];
+//! 3. sleeps in [`Subscription::wait_until`] until a release is published
+//!    ([`Wake::Notified`]), a node (re)confirms the subscription
+//!    ([`Wake::Subscribed`]: a release may have gone unseen while the
+//!    connection was down), or its own re-check time ([`Wake::Timer`]).
+//!
+//! One release wakes ONE local waiter of the channel (the local waiters are
+//! interchangeable; waking them all would be a herd inside the process); the
+//! copies of one release that arrive from several nodes (Redlock) are
+//! recognised by the owner token and dropped. A waiter that was woken but is
+//! dropped before it retried passes the wake-up on.
+//!
+//! Every node connection is watched with `PING`; any failure (connect,
+//! `SUBSCRIBE`, `PING`, the connection closing) reconnects after a backoff
+//! with jitter that only resets once the connection proved healthy, so a
+//! server that refuses the subscription (an ACL without channel rights)
+//! never causes a connection storm.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use futures::StreamExt;
+use rand::Rng;
 use redis::aio::{PubSubSink, PubSubStream};
 use tokio::sync::{mpsc, watch, Notify};
 use tokio::time::Instant;
 
-/// First delay before reconnecting the pub/sub connection after a failure.
+/// First delay before reconnecting a pub/sub connection after a failure.
 const MIN_BACKOFF: Duration = Duration::from_millis(25);
 /// Longest delay between reconnection attempts.
-const MAX_BACKOFF: Duration = Duration::from_secs(1);
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// How often an idle pub/sub connection is pinged, to notice a dead one.
 const PING_INTERVAL: Duration = Duration::from_secs(5);
+/// How many recent release tokens a channel remembers, to drop the copies
+/// of one release that arrive from several nodes.
+const RECENT_TOKENS: usize = 16;
 
-/// The per-client hub of release notifications. Dropping it (with every
-/// [`Subscription`]) stops its task and closes the connection.
-pub(crate) struct Notifier {
-    shared: Arc<Shared>,
-    kick: mpsc::UnboundedSender<()>,
+fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-#[derive(Default)]
+/// One node the notifier listens to.
+#[derive(Clone, Debug)]
+pub struct NotifyNode {
+    /// The node's address, for logs (`host:port`, never with credentials).
+    pub addr: String,
+    /// A client of the node (the pub/sub connections are opened from it).
+    pub client: redis::Client,
+}
+
+/// Timeouts of the pub/sub connections.
+#[derive(Clone, Copy, Debug)]
+pub struct Timeouts {
+    /// Opening a connection.
+    pub connect: Duration,
+    /// One `SUBSCRIBE`, `UNSUBSCRIBE` or `PING`.
+    pub request: Duration,
+}
+
+/// The release notifications of one client. Dropping it (with every
+/// [`Subscription`]) stops its tasks and closes the connections.
+pub struct Notifier {
+    shared: Arc<Shared>,
+    /// One reconciliation trigger per node task.
+    kicks: Vec<mpsc::UnboundedSender<()>>,
+}
+
+impl std::fmt::Debug for Notifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Notifier")
+            .field("nodes", &self.kicks.len())
+            .field("channels", &locked(&self.shared.channels).len())
+            .finish()
+    }
+}
+
 struct Shared {
     channels: Mutex<HashMap<String, Entry>>,
+    nodes: usize,
 }
 
 struct Entry {
@@ -50,61 +99,97 @@ struct Entry {
 }
 
 struct ChannelState {
-    /// One permit per message: wakes one waiter (or the next one to wait).
+    /// One permit per release: wakes one waiter (or the next one to wait).
     notify: Notify,
-    /// Whether the channel is subscribed on the server now.
-    confirmed: watch::Sender<bool>,
+    /// Per node: subscribed and confirmed by the server now.
+    live: Mutex<Vec<bool>>,
+    /// Bumped whenever a node (re)confirms the subscription.
+    confirmations: watch::Sender<u64>,
+    /// The last release tokens seen, for dropping duplicates.
+    recent: Mutex<VecDeque<Vec<u8>>>,
+}
+
+impl ChannelState {
+    fn is_live(&self) -> bool {
+        locked(&self.live).iter().any(|l| *l)
+    }
 }
 
 impl Shared {
-    fn channels(&self) -> MutexGuard<'_, HashMap<String, Entry>> {
-        self.channels.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     fn wanted(&self) -> HashSet<String> {
-        self.channels().keys().cloned().collect()
+        locked(&self.channels).keys().cloned().collect()
     }
 
-    /// Marks each channel confirmed iff it is in `on_server`.
-    fn confirm(&self, on_server: &HashSet<String>) {
-        for (channel, entry) in self.channels().iter() {
-            let now = on_server.contains(channel);
-            entry
-                .state
-                .confirmed
-                .send_if_modified(|c| std::mem::replace(c, now) != now);
+    /// Marks each channel live on `node` iff it is in `on_server`, and
+    /// announces the channels that became live.
+    fn confirm(&self, node: usize, on_server: &HashSet<String>) {
+        let states: Vec<(bool, Arc<ChannelState>)> = locked(&self.channels)
+            .iter()
+            .map(|(name, e)| (on_server.contains(name), e.state.clone()))
+            .collect();
+        for (now, state) in states {
+            let was = std::mem::replace(&mut locked(&state.live)[node], now);
+            if now && !was {
+                state.confirmations.send_modify(|n| *n += 1);
+            }
         }
     }
 
-    fn wake(&self, channel: &str) {
-        if let Some(entry) = self.channels().get(channel) {
-            entry.state.notify.notify_one();
+    fn dispatch(&self, channel: &str, token: &[u8]) {
+        let state = locked(&self.channels).get(channel).map(|e| e.state.clone());
+        let Some(state) = state else { return };
+        if self.nodes > 1 {
+            let mut recent = locked(&state.recent);
+            if recent.iter().any(|t| t.as_slice() == token) {
+                return;
+            }
+            if recent.len() == RECENT_TOKENS {
+                recent.pop_front();
+            }
+            recent.push_back(token.to_vec());
         }
+        state.notify.notify_one();
     }
-}
-
-/// Timeouts of the pub/sub connection.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Timeouts {
-    pub(crate) connect: Duration,
-    pub(crate) request: Duration,
 }
 
 impl Notifier {
-    /// Starts the task (it connects on the first subscription). Must be called
-    /// within a tokio runtime.
-    pub(crate) fn start(client: redis::Client, timeouts: Timeouts) -> Self {
-        let shared = Arc::new(Shared::default());
-        let (kick, kicks) = mpsc::unbounded_channel();
-        tokio::spawn(run(shared.clone(), kicks, client, timeouts));
-        Self { shared, kick }
+    /// Starts one task per node (each connects on the first subscription).
+    /// Must be called within a tokio runtime.
+    pub fn start(nodes: Vec<NotifyNode>, timeouts: Timeouts) -> Self {
+        let shared = Arc::new(Shared {
+            channels: Mutex::new(HashMap::new()),
+            nodes: nodes.len(),
+        });
+        let kicks = nodes
+            .into_iter()
+            .enumerate()
+            .map(|(index, node)| {
+                let (kick, kicks) = mpsc::unbounded_channel();
+                let task = NodeTask {
+                    index,
+                    node,
+                    shared: shared.clone(),
+                    kicks,
+                    timeouts,
+                };
+                tokio::spawn(task.run());
+                kick
+            })
+            .collect();
+        Self { shared, kicks }
     }
 
-    /// Registers a waiter on `channel`; the server subscription follows in
+    fn kick_all(&self) {
+        for kick in &self.kicks {
+            let _ = kick.send(());
+        }
+    }
+
+    /// Registers a waiter on `channel`; the server subscriptions follow in
     /// the background (see [`Subscription::confirmed_by`]).
-    pub(crate) fn subscribe(&self, channel: &str) -> Subscription {
+    pub fn subscribe(&self, channel: &str) -> Subscription {
         let (state, new) = {
-            let mut channels = self.shared.channels();
+            let mut channels = locked(&self.shared.channels);
             let mut new = false;
             let entry = channels.entry(channel.to_string()).or_insert_with(|| {
                 new = true;
@@ -112,7 +197,9 @@ impl Notifier {
                     refs: 0,
                     state: Arc::new(ChannelState {
                         notify: Notify::new(),
-                        confirmed: watch::channel(false).0,
+                        live: Mutex::new(vec![false; self.shared.nodes]),
+                        confirmations: watch::channel(0).0,
+                        recent: Mutex::new(VecDeque::new()),
                     }),
                 }
             });
@@ -120,13 +207,13 @@ impl Notifier {
             (entry.state.clone(), new)
         };
         if new {
-            let _ = self.kick.send(());
+            self.kick_all();
         }
         Subscription {
             shared: self.shared.clone(),
-            kick: self.kick.clone(),
+            kicks: self.kicks.clone(),
             channel: channel.to_string(),
-            confirmed: state.confirmed.subscribe(),
+            confirmations: state.confirmations.subscribe(),
             state,
             woken: false,
         }
@@ -135,10 +222,10 @@ impl Notifier {
 
 /// Why [`Subscription::wait_until`] returned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Wake {
+pub enum Wake {
     /// A release was published.
     Notified,
-    /// The channel was (re)subscribed: a release may have gone unseen.
+    /// A node (re)confirmed the subscription: a release may have gone unseen.
     Subscribed,
     /// The time given.
     Timer,
@@ -146,42 +233,64 @@ pub(crate) enum Wake {
 
 /// One waiter's registration on a channel. Dropping it (never blocking)
 /// unregisters; the last one out unsubscribes in the background.
-pub(crate) struct Subscription {
+pub struct Subscription {
     shared: Arc<Shared>,
-    kick: mpsc::UnboundedSender<()>,
+    kicks: Vec<mpsc::UnboundedSender<()>>,
     channel: String,
     state: Arc<ChannelState>,
-    confirmed: watch::Receiver<bool>,
-    /// Woken by a message and not yet retried: pass the wake-up on if dropped.
+    confirmations: watch::Receiver<u64>,
+    /// Woken by a release and not yet retried: pass the wake-up on if dropped.
     woken: bool,
 }
 
+impl std::fmt::Debug for Subscription {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Subscription")
+            .field("channel", &self.channel)
+            .field("confirmed", &self.is_confirmed())
+            .finish()
+    }
+}
+
 impl Subscription {
-    /// Waits until the channel is subscribed on the server, or `until`.
-    pub(crate) async fn confirmed_by(&mut self, until: Instant) -> bool {
-        matches!(
-            tokio::time::timeout_at(until, self.confirmed.wait_for(|c| *c)).await,
-            Ok(Ok(_))
-        )
+    /// Whether at least one node confirmed the subscription now.
+    pub fn is_confirmed(&self) -> bool {
+        self.state.is_live()
     }
 
-    /// Call right before an attempt: later (re)subscriptions wake the next wait.
-    pub(crate) fn before_attempt(&mut self) {
-        self.confirmed.borrow_and_update();
+    /// Waits until a node confirms the subscription, or `until`; whether it did.
+    pub async fn confirmed_by(&mut self, until: Instant) -> bool {
+        loop {
+            self.confirmations.borrow_and_update();
+            if self.state.is_live() {
+                return true;
+            }
+            match tokio::time::timeout_at(until, self.confirmations.changed()).await {
+                Ok(Ok(())) => {}
+                // The notifier is gone, or the time is up.
+                Ok(Err(_)) | Err(_) => return self.state.is_live(),
+            }
+        }
+    }
+
+    /// Call right before an attempt: a (re)confirmation from now on wakes
+    /// the next wait.
+    pub fn before_attempt(&mut self) {
+        self.confirmations.borrow_and_update();
     }
 
     /// Call right after an attempt, whatever its outcome: the wake-up was used.
-    pub(crate) fn after_attempt(&mut self) {
+    pub fn after_attempt(&mut self) {
         self.woken = false;
     }
 
-    /// Sleeps until a release is published on the channel, the channel is
-    /// (re)subscribed, or `at`.
-    pub(crate) async fn wait_until(&mut self, at: Instant) -> Wake {
-        let (state, confirmed) = (&self.state, &mut self.confirmed);
+    /// Sleeps until a release is published on the channel, a node
+    /// (re)confirms the subscription, or `at`.
+    pub async fn wait_until(&mut self, at: Instant) -> Wake {
+        let (state, confirmations) = (&self.state, &mut self.confirmations);
         let wake = tokio::select! {
             _ = state.notify.notified() => Wake::Notified,
-            _ = became_confirmed(confirmed) => Wake::Subscribed,
+            _ = confirmed_again(confirmations) => Wake::Subscribed,
             _ = tokio::time::sleep_until(at) => Wake::Timer,
         };
         if wake == Wake::Notified {
@@ -191,15 +300,10 @@ impl Subscription {
     }
 }
 
-async fn became_confirmed(rx: &mut watch::Receiver<bool>) {
-    loop {
-        if rx.changed().await.is_err() {
-            // The notifier task is gone: only the timer is left.
-            std::future::pending::<()>().await;
-        }
-        if *rx.borrow_and_update() {
-            return;
-        }
+async fn confirmed_again(rx: &mut watch::Receiver<u64>) {
+    if rx.changed().await.is_err() {
+        // The notifier is gone: only the timer is left.
+        std::future::pending::<()>().await;
     }
 }
 
@@ -209,174 +313,169 @@ impl Drop for Subscription {
             self.state.notify.notify_one();
         }
         let last = {
-            let mut channels = self.shared.channels();
+            let mut channels = locked(&self.shared.channels);
             match channels.get_mut(&self.channel) {
-                Some(entry) if entry.refs > 1 => {
+                Some(entry) if Arc::ptr_eq(&entry.state, &self.state) && entry.refs > 1 => {
                     entry.refs -= 1;
                     false
                 }
-                Some(_) => {
+                Some(entry) if Arc::ptr_eq(&entry.state, &self.state) => {
                     channels.remove(&self.channel);
                     true
                 }
-                None => false,
+                _ => false,
             }
         };
         if last {
-            let _ = self.kick.send(());
+            for kick in &self.kicks {
+                let _ = kick.send(());
+            }
         }
     }
 }
 
-/// The pub/sub connection's task. Ends when the notifier and every
-/// subscription are gone (the kick channel closes).
-async fn run(
+/// The pub/sub connection of one client to one node.
+struct NodeTask {
+    index: usize,
+    node: NotifyNode,
     shared: Arc<Shared>,
-    mut kicks: mpsc::UnboundedReceiver<()>,
-    client: redis::Client,
+    kicks: mpsc::UnboundedReceiver<()>,
     timeouts: Timeouts,
-) {
-    let mut conn: Option<(PubSubSink, PubSubStream)> = None;
-    let mut on_server: HashSet<String> = HashSet::new();
-    let mut dirty = true;
-    let mut backoff = MIN_BACKOFF;
-    loop {
-        // Take every pending kick: one reconciliation serves them all.
+}
+
+/// How a connection ended.
+enum Ended {
+    /// The notifier and every subscription are gone.
+    Shutdown,
+    /// A failure; `healthy` if the connection had proved itself first.
+    Failed { reason: String, healthy: bool },
+}
+
+impl NodeTask {
+    /// Connects while someone waits, reconnects after failures with backoff.
+    async fn run(mut self) {
+        let mut backoff = MIN_BACKOFF;
         loop {
-            match kicks.try_recv() {
-                Ok(()) => dirty = true,
-                Err(mpsc::error::TryRecvError::Empty) => break,
-                Err(mpsc::error::TryRecvError::Disconnected) => return,
-            }
-        }
-        if conn.is_none() {
-            if shared.wanted().is_empty() {
-                // Nobody waits: stay disconnected until someone does.
-                if kicks.recv().await.is_none() {
+            while self.shared.wanted().is_empty() {
+                if self.kicks.recv().await.is_none() {
                     return;
                 }
-                dirty = true;
-                continue;
             }
-            match tokio::time::timeout(timeouts.connect, client.get_async_pubsub()).await {
-                Ok(Ok(pubsub)) => {
-                    tracing::debug!("distlock redis: pub/sub connection established");
-                    conn = Some(pubsub.split());
-                    on_server.clear();
-                    dirty = true;
-                    backoff = MIN_BACKOFF;
-                }
-                Ok(Err(err)) => {
-                    tracing::debug!(error = %err, "distlock redis: pub/sub connection failed; waiters re-check at the holder's TTL");
-                    if !sleep_or_closed(&mut kicks, &mut backoff).await {
+            match self.serve().await {
+                Ended::Shutdown => return,
+                Ended::Failed { reason, healthy } => {
+                    self.shared.confirm(self.index, &HashSet::new());
+                    if healthy {
+                        backoff = MIN_BACKOFF;
+                    }
+                    let pause = rand::rng().random_range(backoff / 2..=backoff);
+                    tracing::debug!(node = %self.node.addr, %reason, ?pause, "distlock redis: release-notification connection failed; waiters re-check at the holder's TTL until it is back");
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    if !self.sleep(pause).await {
                         return;
                     }
-                    continue;
                 }
+            }
+        }
+    }
+
+    /// Sleeps for `d`; false if the notifier closed meanwhile.
+    async fn sleep(&mut self, d: Duration) -> bool {
+        let until = Instant::now() + d;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep_until(until) => return true,
+                kick = self.kicks.recv() => if kick.is_none() { return false },
+            }
+        }
+    }
+
+    /// One connection's life.
+    async fn serve(&mut self) -> Ended {
+        let t = self.timeouts;
+        let (mut sink, mut stream): (PubSubSink, PubSubStream) =
+            match tokio::time::timeout(t.connect, self.node.client.get_async_pubsub()).await {
+                Ok(Ok(pubsub)) => pubsub.split(),
+                Ok(Err(e)) => return failed(format!("connect: {e}"), false),
                 Err(_) => {
-                    tracing::debug!(timeout = ?timeouts.connect, "distlock redis: pub/sub connection timed out; waiters re-check at the holder's TTL");
-                    if !sleep_or_closed(&mut kicks, &mut backoff).await {
-                        return;
+                    return failed(format!("connect: no answer within {:?}", t.connect), false)
+                }
+            };
+        let mut on_server: HashSet<String> = HashSet::new();
+        let mut healthy = false;
+        let mut dirty = true;
+        loop {
+            // Take every pending kick: one reconciliation serves them all.
+            loop {
+                match self.kicks.try_recv() {
+                    Ok(()) => dirty = true,
+                    Err(mpsc::error::TryRecvError::Empty) => break,
+                    Err(mpsc::error::TryRecvError::Disconnected) => return Ended::Shutdown,
+                }
+            }
+            if dirty {
+                dirty = false;
+                if let Err(reason) = self.reconcile(&mut sink, &mut on_server).await {
+                    return failed(reason, healthy);
+                }
+            }
+            tokio::select! {
+                kick = self.kicks.recv() => match kick {
+                    None => return Ended::Shutdown,
+                    Some(()) => dirty = true,
+                },
+                msg = stream.next() => match msg {
+                    Some(msg) => {
+                        healthy = true;
+                        self.shared.dispatch(msg.get_channel_name(), msg.get_payload_bytes());
                     }
-                    continue;
+                    None => return failed("the connection closed".into(), healthy),
+                },
+                _ = tokio::time::sleep(PING_INTERVAL) => {
+                    match tokio::time::timeout(t.request, sink.ping::<redis::Value>()).await {
+                        Ok(Ok(_)) => healthy = true,
+                        Ok(Err(e)) => return failed(format!("PING: {e}"), healthy),
+                        Err(_) => return failed(format!("PING: no reply within {:?}", t.request), healthy),
+                    }
                 }
             }
         }
-        let Some((sink, stream)) = conn.as_mut() else {
-            continue;
-        };
-        if dirty {
-            dirty = false;
-            if let Err(reason) = reconcile(&shared, sink, &mut on_server, timeouts.request).await {
-                tracing::debug!(%reason, "distlock redis: pub/sub (un)subscribe failed; reconnecting");
-                conn = None;
-                on_server.clear();
-                shared.confirm(&on_server);
-                dirty = true;
-                continue;
+    }
+
+    /// Subscribes to the wanted channels not yet subscribed, unsubscribes
+    /// from the others, and marks which channels are live on this node.
+    async fn reconcile(
+        &self,
+        sink: &mut PubSubSink,
+        on_server: &mut HashSet<String>,
+    ) -> Result<(), String> {
+        let limit = self.timeouts.request;
+        let wanted = self.shared.wanted();
+        let to_subscribe: Vec<String> = wanted.difference(on_server).cloned().collect();
+        let to_unsubscribe: Vec<String> = on_server.difference(&wanted).cloned().collect();
+        if !to_subscribe.is_empty() {
+            match tokio::time::timeout(limit, sink.subscribe(&to_subscribe)).await {
+                Ok(Ok(())) => on_server.extend(to_subscribe),
+                Ok(Err(e)) => return Err(format!("SUBSCRIBE: {e}")),
+                Err(_) => return Err(format!("SUBSCRIBE: no reply within {limit:?}")),
             }
         }
-        enum Event {
-            Closed,
-            Kick,
-            Message(String),
-            Alive,
-            Dead(String),
-        }
-        let event = tokio::select! {
-            kick = kicks.recv() => match kick {
-                None => Event::Closed,
-                Some(()) => Event::Kick,
-            },
-            msg = stream.next() => match msg {
-                Some(msg) => Event::Message(msg.get_channel_name().to_string()),
-                None => Event::Dead("the pub/sub connection closed".into()),
-            },
-            _ = tokio::time::sleep(PING_INTERVAL) => {
-                match tokio::time::timeout(timeouts.request, sink.ping::<redis::Value>()).await {
-                    Ok(Ok(_)) => Event::Alive,
-                    Ok(Err(err)) => Event::Dead(format!("ping failed: {err}")),
-                    Err(_) => Event::Dead(format!("no reply to ping within {:?}", timeouts.request)),
+        if !to_unsubscribe.is_empty() {
+            match tokio::time::timeout(limit, sink.unsubscribe(&to_unsubscribe)).await {
+                Ok(Ok(())) => {
+                    for channel in &to_unsubscribe {
+                        on_server.remove(channel);
+                    }
                 }
-            }
-        };
-        match event {
-            Event::Closed => return,
-            Event::Kick => dirty = true,
-            Event::Alive => {}
-            Event::Message(channel) => shared.wake(&channel),
-            Event::Dead(reason) => {
-                tracing::debug!(%reason, "distlock redis: pub/sub connection lost; reconnecting");
-                conn = None;
-                on_server.clear();
-                shared.confirm(&on_server);
-                dirty = true;
+                Ok(Err(e)) => return Err(format!("UNSUBSCRIBE: {e}")),
+                Err(_) => return Err(format!("UNSUBSCRIBE: no reply within {limit:?}")),
             }
         }
+        self.shared.confirm(self.index, on_server);
+        Ok(())
     }
 }
 
-/// Subscribes to the wanted channels not yet subscribed, unsubscribes from
-/// the others, and marks which channels are confirmed.
-async fn reconcile(
-    shared: &Shared,
-    sink: &mut PubSubSink,
-    on_server: &mut HashSet<String>,
-    timeout: Duration,
-) -> Result<(), String> {
-    let wanted = shared.wanted();
-    let to_subscribe: Vec<String> = wanted.difference(on_server).cloned().collect();
-    let to_unsubscribe: Vec<String> = on_server.difference(&wanted).cloned().collect();
-    if !to_subscribe.is_empty() {
-        match tokio::time::timeout(timeout, sink.subscribe(&to_subscribe)).await {
-            Ok(Ok(())) => on_server.extend(to_subscribe),
-            Ok(Err(err)) => return Err(format!("SUBSCRIBE failed: {err}")),
-            Err(_) => return Err(format!("no reply to SUBSCRIBE within {timeout:?}")),
-        }
-    }
-    if !to_unsubscribe.is_empty() {
-        match tokio::time::timeout(timeout, sink.unsubscribe(&to_unsubscribe)).await {
-            Ok(Ok(())) => {
-                for channel in &to_unsubscribe {
-                    on_server.remove(channel);
-                }
-            }
-            Ok(Err(err)) => return Err(format!("UNSUBSCRIBE failed: {err}")),
-            Err(_) => return Err(format!("no reply to UNSUBSCRIBE within {timeout:?}")),
-        }
-    }
-    shared.confirm(on_server);
-    Ok(())
-}
-
-/// Sleeps the backoff (doubling it); `false` if the notifier closed meanwhile.
-async fn sleep_or_closed(kicks: &mut mpsc::UnboundedReceiver<()>, backoff: &mut Duration) -> bool {
-    let until = Instant::now() + *backoff;
-    *backoff = (*backoff * 2).min(MAX_BACKOFF);
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep_until(until) => return true,
-            kick = kicks.recv() => if kick.is_none() { return false },
-        }
-    }
+fn failed(reason: String, healthy: bool) -> Ended {
+    Ended::Failed { reason, healthy }
 }

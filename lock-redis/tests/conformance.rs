@@ -93,7 +93,7 @@ impl Harness for Redis {
 
 fn main() -> ExitCode {
     let expected = Capabilities::new("redis")
-        .with_fencing(Fencing::RequiresPersistence)
+        .with_fencing(Fencing::ServerClock)
         .with_fifo(false)
         .with_loss_events(false)
         .with_notified_wait(true)

@@ -68,7 +68,12 @@ async fn cmd(server: &RedisServer, args: &[&str]) -> RespValue {
 
 /// The fencing counter of `name` on `server`.
 async fn counter(server: &RedisServer, name: &LockName) -> Option<i64> {
-    match cmd(server, &["GET", &format!("{{{name}}}:fencing")]).await {
+    match cmd(
+        server,
+        &["GET", &lock_redis::Keys::new("", name.as_str()).fencing],
+    )
+    .await
+    {
         RespValue::Bulk(None) => None,
         v => Some(
             v.as_str()
@@ -222,7 +227,7 @@ async fn pause_longer_than_ttl_suspends_then_loses_guard() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn aof_keeps_lock_and_tokens_across_restart() {
     let server = start_server(RedisOptions {
-        appendfsync_always: true,
+        persistence: lock_testbed::Persistence::AofAlways,
     })
     .await;
     let url = server.url();
@@ -550,5 +555,233 @@ async fn password_in_url_and_wrong_password() {
     assert!(
         !err.to_string().contains("wrong"),
         "the password leaked into the error: {err}"
+    );
+}
+
+/// Takes `n` locks of `lock` in turn on `client`; returns the last token.
+async fn take_tokens(client: &RedisLock, lock: &LockName, n: usize) -> u64 {
+    let mut last = 0;
+    for _ in 0..n {
+        let g = client
+            .acquire(lock, &opts(Duration::from_secs(5)))
+            .await
+            .expect("acquire");
+        let t = g.fencing_token().expect("redis has tokens").get();
+        assert!(t > last, "token {t} after {last}");
+        last = t;
+        assert!(g.release().await.unwrap());
+    }
+    last
+}
+
+/// Redis's default persistence: a `kill -9` and a restart reload the last
+/// RDB snapshot, with an OLD fencing counter. The first token after the
+/// restart must still be above every token issued before the crash.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_keep_increasing_after_a_snapshot_reload() {
+    let server = start_server(RedisOptions {
+        persistence: lock_testbed::Persistence::Snapshots,
+    })
+    .await;
+    let a = client(&server.url()).await;
+    let lock = name("rdb-reload");
+    take_tokens(&a, &lock, 3).await;
+    assert_eq!(
+        cmd(&server, &["SAVE"]).await,
+        RespValue::Simple("OK".into())
+    );
+    let last = take_tokens(&a, &lock, 5).await;
+    let server = kill_and_restart(server).await;
+    assert!(
+        counter(&server, &lock).await.is_some(),
+        "the snapshot should bring the old counter back"
+    );
+    let b = client(&server.url()).await;
+    let g = b
+        .acquire(&lock, &opts(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    let next = g.fencing_token().unwrap().get();
+    assert!(
+        next > last,
+        "token {next} after a snapshot reload, but {last} was issued before the crash"
+    );
+    assert!(g.release().await.unwrap());
+}
+
+/// `appendfsync everysec`: a machine crash loses up to the last second of
+/// writes, and with them the last increments of the counter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_keep_increasing_after_losing_the_last_second_of_aof() {
+    let server = start_server(RedisOptions {
+        persistence: lock_testbed::Persistence::AofEverySec,
+    })
+    .await;
+    let a = client(&server.url()).await;
+    let lock = name("aof-everysec");
+    take_tokens(&a, &lock, 3).await;
+    sleep(Duration::from_millis(1200)).await;
+    let server = blocking(move || {
+        server.checkpoint_disk().expect("checkpoint");
+        server
+    })
+    .await;
+    let last = take_tokens(&a, &lock, 5).await;
+    let server = blocking(move || {
+        let mut server = server;
+        server.crash_to_checkpoint().expect("crash");
+        server
+    })
+    .await;
+    let b = client(&server.url()).await;
+    let g = b
+        .acquire(&lock, &opts(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    let next = g.fencing_token().unwrap().get();
+    assert!(
+        next > last,
+        "token {next} after the AOF lost a second, but {last} was issued before the crash"
+    );
+    assert!(g.release().await.unwrap());
+}
+
+/// A failover to a replica that was behind: tokens issued on the old
+/// primary after the replica stopped following must not be issued again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_keep_increasing_after_failover_to_a_lagging_replica() {
+    let mut primary = start_server(RedisOptions::default()).await;
+    let replica = start_server(RedisOptions::default()).await;
+    // The replication stream goes through a proxy, so the replica can be
+    // made to fall behind.
+    let link = Proxy::start(primary.addr()).expect("proxy");
+    let port = link.addr().port().to_string();
+    assert_eq!(
+        cmd(&replica, &["REPLICAOF", "127.0.0.1", &port]).await,
+        RespValue::Simple("OK".into())
+    );
+    let a = client(&primary.url()).await;
+    let lock = name("failover");
+    let caught_up = take_tokens(&a, &lock, 3).await;
+    let fencing = lock_redis::Keys::new("", lock.as_str()).fencing;
+    let t = Instant::now();
+    while cmd(&replica, &["GET", &fencing]).await.as_str() != Some(&caught_up.to_string()) {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the replica never caught up"
+        );
+        sleep(Duration::from_millis(20)).await;
+    }
+    link.blackhole();
+    let last = take_tokens(&a, &lock, 5).await;
+    blocking(move || primary.kill().expect("kill the primary")).await;
+    assert_eq!(
+        cmd(&replica, &["REPLICAOF", "NO", "ONE"]).await,
+        RespValue::Simple("OK".into())
+    );
+    assert_eq!(
+        cmd(&replica, &["GET", &fencing]).await.as_str(),
+        Some(caught_up.to_string().as_str()),
+        "the promoted replica should be behind"
+    );
+    let b = client(&replica.url()).await;
+    let g = b
+        .acquire(&lock, &opts(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    let next = g.fencing_token().unwrap().get();
+    assert!(
+        next > last,
+        "token {next} from the promoted replica, but {last} was issued by the old primary"
+    );
+    assert!(g.release().await.unwrap());
+}
+
+/// A user whose ACL allows the keys but no pub/sub channel: releases still
+/// succeed (the notification is best effort), and the notifier backs off
+/// instead of reconnecting in a storm while a waiter waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_without_channel_rights_releases_and_causes_no_connection_storm() {
+    let server = start_server(RedisOptions::default()).await;
+    assert_eq!(
+        cmd(
+            &server,
+            &[
+                "ACL",
+                "SETUSER",
+                "nochan",
+                "on",
+                ">pw",
+                "~*",
+                "resetchannels",
+                "+@all"
+            ]
+        )
+        .await,
+        RespValue::Simple("OK".into())
+    );
+    let url = format!("redis://nochan:pw@{}/", server.addr());
+    let (a, b) = (client(&url).await, client(&url).await);
+    let lock = name("nochan");
+    let ttl = Duration::from_secs(4);
+    let g = a.acquire(&lock, &opts(ttl)).await.unwrap();
+    let connections = |info: RespValue| -> u64 {
+        let text = info.as_str().unwrap_or_default().to_string();
+        text.lines()
+            .find_map(|l| l.strip_prefix("total_connections_received:"))
+            .and_then(|v| v.trim().parse().ok())
+            .expect("INFO stats has total_connections_received")
+    };
+    let before = connections(cmd(&server, &["INFO", "stats"]).await);
+    let waiter = {
+        let (b, lock) = (b.clone(), lock.clone());
+        tokio::spawn(async move {
+            b.acquire(&lock, &opts(ttl).wait(Duration::from_secs(20)))
+                .await
+        })
+    };
+    sleep(Duration::from_secs(3)).await;
+    let after = connections(cmd(&server, &["INFO", "stats"]).await);
+    assert!(
+        after - before <= 12,
+        "{} connections in 3 s while SUBSCRIBE is refused: a reconnection storm",
+        after - before
+    );
+    assert!(
+        g.release().await.expect("release without channel rights"),
+        "the release was refused after the key was deleted"
+    );
+    let g2 = timeout(ttl + SLACK, waiter)
+        .await
+        .expect("the waiter re-checks at the holder's TTL")
+        .unwrap()
+        .expect("the waiter acquires");
+    assert!(g2.release().await.unwrap());
+}
+
+/// No lock name addresses another lock's fencing counter: the lock named
+/// `{x} fencing`-like or `{x}:fencing` is a lock of its own, and taking it
+/// changes nothing for `x`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_never_addresses_another_locks_counter() {
+    let server = start_server(RedisOptions::default()).await;
+    let a = client(&server.url()).await;
+    let x = name("counter-owner");
+    let before = take_tokens(&a, &x, 2).await;
+    for tricky in [format!("{{{x}}}:fencing"), format!("{{{x}}}:released")] {
+        let tricky = LockName::new(tricky).unwrap();
+        let g = a
+            .try_acquire(&tricky, &opts(Duration::from_secs(5)))
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("{tricky} is free but looked held"));
+        assert!(g.release().await.unwrap());
+        assert!(!key_exists(&server, &tricky).await);
+    }
+    let after = take_tokens(&a, &x, 1).await;
+    assert!(after > before, "x's tokens went from {before} to {after}");
+    assert!(
+        counter(&server, &x).await.is_some(),
+        "taking the tricky names removed x's counter"
     );
 }

@@ -21,7 +21,7 @@ use tokio::time::Instant;
 
 use crate::config::RedlockConfig;
 use crate::core::{self, Node, SetReply};
-use crate::notify::{Notifier, Waiter};
+use lock_redis::notify::{Notifier, NotifyNode, Subscription, Timeouts};
 
 /// What [`RedlockLock`] guarantees, as [`lock_core::DistributedLock::capabilities`] reports it.
 pub const FAULT_TOLERANCE: &str =
@@ -43,7 +43,7 @@ pub(crate) struct Inner {
     quorum: usize,
     config: RedlockConfig,
     scripts: Scripts,
-    notifier: Arc<Notifier>,
+    notifier: Notifier,
 }
 
 impl fmt::Debug for RedlockLock {
@@ -89,14 +89,19 @@ impl RedlockLock {
             .iter()
             .map(|url| Node::new(url, config.connect_timeout))
             .collect::<Result<Vec<_>>>()?;
-        let op_timeout = config.connect_timeout.max(config.node_timeout);
-        let notifier = Arc::new(Notifier::new(
+        let notifier = Notifier::start(
             nodes
                 .iter()
-                .map(|n| (n.addr.clone(), n.client.clone()))
+                .map(|n| NotifyNode {
+                    addr: n.addr.clone(),
+                    client: n.client.clone(),
+                })
                 .collect(),
-            op_timeout,
-        ));
+            Timeouts {
+                connect: config.connect_timeout,
+                request: config.connect_timeout.max(config.node_timeout),
+            },
+        );
         Ok(Self {
             inner: Arc::new(Inner {
                 quorum: config.quorum(),
@@ -261,7 +266,7 @@ impl Inner {
     /// answer "taken" gets a compare-and-delete, including those that timed
     /// out (their `SET` may have landed; the delete follows it on the same
     /// connection). Dropping the future mid-round releases in the background.
-    async fn attempt(self: &Arc<Self>, keys: &Keys, ttl: Duration) -> Attempt {
+    async fn attempt(self: &Arc<Self>, keys: &Keys, ttl: Duration) -> (Attempt, Option<Released>) {
         let token: Arc<str> = owner_token().into();
         let key: Arc<str> = keys.lock.as_str().into();
         let channel: Arc<str> = keys.released.as_str().into();
@@ -312,7 +317,9 @@ impl Inner {
                         extensions: AtomicU32::new(0),
                         settled,
                     };
-                    return Attempt::Acquired(Lease::new(Box::new(handle), valid_until));
+                    let lease =
+                        Lease::new(Box::new(handle), valid_until).with_key(keys.lock.clone());
+                    return (Attempt::Acquired(lease), None);
                 }
                 break;
             }
@@ -368,11 +375,30 @@ impl Inner {
                     .await
             });
         }
-        self.release_on(&ours, &key, &channel, &token, limit).await;
+        // The nodes we won are released at once, waiting only for what is
+        // left of this round's node timeout (the call's bound): when the
+        // nodes answer, the keys are gone when the round returns; when they
+        // hang, the release goes on in the background and a waiting caller
+        // awaits it before its next round (see `Released`).
+        let mut released = (!ours.is_empty()).then(|| {
+            let inner = self.clone();
+            let (key, channel, token) = (key.clone(), channel.clone(), token.clone());
+            Released(tokio::spawn(async move {
+                inner.release_on(&ours, &key, &channel, &token, limit).await
+            }))
+        });
+        if let Some(r) = released.as_mut() {
+            if tokio::time::timeout(limit.saturating_sub(elapsed), &mut r.0)
+                .await
+                .is_ok()
+            {
+                released = None;
+            }
+        }
         cleanup.disarm();
 
         let answered = won + taken;
-        if won >= self.quorum {
+        let outcome = if won >= self.quorum {
             Attempt::TooSlow(
                 LockError::unavailable(format!(
                     "redlock: a quorum for {key} answered only after {elapsed:?}, past the validity of a {ttl:?} lease \
@@ -397,7 +423,8 @@ impl Inner {
             }
         } else {
             Attempt::Split
-        }
+        };
+        (outcome, released)
     }
 
     /// Compare-and-delete of `token` on the nodes `which`, in parallel;
@@ -437,8 +464,11 @@ impl Inner {
     }
 
     /// The waiting acquire: rounds until the lock is ours or `deadline`,
-    /// woken by release notifications, re-checking at the holder's remaining
-    /// TTL, retrying split votes after a random delay.
+    /// woken by release notifications (see [`lock_redis::notify`]),
+    /// re-checking at the holder's remaining TTL (at most every
+    /// `max_recheck`), retrying split votes after a random delay. A round
+    /// starts only before the deadline, so the call returns within its wait
+    /// plus one node timeout.
     async fn lock(
         self: &Arc<Self>,
         req: &LeaseRequest,
@@ -449,9 +479,22 @@ impl Inner {
         let mut slow_rounds = 0u32;
         let mut silent_rounds = 0u32;
         let mut rounds = 0u32;
-        let mut waiter: Option<Waiter> = None;
+        let mut sub: Option<Subscription> = None;
+        let mut previous: Option<Released> = None;
         loop {
-            let outcome = self.attempt(&keys, req.ttl).await;
+            if let Some(released) = previous.take() {
+                // Our keys of the last round must be gone before the next
+                // round, or they would count against us.
+                released.wait(deadline).await;
+            }
+            if let Some(sub) = sub.as_mut() {
+                sub.before_attempt();
+            }
+            let (outcome, released) = self.attempt(&keys, req.ttl).await;
+            previous = released;
+            if let Some(sub) = sub.as_mut() {
+                sub.after_attempt();
+            }
             rounds = rounds.saturating_add(1);
             // Only a held lock waits for a release notification; after a
             // split vote the racers' own clean-up releases would wake them
@@ -461,7 +504,8 @@ impl Inner {
                 Attempt::Acquired(lease) => return Ok(Some(lease.with_contended(contended))),
                 Attempt::NoQuorum { err, transient } => {
                     // A majority that timed out once may be a hiccup: one
-                    // more round; nodes that refuse are down: fail at once.
+                    // more round if time is left; nodes that refuse are
+                    // down: fail at once.
                     silent_rounds += 1;
                     if !transient || silent_rounds > 1 || Instant::now() >= deadline {
                         return Err(err);
@@ -481,27 +525,30 @@ impl Inner {
                 }
                 Attempt::Held { min_pttl } => {
                     contended = true;
-                    if Instant::now() >= deadline {
+                    let now = Instant::now();
+                    if now >= deadline {
                         return Ok(None);
                     }
-                    let Some(w) = waiter.as_ref() else {
-                        // Subscribe, then try once more at once: a release
-                        // between the first round and the subscription would
-                        // otherwise go unnoticed until the re-check.
-                        let w = self.notifier.register(&keys.released);
-                        w.ready(self.config.node_timeout).await;
-                        waiter = Some(w);
+                    let Some(s) = sub.as_mut() else {
+                        // Subscribe, wait for a node to confirm, then try
+                        // again at once: a release between the round and the
+                        // subscription published to nobody.
+                        let mut s = self.notifier.subscribe(&keys.released);
+                        let confirm_by = deadline.min(now + self.config.node_timeout);
+                        s.confirmed_by(confirm_by).await;
+                        sub = Some(s);
                         continue;
                     };
                     let jitter = rand::rng().random_range(
                         Duration::from_millis(1)..=self.retry_delay().max(Duration::from_millis(1)),
                     );
-                    let until_free = min_pttl.unwrap_or(req.ttl) + jitter;
+                    let until_free =
+                        (min_pttl.unwrap_or(req.ttl) + jitter).min(self.config.max_recheck);
                     listen = true;
-                    if w.is_live() {
+                    if s.is_confirmed() {
                         until_free
                     } else {
-                        // No node confirmed our subscription: poll with backoff.
+                        // No node confirmed our subscription: re-check with backoff.
                         req.retry.delay(rounds).min(until_free)
                     }
                 }
@@ -510,17 +557,25 @@ impl Inner {
             if now >= deadline {
                 return Ok(None);
             }
-            let wake = (now + delay).min(deadline);
-            match waiter.as_ref() {
-                Some(w) if listen => {
-                    tokio::select! {
-                        _ = w.notified() => {}
-                        _ = tokio::time::sleep_until(wake) => {}
-                    }
+            let wake = lock_core::add_saturating(now, delay).min(deadline);
+            match sub.as_mut() {
+                Some(s) if listen => {
+                    let why = s.wait_until(wake).await;
+                    tracing::trace!(key = %keys.lock, ?why, "redlock: waiter woke");
                 }
                 _ => tokio::time::sleep_until(wake).await,
             }
         }
+    }
+}
+
+/// The background release of the nodes a failed round won.
+struct Released(tokio::task::JoinHandle<()>);
+
+impl Released {
+    /// Waits for it, but not past `deadline`.
+    async fn wait(self, deadline: Instant) {
+        let _ = tokio::time::timeout_at(deadline, self.0).await;
     }
 }
 
@@ -544,29 +599,16 @@ impl LockBackend for RedlockLock {
             .with_fault_tolerance(FAULT_TOLERANCE)
     }
 
+    /// One round, within one node timeout: held by someone else or a split
+    /// vote between racing clients is `None`; too few answers or a quorum
+    /// past the validity is an error.
     async fn try_lock(&self, req: &LeaseRequest) -> Result<Option<Lease>> {
         let inner = &self.inner;
         let keys = inner.keys(&req.name);
-        let mut retries = 0;
-        let mut silent_rounds = 0;
-        loop {
-            match inner.attempt(&keys, req.ttl).await {
-                Attempt::Acquired(lease) => return Ok(Some(lease.with_contended(retries > 0))),
-                Attempt::Held { .. } => return Ok(None),
-                Attempt::NoQuorum { err, transient } => {
-                    // As in the waiting acquire: one more round after a
-                    // majority timed out, none after refusals.
-                    silent_rounds += 1;
-                    if !transient || silent_rounds > 1 || retries >= inner.config.retry_count {
-                        return Err(err);
-                    }
-                }
-                Attempt::Split if retries >= inner.config.retry_count => return Ok(None),
-                Attempt::TooSlow(err) if retries >= inner.config.retry_count => return Err(err),
-                Attempt::Split | Attempt::TooSlow(_) => {}
-            }
-            retries += 1;
-            tokio::time::sleep(inner.retry_delay()).await;
+        match inner.attempt(&keys, req.ttl).await.0 {
+            Attempt::Acquired(lease) => Ok(Some(lease)),
+            Attempt::Held { .. } | Attempt::Split => Ok(None),
+            Attempt::NoQuorum { err, .. } | Attempt::TooSlow(err) => Err(err),
         }
     }
 
@@ -620,12 +662,73 @@ impl LockBackend for RedlockLock {
             }
         }
         Ok(match best {
-            Some((_, count, ttl)) if count >= inner.quorum => {
-                LockStatus::new(true).with_ttl_remaining(ttl)
-            }
+            Some((token, count, ttl)) if count >= inner.quorum => LockStatus::new(true)
+                .with_ttl_remaining(ttl)
+                .with_owner(Some(owner_hint(token))),
             _ => LockStatus::new(false),
         })
     }
+
+    /// The names held on a quorum of nodes (the same owner token on at
+    /// least a quorum), by `SCAN` on every node in parallel, each bounded by
+    /// the larger of the connect and node timeouts.
+    async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<(LockName, LockStatus)>> {
+        let inner = &self.inner;
+        let name_prefix: Arc<str> = prefix.into();
+        let mut pending = fan_out(inner, inner.background_bound(), move |inner, i| {
+            let name_prefix = name_prefix.clone();
+            async move {
+                inner.nodes[i]
+                    .list(&inner.scripts, &inner.config.key_prefix, &name_prefix)
+                    .await
+            }
+        });
+        let mut seen: std::collections::HashMap<(String, String), (usize, u64)> =
+            std::collections::HashMap::new();
+        let (mut answered, mut failures) = (0, Vec::new());
+        while let Some((_, r)) = pending.next().await {
+            match r {
+                Ok(found) => {
+                    answered += 1;
+                    for l in found {
+                        let e = seen.entry((l.key, l.token)).or_insert((0, u64::MAX));
+                        e.0 += 1;
+                        e.1 = e.1.min(l.pttl);
+                    }
+                }
+                Err(f) => failures.push(f),
+            }
+        }
+        if answered < inner.quorum {
+            return Err(LockError::unavailable(format!(
+                "redlock: only {answered} of {} nodes answered the listing; a quorum of {} is needed",
+                inner.nodes.len(),
+                inner.quorum
+            ))
+            .with_nodes(failures));
+        }
+        let mut out: Vec<(LockName, LockStatus)> = seen
+            .into_iter()
+            .filter(|(_, (count, _))| *count >= inner.quorum)
+            .filter_map(|((key, token), (_, pttl))| {
+                let name =
+                    LockName::new(key.strip_prefix(inner.config.key_prefix.as_str())?).ok()?;
+                let status = LockStatus::new(true)
+                    .with_ttl_remaining(Some(Duration::from_millis(pttl)))
+                    .with_owner(Some(owner_hint(&token)));
+                Some((name, status))
+            })
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out.truncate(limit);
+        Ok(out)
+    }
+}
+
+/// What an operator sees of an owner token: its first 8 digits (the whole
+/// token would let anyone release the lock).
+fn owner_hint(token: &str) -> String {
+    format!("{}…", token.get(..8).unwrap_or(token))
 }
 
 /// One granted Redlock lease: the key and token on every node.

@@ -3,12 +3,13 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use lock_core::{LockError, Result};
+use lock_core::{check_duration, LockError, Result};
 
 /// How a [`crate::RedlockLock`] reaches its nodes and times its rounds.
 ///
-/// Build it with [`RedlockConfig::new`] and the `with_*` methods; every field
-/// documents its default.
+/// Build it with [`RedlockConfig::new`] and the setters of the same names as
+/// the fields; every field documents its default. Its `Debug` output never
+/// shows a password.
 ///
 /// ```
 /// use std::time::Duration;
@@ -18,12 +19,14 @@ use lock_core::{LockError, Result};
 ///     "redis://127.0.0.1:7002/",
 ///     "redis://127.0.0.1:7003/",
 /// ])
-/// .with_node_timeout(Duration::from_millis(30))
-/// .with_max_extensions(Some(100));
+/// .node_timeout(Duration::from_millis(30))
+/// .max_extensions(Some(100));
 /// assert_eq!(cfg.quorum(), 2);
 /// assert!(cfg.validate().is_ok());
+/// let with_password = RedlockConfig::new(["redis://:secret@127.0.0.1:7001/"]);
+/// assert!(!format!("{with_password:?}").contains("secret"));
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RedlockConfig {
     /// The independent Redis masters (no replication between them, no
@@ -45,14 +48,14 @@ pub struct RedlockConfig {
     /// [`crate::RedlockLock::connect`] makes and the pub/sub connections used
     /// for waiting. Default: 1 s.
     pub connect_timeout: Duration,
-    /// How many more rounds a single attempt
-    /// ([`lock_core::DistributedLock::try_acquire`]) makes after a round that
-    /// failed without a clear answer: a split vote between racing clients,
-    /// or a quorum that came back after the validity was used up. A waiting
-    /// acquire retries split votes until its deadline, and slow rounds this
-    /// many times. (A round where too few nodes answered is retried once if
-    /// some of them only timed out, never if they refused: then the nodes
-    /// are down and the caller gets `Unavailable` at once.) Default: 3.
+    /// How many more rounds a waiting acquire makes after a round whose
+    /// quorum came back only after the validity was used up (a slow
+    /// network). Split votes between racing clients are retried until the
+    /// deadline; a round where too few nodes answered is retried once if
+    /// some of them only timed out, never if they refused (then the nodes
+    /// are down and the caller gets `Unavailable` at once). A single attempt
+    /// ([`lock_core::DistributedLock::try_acquire`]) is always one round, so
+    /// it returns within one node timeout. Default: 3.
     pub retry_count: u32,
     /// The smallest delay before retrying a failed round. Default: 5 ms.
     pub retry_delay: Duration,
@@ -68,6 +71,36 @@ pub struct RedlockConfig {
     /// the lock stays valid until its current validity ends, then the guard
     /// is lost (`Expired`) and the keys are removed. Default: `None`.
     pub max_extensions: Option<u32>,
+    /// The longest a waiting acquire sleeps between two rounds when no
+    /// release notification comes: it normally retries when a release is
+    /// published or when the holder's TTL runs out; this bounds the wait
+    /// after a release that published nothing (a foreign client, a plain
+    /// `DEL`) on a lock with a long TTL. Default: 10 s.
+    pub max_recheck: Duration,
+}
+
+/// The longest connect or node timeout accepted: one hour.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
+
+impl std::fmt::Debug for RedlockConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let nodes: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| lock_redis::redact_url(n))
+            .collect();
+        f.debug_struct("RedlockConfig")
+            .field("nodes", &nodes)
+            .field("key_prefix", &self.key_prefix)
+            .field("node_timeout", &self.node_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("retry_count", &self.retry_count)
+            .field("retry_delay", &self.retry_delay)
+            .field("retry_jitter", &self.retry_jitter)
+            .field("max_extensions", &self.max_extensions)
+            .field("max_recheck", &self.max_recheck)
+            .finish()
+    }
 }
 
 impl RedlockConfig {
@@ -86,43 +119,50 @@ impl RedlockConfig {
             retry_delay: Duration::from_millis(5),
             retry_jitter: Duration::from_millis(45),
             max_extensions: None,
+            max_recheck: Duration::from_secs(10),
         }
     }
 
     /// Sets [`RedlockConfig::key_prefix`].
-    pub fn with_key_prefix(mut self, prefix: impl Into<String>) -> Self {
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.key_prefix = prefix.into();
         self
     }
 
     /// Sets [`RedlockConfig::node_timeout`].
-    pub fn with_node_timeout(mut self, timeout: Duration) -> Self {
+    pub fn node_timeout(mut self, timeout: Duration) -> Self {
         self.node_timeout = timeout;
         self
     }
 
     /// Sets [`RedlockConfig::connect_timeout`].
-    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
     }
 
     /// Sets [`RedlockConfig::retry_count`].
-    pub fn with_retry_count(mut self, count: u32) -> Self {
+    pub fn retry_count(mut self, count: u32) -> Self {
         self.retry_count = count;
         self
     }
 
     /// Sets [`RedlockConfig::retry_delay`] and [`RedlockConfig::retry_jitter`].
-    pub fn with_retry_delay(mut self, delay: Duration, jitter: Duration) -> Self {
+    pub fn retry_delay(mut self, delay: Duration, jitter: Duration) -> Self {
         self.retry_delay = delay;
         self.retry_jitter = jitter;
         self
     }
 
     /// Sets [`RedlockConfig::max_extensions`].
-    pub fn with_max_extensions(mut self, max: Option<u32>) -> Self {
+    pub fn max_extensions(mut self, max: Option<u32>) -> Self {
         self.max_extensions = max;
+        self
+    }
+
+    /// Sets [`RedlockConfig::max_recheck`].
+    pub fn max_recheck(mut self, interval: Duration) -> Self {
+        self.max_recheck = interval;
         self
     }
 
@@ -132,7 +172,9 @@ impl RedlockConfig {
     }
 
     /// Checks the configuration: at least one node, every node a valid Redis
-    /// address, no node twice, positive timeouts.
+    /// address, no node twice, timeouts in 1 ms ..= [`MAX_TIMEOUT`], retry
+    /// delays and `max_recheck` at most a day, a key prefix without
+    /// whitespace or control characters.
     pub fn validate(&self) -> Result<()> {
         if self.nodes.is_empty() {
             return Err(LockError::invalid(
@@ -149,15 +191,33 @@ impl RedlockConfig {
                 )));
             }
         }
-        if self.node_timeout.is_zero() {
-            return Err(LockError::invalid("redlock: node_timeout must be positive"));
-        }
-        if self.connect_timeout.is_zero() {
-            return Err(LockError::invalid(
-                "redlock: connect_timeout must be positive",
-            ));
-        }
-        Ok(())
+        let ms = Duration::from_millis(1);
+        check_duration("redlock: node_timeout", self.node_timeout, ms, MAX_TIMEOUT)?;
+        check_duration(
+            "redlock: connect_timeout",
+            self.connect_timeout,
+            ms,
+            MAX_TIMEOUT,
+        )?;
+        check_duration(
+            "redlock: retry_delay",
+            self.retry_delay,
+            Duration::ZERO,
+            lock_core::MAX_WAIT,
+        )?;
+        check_duration(
+            "redlock: retry_jitter",
+            self.retry_jitter,
+            Duration::ZERO,
+            lock_core::MAX_WAIT,
+        )?;
+        check_duration(
+            "redlock: max_recheck",
+            self.max_recheck,
+            ms,
+            lock_core::MAX_WAIT,
+        )?;
+        lock_redis::scripts::check_prefix(&self.key_prefix)
     }
 }
 
@@ -183,8 +243,8 @@ mod tests {
             RedlockConfig::new(Vec::<String>::new()),
             RedlockConfig::new(["127.0.0.1:7000", "redis://127.0.0.1:7000/"]),
             RedlockConfig::new(["http://127.0.0.1:7000/"]),
-            RedlockConfig::new(["127.0.0.1:7000"]).with_node_timeout(Duration::ZERO),
-            RedlockConfig::new(["127.0.0.1:7000"]).with_connect_timeout(Duration::ZERO),
+            RedlockConfig::new(["127.0.0.1:7000"]).node_timeout(Duration::ZERO),
+            RedlockConfig::new(["127.0.0.1:7000"]).connect_timeout(Duration::ZERO),
         ];
         for cfg in bad {
             let err = cfg.validate().expect_err("accepted a bad configuration");

@@ -219,6 +219,20 @@ impl Node {
         })
     }
 
+    /// The lock keys on this node whose names start with `name_prefix`.
+    pub async fn list(
+        &self,
+        scripts: &Scripts,
+        key_prefix: &str,
+        name_prefix: &str,
+    ) -> RedisResult<Vec<lock_redis::scripts::Listed>> {
+        self.call(|mut c| async move {
+            lock_redis::scripts::list_keys(&mut c, &scripts.list_page, key_prefix, name_prefix)
+                .await
+        })
+        .await
+    }
+
     /// Loads the scripts (so the first release or extension needs no
     /// `NOSCRIPT` round trip) — also the reachability check of `connect`.
     pub async fn load_scripts(&self, scripts: &Scripts) -> RedisResult<()> {

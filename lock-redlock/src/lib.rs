@@ -4,7 +4,6 @@
 mod backend;
 mod config;
 mod core;
-mod notify;
 
 pub use backend::{RedlockLock, FAULT_TOLERANCE};
 pub use config::RedlockConfig;

@@ -47,11 +47,10 @@ impl Redlock {
 #[async_trait]
 impl Harness for Redlock {
     async fn client(&self) -> Arc<dyn LockService> {
-        let lock = RedlockLock::connect(
-            RedlockConfig::new(self.set.urls()).with_node_timeout(NODE_TIMEOUT),
-        )
-        .await
-        .expect("connect to the shared Redis nodes");
+        let lock =
+            RedlockLock::connect(RedlockConfig::new(self.set.urls()).node_timeout(NODE_TIMEOUT))
+                .await
+                .expect("connect to the shared Redis nodes");
         Arc::new(lock)
     }
 
@@ -86,8 +85,8 @@ impl Harness for Redlock {
     ) -> Result<Arc<dyn LockService>, LockError> {
         let urls: Vec<String> = addrs.iter().map(|a| format!("redis://{a}/")).collect();
         let config = RedlockConfig::new(urls)
-            .with_connect_timeout(timeout)
-            .with_node_timeout(timeout);
+            .connect_timeout(timeout)
+            .node_timeout(timeout);
         Ok(Arc::new(RedlockLock::connect(config).await?))
     }
 }

@@ -27,7 +27,7 @@ fn start_set() -> RedisSet {
 }
 
 fn config(set: &RedisSet) -> RedlockConfig {
-    RedlockConfig::new(set.urls()).with_node_timeout(NODE_TIMEOUT)
+    RedlockConfig::new(set.urls()).node_timeout(NODE_TIMEOUT)
 }
 
 fn lock_name(prefix: &str) -> LockName {
@@ -214,7 +214,7 @@ async fn blackholed_majority_is_unavailable_within_a_node_timeout() {
         p.blackhole();
     }
     let lazy = RedlockLock::connect_lazy(
-        RedlockConfig::new(proxies.iter().map(Proxy::redis_url)).with_node_timeout(NODE_TIMEOUT),
+        RedlockConfig::new(proxies.iter().map(Proxy::redis_url)).node_timeout(NODE_TIMEOUT),
     )
     .unwrap();
     let name = lock_name("blackholed");
@@ -413,8 +413,8 @@ async fn replies_slower_than_the_ttl_do_not_grant_the_lock() {
         .map(|a| Proxy::start(a).unwrap())
         .collect();
     let cfg = RedlockConfig::new(proxies.iter().map(Proxy::redis_url))
-        .with_node_timeout(Duration::from_secs(2))
-        .with_retry_count(0);
+        .node_timeout(Duration::from_secs(2))
+        .retry_count(0);
     let locks = RedlockLock::connect(cfg)
         .await
         .expect("connect through the proxies");
@@ -456,8 +456,8 @@ async fn replies_slower_than_the_ttl_do_not_grant_the_lock() {
 async fn a_quorum_completed_after_the_validity_is_released() {
     let set = start_set();
     let cfg = config(&set)
-        .with_node_timeout(Duration::from_secs(3))
-        .with_retry_count(0);
+        .node_timeout(Duration::from_secs(3))
+        .retry_count(0);
     let locks = RedlockLock::connect(cfg).await.expect("connect");
     let name = lock_name("late-quorum");
     let key = locks.key_of(&name);
@@ -600,7 +600,7 @@ async fn extend_needs_a_quorum() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn extension_cap_ends_the_lease_at_its_validity() {
     let set = start_set();
-    let capped = RedlockLock::connect(config(&set).with_max_extensions(Some(2)))
+    let capped = RedlockLock::connect(config(&set).max_extensions(Some(2)))
         .await
         .unwrap();
     let other = RedlockLock::connect(config(&set)).await.unwrap();
@@ -774,7 +774,7 @@ async fn eight_contending_clients_make_progress_and_leave_no_orphans() {
     for _ in 0..8 {
         // A longer per-node timeout than the default: this test is about
         // progress and orphans, and runs on a loaded machine.
-        let cfg = config(&set).with_node_timeout(Duration::from_millis(250));
+        let cfg = config(&set).node_timeout(Duration::from_millis(250));
         let locks = RedlockLock::connect(cfg).await.unwrap();
         key = locks.key_of(&name);
         let (name, inside, overlaps, done) =

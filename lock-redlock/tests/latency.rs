@@ -15,7 +15,7 @@ async fn uncontended_acquire_and_release_take_about_one_round_trip_each() {
         RedisSet::start(5).unwrap_or_else(|e| panic!("five Redis servers did not start: {e}"));
     // The node timeout only bounds faults; raised above the default 50 ms
     // because other builds load this machine (the happy path never waits it).
-    let cfg = RedlockConfig::new(set.urls()).with_node_timeout(Duration::from_millis(250));
+    let cfg = RedlockConfig::new(set.urls()).node_timeout(Duration::from_millis(250));
     let locks = RedlockLock::connect(cfg).await.expect("connect");
     let name = LockName::new(unique_name("latency")).unwrap();
     let opts = AcquireOptions::new()

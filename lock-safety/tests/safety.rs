@@ -28,7 +28,9 @@ use lock_etcd::{EtcdConfig, EtcdLock};
 use lock_redis::{RedisLock, RedisLockConfig};
 use lock_redlock::{RedlockConfig, RedlockLock};
 use lock_safety::{Report, Row, Stats, Workload};
-use lock_testbed::{EtcdCluster, Proxy, RedisServer, RedisSet, ZkEnsemble, ZkOptions};
+use lock_testbed::{
+    EtcdCluster, Persistence, Proxy, RedisOptions, RedisServer, RedisSet, ZkEnsemble, ZkOptions,
+};
 use lock_zk::{ZkConfig, ZkLock};
 use rand::Rng;
 use tokio::time::{sleep, Instant};
@@ -80,8 +82,15 @@ enum Servers {
 impl Servers {
     /// `members`: etcd and ZooKeeper cluster size (Redis: 1 server, Redlock: 5 nodes).
     fn start(kind: Kind, members: usize) -> Servers {
+        Self::start_with(kind, members, Persistence::None)
+    }
+
+    /// Like [`Servers::start`], with what a single Redis persists.
+    fn start_with(kind: Kind, members: usize, persistence: Persistence) -> Servers {
         match kind {
-            Kind::Redis => Servers::Redis(RedisServer::start().expect("start redis-server")),
+            Kind::Redis => Servers::Redis(
+                RedisServer::start_with(RedisOptions { persistence }).expect("start redis-server"),
+            ),
             Kind::Redlock => Servers::Redlock(RedisSet::start(5).expect("start 5 redis-servers")),
             Kind::Etcd => Servers::Etcd(EtcdCluster::start(members).expect("start etcd")),
             Kind::Zk => Servers::Zk(
@@ -166,8 +175,8 @@ impl Servers {
             Kind::Redlock => Arc::new(
                 RedlockLock::connect(
                     RedlockConfig::new(addrs.iter().map(|a| format!("redis://{a}/")))
-                        .with_node_timeout(Duration::from_millis(50))
-                        .with_connect_timeout(Duration::from_millis(500)),
+                        .node_timeout(Duration::from_millis(50))
+                        .connect_timeout(Duration::from_millis(500)),
                 )
                 .await
                 .expect("connect redlock"),
@@ -175,9 +184,9 @@ impl Servers {
             Kind::Etcd => Arc::new(
                 EtcdLock::connect(
                     EtcdConfig::new(addrs.iter().map(|a| a.to_string()))
-                        .with_lease_ttl(ttl)
-                        .with_request_timeout(Duration::from_millis(500))
-                        .with_connect_timeout(Duration::from_secs(2)),
+                        .lease_ttl(ttl)
+                        .request_timeout(Duration::from_millis(500))
+                        .connect_timeout(Duration::from_secs(2)),
                 )
                 .await
                 .expect("connect etcd"),
@@ -378,13 +387,35 @@ async fn s2_premature_expiry(kind: Kind) -> Stats {
     w.stats()
 }
 
-/// S3: the server (Redis) or a majority of nodes (Redlock) is killed and
-/// restarted without persistence while locks are held. With `delay`, the
-/// Redlock nodes stay down for one max TTL before restarting (the spec's rule).
-async fn s3_restart(kind: Kind, delay: bool) -> Stats {
+/// How S3 brings the lock servers down and back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Crash {
+    /// Killed and restarted without persistence (locks and counters gone);
+    /// `delay`: the Redlock nodes stay down for one max TTL first (the
+    /// spec's rule).
+    NoPersistence { delay: bool },
+    /// Redis with RDB snapshots: `SAVE` before the holders take their locks,
+    /// then `kill -9`; the restart reloads the snapshot, with older counters.
+    SnapshotReload,
+    /// Redis with `appendfsync everysec`: a machine crash loses the writes
+    /// of the last second (the disk goes back to a checkpoint taken before
+    /// the holders took their locks).
+    EverySecLoss,
+}
+
+/// S3: the server (Redis) or a majority of nodes (Redlock) crashes while
+/// locks are held and comes back having forgotten them (and, but for the
+/// clock floor, going back on its fencing counters).
+async fn s3_restart(kind: Kind, crash: Crash) -> Stats {
     const HOLDERS: usize = 4;
     const ROUNDS: usize = 3;
-    let mut servers = blocking(|| Servers::start(kind, 1));
+    let persistence = match crash {
+        Crash::NoPersistence { .. } => Persistence::None,
+        Crash::SnapshotReload => Persistence::Snapshots,
+        Crash::EverySecLoss => Persistence::AofEverySec,
+    };
+    let delay = crash == Crash::NoPersistence { delay: true };
+    let mut servers = blocking(|| Servers::start_with(kind, 1, persistence));
     let w = Arc::new(Workload::new());
     let victims: Vec<usize> = if kind == Kind::Redlock {
         vec![0, 1, 2]
@@ -392,24 +423,57 @@ async fn s3_restart(kind: Kind, delay: bool) -> Stats {
         vec![0]
     };
     for r in 0..ROUNDS {
+        let names: Vec<LockName> = (0..HOLDERS)
+            .map(|h| name(kind, &format!("s3-{r}"), h))
+            .collect();
+        if !matches!(crash, Crash::NoPersistence { .. }) {
+            // Tokens issued before the point the disk will go back to.
+            let warm = servers.client(kind, &servers.addrs()).await;
+            for n in &names {
+                for _ in 0..3 {
+                    let g = acquire_retrying(&*warm, n, &opts(kind), kind.ttl() * 6).await;
+                    careful_section(&w, &g).await;
+                    let _ = g.release().await;
+                }
+            }
+            match (crash, &servers) {
+                (Crash::SnapshotReload, Servers::Redis(redis)) => {
+                    let reply = blocking(|| redis.cmd(&["SAVE"])).expect("SAVE");
+                    assert_eq!(reply.as_str(), Some("OK"), "SAVE answered {reply:?}");
+                }
+                (Crash::EverySecLoss, Servers::Redis(redis)) => {
+                    sleep(Duration::from_millis(1100)).await;
+                    blocking(|| redis.checkpoint_disk()).expect("checkpoint");
+                }
+                _ => unreachable!("only a single Redis persists"),
+            }
+        }
         let mut holders = Vec::new();
-        for h in 0..HOLDERS {
+        for n in names {
             let a = servers.client(kind, &servers.addrs()).await;
-            let n = name(kind, &format!("s3-{r}"), h);
             let g = acquire_retrying(&*a, &n, &opts(kind), kind.ttl() * 6).await;
             holders.push((a, n, g));
         }
         let entered = Arc::new(AtomicU64::new(0));
         let started = Instant::now();
-        for &v in &victims {
-            blocking(|| servers.kill(v));
-            w.fault();
+        if crash == Crash::EverySecLoss {
+            if let Servers::Redis(redis) = &mut servers {
+                blocking(|| redis.crash_to_checkpoint()).expect("crash to the checkpoint");
+                w.fault();
+            }
+        } else {
+            for &v in &victims {
+                blocking(|| servers.kill(v));
+                w.fault();
+            }
         }
         if delay {
             sleep(kind.ttl() + Duration::from_millis(200)).await;
         }
-        for &v in &victims {
-            blocking(|| servers.restart(v));
+        if crash != Crash::EverySecLoss {
+            for &v in &victims {
+                blocking(|| servers.restart(v));
+            }
         }
         let mut tasks = Vec::new();
         for (h, (a, n, g)) in holders.into_iter().enumerate() {
@@ -878,7 +942,10 @@ fn trials(rt: &Arc<tokio::runtime::Runtime>, soak_for: Duration) -> Vec<Trial> {
     add(
         "redis_s3_restart_without_persistence".into(),
         Box::new(move || {
-            let s = r.block_on(s3_restart(Kind::Redis, false));
+            let s = r.block_on(s3_restart(
+                Kind::Redis,
+                Crash::NoPersistence { delay: false },
+            ));
             let ok = fenced_ok(Kind::Redis, &s);
             record(
                 Kind::Redis,
@@ -889,11 +956,42 @@ fn trials(rt: &Arc<tokio::runtime::Runtime>, soak_for: Duration) -> Vec<Trial> {
             )
         }),
     );
+    for (test, scenario, crash) in [
+        (
+            "redis_s3_snapshot_reload",
+            "S3 crash, RDB snapshot reload",
+            Crash::SnapshotReload,
+        ),
+        (
+            "redis_s3_everysec_crash",
+            "S3 crash, AOF everysec lost 1 s",
+            Crash::EverySecLoss,
+        ),
+    ] {
+        let r = rt.clone();
+        add(
+            test.into(),
+            Box::new(move || {
+                let s = r.block_on(s3_restart(Kind::Redis, crash));
+                let ok = fenced_ok(Kind::Redis, &s) && s.fenced_writes > 0;
+                record(
+                    Kind::Redis,
+                    scenario,
+                    s,
+                    "0 stale accepted (the counter went back; the clock floor did not)",
+                    ok,
+                )
+            }),
+        );
+    }
     let r = rt.clone();
     add(
         "redlock_s3_restart_without_delay".into(),
         Box::new(move || {
-            let s = r.block_on(s3_restart(Kind::Redlock, false));
+            let s = r.block_on(s3_restart(
+                Kind::Redlock,
+                Crash::NoPersistence { delay: false },
+            ));
             let ok = s.overlaps > 0;
             record(
                 Kind::Redlock,
@@ -908,7 +1006,10 @@ fn trials(rt: &Arc<tokio::runtime::Runtime>, soak_for: Duration) -> Vec<Trial> {
     add(
         "redlock_s3_restart_with_delayed_restart".into(),
         Box::new(move || {
-            let s = r.block_on(s3_restart(Kind::Redlock, true));
+            let s = r.block_on(s3_restart(
+                Kind::Redlock,
+                Crash::NoPersistence { delay: true },
+            ));
             let ok = s.overlaps == 0;
             record(
                 Kind::Redlock,

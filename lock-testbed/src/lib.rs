@@ -28,7 +28,7 @@
 //!
 //! | type | what | ready when | typical start-up here |
 //! |---|---|---|---|
-//! | [`RedisServer`] | `redis-server --save '' --appendonly no` (or AOF + `appendfsync always`) | `PING` answers `PONG` (deadline 5 s) | 15-20 ms |
+//! | [`RedisServer`] | `redis-server --save '' --appendonly no` (or RDB snapshots, AOF `everysec` or `always`: [`Persistence`]) | `PING` answers `PONG` (deadline 5 s) | 15-20 ms |
 //! | [`RedisSet`] | N independent Redis (Redlock) | every node answers `PING` | same, in parallel |
 //! | [`EtcdCluster`] | N members, `--heartbeat-interval=10 --election-timeout=100` | `GET /health` is `{"health":"true"}` on every member (deadline 20 s) | 0.2-2.5 s |
 //! | [`ZkEnsemble`] | N ZooKeeper servers (1 = standalone), JVM `-Xms64m -Xmx256m -XX:+UseSerialGC` | `srvr` answers a `Mode:` line on every server (deadline 20 s) | 0.5-1 s single, 1.5-5 s ensemble of 3 |
@@ -99,7 +99,7 @@ pub use error::TestbedError;
 pub use etcd::EtcdCluster;
 pub use process::{pid_alive, set_data_root};
 pub use proxy::Proxy;
-pub use redis::{RedisOptions, RedisServer, RedisSet};
+pub use redis::{Persistence, RedisOptions, RedisServer, RedisSet};
 pub use resp::{resp_command, RespConnection, RespValue};
 pub use shared::{
     shared_etcd, shared_redis, shared_redis_set, shared_zk, ENV_TEST_ETCD, ENV_TEST_REDIS,

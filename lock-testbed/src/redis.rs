@@ -12,6 +12,31 @@ use crate::resp::{resp_command, RespValue};
 use crate::util::{free_port, loopback};
 use crate::TestbedError;
 
+/// What Redis persists in its dir.
+const DATA_FILES: [&str; 2] = ["dump.rdb", "appendonlydir"];
+
+/// Copies the persisted data files of `from` (those that exist) into `to`.
+fn copy_data(from: &Path, to: &Path) -> Result<(), TestbedError> {
+    std::fs::create_dir_all(to).map_err(|e| TestbedError::io("creating a checkpoint dir", e))?;
+    for data in DATA_FILES {
+        let src = from.join(data);
+        if src.is_dir() {
+            let dst = to.join(data);
+            std::fs::create_dir_all(&dst).map_err(|e| TestbedError::io("copying AOF files", e))?;
+            let entries =
+                std::fs::read_dir(&src).map_err(|e| TestbedError::io("copying AOF files", e))?;
+            for entry in entries.flatten() {
+                std::fs::copy(entry.path(), dst.join(entry.file_name()))
+                    .map_err(|e| TestbedError::io("copying AOF files", e))?;
+            }
+        } else if src.is_file() {
+            std::fs::copy(&src, to.join(data))
+                .map_err(|e| TestbedError::io("copying dump.rdb", e))?;
+        }
+    }
+    Ok(())
+}
+
 /// How long a Redis may take to answer PING after spawn.
 const READY_TIMEOUT: Duration = Duration::from_secs(5);
 /// Timeout of [`RedisServer::cmd`].
@@ -19,13 +44,31 @@ const CMD_TIMEOUT: Duration = Duration::from_secs(2);
 /// How often a fresh start is retried on a new port when the port was taken.
 const START_ATTEMPTS: usize = 3;
 
+/// What a Redis server keeps across [`RedisServer::kill`] + [`RedisServer::restart`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Persistence {
+    /// `--save '' --appendonly no`: nothing survives a restart (the default).
+    #[default]
+    None,
+    /// RDB snapshots, as a default-configured Redis: `--save "3600 1 300 100
+    /// 60 10000"` and `SAVE`/`BGSAVE` on demand; a restart reloads the last
+    /// snapshot (older than the last writes).
+    Snapshots,
+    /// `--appendonly yes --appendfsync everysec`, the usual AOF setting: a
+    /// machine crash loses up to the last second of writes (a test
+    /// reproduces that with [`RedisServer::checkpoint_disk`] and
+    /// [`RedisServer::crash_to_checkpoint`]).
+    AofEverySec,
+    /// `--appendonly yes --appendfsync always`: every write is on disk before
+    /// it is acknowledged.
+    AofAlways,
+}
+
 /// How to run a Redis server.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RedisOptions {
-    /// `false` (default): `--save '' --appendonly no`, nothing survives a restart.
-    /// `true`: `--appendonly yes --appendfsync always`, every write is on disk before
-    /// it is acknowledged, so keys survive [`RedisServer::kill`] + [`RedisServer::restart`].
-    pub appendfsync_always: bool,
+    /// What survives a restart.
+    pub persistence: Persistence,
 }
 
 struct Local {
@@ -135,13 +178,34 @@ impl RedisServer {
             .try_clone()
             .map_err(|e| TestbedError::io("creating redis.stderr.log", e))?;
         let mut cmd = Command::new(&local.bin);
-        cmd.args(["--port", &port, "--bind", "127.0.0.1", "--save", ""])
-            .args(["--daemonize", "no", "--protected-mode", "no"]);
-        if local.opts.appendfsync_always {
-            cmd.args(["--appendonly", "yes", "--appendfsync", "always"]);
-        } else {
-            cmd.args(["--appendonly", "no"]);
-        }
+        cmd.args(["--port", &port, "--bind", "127.0.0.1"]).args([
+            "--daemonize",
+            "no",
+            "--protected-mode",
+            "no",
+        ]);
+        match local.opts.persistence {
+            Persistence::None => cmd.args(["--save", "", "--appendonly", "no"]),
+            Persistence::Snapshots => {
+                cmd.args(["--save", "3600 1 300 100 60 10000", "--appendonly", "no"])
+            }
+            Persistence::AofEverySec => cmd.args([
+                "--save",
+                "",
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "everysec",
+            ]),
+            Persistence::AofAlways => cmd.args([
+                "--save",
+                "",
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+            ]),
+        };
         cmd.arg("--dir")
             .arg(dir)
             .arg("--logfile")
@@ -220,7 +284,8 @@ impl RedisServer {
             .map(ManagedChild::pid)
     }
 
-    /// The temp dir holding the log (and the AOF with `appendfsync_always`); `None` when external.
+    /// The temp dir holding the log and the persisted data (`dump.rdb`,
+    /// `appendonlydir/`); `None` when external.
     pub fn dir(&self) -> Option<&Path> {
         self.local.as_ref().map(|l| l.dir.path())
     }
@@ -269,8 +334,42 @@ impl RedisServer {
         Ok(())
     }
 
+    /// Remembers what is on disk now (the RDB snapshot and the AOF files), as
+    /// the last state a machine crash would leave: see
+    /// [`crash_to_checkpoint`](Self::crash_to_checkpoint).
+    pub fn checkpoint_disk(&self) -> Result<(), TestbedError> {
+        let dir = self.dir().ok_or_else(|| TestbedError::External {
+            what: self.what(),
+            operation: "checkpoint_disk",
+        })?;
+        let saved = dir.join("checkpoint");
+        let _ = std::fs::remove_dir_all(&saved);
+        copy_data(dir, &saved)
+    }
+
+    /// A machine crash that loses every write since [`checkpoint_disk`]
+    /// (what `appendfsync everysec` or an RDB snapshot can lose): SIGKILL,
+    /// put the checkpointed files back, restart on the same port.
+    pub fn crash_to_checkpoint(&mut self) -> Result<(), TestbedError> {
+        self.kill()?;
+        let dir = self
+            .dir()
+            .ok_or_else(|| TestbedError::External {
+                what: self.what(),
+                operation: "crash_to_checkpoint",
+            })?
+            .to_path_buf();
+        for data in DATA_FILES {
+            let path = dir.join(data);
+            let _ = std::fs::remove_dir_all(&path);
+            let _ = std::fs::remove_file(&path);
+        }
+        copy_data(&dir.join("checkpoint"), &dir)?;
+        self.restart()
+    }
+
     /// Kill if running, then start again on the same port, dir and options, and wait
-    /// until it answers PING. With `appendfsync_always` the data set is loaded from the AOF.
+    /// until it answers PING. With persistence the data set is loaded from disk.
     pub fn restart(&mut self) -> Result<(), TestbedError> {
         self.kill()?;
         let deadline = Instant::now() + READY_TIMEOUT;
