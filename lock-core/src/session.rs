@@ -134,13 +134,17 @@ impl SessionHub {
 
     /// The server confirmed the session with a request sent at `sent`, for
     /// `ttl`: every guard is held until then (and resumed if it was
-    /// suspended).
+    /// suspended). A confirmation that arrives after a newer one (a late
+    /// answer on another connection) never moves the bound back.
     pub fn confirm(&self, sent: Sent, ttl: Duration) {
-        let valid_until = sent.validity(ttl);
         let mut inner = self.inner();
         if matches!(inner.status, SessionStatus::Ended { .. }) {
             return;
         }
+        let earlier = inner
+            .vouched
+            .map(|(until, mark)| clock::corrected(until, mark));
+        let valid_until = earlier.map_or(sent.validity(ttl), |e| e.max(sent.validity(ttl)));
         let resumed = matches!(inner.status, SessionStatus::Suspended { .. });
         inner.status = SessionStatus::Live;
         inner.vouched = Some((valid_until, SuspendMark::now()));

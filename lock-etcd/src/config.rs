@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use lock_core::{LockError, MAX_TTL};
+use lock_core::{check_duration, LockError, MAX_TTL};
 
 /// How to reach etcd and how long the client's session lease lives.
 ///
@@ -38,15 +38,15 @@ pub struct EtcdConfig {
     /// election timeout)); the TTL the server granted is the one used.
     pub lease_ttl: Duration,
     /// Bound on establishing the client: connecting and granting the first
-    /// session lease in [`crate::EtcdLock::connect`]. Default: 5 s.
+    /// session lease in [`crate::EtcdLock::connect`], in all. Default: 2 s.
     pub connect_timeout: Duration,
-    /// Bound on every single request to one endpoint (and on opening a watch or
-    /// keep-alive stream). A request that takes longer counts as a failure of
-    /// that endpoint: the client moves to the next endpoint and, for requests
-    /// that are safe to repeat, retries there (each endpoint at most once, so
-    /// one call takes at most `endpoints.len() x request_timeout`). The session
-    /// keep-alive waits at most `min(request_timeout, lease TTL / 3)` for an
-    /// answer. Default: 5 s.
+    /// Bound on every call, fail-over included: a request that fails or gets
+    /// no answer on one endpoint moves on to the next within the same bound
+    /// (an endpoint that failed is passed over for a backoff of its own), so
+    /// a waiting acquire returns within its wait plus this. Also the bound on
+    /// opening a watch or keep-alive stream; the session's guards are
+    /// suspended while a keep-alive stays unanswered for
+    /// `min(request_timeout, lease TTL / 3)`. Default: 2 s.
     pub request_timeout: Duration,
     /// User name for etcd authentication. Default: none (no authentication).
     pub user: Option<String>,
@@ -71,9 +71,11 @@ impl fmt::Debug for EtcdConfig {
 /// Default session lease TTL.
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(10);
 /// Default connect timeout.
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Default request timeout.
-pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+/// The longest connect or request timeout accepted: one hour.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
 
 impl EtcdConfig {
     /// A configuration for `endpoints` with every other field at its default.
@@ -145,30 +147,32 @@ impl EtcdConfig {
                 "etcd config: invalid endpoint {bad:?}"
             )));
         }
-        if self.lease_ttl.is_zero() || self.lease_ttl > MAX_TTL {
-            return Err(LockError::invalid(format!(
-                "etcd config: lease_ttl {:?} is outside (0, {MAX_TTL:?}]",
-                self.lease_ttl
-            )));
-        }
-        for (what, d) in [
-            ("connect_timeout", self.connect_timeout),
-            ("request_timeout", self.request_timeout),
-        ] {
-            if d.is_zero() || d > MAX_TTL {
-                return Err(LockError::invalid(format!(
-                    "etcd config: {what} {d:?} is outside (0, {MAX_TTL:?}]"
-                )));
-            }
-        }
+        let ms = Duration::from_millis(1);
+        check_duration("etcd config: lease_ttl", self.lease_ttl, ms, MAX_TTL)?;
+        check_duration(
+            "etcd config: connect_timeout",
+            self.connect_timeout,
+            ms,
+            MAX_TIMEOUT,
+        )?;
+        check_duration(
+            "etcd config: request_timeout",
+            self.request_timeout,
+            ms,
+            MAX_TIMEOUT,
+        )?;
         if self.user.is_some() != self.password.is_some() {
             return Err(LockError::invalid(
                 "etcd config: user and password go together",
             ));
         }
-        if self.key_prefix.chars().any(char::is_control) {
+        if self
+            .key_prefix
+            .chars()
+            .any(|c| c.is_control() || c.is_whitespace())
+        {
             return Err(LockError::invalid(
-                "etcd config: key_prefix contains control characters",
+                "etcd config: key_prefix contains whitespace or control characters",
             ));
         }
         Ok(())
@@ -206,6 +210,8 @@ mod tests {
                 ..ok.clone()
             },
             ok.clone().key_prefix("a\nb"),
+            ok.clone().key_prefix("a b"),
+            ok.clone().request_timeout(Duration::MAX),
         ] {
             assert_eq!(
                 bad.validate().unwrap_err().kind(),

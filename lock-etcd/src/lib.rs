@@ -2,10 +2,18 @@
 #![deny(missing_docs)]
 
 mod backend;
+mod client;
 mod config;
-mod core;
+mod held;
+mod key;
+mod layout;
+mod permit;
+mod queue;
 mod session;
+mod watcher;
 
 pub use backend::EtcdLock;
-pub use config::{EtcdConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_LEASE_TTL, DEFAULT_REQUEST_TIMEOUT};
+pub use config::{
+    EtcdConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_LEASE_TTL, DEFAULT_REQUEST_TIMEOUT, MAX_TIMEOUT,
+};
 pub use lock_core;

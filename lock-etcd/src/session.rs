@@ -1,55 +1,42 @@
 //! The session: one etcd lease per client, kept alive by one background
-//! keep-alive stream, shared by every lock the client holds.
+//! keep-alive stream, shared by every lock the client holds. Its news reach
+//! the guards through one [`SessionHub`].
+//!
+//! A keep-alive confirms the lease from when it was SENT for the TTL the
+//! server answers with, however late the answer comes: a slow commit delays
+//! the confirmation, it never retires a session whose lease lives. While no
+//! answer comes within the request timeout the guards are suspended; if none
+//! comes at all, each guard's validity (bounded by the last confirmation)
+//! runs out on its own. The session ends only when the server says the
+//! lease is gone (or it is dropped, which revokes the lease).
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{LeaseKeepAliveStream, LeaseKeeper};
-use lock_core::{validity, LockErrorKind, Result};
-use tokio::sync::watch;
+use lock_core::session::{Sent, SessionEvents, SessionHub};
+use lock_core::{LockErrorKind, LossCause, Result};
 use tokio::time::Instant;
 
-use crate::core::{Core, Failure};
-
-/// How long before the end of its confirmed validity the session declares an
-/// unconfirmed lease expired. Guards are bounded by that validity (it is what
-/// the session sends them with [`lock_core::LeaseEvent::Confirmed`]); expiring
-/// the session a little earlier makes them see `Lost(SessionExpired)` rather
-/// than a bare `Lost(Expired)` of their validity at the same instant.
-pub(crate) const EXPIRE_LEAD: Duration = Duration::from_millis(50);
-
-/// What the session knows about its lease.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum SessionState {
-    /// The server confirmed the lease; it lives at least until `valid_until`
-    /// (last confirmed keep-alive send + TTL - drift), and the session counts
-    /// it expired [`EXPIRE_LEAD`] before that. `trouble` is set while
-    /// keep-alives fail.
-    Live {
-        valid_until: Instant,
-        trouble: Option<String>,
-    },
-    /// The lease is gone (expired on the server, or not confirmed within its
-    /// TTL). Every key attached to it is gone or about to go.
-    Expired { reason: String },
-}
+use crate::client::{EtcdClient, Failure};
 
 /// One lease and its keep-alive task. Dropping the last reference stops the
 /// keep-alive and revokes the lease in the background (its keys go at once).
 pub(crate) struct Session {
     id: i64,
     ttl: Duration,
-    state: Arc<watch::Sender<SessionState>>,
+    hub: Arc<SessionHub>,
     task: tokio::task::AbortHandle,
-    core: Arc<Core>,
+    client: Arc<EtcdClient>,
 }
 
 impl Session {
     /// Grants a lease of the configured TTL and starts keeping it alive.
-    pub(crate) async fn grant(core: Arc<Core>) -> Result<Arc<Session>> {
-        let secs = core.config().lease_ttl_secs();
-        let start = Instant::now();
-        let resp = core
+    pub(crate) async fn grant(client: Arc<EtcdClient>) -> Result<Arc<Session>> {
+        let secs = client.config().lease_ttl_secs();
+        let sent = Sent::now();
+        let resp = client
             .call("grant the session lease", |mut c| async move {
                 c.lease_grant(secs, None).await
             })
@@ -57,25 +44,16 @@ impl Session {
         // The server may raise a TTL below its minimum; use what it granted.
         let ttl = Duration::from_secs(u64::try_from(resp.ttl()).unwrap_or(0).max(1));
         let id = resp.id();
-        let state = Arc::new(watch::Sender::new(SessionState::Live {
-            valid_until: validity(start, ttl),
-            trouble: None,
-        }));
-        let task = tokio::spawn(keep_alive(
-            core.clone(),
-            id,
-            ttl,
-            state.clone(),
-            start + ttl / 3,
-        ))
-        .abort_handle();
+        let hub = SessionHub::new();
+        hub.confirm(sent, ttl);
+        let task = tokio::spawn(keep_alive(client.clone(), id, ttl, hub.clone())).abort_handle();
         tracing::debug!(lease = id, ttl = ?ttl, "distlock etcd: session lease granted");
         Ok(Arc::new(Session {
             id,
             ttl,
-            state,
+            hub,
             task,
-            core,
+            client,
         }))
     }
 
@@ -89,42 +67,34 @@ impl Session {
         self.ttl
     }
 
-    /// The state now (an unconfirmed lease at its validity, less
-    /// [`EXPIRE_LEAD`], counts as expired).
-    pub(crate) fn state(&self) -> SessionState {
-        let st = self.state.borrow().clone();
-        match st {
-            SessionState::Live { valid_until, .. } if Instant::now() >= expiry(valid_until) => {
-                SessionState::Expired {
-                    reason: "the lease was not confirmed within its TTL".into(),
-                }
-            }
-            other => other,
-        }
+    /// Whether the session is over (the server dropped the lease).
+    pub(crate) fn is_ended(&self) -> bool {
+        self.hub.is_ended()
     }
 
-    pub(crate) fn is_expired(&self) -> bool {
-        matches!(self.state(), SessionState::Expired { .. })
+    /// Until when the last keep-alive vouches for the lease; `None` once the
+    /// session ended or when that time has passed.
+    pub(crate) fn vouched_until(&self) -> Option<Instant> {
+        self.hub.vouched_until().filter(|t| *t > Instant::now())
     }
 
-    /// Until when the session vouches for its keys (last confirmed keep-alive
-    /// send + TTL - drift), or `None` once it counts as expired.
-    pub(crate) fn confirmed_until(&self) -> Option<Instant> {
-        match self.state() {
-            SessionState::Live { valid_until, .. } => Some(valid_until),
-            SessionState::Expired { .. } => None,
-        }
+    /// Whether keep-alives are failing now.
+    pub(crate) fn is_suspended(&self) -> bool {
+        matches!(
+            self.hub.status(),
+            lock_core::session::SessionStatus::Suspended { .. }
+        )
     }
 
-    /// A watch of the state, for guards and waiters.
-    pub(crate) fn subscribe(&self) -> watch::Receiver<SessionState> {
-        self.state.subscribe()
+    /// The events of one more guard on this session.
+    pub(crate) fn register(&self) -> std::result::Result<SessionEvents, LossCause> {
+        self.hub.register()
     }
 
-    /// Marks the session expired because the server said so (a put with the
-    /// lease failed with "lease not found").
-    pub(crate) fn mark_expired(&self, reason: &str) {
-        expire(&self.state, reason.to_string());
+    /// The server says the lease is gone (a put with it failed "lease not found").
+    pub(crate) fn end(&self, reason: &str) {
+        tracing::warn!(lease = self.id, %reason, "distlock etcd: session lease gone");
+        self.hub.end(LossCause::SessionExpired);
         self.task.abort();
     }
 }
@@ -132,36 +102,21 @@ impl Session {
 impl Drop for Session {
     fn drop(&mut self) {
         self.task.abort();
-        if self.is_expired() {
+        if self.hub.is_ended() {
             return;
         }
-        expire(&self.state, "the client was dropped".into());
+        self.hub.end(LossCause::SessionExpired);
         // Revoke in the background so the server drops our keys now rather than
         // after the TTL. Never blocks; without a runtime the lease just expires.
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            let (core, id) = (self.core.clone(), self.id);
-            rt.spawn(async move { revoke(&core, id).await });
+            let (client, id) = (self.client.clone(), self.id);
+            rt.spawn(async move { revoke(&client, id).await });
         }
     }
 }
 
-/// When a lease confirmed until `valid_until` counts as expired.
-fn expiry(valid_until: Instant) -> Instant {
-    valid_until.checked_sub(EXPIRE_LEAD).unwrap_or(valid_until)
-}
-
-fn expire(state: &watch::Sender<SessionState>, reason: String) {
-    state.send_if_modified(|st| match st {
-        SessionState::Expired { .. } => false,
-        SessionState::Live { .. } => {
-            *st = SessionState::Expired { reason };
-            true
-        }
-    });
-}
-
-async fn revoke(core: &Core, id: i64) {
-    match core
+async fn revoke(client: &EtcdClient, id: i64) {
+    match client
         .call("revoke the session lease", |mut c| async move {
             c.lease_revoke(id).await
         })
@@ -175,152 +130,183 @@ async fn revoke(core: &Core, id: i64) {
     }
 }
 
-/// Outcome of one keep-alive round trip.
-enum Beat {
-    /// Confirmed: the lease has this many seconds left.
-    Alive(i64),
-    /// The server no longer knows the lease.
-    Gone,
-}
-
+/// One open keep-alive stream and the keep-alives sent on it, oldest first.
 struct Stream {
     keeper: LeaseKeeper,
     responses: LeaseKeepAliveStream,
     endpoint: usize,
+    in_flight: VecDeque<Sent>,
 }
 
-/// Keeps lease `id` alive every TTL/3 on one stream; on failure marks the
-/// session troubled and retries soon on the next endpoint; expires it when the
-/// lease was not confirmed within its TTL (less [`EXPIRE_LEAD`]) or the server
-/// says it is gone. Every confirmation is a state change, which each guard's
-/// monitor turns into a [`lock_core::LeaseEvent::Confirmed`].
-async fn keep_alive(
-    core: Arc<Core>,
-    id: i64,
-    ttl: Duration,
-    state: Arc<watch::Sender<SessionState>>,
-    first: Instant,
-) {
+/// What the keep-alive loop is waiting for next.
+enum Next {
+    /// Time to send the next keep-alive.
+    Send,
+    /// An answer (or the stream's end).
+    Answer(std::result::Result<Option<i64>, String>),
+    /// The oldest keep-alive has gone unanswered for a request timeout.
+    Overdue,
+}
+
+/// Keeps lease `id` alive: one keep-alive every TTL/3 on one stream; answers
+/// confirm the lease from their send time, in order, whenever they come.
+/// A stream that fails or stays silent is reopened (on the next endpoint,
+/// after that endpoint's backoff); meanwhile the guards are suspended.
+async fn keep_alive(client: Arc<EtcdClient>, id: i64, ttl: Duration, hub: Arc<SessionHub>) {
     let interval = ttl / 3;
-    let per_try = core
+    let patience = client
         .request_timeout()
         .min(interval.max(Duration::from_millis(100)));
-    let retry = (interval / 4).clamp(Duration::from_millis(20), Duration::from_millis(250));
     let mut stream: Option<Stream> = None;
-    let mut next = first;
+    let mut next_send = Instant::now() + interval;
+    let mut retry = Duration::from_millis(50);
     loop {
-        let valid_until = match &*state.borrow() {
-            SessionState::Live { valid_until, .. } => *valid_until,
-            SessionState::Expired { .. } => return,
-        };
-        let expire_at = expiry(valid_until);
-        if next >= expire_at {
-            tokio::time::sleep_until(expire_at).await;
-            expire(
-                &state,
-                format!("no keep-alive was confirmed within the lease TTL of {ttl:?}"),
-            );
-            tracing::warn!(
-                lease = id,
-                "distlock etcd: session lease expired (no confirmed keep-alive within its TTL)"
-            );
-            revoke(&core, id).await;
-            return;
-        }
-        tokio::time::sleep_until(next).await;
-        let sent = Instant::now();
-        let endpoint = stream
-            .as_ref()
-            .map_or_else(|| core.pinned(), |s| s.endpoint);
-        // A keep-alive still unanswered when the lease would count as expired
-        // is given up then, so that the expiry is not reported late.
-        let outcome = tokio::time::timeout_at(
-            (sent + per_try).min(expire_at),
-            beat(&core, id, &mut stream),
-        )
-        .await;
-        match outcome {
-            Ok(Ok(Beat::Alive(secs))) => {
-                let confirmed = Duration::from_secs(u64::try_from(secs).unwrap_or(0));
-                state.send_replace(SessionState::Live {
-                    valid_until: validity(sent, confirmed.min(ttl)).max(valid_until),
-                    trouble: None,
-                });
-                next = sent + interval;
+        if stream.is_none() {
+            let sent = Sent::now();
+            match open(&client, id, ttl).await {
+                Ok(Some(s)) => {
+                    // The opening keep-alive was answered: the lease lives,
+                    // renewed to its TTL.
+                    hub.confirm(sent, ttl);
+                    stream = Some(s);
+                    retry = Duration::from_millis(50);
+                    next_send = Instant::now() + interval;
+                }
+                Ok(None) => {
+                    hub.end(LossCause::SessionExpired);
+                    tracing::warn!(
+                        lease = id,
+                        "distlock etcd: session lease expired on the server"
+                    );
+                    return;
+                }
+                Err(reason) => {
+                    hub.suspend(&format!("etcd session keep-alive failing: {reason}"));
+                    tokio::time::sleep(retry).await;
+                    retry = (retry * 2)
+                        .min(Duration::from_secs(1))
+                        .min(interval.max(Duration::from_millis(50)));
+                    continue;
+                }
             }
-            Ok(Ok(Beat::Gone)) => {
-                expire(&state, "the server says the session lease expired".into());
+        }
+        let Some(s) = stream.as_mut() else { continue };
+        let overdue_at = s.in_flight.front().map(|sent| sent.at() + patience);
+        let next = tokio::select! {
+            _ = tokio::time::sleep_until(next_send) => Next::Send,
+            answer = s.responses.message() => Next::Answer(match answer {
+                Ok(Some(resp)) => Ok(Some(resp.ttl())),
+                Ok(None) => Err("the keep-alive stream ended".into()),
+                Err(e) => Err(client.stream_error(s.endpoint, Failure::Etcd(e), "keep-alive").to_string()),
+            }),
+            _ = tokio::time::sleep_until(overdue_at.unwrap_or(next_send)), if overdue_at.is_some() => Next::Overdue,
+        };
+        match next {
+            Next::Send => {
+                next_send = Instant::now() + interval;
+                let sent = Sent::now();
+                lock_core::metrics::count_request("etcd", "keep-alive");
+                if let Err(e) = s.keeper.keep_alive().await {
+                    let reason = format!("sending a keep-alive: {e}");
+                    client.failed(s.endpoint);
+                    hub.suspend(&format!("etcd session keep-alive failing: {reason}"));
+                    stream = None;
+                    continue;
+                }
+                s.in_flight.push_back(sent);
+            }
+            Next::Answer(Ok(Some(secs))) if secs > 0 => {
+                client.stream_ok(s.endpoint);
+                if let Some(sent) = s.in_flight.pop_front() {
+                    let granted = Duration::from_secs(u64::try_from(secs).unwrap_or(0));
+                    hub.confirm(sent, granted.min(ttl));
+                }
+            }
+            Next::Answer(Ok(_)) => {
+                hub.end(LossCause::SessionExpired);
                 tracing::warn!(
                     lease = id,
                     "distlock etcd: session lease expired on the server"
                 );
                 return;
             }
-            failed => {
-                let reason = match failed {
-                    Ok(Err(e)) => e,
-                    _ => format!("keep-alive not answered within {per_try:?}"),
-                };
+            Next::Answer(Err(reason)) => {
+                hub.suspend(&format!("etcd session keep-alive failing: {reason}"));
                 stream = None;
-                core.failed(endpoint);
-                tracing::debug!(lease = id, %reason, "distlock etcd: session keep-alive failed");
-                state.send_if_modified(|st| match st {
-                    SessionState::Live { trouble, .. }
-                        if trouble.as_deref() != Some(reason.as_str()) =>
-                    {
-                        *trouble = Some(reason.clone());
-                        true
-                    }
-                    _ => false,
-                });
-                next = Instant::now() + retry;
+                next_send = Instant::now();
+            }
+            Next::Overdue => {
+                // The member may be slow or gone. Answers still on their way
+                // count when they come (a drain task reads them), while the
+                // keep-alives go on over a new stream on the next endpoint.
+                hub.suspend(&format!(
+                    "etcd session keep-alive unanswered for {patience:?}"
+                ));
+                if let Some(old) = stream.take() {
+                    client.failed(old.endpoint);
+                    tokio::spawn(drain(old, hub.clone(), ttl));
+                }
             }
         }
     }
 }
 
-/// One keep-alive round trip, opening the stream first if needed.
-async fn beat(
-    core: &Core,
-    id: i64,
-    stream: &mut Option<Stream>,
-) -> std::result::Result<Beat, String> {
-    if stream.is_none() {
-        let (client, endpoint) = core.pinned_client().await.map_err(|e| e.to_string())?;
-        // Opening the stream sends one keep-alive and waits for its answer.
-        match client.lease_client().keep_alive(id).await {
-            Ok((keeper, responses)) => {
-                *stream = Some(Stream {
-                    keeper,
-                    responses,
-                    endpoint,
-                });
-                // The answer said ttl > 0; its exact value is not exposed here.
-                return Ok(Beat::Alive(i64::MAX));
+/// Reads the answers still due on a stream that was given up for being
+/// slow: each one that comes within the lease TTL confirms the lease from
+/// its own send time (a late answer is still an answer).
+async fn drain(mut old: Stream, hub: Arc<SessionHub>, ttl: Duration) {
+    let give_up = Instant::now() + ttl;
+    while let Some(sent) = old.in_flight.pop_front() {
+        match tokio::time::timeout_at(give_up, old.responses.message()).await {
+            Ok(Ok(Some(resp))) if resp.ttl() > 0 => {
+                let granted = Duration::from_secs(u64::try_from(resp.ttl()).unwrap_or(0));
+                hub.confirm(sent, granted.min(ttl));
             }
-            Err(etcd_client::Error::LeaseKeepAliveError(msg)) if msg.contains("not found") => {
-                return Ok(Beat::Gone)
+            Ok(Ok(Some(_))) => {
+                hub.end(LossCause::SessionExpired);
+                return;
             }
-            Err(e) => {
-                let err =
-                    core.stream_error(endpoint, Failure::Etcd(e), "open the keep-alive stream");
-                if err.kind() == LockErrorKind::Lost {
-                    return Ok(Beat::Gone);
-                }
-                return Err(err.to_string());
-            }
+            _ => return,
         }
     }
-    let Some(s) = stream.as_mut() else {
-        return Err("no keep-alive stream".into());
-    };
-    if let Err(e) = s.keeper.keep_alive().await {
-        return Err(format!("keep-alive stream closed: {e}"));
-    }
-    match s.responses.message().await {
-        Ok(Some(resp)) if resp.ttl() > 0 => Ok(Beat::Alive(resp.ttl())),
-        Ok(Some(_)) => Ok(Beat::Gone),
-        Ok(None) => Err("keep-alive stream ended".into()),
-        Err(e) => Err(format!("keep-alive stream failed: {e}")),
+}
+
+/// Opens a keep-alive stream (which sends one keep-alive and waits for its
+/// answer, up to half the lease TTL: a slow answer still confirms the
+/// lease). `Ok(None)`: the server no longer knows the lease.
+async fn open(
+    client: &EtcdClient,
+    id: i64,
+    ttl: Duration,
+) -> std::result::Result<Option<Stream>, String> {
+    let (c, endpoint) = client.stream_client().await.map_err(|e| e.to_string())?;
+    lock_core::metrics::count_request("etcd", "keep-alive");
+    let limit = client.request_timeout().max(ttl / 2);
+    match tokio::time::timeout(limit, c.lease_client().keep_alive(id)).await {
+        Ok(Ok((keeper, responses))) => {
+            client.stream_ok(endpoint);
+            Ok(Some(Stream {
+                keeper,
+                responses,
+                endpoint,
+                in_flight: VecDeque::new(),
+            }))
+        }
+        Ok(Err(etcd_client::Error::LeaseKeepAliveError(msg))) if msg.contains("not found") => {
+            Ok(None)
+        }
+        Ok(Err(e)) => {
+            let err = client.stream_error(endpoint, Failure::Etcd(e), "open the keep-alive stream");
+            if err.kind() == LockErrorKind::Lost {
+                return Ok(None);
+            }
+            Err(err.to_string())
+        }
+        Err(_) => {
+            client.failed(endpoint);
+            Err(format!(
+                "opening the keep-alive stream took more than {limit:?}"
+            ))
+        }
     }
 }

@@ -106,6 +106,8 @@ fn main() -> ExitCode {
         .with_loss_events(true)
         .with_notified_wait(true)
         .with_remote(true)
+        .with_read_write(true)
+        .with_semaphore(true)
         .with_fault_tolerance(
             "a minority of the 2N+1 etcd members (Raft); a leader change delays lease expiry but never shortens it",
         );

@@ -1,14 +1,17 @@
-//! The etcd client wrapper: one endpoint at a time with fail-over, a bound on
-//! every request, and the ONE function that maps client errors to
-//! [`LockErrorKind`].
+//! The etcd client wrapper: one endpoint at a time with fail-over and a
+//! backoff per endpoint, one request timeout per call, and the ONE function
+//! that maps client errors to [`LockErrorKind`].
 
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex as StdMutex;
 use std::time::Duration;
 
-use etcd_client::{Client, ConnectOptions, WatchFilterType, WatchOptions, WatchStream};
+use etcd_client::{Client, ConnectOptions};
 use lock_core::{LockError, LockErrorKind, Result};
-use tokio::sync::{watch, OnceCell};
+use rand::Rng;
+use tokio::sync::OnceCell;
+use tokio::time::Instant;
 
 use crate::config::EtcdConfig;
 
@@ -19,8 +22,6 @@ pub(crate) enum Failure {
     Etcd(etcd_client::Error),
     /// No answer within the request timeout.
     TimedOut(Duration),
-    /// The server cancelled a watch, for this reason (not a compaction).
-    WatchCanceled(String),
 }
 
 impl From<etcd_client::Error> for Failure {
@@ -32,13 +33,12 @@ impl From<etcd_client::Error> for Failure {
 /// The one place where client errors become [`LockError`]s.
 ///
 /// - transport, I/O and stream errors, gRPC `Unavailable`, `DeadlineExceeded`,
-///   `Cancelled`, `Aborted`, `ResourceExhausted`, `Unknown`, our own request
-///   timeout, and a watch the server cancelled -> [`LockErrorKind::Unavailable`] (retryable; etcd answers
+///   `Cancelled`, `Aborted`, `ResourceExhausted`, `Unknown` and our own
+///   request timeout -> [`LockErrorKind::Unavailable`] (retryable; etcd answers
 ///   "no leader", "leader changed" and "request timed out" with `Unavailable`);
 /// - gRPC `Unauthenticated`, `PermissionDenied`, and etcd's "authentication
 ///   failed", "user name is empty" and "user name not found" (sent as
-///   `InvalidArgument` / `FailedPrecondition`), a watch cancelled for
-///   "permission denied" -> [`LockErrorKind::Unauthorized`];
+///   `InvalidArgument` / `FailedPrecondition`) -> [`LockErrorKind::Unauthorized`];
 /// - gRPC `NotFound` for a lease ("requested lease not found": our session lease
 ///   expired) -> [`LockErrorKind::Lost`];
 /// - gRPC `InvalidArgument`, `OutOfRange`, `FailedPrecondition`, `AlreadyExists`
@@ -55,17 +55,6 @@ pub(crate) fn map_error(failure: Failure, what: &str) -> LockError {
             return LockError::unavailable(format!(
                 "etcd: {what}: no answer within the request timeout of {d:?}"
             ))
-        }
-        Failure::WatchCanceled(reason) => {
-            let kind = if reason.contains("permission denied") {
-                LockErrorKind::Unauthorized
-            } else {
-                LockErrorKind::Unavailable
-            };
-            return LockError::new(
-                kind,
-                format!("etcd: {what}: the server cancelled the watch: {reason}"),
-            );
         }
         Failure::Etcd(err) => err,
     };
@@ -115,23 +104,38 @@ pub(crate) fn map_error(failure: Failure, what: &str) -> LockError {
     LockError::new(kind, format!("etcd: {what}")).with_source(err)
 }
 
+/// How long an endpoint that failed is passed over, at first...
+const MIN_BACKOFF: Duration = Duration::from_millis(50);
+/// ...doubling up to this, until a request on it succeeds again.
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
 struct Endpoint {
     addr: String,
     client: OnceCell<Client>,
+    /// While set: failed recently; passed over until then, unless every
+    /// endpoint is. The backoff doubles on each failure, resets on success.
+    health: StdMutex<Health>,
 }
 
-/// The etcd client of one [`crate::EtcdLock`]: talks to one endpoint at a time
-/// (the pinned one) and moves to the next when a request or stream on it fails.
-pub(crate) struct Core {
+#[derive(Clone, Copy)]
+struct Health {
+    down_until: Option<Instant>,
+    backoff: Duration,
+}
+
+/// The etcd client of one [`crate::EtcdLock`]: talks to one endpoint at a
+/// time (the pinned one); a failure moves the pin to the next endpoint and
+/// passes the failed one over for a backoff of its own. Every call is
+/// bounded by ONE request timeout, fail-over included. Nothing is broadcast:
+/// each stream (watch, keep-alive) notices its own failure and reopens with
+/// the same backoff.
+pub(crate) struct EtcdClient {
     cfg: EtcdConfig,
     endpoints: Vec<Endpoint>,
     pinned: AtomicUsize,
-    /// Bumped whenever an endpoint is found failing: open watch streams on it
-    /// may be dead without knowing it, so their owners re-open them.
-    epoch: watch::Sender<u64>,
 }
 
-impl Core {
+impl EtcdClient {
     pub(crate) fn new(cfg: EtcdConfig) -> Self {
         let endpoints = cfg
             .endpoints
@@ -139,13 +143,16 @@ impl Core {
             .map(|addr| Endpoint {
                 addr: addr.trim().to_string(),
                 client: OnceCell::new(),
+                health: StdMutex::new(Health {
+                    down_until: None,
+                    backoff: MIN_BACKOFF,
+                }),
             })
             .collect();
         Self {
             cfg,
             endpoints,
             pinned: AtomicUsize::new(0),
-            epoch: watch::channel(0).0,
         }
     }
 
@@ -157,38 +164,67 @@ impl Core {
         self.cfg.request_timeout
     }
 
-    /// The endpoint requests go to now.
-    pub(crate) fn pinned(&self) -> usize {
-        self.pinned.load(Ordering::SeqCst) % self.endpoints.len().max(1)
+    /// The endpoints to try, in order, for a call starting now: the pinned
+    /// one first, then the others, those in backoff last.
+    fn order(&self) -> Vec<usize> {
+        let n = self.endpoints.len();
+        let first = self.pinned.load(Ordering::SeqCst) % n.max(1);
+        let now = Instant::now();
+        let (mut up, mut down): (Vec<usize>, Vec<usize>) =
+            (0..n).map(|i| (first + i) % n).partition(|&i| {
+                lock(&self.endpoints[i].health)
+                    .down_until
+                    .is_none_or(|t| t <= now)
+            });
+        up.append(&mut down);
+        up
     }
 
-    /// Watch of the fail-over epoch.
-    pub(crate) fn epoch(&self) -> watch::Receiver<u64> {
-        self.epoch.subscribe()
+    /// Endpoint `idx` answered: it is healthy again.
+    fn succeeded(&self, idx: usize) {
+        let mut h = lock(&self.endpoints[idx].health);
+        h.down_until = None;
+        h.backoff = MIN_BACKOFF;
     }
 
-    /// Records that endpoint `idx` failed: move to the next one (if `idx` is
-    /// still the pinned one) and tell stream owners.
+    /// Endpoint `idx` failed: pass it over for its backoff (with jitter) and
+    /// move the pin on if it was the pinned one.
     pub(crate) fn failed(&self, idx: usize) {
         let n = self.endpoints.len().max(1);
-        let moved = self
+        {
+            let mut h = lock(&self.endpoints[idx].health);
+            let pause = rand::rng().random_range(h.backoff / 2..=h.backoff);
+            h.down_until = Some(Instant::now() + pause);
+            h.backoff = (h.backoff * 2).min(MAX_BACKOFF);
+        }
+        if self
             .pinned
             .compare_exchange(idx, (idx + 1) % n, Ordering::SeqCst, Ordering::SeqCst)
-            .is_ok();
-        if moved {
+            .is_ok()
+        {
             tracing::debug!(endpoint = %self.endpoints[idx].addr, "distlock etcd: endpoint failed; moving to the next");
-            self.epoch.send_modify(|e| *e += 1);
         }
     }
 
     /// The client of endpoint `idx`, created on first use (lazy connection;
-    /// authenticates when a user is configured).
+    /// authenticates when a user is configured; every request asks for a
+    /// leader, so a member cut off from the quorum answers `Unavailable`
+    /// instead of serving stale reads or a silent watch).
     async fn client(&self, idx: usize) -> std::result::Result<Client, Failure> {
         let ep = &self.endpoints[idx];
         let client = ep
             .client
             .get_or_try_init(|| async {
-                let mut opts = ConnectOptions::new().with_connect_timeout(self.cfg.connect_timeout);
+                let mut opts = ConnectOptions::new()
+                    .with_connect_timeout(self.cfg.connect_timeout.min(self.cfg.request_timeout))
+                    // A connection counts as dead only after its pings went
+                    // unanswered for a lease TTL: a slow member is not a
+                    // dead one (its late answers still confirm the lease).
+                    .with_keep_alive(
+                        self.cfg.request_timeout.max(Duration::from_secs(1)),
+                        self.cfg.lease_ttl.max(self.cfg.request_timeout),
+                    )
+                    .with_require_leader(true);
                 if let (Some(user), Some(password)) = (&self.cfg.user, &self.cfg.password) {
                     opts = opts
                         .with_user(user.clone(), password.clone())
@@ -200,27 +236,39 @@ impl Core {
         Ok(client.clone())
     }
 
-    /// Runs `op` on the pinned endpoint, bounded by the request timeout; on an
-    /// `Unavailable`-kind failure moves to the next endpoint and tries again,
-    /// each endpoint at most once. Only for requests that are safe to repeat.
+    /// Runs `op`, bounded by ONE request timeout in all: on the pinned
+    /// endpoint, and after an `Unavailable`-kind failure or silence on the
+    /// next ones while time is left. Each endpoint gets an equal share of
+    /// what is left (a hung member costs a share, not the whole bound; a
+    /// healthy one answers in a fraction of it). Only for requests that are
+    /// safe to repeat.
     pub(crate) async fn call<T, F, Fut>(&self, what: &str, mut op: F) -> Result<T>
     where
         F: FnMut(Client) -> Fut,
         Fut: Future<Output = std::result::Result<T, etcd_client::Error>>,
     {
-        let n = self.endpoints.len();
-        let first = self.pinned();
+        lock_core::metrics::count_request("etcd", "request");
+        let limit = self.cfg.request_timeout;
+        let deadline = Instant::now() + limit;
         let mut last = None;
-        for i in 0..n {
-            let idx = (first + i) % n;
+        let order = self.order();
+        for (tried, idx) in order.iter().copied().enumerate() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            let share = left / u32::try_from(order.len() - tried).unwrap_or(1).max(1);
             let attempt = async {
                 let client = self.client(idx).await?;
                 op(client).await.map_err(Failure::Etcd)
             };
-            let failure = match tokio::time::timeout(self.cfg.request_timeout, attempt).await {
-                Ok(Ok(v)) => return Ok(v),
+            let failure = match tokio::time::timeout(share, attempt).await {
+                Ok(Ok(v)) => {
+                    self.succeeded(idx);
+                    return Ok(v);
+                }
                 Ok(Err(f)) => f,
-                Err(_) => Failure::TimedOut(self.cfg.request_timeout),
+                Err(_) => Failure::TimedOut(share),
             };
             let err = map_error(
                 failure,
@@ -232,72 +280,45 @@ impl Core {
             self.failed(idx);
             last = Some(err);
         }
-        Err(last.unwrap_or_else(|| LockError::invalid("etcd config: no endpoints")))
+        Err(last.unwrap_or_else(|| {
+            map_error(
+                Failure::TimedOut(limit),
+                &format!("{what} (every endpoint)"),
+            )
+        }))
     }
 
-    /// Opens a watch of the DELETE events of `key` from `start_revision`, on
-    /// the pinned endpoint (with fail-over). Returns the stream and the index
-    /// of the endpoint it runs on.
-    pub(crate) async fn watch_deletes(
-        &self,
-        key: &[u8],
-        start_revision: i64,
-    ) -> Result<(WatchStream, usize)> {
-        let n = self.endpoints.len();
-        let first = self.pinned();
+    /// A client for a long-lived stream (watch, keep-alive): the first
+    /// endpoint in order whose client can be made within the request
+    /// timeout, with its index (the caller reports the stream's failures).
+    pub(crate) async fn stream_client(&self) -> Result<(Client, usize)> {
+        let limit = self.cfg.request_timeout;
+        let deadline = Instant::now() + limit;
         let mut last = None;
-        for i in 0..n {
-            let idx = (first + i) % n;
-            let opts = WatchOptions::new()
-                .with_start_revision(start_revision)
-                .with_filters([WatchFilterType::NoPut]);
-            let attempt = async {
-                let client = self.client(idx).await?;
-                client
-                    .watch_client()
-                    .watch(key.to_vec(), Some(opts))
-                    .await
-                    .map_err(Failure::Etcd)
-            };
-            let failure = match tokio::time::timeout(self.cfg.request_timeout, attempt).await {
-                Ok(Ok(stream)) => return Ok((stream, idx)),
-                Ok(Err(f)) => f,
-                Err(_) => Failure::TimedOut(self.cfg.request_timeout),
-            };
-            let err = map_error(
-                failure,
-                &format!("open a watch (endpoint {})", self.endpoints[idx].addr),
-            );
-            if err.kind() != LockErrorKind::Unavailable {
-                return Err(err);
+        let order = self.order();
+        for (tried, idx) in order.iter().copied().enumerate() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
             }
-            self.failed(idx);
-            last = Some(err);
-        }
-        Err(last.unwrap_or_else(|| LockError::invalid("etcd config: no endpoints")))
-    }
-
-    /// The client of the pinned endpoint and its index, for opening a
-    /// keep-alive stream (the caller bounds the time and reports failures).
-    pub(crate) async fn pinned_client(&self) -> Result<(Client, usize)> {
-        let idx = self.pinned();
-        match tokio::time::timeout(self.cfg.request_timeout, self.client(idx)).await {
-            Ok(Ok(c)) => Ok((c, idx)),
-            Ok(Err(f)) => {
-                self.failed(idx);
-                Err(map_error(f, "connect"))
-            }
-            Err(_) => {
-                self.failed(idx);
-                Err(map_error(
-                    Failure::TimedOut(self.cfg.request_timeout),
-                    "connect",
-                ))
+            let share = left / u32::try_from(order.len() - tried).unwrap_or(1).max(1);
+            match tokio::time::timeout(share, self.client(idx)).await {
+                Ok(Ok(c)) => return Ok((c, idx)),
+                Ok(Err(f)) => {
+                    self.failed(idx);
+                    last = Some(map_error(f, "connect"));
+                }
+                Err(_) => {
+                    self.failed(idx);
+                    last = Some(map_error(Failure::TimedOut(limit), "connect"));
+                }
             }
         }
+        Err(last.unwrap_or_else(|| map_error(Failure::TimedOut(limit), "connect")))
     }
 
-    /// Maps a failure of a stream the caller drives itself.
+    /// Maps a failure of a stream the caller drives itself; an
+    /// `Unavailable` one counts against its endpoint.
     pub(crate) fn stream_error(&self, idx: usize, failure: Failure, what: &str) -> LockError {
         let err = map_error(
             failure,
@@ -311,6 +332,15 @@ impl Core {
         }
         err
     }
+
+    /// A stream on endpoint `idx` worked.
+    pub(crate) fn stream_ok(&self, idx: usize) {
+        self.succeeded(idx);
+    }
+}
+
+fn lock<T>(m: &StdMutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 #[cfg(test)]

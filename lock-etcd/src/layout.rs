@@ -1,0 +1,222 @@
+//! The key layout, and which contenders ahead block which.
+//!
+//! For lock name `N` and key prefix `P`:
+//!
+//! - mutex: `P N/<lease id in lowercase hex>`, empty value: exactly etcd's
+//!   own `concurrency.Mutex`, its Lock RPC and `etcdctl lock` (with no
+//!   prefix). A contender of `N` is a key `P N/` followed by hex digits and
+//!   nothing else, so the keys of a child name (`N/child/...`) or of the
+//!   other kinds below never count.
+//! - read-write lock: `P N/ rw/<lease hex>-<seq hex>`, value `read` or
+//!   `write` (a downgrade puts `read` on the same key, keeping its place).
+//! - semaphore: `P N/ sem/<lease hex>-<seq hex>`, empty value.
+//!
+//! The space in ` rw` and ` sem` is what no lock name can contain, so these
+//! keys never belong to a child name's mutex (`N/rw` is a lock name; `N/ rw`
+//! is not).
+//!
+//! Contenders queue by create revision. A contender is held when nothing
+//! ahead of it blocks it: for a mutex or a writer, any contender ahead; for
+//! a reader, a writer ahead (so a reader arriving after a waiting writer
+//! waits behind it: writers are not starved); for a permit of N, N
+//! contenders ahead.
+
+use lock_core::{LockMode, LockName};
+
+/// Which of the three kinds of lock a mode belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Mutex,
+    ReadWrite,
+    Semaphore,
+}
+
+impl Kind {
+    pub(crate) fn of(mode: LockMode) -> Self {
+        match mode {
+            LockMode::Read | LockMode::Write => Self::ReadWrite,
+            LockMode::Permit { .. } => Self::Semaphore,
+            _ => Self::Mutex,
+        }
+    }
+}
+
+/// The value a contender key of `mode` is put with.
+pub(crate) fn value_of(mode: LockMode) -> &'static str {
+    match mode {
+        LockMode::Read => READ,
+        LockMode::Write => WRITE,
+        _ => "",
+    }
+}
+
+/// The value of a read contender.
+pub(crate) const READ: &str = "read";
+/// The value of a write contender.
+pub(crate) const WRITE: &str = "write";
+
+/// The queue of one lock name and kind.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Queue {
+    /// Every contender key starts with this.
+    pub(crate) prefix: String,
+    pub(crate) kind: Kind,
+}
+
+impl Queue {
+    /// The queue of `name` for `kind` under the key prefix `key_prefix`.
+    pub(crate) fn new(key_prefix: &str, name: &LockName, kind: Kind) -> Self {
+        let prefix = match kind {
+            Kind::Mutex => format!("{key_prefix}{name}/"),
+            Kind::ReadWrite => format!("{key_prefix}{name}/ rw/"),
+            Kind::Semaphore => format!("{key_prefix}{name}/ sem/"),
+        };
+        Self { prefix, kind }
+    }
+
+    /// Our contender key for a session lease and, for the kinds where one
+    /// client may hold several leases of a name, a sequence number.
+    pub(crate) fn key(&self, lease: i64, seq: u64) -> String {
+        match self.kind {
+            Kind::Mutex => format!("{}{}", self.prefix, lease_hex(lease)),
+            Kind::ReadWrite | Kind::Semaphore => {
+                format!("{}{}-{seq:x}", self.prefix, lease_hex(lease))
+            }
+        }
+    }
+
+    /// Whether `key` is a contender of this queue (and not a key of a
+    /// child name or of another kind that shares the prefix).
+    pub(crate) fn is_contender(&self, key: &[u8]) -> bool {
+        let Some(rest) = key.strip_prefix(self.prefix.as_bytes()) else {
+            return false;
+        };
+        let hex = |s: &[u8]| {
+            let digits = s.strip_prefix(b"-").unwrap_or(s);
+            !digits.is_empty()
+                && digits
+                    .iter()
+                    .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+        };
+        match self.kind {
+            Kind::Mutex => hex(rest),
+            Kind::ReadWrite | Kind::Semaphore => {
+                // `<lease hex>-<seq hex>`, the lease possibly negative.
+                let (lease, seq) = match rest.strip_prefix(b"-") {
+                    Some(r) => match r.iter().position(|b| *b == b'-') {
+                        Some(i) => (&rest[..i + 1], &r[i + 1..]),
+                        None => return false,
+                    },
+                    None => match rest.iter().position(|b| *b == b'-') {
+                        Some(i) => (&rest[..i], &rest[i + 1..]),
+                        None => return false,
+                    },
+                };
+                hex(lease) && !seq.is_empty() && hex(seq)
+            }
+        }
+    }
+}
+
+/// A contender seen ahead of ours.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Contender {
+    pub(crate) key: Vec<u8>,
+    pub(crate) create_revision: i64,
+    pub(crate) writes: bool,
+}
+
+/// What blocks a contender of `mode`, given the contenders ahead of it,
+/// nearest first: the one to watch, or `None` if it holds the lock. A
+/// semaphore is blocked by the N-th contender ahead (watched as part of the
+/// whole queue, see the acquire path).
+pub(crate) fn blocker(mode: LockMode, ahead_nearest_first: &[Contender]) -> Option<&Contender> {
+    match mode {
+        LockMode::Read => ahead_nearest_first.iter().find(|c| c.writes),
+        LockMode::Permit { permits } => {
+            let n = usize::try_from(permits).unwrap_or(usize::MAX);
+            ahead_nearest_first
+                .get(n.saturating_sub(1))
+                .filter(|_| ahead_nearest_first.len() >= n)
+        }
+        _ => ahead_nearest_first.first(),
+    }
+}
+
+/// The lease id as etcd's Go client writes it into the key (`%x`).
+pub(crate) fn lease_hex(id: i64) -> String {
+    if id < 0 {
+        format!("-{:x}", id.unsigned_abs())
+    } else {
+        format!("{id:x}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn n(s: &str) -> LockName {
+        LockName::new(s).unwrap()
+    }
+
+    #[test]
+    fn lease_ids_format_like_go() {
+        assert_eq!(lease_hex(0x694d_81a3_5c1f_0b2e), "694d81a35c1f0b2e");
+        assert_eq!(lease_hex(255), "ff");
+        assert_eq!(lease_hex(-255), "-ff");
+    }
+
+    #[test]
+    fn contenders_never_include_children_or_other_kinds() {
+        let m = Queue::new("", &n("billing"), Kind::Mutex);
+        assert_eq!(m.key(0x1f, 9), "billing/1f");
+        assert!(m.is_contender(b"billing/1f"));
+        assert!(m.is_contender(b"billing/-ff"));
+        assert!(!m.is_contender(b"billing/nightly/1f"));
+        assert!(!m.is_contender(b"billing/7f3a/1f"));
+        assert!(!m.is_contender(b"billing/ rw/1f-1"));
+        assert!(!m.is_contender(b"billing/x-lock-0000000001"));
+        assert!(!m.is_contender(b"billing/"));
+        let rw = Queue::new("p/", &n("billing"), Kind::ReadWrite);
+        assert_eq!(rw.key(0x1f, 10), "p/billing/ rw/1f-a");
+        assert!(rw.is_contender(b"p/billing/ rw/1f-a"));
+        assert!(rw.is_contender(b"p/billing/ rw/-1f-a"));
+        assert!(!rw.is_contender(b"p/billing/ rw/1f"));
+        assert!(!rw.is_contender(b"p/billing/ rw/1f-a/x"));
+        // A child named `billing/rw` is a different lock.
+        let child = Queue::new("p/", &n("billing/rw"), Kind::Mutex);
+        assert!(!child.is_contender(b"p/billing/ rw/1f-a"));
+        assert!(!rw.is_contender(b"p/billing/rw/1f"));
+    }
+
+    #[test]
+    fn blockers_follow_the_modes() {
+        let c = |rev, writes| Contender {
+            key: format!("k{rev}").into_bytes(),
+            create_revision: rev,
+            writes,
+        };
+        let ahead = [c(5, false), c(4, true), c(3, false)];
+        assert_eq!(
+            blocker(LockMode::Read, &ahead).map(|c| c.create_revision),
+            Some(4)
+        );
+        assert_eq!(
+            blocker(LockMode::Write, &ahead).map(|c| c.create_revision),
+            Some(5)
+        );
+        assert_eq!(blocker(LockMode::Exclusive, &[]), None);
+        assert_eq!(blocker(LockMode::Read, &[c(5, false)]), None);
+        let permits = |p| LockMode::Permit { permits: p };
+        assert_eq!(blocker(permits(4), &ahead), None);
+        assert_eq!(
+            blocker(permits(3), &ahead).map(|c| c.create_revision),
+            Some(3)
+        );
+        assert_eq!(
+            blocker(permits(1), &ahead).map(|c| c.create_revision),
+            Some(5)
+        );
+    }
+}
