@@ -161,6 +161,7 @@ impl Backend {
                 "lock name {name} contains {c:?}, which ZooKeeper does not allow in paths"
             )));
         }
+        node::check_name(name)?;
         Ok(format!("{}/{}", self.root, name.as_str()))
     }
 
@@ -283,7 +284,11 @@ impl Backend {
             // A held lock answers `None` without a write (and without queueing
             // behind waiters: no barging).
             match session.list(&dir).await {
-                Ok(children) if children.iter().any(|c| node::parse(c).is_some()) => {
+                Ok(children)
+                    if children
+                        .iter()
+                        .any(|c| node::parse(c).is_some_and(|(_, m)| node::is_mutex(m))) =>
+                {
                     return Ok(None)
                 }
                 Ok(_) | Err(Failure::Zk(zk::Error::NoNode)) => {}
@@ -293,7 +298,7 @@ impl Backend {
         let contender = Arc::new(Contender {
             session: session.clone(),
             dir,
-            prefix: node::our_prefix(&uuid::Uuid::new_v4()),
+            prefix: node::our_prefix(&uuid::Uuid::new_v4(), node::Marker::CuratorLock),
             state: Mutex::new(NodeState::default()),
         });
         // Armed before the create is sent: a dropped acquire removes the node
@@ -332,7 +337,7 @@ impl Backend {
                 Err(Failure::Zk(zk::Error::NoNode)) => Vec::new(),
                 Err(f) => return Err(lock_error(&format!("listing {}", c.dir), f)),
             };
-            let order = node::contenders(children);
+            let order = node::contenders(children, node::is_mutex);
             let Some(pos) = order.iter().position(|n| n.name == ours) else {
                 return Err(vanished(&path));
             };
@@ -703,7 +708,7 @@ impl LockBackend for ZkLock {
                 Err(Failure::Zk(zk::Error::NoNode)) => Vec::new(),
                 Err(f) => return Err(lock_error(&format!("listing {dir}"), f)),
             };
-            let order = node::contenders(children);
+            let order = node::contenders(children, node::is_mutex);
             let Some(first) = order.first() else {
                 return Ok(LockStatus::new(false).with_waiters(Some(0)));
             };

@@ -458,17 +458,38 @@ async fn keep_alive_traffic_grows_with_sessions_not_guards() {
     assert!(single.release().await.unwrap());
 }
 
-/// Names ZooKeeper cannot store are refused as invalid before any request.
+/// Names ZooKeeper cannot store, and names with a segment shaped exactly
+/// like a contender node (which the lock one level up would count), are
+/// refused as invalid before any request; a look-alike segment is fine.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn names_zookeeper_cannot_store_are_invalid() {
     let server = server().await;
     let locks = ZkLock::connect(config(&server.connect_string(), Duration::from_secs(4)))
         .await
         .unwrap();
-    let bad = LockName::new("emoji-\u{1f512}").unwrap();
-    let err = locks
-        .try_acquire(&bad, &AcquireOptions::new())
+    let parent = unique_name("shaped");
+    for bad in [
+        "emoji-\u{1f512}".to_string(),
+        format!("{parent}/_c_4e1b9a3c-2f5d-4d8e-9a43-0c6f2b1e7d55-lock-0000000001"),
+        format!("{parent}/8a1f0f8cb6a54f6e9d6f2c1f0a3b4c5d__lock__0000000001/x"),
+        format!("{parent}/_c_4e1b9a3c-2f5d-4d8e-9a43-0c6f2b1e7d55-__WRIT__0000000001"),
+    ] {
+        let bad = LockName::new(bad).unwrap();
+        let err = locks
+            .try_acquire(&bad, &AcquireOptions::new())
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), LockErrorKind::InvalidArgument, "{bad}: {err}");
+        assert_eq!(
+            locks.inspect(&bad).await.unwrap_err().kind(),
+            LockErrorKind::InvalidArgument
+        );
+    }
+    let look_alike = LockName::new(format!("{parent}/x-lock-0000000001")).unwrap();
+    let g = locks
+        .try_acquire(&look_alike, &AcquireOptions::new())
         .await
-        .unwrap_err();
-    assert_eq!(err.kind(), LockErrorKind::InvalidArgument, "{err}");
+        .unwrap()
+        .expect("a segment that only looks like a contender node");
+    assert!(g.release().await.unwrap());
 }
