@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::{
-    validity, Capabilities, CleanupOnDrop, Fencing, FencingToken, Lease, LeaseEvent, LeaseHandle,
-    LeaseRequest, LockBackend, LockError, LockErrorKind, LockName, LockStatus, LossCause, Renewal,
-    Result,
+    add_saturating, validity, Capabilities, CleanupOnDrop, Fencing, FencingToken, Lease,
+    LeaseEvent, LeaseHandle, LeaseRequest, LockBackend, LockError, LockErrorKind, LockName,
+    LockStatus, LossCause, Renewal, Result,
 };
 use tokio::time::Instant;
 use zookeeper_client as zk;
@@ -103,7 +103,8 @@ impl ZkLock {
     pub async fn connect(config: ZkConfig) -> Result<Self> {
         let resolved = config.resolve()?;
         let acls: Arc<[zk::Acl]> = acls_of(&config.acl).into();
-        let session = Session::connect(&resolved.hosts, &config).await?;
+        let until = add_saturating(Instant::now(), config.connect_timeout);
+        let session = Session::connect(&resolved.hosts, &config, until).await?;
         Ok(Self {
             inner: Arc::new(Backend {
                 config,
@@ -165,13 +166,19 @@ impl Backend {
         Ok(format!("{}/{}", self.root, name.as_str()))
     }
 
-    /// The live session, or a new one when the last was retired.
-    async fn session(&self) -> Result<Arc<Session>> {
+    /// The live session, or a new one when the last was retired, opened
+    /// before `until` (the bound of the calling operation).
+    async fn session(&self, until: Instant) -> Result<Arc<Session>> {
         if let Some(s) = locked(&self.current).as_ref().filter(|s| s.is_live()) {
             return Ok(s.clone());
         }
         let attempts_before = self.connect_attempts.load(Ordering::SeqCst);
-        let _one_at_a_time = self.connecting.lock().await;
+        let Ok(_one_at_a_time) = tokio::time::timeout_at(until, self.connecting.lock()).await
+        else {
+            return Err(LockError::unavailable(
+                "no ZooKeeper session: another call is still opening one",
+            ));
+        };
         if let Some(s) = locked(&self.current).as_ref().filter(|s| s.is_live()) {
             return Ok(s.clone());
         }
@@ -182,7 +189,7 @@ impl Backend {
                 return Err(LockError::new(kind, message));
             }
         }
-        let outcome = Session::connect(&self.hosts, &self.config).await;
+        let outcome = Session::connect(&self.hosts, &self.config, until).await;
         self.connect_attempts.fetch_add(1, Ordering::SeqCst);
         match outcome {
             Ok(session) => {
@@ -200,11 +207,11 @@ impl Backend {
     /// Creates `dir` and its missing ancestors, as container nodes where the
     /// server has them (removed by the server once empty, as Curator's
     /// `creatingParentContainersIfNeeded` does).
-    async fn make_parents(&self, session: &Session, dir: &str) -> Result<()> {
+    async fn make_parents(&self, session: &Session, dir: &str, until: Instant) -> Result<()> {
         let what = || format!("creating the lock node {dir}");
         if self.containers.load(Ordering::Relaxed) {
             match session
-                .mkdir(dir, zk::CreateMode::Container, &self.acls)
+                .mkdir(dir, zk::CreateMode::Container, &self.acls, until)
                 .await
             {
                 Ok(()) => return Ok(()),
@@ -218,7 +225,7 @@ impl Backend {
             }
         }
         match session
-            .mkdir(dir, zk::CreateMode::Persistent, &self.acls)
+            .mkdir(dir, zk::CreateMode::Persistent, &self.acls, until)
             .await
         {
             Ok(()) => Ok(()),
@@ -230,13 +237,16 @@ impl Backend {
     /// reply (connection loss, request timeout) it looks for the node by its
     /// uuid, as Curator's protection mode does, and creates it only if it
     /// is not there.
-    async fn create_contender(&self, c: &Contender) -> Result<String> {
+    async fn create_contender(&self, c: &Contender, until: Instant) -> Result<String> {
         let prefix = format!("{}/{}", c.dir, c.prefix);
         let data = self.config.identifier.as_bytes();
         let mut last = None;
         for _ in 0..CREATE_ATTEMPTS {
             c.update(|st| st.in_flight = true);
-            let created = c.session.create_sequential(&prefix, data, &self.acls).await;
+            let created = c
+                .session
+                .create_sequential(&prefix, data, &self.acls, until)
+                .await;
             c.update(|st| st.in_flight = false);
             match created {
                 Ok(path) => {
@@ -244,11 +254,11 @@ impl Backend {
                     return Ok(path);
                 }
                 Err(Failure::Zk(zk::Error::NoNode)) => {
-                    self.make_parents(&c.session, &c.dir).await?
+                    self.make_parents(&c.session, &c.dir, until).await?
                 }
-                Err(f @ (Failure::Zk(zk::Error::ConnectionLoss) | Failure::Elapsed(_))) => {
+                Err(f @ (Failure::Zk(zk::Error::ConnectionLoss) | Failure::Elapsed)) => {
                     c.update(|st| st.lost_reply = true);
-                    if let Some(path) = c.find().await? {
+                    if let Some(path) = c.find(until).await? {
                         c.update(|st| st.node = Some(path.clone()));
                         return Ok(path);
                     }
@@ -279,11 +289,17 @@ impl Backend {
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>> {
         let dir = self.lock_path(&req.name)?;
-        let session = self.session().await?;
+        // Every request of this call answers before `until`: the wait plus
+        // one request timeout.
+        let until = add_saturating(
+            deadline.unwrap_or_else(Instant::now),
+            self.config.request_timeout,
+        );
+        let session = self.session(until).await?;
         if deadline.is_none() {
             // A held lock answers `None` without a write (and without queueing
             // behind waiters: no barging).
-            match session.list(&dir).await {
+            match session.list(&dir, until).await {
                 Ok(children)
                     if children
                         .iter()
@@ -304,14 +320,14 @@ impl Backend {
         // Armed before the create is sent: a dropped acquire removes the node
         // even if the create's reply never came.
         let cleanup = CleanupOnDrop::new(contender.clone().remove_eventually());
-        let outcome = self.contend(&contender, req, deadline).await;
+        let outcome = self.contend(&contender, req, deadline, until).await;
         if matches!(outcome, Ok(Some(_))) {
             cleanup.disarm();
             return outcome;
         }
         // Not granted: remove our node before answering, so that the caller's
         // next step (or another client's) does not see it.
-        match contender.remove().await {
+        match contender.remove(until).await {
             Ok(()) => cleanup.disarm(),
             Err(err) => {
                 tracing::warn!(dir = %contender.dir, error = %err, "lock-zk: removing a contender node failed; retrying in the background");
@@ -326,13 +342,14 @@ impl Backend {
         c: &Contender,
         req: &LeaseRequest,
         deadline: Option<Instant>,
+        until: Instant,
     ) -> Result<Option<Lease>> {
-        let path = self.create_contender(c).await?;
+        let path = self.create_contender(c, until).await?;
         let ours = path.rsplit('/').next().unwrap_or_default().to_string();
         let mut contended = None;
         loop {
             let looked = Instant::now();
-            let children = match c.session.list(&c.dir).await {
+            let children = match c.session.list(&c.dir, until).await {
                 Ok(children) => children,
                 Err(Failure::Zk(zk::Error::NoNode)) => Vec::new(),
                 Err(f) => return Err(lock_error(&format!("listing {}", c.dir), f)),
@@ -344,7 +361,7 @@ impl Backend {
             let contended = *contended.get_or_insert(pos > 0);
             if pos == 0 {
                 return self
-                    .grant(c, &path, req.ttl, looked)
+                    .grant(c, &path, req.ttl, looked, until)
                     .await
                     .map(|l| Some(l.with_contended(contended)));
             }
@@ -357,7 +374,7 @@ impl Backend {
             // Watch only the contender just before us (no herd); when it goes,
             // list again: an earlier one may still be there.
             let predecessor = format!("{}/{}", c.dir, order[pos - 1].name);
-            let watcher = match c.session.watch_stat(&predecessor).await {
+            let watcher = match c.session.watch_stat(&predecessor, until).await {
                 Ok((Some(_), watcher)) => watcher,
                 Ok((None, _)) => continue,
                 Err(f) => return Err(lock_error(&format!("watching {predecessor}"), f)),
@@ -379,9 +396,10 @@ impl Backend {
         path: &str,
         ttl: Duration,
         looked: Instant,
+        until: Instant,
     ) -> Result<Lease> {
         let session = &c.session;
-        let (stat, watcher) = match session.watch_stat(path).await {
+        let (stat, watcher) = match session.watch_stat(path, until).await {
             Ok((Some(stat), watcher)) => (stat, watcher),
             Ok((None, _)) => return Err(vanished(path)),
             Err(f) => return Err(lock_error(&format!("watching {path}"), f)),
@@ -461,9 +479,9 @@ impl Contender {
 
     /// Our node, found by its uuid among the children (after a `sync`, so
     /// the server we read from has seen every write the leader committed).
-    async fn find(&self) -> Result<Option<String>> {
-        let _ = self.session.sync(&self.dir).await;
-        match self.session.list(&self.dir).await {
+    async fn find(&self, until: Instant) -> Result<Option<String>> {
+        let _ = self.session.sync(&self.dir, until).await;
+        match self.session.list(&self.dir, until).await {
             Ok(children) => Ok(children
                 .into_iter()
                 .find(|child| child.starts_with(&self.prefix))
@@ -479,7 +497,7 @@ impl Contender {
     /// Deletes our node(s): the known path, and any child carrying our uuid
     /// when a create's outcome was unknown. A retired session counts as done:
     /// its nodes go away with it.
-    async fn remove(&self) -> Result<()> {
+    async fn remove(&self, until: Instant) -> Result<()> {
         let (node, uncertain) = {
             let st = locked(&self.state);
             (st.node.clone(), st.in_flight || st.lost_reply)
@@ -489,10 +507,13 @@ impl Contender {
             Err(f) => Err(lock_error(what, f)),
         };
         if let Some(path) = &node {
-            done(self.session.delete(path).await, &format!("deleting {path}"))?;
+            done(
+                self.session.delete(path, until).await,
+                &format!("deleting {path}"),
+            )?;
         }
         if uncertain {
-            let children = match self.session.list(&self.dir).await {
+            let children = match self.session.list(&self.dir, until).await {
                 Ok(children) => children,
                 Err(f) => {
                     return done(Err(f), &format!("listing {}", self.dir));
@@ -501,7 +522,7 @@ impl Contender {
             for child in children.iter().filter(|c| c.starts_with(&self.prefix)) {
                 let path = format!("{}/{child}", self.dir);
                 done(
-                    self.session.delete(&path).await,
+                    self.session.delete(&path, until).await,
                     &format!("deleting {path}"),
                 )?;
             }
@@ -514,7 +535,7 @@ impl Contender {
     async fn remove_eventually(self: Arc<Self>) {
         let mut delay = Duration::from_millis(20);
         for attempt in 1..=CLEANUP_ATTEMPTS {
-            match self.remove().await {
+            match self.remove(self.session.bound()).await {
                 Ok(()) => return,
                 Err(err) if attempt == CLEANUP_ATTEMPTS => {
                     tracing::error!(dir = %self.dir, error = %err, "lock-zk: giving up removing a contender node; it stays until the session ends");
@@ -565,7 +586,7 @@ async fn watch_own_node(
             zk::EventType::Session => return,
             _ => loop {
                 let Some(s) = session.upgrade() else { return };
-                match s.watch_stat(&path).await {
+                match s.watch_stat(&path, s.bound()).await {
                     Ok((Some(_), w)) => {
                         watcher = w;
                         break;
@@ -604,7 +625,7 @@ impl Drop for ZkLease {
             if let Ok(rt) = tokio::runtime::Handle::try_current() {
                 let (session, path) = (self.session.clone(), self.path.clone());
                 rt.spawn(async move {
-                    let _ = session.delete(&path).await;
+                    let _ = session.delete(&path, session.bound()).await;
                 });
             }
         }
@@ -656,7 +677,7 @@ impl LeaseHandle for ZkLease {
         if self.flags.gone.load(Ordering::SeqCst) {
             return Ok(false);
         }
-        match self.session.delete(&self.path).await {
+        match self.session.delete(&self.path, self.session.bound()).await {
             Ok(()) => Ok(true),
             Err(Failure::Zk(zk::Error::NoNode)) | Err(Failure::Retired(_)) => Ok(false),
             Err(f) => {
@@ -700,10 +721,11 @@ impl LockBackend for ZkLock {
     async fn inspect(&self, name: &LockName) -> Result<LockStatus> {
         let inner = &self.inner;
         let dir = inner.lock_path(name)?;
-        let session = inner.session().await?;
+        let until = add_saturating(Instant::now(), inner.config.request_timeout);
+        let session = inner.session(until).await?;
         // The holder may leave between the listing and the stat: look again.
         for _ in 0..5 {
-            let children = match session.list(&dir).await {
+            let children = match session.list(&dir, until).await {
                 Ok(children) => children,
                 Err(Failure::Zk(zk::Error::NoNode)) => Vec::new(),
                 Err(f) => return Err(lock_error(&format!("listing {dir}"), f)),
@@ -713,7 +735,7 @@ impl LockBackend for ZkLock {
                 return Ok(LockStatus::new(false).with_waiters(Some(0)));
             };
             let path = format!("{dir}/{}", first.name);
-            match session.stat(&path).await {
+            match session.stat(&path, until).await {
                 Ok(Some(stat)) => {
                     return Ok(LockStatus::new(true)
                         .with_token(u64::try_from(stat.czxid).ok().map(FencingToken::new))

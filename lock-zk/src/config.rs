@@ -11,10 +11,10 @@ pub const DEFAULT_CONNECT: &str = "127.0.0.1:2181";
 pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
 /// The default parent of every lock znode: `/distlock`.
 pub const DEFAULT_BASE_PATH: &str = "/distlock";
-/// The default connect timeout: 5 s.
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// The default request timeout: 5 s.
-pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// The default connect timeout: 2 s.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// The default request timeout: 2 s.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A ZooKeeper permission bit set, for [`AclEntry`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -94,7 +94,7 @@ pub enum NodeAcl {
 ///     .session_timeout(Duration::from_secs(6))
 ///     .base_path("/locks")
 ///     .auth("digest", b"billing:secret");
-/// assert_eq!(config.request_timeout, Duration::from_secs(5));
+/// assert_eq!(config.request_timeout, Duration::from_secs(2));
 /// // Credentials never show up in logs.
 /// assert!(!format!("{config:?}").contains("secret"));
 /// ```
@@ -125,10 +125,15 @@ pub struct ZkConfig {
     pub auth: Vec<(String, Vec<u8>)>,
     /// How long establishing a session may take in total (every server
     /// tried), at [`crate::ZkLock::connect`] and when a new session replaces
-    /// an expired one. Default: [`DEFAULT_CONNECT_TIMEOUT`] (5 s).
+    /// an expired one (then also within the bound of the call that needs
+    /// it). A connect that every server refuses fails at once. Default:
+    /// [`DEFAULT_CONNECT_TIMEOUT`] (2 s).
     pub connect_timeout: Duration,
-    /// How long one request may wait for its reply, including the wait for a
-    /// connection being re-established. Default: [`DEFAULT_REQUEST_TIMEOUT`] (5 s).
+    /// The most a call waits for the server beyond its own wait: `acquire`
+    /// returns within its wait plus this, every other call (`try_acquire`,
+    /// `release`, `inspect`, `list`, a downgrade) within this, however many
+    /// requests it sends and including the wait for a connection being
+    /// re-established. Default: [`DEFAULT_REQUEST_TIMEOUT`] (2 s).
     pub request_timeout: Duration,
     /// The data stored in each contender node, for operators looking at the
     /// tree (Curator stores the client's IP address there, kazoo its

@@ -38,7 +38,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
 
-use lock_core::{drift, LeaseEvent, LockError, LockErrorKind, LossCause};
+use lock_core::{add_saturating, drift, LeaseEvent, LockError, LockErrorKind, LossCause};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use zookeeper_client as zk;
@@ -50,8 +50,8 @@ use crate::config::ZkConfig;
 pub(crate) enum Failure {
     /// The client's own error (including server error codes).
     Zk(zk::Error),
-    /// No reply within the request or connect timeout.
-    Elapsed(Duration),
+    /// No reply within the call's bound (its request or connect timeout).
+    Elapsed,
     /// The session was retired (expired, closed, or presumed expired).
     Retired(Retired),
 }
@@ -61,9 +61,9 @@ pub(crate) enum Failure {
 pub(crate) fn lock_error(what: &str, failure: Failure) -> LockError {
     use zk::Error as E;
     match failure {
-        Failure::Elapsed(after) => LockError::new(
+        Failure::Elapsed => LockError::new(
             LockErrorKind::Unavailable,
-            format!("{what}: no reply from ZooKeeper within {after:?}"),
+            format!("{what}: no reply from ZooKeeper within the call's time bound"),
         ),
         Failure::Retired(Retired::AuthFailed) => LockError::new(
             LockErrorKind::Unauthorized,
@@ -83,7 +83,10 @@ pub(crate) fn lock_error(what: &str, failure: Failure) -> LockError {
                 | E::ClientClosed
                 | E::Throttled
                 | E::NotReadOnly
-                | E::QuotaExceeded => LockErrorKind::Unavailable,
+                | E::QuotaExceeded
+                // The client reports a dead connection ("no response from
+                // connection in ...") and socket errors as custom errors.
+                | E::Custom(_) => LockErrorKind::Unavailable,
                 E::NoAuth | E::AuthFailed => LockErrorKind::Unauthorized,
                 E::BadArguments(_) | E::InvalidAcl | E::NoChildrenForEphemerals => {
                     LockErrorKind::InvalidArgument
@@ -174,7 +177,10 @@ impl Shared {
     /// the send time of the last answered request plus the session timeout,
     /// minus a drift allowance (1% + 2 ms).
     pub fn bound(&self) -> Instant {
-        *locked(&self.last_confirmed) + self.timeout.saturating_sub(drift(self.timeout))
+        add_saturating(
+            *locked(&self.last_confirmed),
+            self.timeout.saturating_sub(drift(self.timeout)),
+        )
     }
 
     fn last_confirmed(&self) -> Instant {
@@ -304,25 +310,37 @@ impl Drop for Session {
 type Reply<T> = Result<T, Failure>;
 
 impl Session {
-    /// Opens a session on `hosts` within the connect timeout.
-    pub async fn connect(hosts: &str, config: &ZkConfig) -> Result<Arc<Session>, LockError> {
+    /// Opens a session on `hosts` within the connect timeout, and before
+    /// `until` (the bound of the call that needs the session). Fails at once
+    /// when every server refuses the connection.
+    pub async fn connect(
+        hosts: &str,
+        config: &ZkConfig,
+        until: Instant,
+    ) -> Result<Arc<Session>, LockError> {
         let what = || format!("connecting to ZooKeeper at {hosts}");
-        let mut connector = zk::Client::connector().with_session_timeout(config.session_timeout);
+        let mut connector = zk::Client::connector()
+            .with_session_timeout(config.session_timeout)
+            .with_fail_eagerly();
         for (scheme, auth) in &config.auth {
             connector = connector.with_auth(scheme, auth);
         }
         let started = Instant::now();
-        let client =
-            match tokio::time::timeout(config.connect_timeout, connector.connect(hosts)).await {
-                Err(_) => {
-                    return Err(lock_error(
-                        &what(),
-                        Failure::Elapsed(config.connect_timeout),
-                    ))
-                }
-                Ok(Err(err)) => return Err(lock_error(&what(), Failure::Zk(err))),
-                Ok(Ok(client)) => client,
-            };
+        let give_up = until.min(add_saturating(started, config.connect_timeout));
+        let client = match tokio::time::timeout_at(give_up, connector.connect(hosts)).await {
+            Err(_) => {
+                return Err(LockError::new(
+                    LockErrorKind::Unavailable,
+                    format!(
+                        "{}: no session within {:?}",
+                        what(),
+                        give_up.saturating_duration_since(started)
+                    ),
+                ))
+            }
+            Ok(Err(err)) => return Err(lock_error(&what(), Failure::Zk(err))),
+            Ok(Ok(client)) => client,
+        };
         let timeout = client.session_timeout();
         let id = client.session_id().to_string();
         let states = client.state_watcher();
@@ -331,7 +349,10 @@ impl Session {
             heartbeat_every: (timeout / 4).max(Duration::from_millis(10)),
             // The session was created after the connect started.
             last_confirmed: Mutex::new(started),
-            vouched: Mutex::new(started + timeout.saturating_sub(drift(timeout))),
+            vouched: Mutex::new(add_saturating(
+                started,
+                timeout.saturating_sub(drift(timeout)),
+            )),
             link: watch::channel(Link::Connected).0,
             guards: Mutex::new(HashMap::new()),
             next_guard: AtomicU64::new(1),
@@ -406,24 +427,42 @@ impl Session {
         locked(&self.shared.guards).remove(&id);
     }
 
-    /// Runs one request with the request timeout. On a lost connection an
-    /// idempotent request (`retry_on_loss`) is sent again, and waits for the
-    /// reconnection, within the same timeout. A reply to a request that went
-    /// through the leader (`via_leader`: writes and `sync`) confirms the
+    /// The bound of a call that starts now: one request timeout.
+    pub fn bound(&self) -> Instant {
+        self.bound_after(Instant::now())
+    }
+
+    /// The bound of a call that may wait until `deadline`: the deadline plus
+    /// one request timeout.
+    pub fn bound_after(&self, deadline: Instant) -> Instant {
+        add_saturating(deadline, self.request_timeout)
+    }
+
+    /// Runs one request, answered before `until` (the bound of the call it
+    /// belongs to) or failed with [`Failure::Elapsed`]. On a lost connection
+    /// an idempotent request (`retry_on_loss`) is sent again, and waits for
+    /// the reconnection, within the same bound. A reply to a request that
+    /// went through the leader (`via_leader`: writes and `sync`) confirms the
     /// session as of the request's send time; reads are answered by the
     /// connected server alone, which may be cut off from the quorum, so they
     /// vouch for nothing.
-    async fn request<T, F, Fut>(&self, retry_on_loss: bool, via_leader: bool, op: F) -> Reply<T>
+    async fn request<T, F, Fut>(
+        &self,
+        until: Instant,
+        retry_on_loss: bool,
+        via_leader: bool,
+        op: F,
+    ) -> Reply<T>
     where
         F: Fn(zk::Client) -> Fut,
         Fut: Future<Output = Result<T, zk::Error>>,
     {
-        let deadline = Instant::now() + self.request_timeout;
+        let deadline = until.min(self.bound());
         loop {
             let client = self.client()?;
             let sent = Instant::now();
             match tokio::time::timeout_at(deadline, op(client)).await {
-                Err(_) => return Err(Failure::Elapsed(self.request_timeout)),
+                Err(_) => return Err(Failure::Elapsed),
                 Ok(Ok(value)) => {
                     if via_leader {
                         self.shared.confirm(sent);
@@ -448,36 +487,52 @@ impl Session {
     }
 
     /// The children of `path`.
-    pub async fn list(&self, path: &str) -> Reply<Vec<String>> {
-        self.request(true, false, |c| async move { c.list_children(path).await })
-            .await
+    pub async fn list(&self, path: &str, until: Instant) -> Reply<Vec<String>> {
+        self.request(until, true, false, |c| async move {
+            c.list_children(path).await
+        })
+        .await
     }
 
     /// The stat of `path`, if it exists.
-    pub async fn stat(&self, path: &str) -> Reply<Option<zk::Stat>> {
-        self.request(true, false, |c| async move { c.check_stat(path).await })
-            .await
+    pub async fn stat(&self, path: &str, until: Instant) -> Reply<Option<zk::Stat>> {
+        self.request(
+            until,
+            true,
+            false,
+            |c| async move { c.check_stat(path).await },
+        )
+        .await
     }
 
     /// The stat of `path`, if it exists, and a one-shot watch on it (fires on
     /// deletion, data change, creation if absent, and session termination).
-    pub async fn watch_stat(&self, path: &str) -> Reply<(Option<zk::Stat>, zk::OneshotWatcher)> {
-        self.request(true, false, |c| async move {
+    pub async fn watch_stat(
+        &self,
+        path: &str,
+        until: Instant,
+    ) -> Reply<(Option<zk::Stat>, zk::OneshotWatcher)> {
+        self.request(until, true, false, |c| async move {
             c.check_and_watch_stat(path).await
         })
         .await
     }
 
     /// Brings the connected server up to date with the leader for `path`.
-    pub async fn sync(&self, path: &str) -> Reply<()> {
-        self.request(true, true, |c| async move { c.sync(path).await })
+    pub async fn sync(&self, path: &str, until: Instant) -> Reply<()> {
+        self.request(until, true, true, |c| async move { c.sync(path).await })
             .await
     }
 
     /// Deletes `path` (any version).
-    pub async fn delete(&self, path: &str) -> Reply<()> {
-        self.request(true, true, |c| async move { c.delete(path, None).await })
-            .await
+    pub async fn delete(&self, path: &str, until: Instant) -> Reply<()> {
+        self.request(
+            until,
+            true,
+            true,
+            |c| async move { c.delete(path, None).await },
+        )
+        .await
     }
 
     /// Creates an ephemeral sequential node `prefix<seq>`; returns its path.
@@ -487,8 +542,9 @@ impl Session {
         prefix: &str,
         data: &[u8],
         acls: &[zk::Acl],
+        until: Instant,
     ) -> Reply<String> {
-        self.request(false, true, |c| async move {
+        self.request(until, false, true, |c| async move {
             let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::new(acls));
             let (_stat, seq) = c.create(prefix, data, &options).await?;
             Ok(format!("{prefix}{seq}"))
@@ -497,8 +553,14 @@ impl Session {
     }
 
     /// Creates `path` and its missing ancestors as `mode` nodes.
-    pub async fn mkdir(&self, path: &str, mode: zk::CreateMode, acls: &[zk::Acl]) -> Reply<()> {
-        self.request(true, true, |c| async move {
+    pub async fn mkdir(
+        &self,
+        path: &str,
+        mode: zk::CreateMode,
+        acls: &[zk::Acl],
+        until: Instant,
+    ) -> Reply<()> {
+        self.request(until, true, true, |c| async move {
             c.mkdir(path, &mode.with_acls(zk::Acls::new(acls))).await
         })
         .await
@@ -627,7 +689,7 @@ mod tests {
             (Failure::Zk(zk::Error::SessionExpired), Unavailable),
             (Failure::Zk(zk::Error::Timeout), Unavailable),
             (Failure::Zk(zk::Error::NoHosts), Unavailable),
-            (Failure::Elapsed(Duration::from_secs(1)), Unavailable),
+            (Failure::Elapsed, Unavailable),
             (Failure::Retired(Retired::Presumed), Unavailable),
             (Failure::Zk(zk::Error::NoAuth), Unauthorized),
             (Failure::Zk(zk::Error::AuthFailed), Unauthorized),

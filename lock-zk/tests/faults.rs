@@ -298,6 +298,89 @@ async fn connect_to_blackholed_server_is_unavailable_within_connect_timeout() {
     );
 }
 
+/// With the default configuration, every call returns within its own bound
+/// once the server stops answering after the connect (the wait plus one
+/// request timeout, which defaults to 2 s), and a connect to a server that
+/// never answers gives up within the default connect timeout (2 s): so
+/// `distlock run --wait 200ms` can exit within 2.2 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_call_returns_within_its_bound_with_the_defaults() {
+    assert!(lock_zk::DEFAULT_CONNECT_TIMEOUT <= Duration::from_secs(2));
+    assert!(lock_zk::DEFAULT_REQUEST_TIMEOUT <= Duration::from_secs(2));
+    let request = lock_zk::DEFAULT_REQUEST_TIMEOUT;
+    // Scheduling on a loaded machine; far below one request timeout.
+    let allowance = Duration::from_millis(250);
+    let server = standalone().await;
+    let proxy = Proxy::start(server.endpoint(0).parse().unwrap()).unwrap();
+    let locks = ZkLock::connect(ZkConfig::new(proxy.addr().to_string()))
+        .await
+        .unwrap();
+    let held = name("defaults-held");
+    let guard = locks
+        .acquire(&held, &AcquireOptions::new().ttl(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    proxy.blackhole();
+
+    async fn within<T>(
+        what: &str,
+        bound: Duration,
+        fut: impl std::future::Future<Output = T>,
+    ) -> T {
+        let started = Instant::now();
+        let out = timeout(bound * 10, fut)
+            .await
+            .unwrap_or_else(|_| panic!("{what} against a hung server did not return"));
+        assert!(
+            started.elapsed() <= bound,
+            "{what} took {:?}, bound {bound:?}",
+            started.elapsed()
+        );
+        out
+    }
+    let other = name("defaults-other");
+    let wait = Duration::from_millis(200);
+    let opts = AcquireOptions::new().wait(wait);
+    let err = within(
+        "acquire",
+        wait + request + allowance,
+        locks.acquire(&other, &opts),
+    )
+    .await
+    .expect_err("acquired from a hung server");
+    assert_eq!(err.kind(), LockErrorKind::Unavailable, "{err}");
+    let err = within(
+        "try_acquire",
+        request + allowance,
+        locks.try_acquire(&other, &opts),
+    )
+    .await
+    .expect_err("answered from a hung server");
+    assert_eq!(err.kind(), LockErrorKind::Unavailable, "{err}");
+    let err = within("inspect", request + allowance, locks.inspect(&held))
+        .await
+        .expect_err("inspected a hung server");
+    assert_eq!(err.kind(), LockErrorKind::Unavailable, "{err}");
+    within(
+        "extend",
+        request + allowance,
+        guard.extend(Duration::from_secs(30)),
+    )
+    .await
+    .ok();
+    within("release", request + allowance, guard.release())
+        .await
+        .ok();
+    let err = within(
+        "connect",
+        lock_zk::DEFAULT_CONNECT_TIMEOUT + allowance,
+        ZkLock::connect(ZkConfig::new(proxy.addr().to_string())),
+    )
+    .await
+    .expect_err("connected to a hung server");
+    assert_eq!(err.kind(), LockErrorKind::Unavailable, "{err}");
+}
+
 /// Runs `tests/support/kazoo_lock.py`; fails (never skips) without Python or kazoo.
 fn kazoo(args: &[&str]) -> tokio::process::Child {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/kazoo_lock.py");
