@@ -256,7 +256,7 @@ impl Backend {
                 Err(Failure::Zk(zk::Error::NoNode)) => {
                     self.make_parents(&c.session, &c.dir, until).await?
                 }
-                Err(f @ (Failure::Zk(zk::Error::ConnectionLoss) | Failure::Elapsed)) => {
+                Err(f) if f.may_have_applied() => {
                     c.update(|st| st.lost_reply = true);
                     if let Some(path) = c.find(until).await? {
                         c.update(|st| st.node = Some(path.clone()));
@@ -477,10 +477,13 @@ impl Contender {
         f(&mut locked(&self.state));
     }
 
-    /// Our node, found by its uuid among the children (after a `sync`, so
-    /// the server we read from has seen every write the leader committed).
+    /// Our node, found by its uuid among the children, after a `sync`: the
+    /// server we read from may be another than the one the create went
+    /// through (after a reconnection) and lag behind the leader; the sync
+    /// makes it apply every write the leader committed first. A failed sync
+    /// is an error: without it, "not there" proves nothing.
     async fn find(&self, until: Instant) -> Result<Option<String>> {
-        let _ = self.session.sync(&self.dir, until).await;
+        self.sync(until).await?;
         match self.session.list(&self.dir, until).await {
             Ok(children) => Ok(children
                 .into_iter()
@@ -513,6 +516,12 @@ impl Contender {
             )?;
         }
         if uncertain {
+            // A node we never heard of may exist, also on a server that has
+            // not applied its create yet: sync first (see `find`).
+            match self.sync(until).await {
+                Err(err) if self.session.is_live() => return Err(err),
+                _ => {}
+            }
             let children = match self.session.list(&self.dir, until).await {
                 Ok(children) => children,
                 Err(f) => {
@@ -528,6 +537,18 @@ impl Contender {
             }
         }
         Ok(())
+    }
+
+    /// Brings the server we read from up to date with the leader for our
+    /// directory.
+    async fn sync(&self, until: Instant) -> Result<()> {
+        match self.session.sync(&self.dir, until).await {
+            Ok(()) | Err(Failure::Zk(zk::Error::NoNode)) => Ok(()),
+            Err(f) => Err(lock_error(
+                &format!("syncing with the leader before looking under {}", self.dir),
+                f,
+            )),
+        }
     }
 
     /// [`Contender::remove`], retried with backoff until it succeeds or the

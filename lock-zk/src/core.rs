@@ -56,6 +56,39 @@ pub(crate) enum Failure {
     Retired(Retired),
 }
 
+impl Failure {
+    /// Whether a write that failed so may still have been applied by the
+    /// ensemble: anything but an answer from the server (which applied
+    /// nothing) or the end of the session (whose ephemeral nodes go with it).
+    pub(crate) fn may_have_applied(&self) -> bool {
+        use zk::Error as E;
+        match self {
+            Failure::Elapsed => true,
+            Failure::Retired(_) => false,
+            Failure::Zk(err) => !matches!(
+                err,
+                E::NoNode
+                    | E::NodeExists
+                    | E::BadVersion
+                    | E::NotEmpty
+                    | E::NoAuth
+                    | E::NoChildrenForEphemerals
+                    | E::InvalidAcl
+                    | E::BadArguments(_)
+                    | E::Unimplemented
+                    | E::MarshallingError
+                    | E::QuotaExceeded
+                    | E::Throttled
+                    | E::NotReadOnly
+                    | E::SessionMoved
+                    | E::SessionExpired
+                    | E::AuthFailed
+                    | E::ClientClosed
+            ),
+        }
+    }
+}
+
 /// THE mapping from ZooKeeper client failures to [`LockErrorKind`]s. `what`
 /// says what was being done, for the message.
 pub(crate) fn lock_error(what: &str, failure: Failure) -> LockError {

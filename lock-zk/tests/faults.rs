@@ -102,6 +102,107 @@ async fn leader_killed_while_held_guard_stays_held() {
     assert!(next.release().await.unwrap());
 }
 
+/// The reply to a create is lost (the connection to the follower it went
+/// through is reset) and the client reconnects to another follower that
+/// lags behind the leader (its quorum link is slow): the create commits, but
+/// the lagging follower applies it only later. The acquire fails
+/// `Unavailable` without creating a second node; since the reset left the
+/// create's outcome unknown, its clean-up looks for the node, syncing before
+/// it lists (a plain list could be answered from the lagging follower's
+/// stale tree), finds it once it is committed, and deletes it. Nothing of
+/// ours is left to block the name while our session lives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_create_reply_then_lagging_follower_leaves_no_node() {
+    // tickTime 1 s: followers whose quorum links are slowed by up to 2 s
+    // stay in the ensemble (syncLimit is 5 ticks).
+    let ensemble = tokio::task::spawn_blocking(|| {
+        ZkEnsemble::start_with_quorum_links(3, ZkOptions { tick_time_ms: 1000 })
+    })
+    .await
+    .unwrap()
+    .unwrap_or_else(|e| panic!("starting a 3-server ensemble: {e}"));
+    let leader = ensemble.leader().unwrap();
+    let (near, lagging) = match leader {
+        0 => (1, 2),
+        1 => (0, 2),
+        _ => (0, 1),
+    };
+    let to_near = Proxy::start(ensemble.endpoint(near).parse().unwrap()).unwrap();
+    let to_lagging = Proxy::start(ensemble.endpoint(lagging).parse().unwrap()).unwrap();
+    let session_timeout = Duration::from_secs(10);
+    // The client starts on `near` (the other way in refuses connections).
+    to_lagging.cut();
+    let a = ZkLock::connect(
+        ZkConfig::new(format!("{},{}", to_near.addr(), to_lagging.addr()))
+            .session_timeout(session_timeout)
+            .request_timeout(Duration::from_millis(500)),
+    )
+    .await
+    .unwrap();
+    to_lagging.heal();
+    let b =
+        ZkLock::connect(ZkConfig::new(ensemble.endpoint(leader)).session_timeout(session_timeout))
+            .await
+            .unwrap();
+    let admin = admin(&ensemble.endpoint(leader)).await;
+    let lock = name("lagging");
+    let dir = a.lock_path(&lock).unwrap();
+    let opts = AcquireOptions::new().ttl(Duration::from_secs(5));
+    // The lock's znode exists: the only write left is the contender's create.
+    let g = a.acquire(&lock, &opts).await.unwrap();
+    assert!(g.release().await.unwrap());
+
+    // The leader hears of the create at once but can commit it only 1.5 s
+    // later (its proposal reaches `near` late), and `lagging` hears of
+    // everything the leader sends 2 s late: it revalidates the client's
+    // session (at once, a leader round trip, answered 2 s later) 1.2 s
+    // before the commit reaches it, and serves reads from its stale tree.
+    let slow = ensemble.quorum_link(near, leader).unwrap();
+    let late = ensemble.quorum_link(lagging, leader).unwrap();
+    slow.set_reply_delay(Duration::from_millis(1500));
+    late.set_reply_delay(Duration::from_secs(2));
+    to_near.set_reply_delay(Duration::from_secs(30));
+    let acquiring = {
+        let (a, lock) = (a.clone(), lock.clone());
+        let opts = opts.clone().wait(Duration::from_millis(100));
+        tokio::spawn(async move { a.acquire(&lock, &opts).await.map(|_| ()) })
+    };
+    sleep(Duration::from_millis(300)).await;
+    to_near.cut();
+    let err = timeout(Duration::from_secs(5), acquiring)
+        .await
+        .expect("the acquire did not return")
+        .unwrap()
+        .expect_err("granted while the create's reply was lost");
+    assert_eq!(err.kind(), LockErrorKind::Unavailable, "{err}");
+    sleep(Duration::from_secs(5)).await;
+    slow.heal();
+    late.heal();
+
+    let deadline = Instant::now() + Duration::from_secs(8);
+    loop {
+        let left = children(&admin, &dir).await;
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the committed node stayed on our session: {left:?}"
+        );
+        sleep(Duration::from_millis(50)).await;
+    }
+    let g = b
+        .acquire(&lock, &opts.clone().wait(Duration::from_secs(5)))
+        .await
+        .expect("the name is blocked by a node the failed acquire left behind");
+    assert!(g.release().await.unwrap());
+    assert_eq!(
+        a.session_timeout(),
+        Some(session_timeout),
+        "A's session was lost"
+    );
+}
+
 /// A holder cut off (blackholed, no reset) beyond its session timeout: its
 /// guard goes suspended, then lost with `SessionExpired` within the session
 /// timeout; it is never reported held once another client has the lock; the
