@@ -621,6 +621,12 @@ fn answered_by_server(err: &zk::Error) -> bool {
 /// `Lost(SessionExpired)` rather than a bare `Lost(Expired)` of their validity.
 const RETIRE_LEAD: Duration = Duration::from_millis(50);
 
+/// When the monitor retires a silent session whose guards were vouched for
+/// until `vouched`.
+fn retire_at(vouched: Instant) -> Instant {
+    vouched.checked_sub(RETIRE_LEAD).unwrap_or(vouched)
+}
+
 type Heartbeat = Pin<Box<dyn Future<Output = Option<Instant>> + Send>>;
 
 /// One heartbeat: `sync /` with a deadline; the send time if answered. A
@@ -647,7 +653,7 @@ async fn poll_heartbeat(hb: &mut Option<Heartbeat>) -> Option<Instant> {
 /// reference to the session, so dropping the last user closes it.
 async fn monitor(session: Weak<Session>, shared: Arc<Shared>, mut states: zk::StateWatcher) {
     let every = shared.heartbeat_every;
-    let mut next_heartbeat = Instant::now() + every;
+    let mut next_heartbeat = add_saturating(Instant::now(), every);
     let mut in_flight: Option<Heartbeat> = None;
     let mut disconnected = false;
     // Disconnected since the last answered heartbeat.
@@ -661,8 +667,8 @@ async fn monitor(session: Weak<Session>, shared: Arc<Shared>, mut states: zk::St
         if matches!(link, Link::Retired(_)) {
             return;
         }
-        let suspect_at = shared.last_confirmed() + shared.timeout / 2;
-        let expire_at = shared.vouched() - RETIRE_LEAD;
+        let suspect_at = add_saturating(shared.last_confirmed(), shared.timeout / 2);
+        let expire_at = retire_at(shared.vouched());
         tokio::select! {
             biased;
             state = states.changed() => match state {
@@ -689,17 +695,17 @@ async fn monitor(session: Weak<Session>, shared: Arc<Shared>, mut states: zk::St
                 }
             }
             _ = tokio::time::sleep_until(expire_at) => {
-                if shared.vouched() - RETIRE_LEAD <= Instant::now() {
+                if retire_at(shared.vouched()) <= Instant::now() {
                     return retire(Retired::Presumed);
                 }
             }
             _ = tokio::time::sleep_until(suspect_at), if matches!(link, Link::Connected) => {
-                if shared.last_confirmed() + shared.timeout / 2 <= Instant::now() {
+                if add_saturating(shared.last_confirmed(), shared.timeout / 2) <= Instant::now() {
                     shared.suspend("no reply from ZooKeeper for half the session timeout");
                 }
             }
             _ = tokio::time::sleep_until(next_heartbeat), if in_flight.is_none() => {
-                next_heartbeat = Instant::now() + every;
+                next_heartbeat = add_saturating(Instant::now(), every);
                 let Some(s) = session.upgrade() else { return };
                 match s.client() {
                     Ok(client) => in_flight = Some(heartbeat(client, every)),

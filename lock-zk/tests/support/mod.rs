@@ -1,4 +1,6 @@
 //! Helpers shared by the lock-zk integration tests.
+// Each test binary uses a subset of them.
+#![allow(dead_code)]
 
 use std::time::Duration;
 
