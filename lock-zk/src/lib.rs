@@ -3,8 +3,12 @@
 
 mod backend;
 mod config;
-mod core;
+mod error;
+mod lease;
+mod monitor;
 mod node;
+mod queue;
+mod session;
 
 pub use backend::ZkLock;
 pub use config::{

@@ -1,0 +1,364 @@
+//! The queue protocol every recipe shares: our contender node (its create,
+//! the look-up after a lost reply, its clean-up) and the wait for our turn,
+//! with a small [`Recipe`] saying which contenders ahead block us (as
+//! Curator's `LockInternalsDriver` does).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lock_core::{LockError, LockErrorKind, Result};
+use tokio::time::Instant;
+use zookeeper_client as zk;
+
+use crate::error::{lock_error, Failure};
+use crate::node::{self, Contender as Child, Marker};
+use crate::session::{locked, Session};
+
+/// How often a contender node is created again when its parent vanished
+/// between the `mkdir` and the `create` (an empty container node removed by
+/// the server), and after a lost create reply that left no node.
+const CREATE_ATTEMPTS: usize = 4;
+
+/// How many times clean-up retries the removal of a contender node whose
+/// deletion failed (the session stays alive, so the node would otherwise stay).
+const CLEANUP_ATTEMPTS: u32 = 30;
+
+/// Which queue a contender stands in, and which contenders ahead block it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Recipe {
+    /// A mutex (Curator's `InterProcessMutex`, kazoo's `Lock`): the first
+    /// holds, each other waits for the one just ahead.
+    Mutex,
+}
+
+impl Recipe {
+    /// The marker of our own nodes.
+    pub(crate) fn marker(self) -> Marker {
+        match self {
+            Self::Mutex => Marker::CuratorLock,
+        }
+    }
+
+    /// Whether a child with `marker` stands in this queue.
+    pub(crate) fn counts(self, marker: Marker) -> bool {
+        match self {
+            Self::Mutex => node::is_mutex(marker),
+        }
+    }
+
+    /// The contender ahead of `order[pos]` to wait for, `None` when it holds.
+    pub(crate) fn blocker(self, order: &[Child], pos: usize) -> Option<usize> {
+        match self {
+            Self::Mutex => order
+                .get(..pos)
+                .and_then(|ahead| ahead.len().checked_sub(1)),
+        }
+    }
+}
+
+/// How nodes are created: their ACL and data, and whether the server has
+/// container nodes for the parents.
+pub(crate) struct Nodes {
+    /// The ACL of every node created.
+    pub acls: Arc<[zk::Acl]>,
+    /// The data of every contender node.
+    pub data: Arc<[u8]>,
+    /// The server supports container nodes (3.5.3+); parents fall back to
+    /// persistent nodes when it does not.
+    pub containers: AtomicBool,
+}
+
+impl Nodes {
+    /// Creates `dir` and its missing ancestors, as container nodes where the
+    /// server has them (removed by the server once empty, as Curator's
+    /// `creatingParentContainersIfNeeded` does).
+    pub(crate) async fn make_parents(
+        &self,
+        session: &Session,
+        dir: &str,
+        until: Instant,
+    ) -> Result<()> {
+        let what = || format!("creating the lock node {dir}");
+        if self.containers.load(Ordering::Relaxed) {
+            match session
+                .mkdir(dir, zk::CreateMode::Container, &self.acls, until)
+                .await
+            {
+                Ok(()) => return Ok(()),
+                Err(Failure::Zk(zk::Error::Unimplemented)) => {
+                    tracing::info!(
+                        "lock-zk: the server has no container nodes; creating persistent parents"
+                    );
+                    self.containers.store(false, Ordering::Relaxed);
+                }
+                Err(f) => return Err(lock_error(&what(), f)),
+            }
+        }
+        session
+            .mkdir(dir, zk::CreateMode::Persistent, &self.acls, until)
+            .await
+            .map_err(|f| lock_error(&what(), f))
+    }
+
+    /// Creates our contender node `<dir>/<prefix><seq>`. After a reply that
+    /// never came (or a connection that failed under it) it looks for the
+    /// node by its uuid, as Curator's protection mode does, and creates it
+    /// again only if it is certainly not there.
+    pub(crate) async fn create(
+        &self,
+        c: &Contender,
+        until: Instant,
+    ) -> Result<(String, Option<zk::Stat>)> {
+        let prefix = format!("{}/{}", c.dir, c.prefix);
+        let what = || format!("creating a contender node under {}", c.dir);
+        let mut last = None;
+        for _ in 0..CREATE_ATTEMPTS {
+            c.update(|st| st.in_flight = true);
+            let created = c
+                .session
+                .create_sequential(&prefix, &self.data, &self.acls, until)
+                .await;
+            c.update(|st| st.in_flight = false);
+            match created {
+                Ok((path, stat)) => {
+                    c.update(|st| st.node = Some(path.clone()));
+                    return Ok((path, Some(stat)));
+                }
+                Err(f) if f.is_no_node() => self.make_parents(&c.session, &c.dir, until).await?,
+                Err(f) if f.may_have_applied() => {
+                    c.update(|st| st.lost_reply = true);
+                    if let Some(path) = c.find(until).await? {
+                        c.update(|st| st.node = Some(path.clone()));
+                        return Ok((path, None));
+                    }
+                    last = Some(f);
+                }
+                Err(f) => return Err(lock_error(&what(), f)),
+            }
+        }
+        Err(match last {
+            Some(f) => lock_error(&what(), f),
+            None => LockError::unavailable(format!("{}: its parent kept disappearing", what())),
+        })
+    }
+}
+
+/// What we know about our contender node.
+#[derive(Default)]
+pub(crate) struct NodeState {
+    /// Its full path, once the create reply (or the search) told us.
+    node: Option<String>,
+    /// A create was sent and has no answer yet (the acquire may be dropped
+    /// right now): the node may exist.
+    in_flight: bool,
+    /// A create's reply was lost: a node we do not know of may exist.
+    lost_reply: bool,
+}
+
+/// One acquisition's contender node.
+pub(crate) struct Contender {
+    pub session: Arc<Session>,
+    /// The lock's znode.
+    pub dir: String,
+    /// `_c_<uuid>-<marker>`, unique to this acquisition.
+    pub prefix: String,
+    state: Mutex<NodeState>,
+}
+
+impl Contender {
+    /// A new acquisition's node in `recipe`'s queue under `dir`.
+    pub(crate) fn new(session: Arc<Session>, dir: String, recipe: Recipe) -> Self {
+        Self {
+            session,
+            dir,
+            prefix: node::our_prefix(&uuid::Uuid::new_v4(), recipe.marker()),
+            state: Mutex::new(NodeState::default()),
+        }
+    }
+
+    /// The node at the known `path` (for the clean-up of a release).
+    pub(crate) fn known(session: Arc<Session>, path: &str) -> Self {
+        let (dir, name) = path.rsplit_once('/').unwrap_or(("", path));
+        Self {
+            session,
+            dir: dir.to_string(),
+            prefix: name.to_string(),
+            state: Mutex::new(NodeState {
+                node: Some(path.to_string()),
+                ..NodeState::default()
+            }),
+        }
+    }
+
+    fn update(&self, f: impl FnOnce(&mut NodeState)) {
+        f(&mut locked(&self.state));
+    }
+
+    /// Brings the server we read from up to date with the leader for our
+    /// directory.
+    async fn sync(&self, until: Instant) -> Result<()> {
+        match self.session.sync(&self.dir, until).await {
+            Ok(()) | Err(Failure::Zk(zk::Error::NoNode)) => Ok(()),
+            Err(f) => Err(lock_error(
+                &format!("syncing with the leader before looking under {}", self.dir),
+                f,
+            )),
+        }
+    }
+
+    /// Our node, found by its uuid among the children, after a `sync`: the
+    /// server we read from may be another than the one the create went
+    /// through (after a reconnection) and lag behind the leader; the sync
+    /// makes it apply every write the leader committed first. A failed sync
+    /// is an error: without it, "not there" proves nothing.
+    async fn find(&self, until: Instant) -> Result<Option<String>> {
+        self.sync(until).await?;
+        match self.session.list(&self.dir, until).await {
+            Ok(children) => Ok(children
+                .into_iter()
+                .find(|child| child.starts_with(&self.prefix))
+                .map(|child| format!("{}/{child}", self.dir))),
+            Err(f) if f.is_no_node() => Ok(None),
+            Err(f) => Err(lock_error(
+                &format!("looking for our contender node under {}", self.dir),
+                f,
+            )),
+        }
+    }
+
+    /// Deletes our node(s): the known path, and any child carrying our uuid
+    /// when a create's outcome was unknown (found after a `sync`, see
+    /// [`Contender::find`]). A retired session counts as done: its nodes go
+    /// away with it.
+    pub(crate) async fn remove(&self, until: Instant) -> Result<()> {
+        let (node, uncertain) = {
+            let st = locked(&self.state);
+            (st.node.clone(), st.in_flight || st.lost_reply)
+        };
+        let done = |r: std::result::Result<(), Failure>, what: &str| match r {
+            Ok(()) | Err(Failure::Zk(zk::Error::NoNode)) | Err(Failure::Retired(_)) => Ok(()),
+            Err(f) => Err(lock_error(what, f)),
+        };
+        if let Some(path) = &node {
+            done(
+                self.session.delete(path, until).await,
+                &format!("deleting {path}"),
+            )?;
+        }
+        if uncertain {
+            match self.sync(until).await {
+                Err(err) if self.session.is_live() => return Err(err),
+                _ => {}
+            }
+            let children = match self.session.list(&self.dir, until).await {
+                Ok(children) => children,
+                Err(f) => return done(Err(f), &format!("listing {}", self.dir)),
+            };
+            for child in children.iter().filter(|c| c.starts_with(&self.prefix)) {
+                let path = format!("{}/{child}", self.dir);
+                done(
+                    self.session.delete(&path, until).await,
+                    &format!("deleting {path}"),
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    /// [`Contender::remove`], retried with backoff until it succeeds or the
+    /// session is retired (which removes the node too).
+    pub(crate) async fn remove_eventually(self: Arc<Self>) {
+        let mut delay = Duration::from_millis(20);
+        for attempt in 1..=CLEANUP_ATTEMPTS {
+            match self.remove(self.session.bound()).await {
+                Ok(()) => return,
+                Err(err) if attempt == CLEANUP_ATTEMPTS => {
+                    tracing::error!(dir = %self.dir, error = %err, "lock-zk: giving up removing a contender node; it stays until the session ends");
+                }
+                Err(err) => {
+                    tracing::debug!(dir = %self.dir, error = %err, attempt, "lock-zk: removing a contender node failed; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(1));
+                }
+            }
+        }
+    }
+
+    /// Waits until our node `path` is first in `recipe`'s queue (the time
+    /// before the listing that showed it), or `None` once `deadline` has
+    /// passed (at once for `None`: one look). Watches only the contender
+    /// the recipe says blocks us (no herd); when it goes, looks again: an
+    /// earlier one may still be there.
+    pub(crate) async fn wait_turn(
+        &self,
+        path: &str,
+        recipe: Recipe,
+        deadline: Option<Instant>,
+        until: Instant,
+    ) -> Result<Turn> {
+        let ours = path.rsplit('/').next().unwrap_or_default();
+        let mut contended = None;
+        loop {
+            let looked = Instant::now();
+            let children = match self.session.list(&self.dir, until).await {
+                Ok(children) => children,
+                Err(f) if f.is_no_node() => Vec::new(),
+                Err(f) => return Err(lock_error(&format!("listing {}", self.dir), f)),
+            };
+            let order = node::contenders(children, |m| recipe.counts(m));
+            let Some(pos) = order.iter().position(|n| n.name == ours) else {
+                return Err(vanished(path));
+            };
+            let Some(ahead) = recipe.blocker(&order, pos) else {
+                return Ok(Turn::Granted {
+                    looked,
+                    contended: *contended.get_or_insert(false),
+                });
+            };
+            contended.get_or_insert(true);
+            let Some(deadline) = deadline else {
+                return Ok(Turn::Held);
+            };
+            if Instant::now() >= deadline {
+                return Ok(Turn::Held);
+            }
+            let blocker = format!("{}/{}", self.dir, order[ahead].name);
+            let watcher = match self.session.watch_stat(&blocker, until).await {
+                Ok((Some(_), watcher)) => watcher,
+                Ok((None, _)) => continue,
+                Err(f) => return Err(lock_error(&format!("watching {blocker}"), f)),
+            };
+            tokio::select! {
+                _ = watcher.changed() => {}
+                _ = tokio::time::sleep_until(deadline) => return Ok(Turn::Held),
+                cause = self.session.ended() => {
+                    return Err(lock_error(&format!("waiting for {}", self.dir), Failure::Retired(cause)));
+                }
+            }
+        }
+    }
+}
+
+/// The outcome of [`Contender::wait_turn`].
+pub(crate) enum Turn {
+    /// Our node holds the lock, as a listing taken after `looked` showed.
+    Granted {
+        /// Taken before the request that showed it.
+        looked: Instant,
+        /// Whether someone held it when we first looked.
+        contended: bool,
+    },
+    /// Someone else still holds it (the wait ran out, or none was asked for).
+    Held,
+}
+
+/// Our node disappeared while we waited.
+pub(crate) fn vanished(path: &str) -> LockError {
+    LockError::new(
+        LockErrorKind::Lost,
+        format!(
+            "our contender node {path} was deleted while acquiring (by someone else, or with its expired session)"
+        ),
+    )
+}
