@@ -259,14 +259,22 @@ impl Backend {
         deadline: Option<Instant>,
         until: Instant,
     ) -> Result<Option<Lease>> {
-        let (path, _stat) = self.nodes.create(c, until).await?;
-        match c.wait_turn(&path, recipe, deadline, until).await? {
+        let created = self.nodes.create(c, until).await?;
+        let turn = c
+            .wait_turn(&created.path, recipe, created.listing, deadline, until)
+            .await?;
+        match turn {
             Turn::Held => Ok(None),
-            Turn::Granted { looked, contended } => {
-                lease::grant(&c.session, &path, req.ttl, looked, until)
-                    .await
-                    .map(|l| Some(l.with_contended(contended)))
-            }
+            Turn::Granted { looked, contended } => lease::grant(
+                &c.session,
+                &created.path,
+                created.stat.as_ref(),
+                req.ttl,
+                looked,
+                until,
+            )
+            .await
+            .map(|l| Some(l.with_contended(contended))),
         }
     }
 }

@@ -2,7 +2,7 @@
 //! renews and releases.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -11,13 +11,17 @@ use lock_core::{
     validity, FencingToken, Lease, LeaseEvent, LeaseHandle, LockError, LossCause, Renewal, Result,
     SessionStatus,
 };
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use crate::error::{lock_error, Failure};
 use crate::queue::Contender;
-use crate::session::Session;
+use crate::session::{Retired, Session};
+
+/// How long after a grant the watch on our node is set (when the grant did
+/// not set it already): a guard released sooner never costs a request for
+/// it, and a deletion by someone else in that time is noticed when it is set.
+const OWN_WATCH_AFTER: Duration = Duration::from_millis(50);
 
 /// A guard's flags, shared with the watch on its node.
 #[derive(Default)]
@@ -29,94 +33,103 @@ struct Flags {
 }
 
 /// The lease of our node `path` on `session`: its token is the node's
-/// czxid, its own validity `ttl` from `looked` (taken before the request
-/// that showed it ours was sent), its session validity what the session
-/// vouches for now. Registers with the session's hub and watches the node,
-/// so a deletion by someone else is `Lost(NotOwner)`.
+/// czxid (from `stat`, the create's reply, or read when the node was found
+/// after a lost reply), its own validity `ttl` from `looked` (taken before
+/// the request that showed it ours was sent), its session validity what the
+/// session vouches for now. Its events are the session's (through the hub)
+/// and the watch on the node, so a deletion by someone else is
+/// `Lost(NotOwner)`; that watch is set [`OWN_WATCH_AFTER`] the grant by the
+/// guard's keeper polling the event stream, not on the acquire's path (a
+/// node deleted before it is set is found missing then).
 pub(crate) async fn grant(
     session: &Arc<Session>,
     path: &str,
+    stat: Option<&zk::Stat>,
     ttl: Duration,
     looked: Instant,
     until: Instant,
 ) -> Result<Lease> {
-    let (stat, watcher) = match session.watch_stat(path, until).await {
-        Ok((Some(stat), watcher)) => (stat, watcher),
-        Ok((None, _)) => return Err(crate::queue::vanished(path)),
-        Err(f) => return Err(lock_error(&format!("watching {path}"), f)),
+    let (czxid, watcher) = match stat {
+        Some(stat) => (stat.czxid, None),
+        None => match session.watch(path, until).await {
+            Ok(Some((stat, watcher))) => (stat.czxid, Some(watcher)),
+            Ok(None) => return Err(crate::queue::vanished(path)),
+            Err(f) => return Err(lock_error(&format!("watching {path}"), f)),
+        },
     };
     let live = &session.live;
     let ended = || {
         lock_error(
             &format!("acquiring {path}"),
-            Failure::Retired(live.retired().unwrap_or(crate::session::Retired::Closed)),
+            Failure::Retired(live.retired().unwrap_or(Retired::Closed)),
         )
     };
-    let session_events = live.hub.register().map_err(|_| ended())?;
     let session_until = live.hub.vouched_until().ok_or_else(ended)?;
-    let flags = Arc::new(Flags::default());
-    let (own_tx, own_rx) = mpsc::unbounded_channel();
-    let task = tokio::spawn(watch_own_node(
-        Arc::downgrade(session),
-        path.to_string(),
-        flags.clone(),
-        own_tx,
-        watcher,
-    ));
-    let handle = ZkLease {
-        session: session.clone(),
-        path: path.to_string(),
-        flags,
-        watch_task: task.abort_handle(),
-    };
-    let own_events =
-        futures::stream::unfold(
-            own_rx,
-            |mut rx| async move { rx.recv().await.map(|e| (e, rx)) },
-        );
-    let events = futures::stream::select(session_events, own_events);
-    let token = u64::try_from(stat.czxid).ok().map(FencingToken::new);
-    let now = Instant::now();
     let valid_until = validity(looked, ttl);
-    if valid_until.min(session_until) <= now {
+    if valid_until.min(session_until) <= Instant::now() {
         return Err(LockError::unavailable(format!(
             "acquiring {path} took longer than the session can be vouched for"
         )));
     }
+    let session_events = live.hub.register().map_err(|_| ended())?;
+    let flags = Arc::new(Flags::default());
+    let own = futures::stream::once(watch_own_node(
+        Arc::downgrade(session),
+        path.to_string(),
+        flags.clone(),
+        watcher,
+    ))
+    .filter_map(|lost| std::future::ready(lost.then_some(LeaseEvent::Lost(LossCause::NotOwner))));
+    let handle = ZkLease {
+        session: session.clone(),
+        path: path.to_string(),
+        flags,
+    };
+    let token = u64::try_from(czxid).ok().map(FencingToken::new);
     Ok(Lease::new(Box::new(handle), valid_until)
         .with_session_until(session_until)
         .with_token(token)
         .with_key(path)
-        .with_events(events.boxed()))
+        .with_events(futures::stream::select(session_events, own).boxed()))
 }
 
-/// Watches our own node while the guard lives: a deletion by anyone else is
-/// `Lost(NotOwner)`. Data changes re-arm the watch; session ends are the
-/// hub's to report.
+/// Watches our own node while the guard lives; `true` once someone else
+/// deleted it (`Lost(NotOwner)`), `false` when there is nothing more to
+/// watch (released by us, session gone: the hub reports session ends).
+/// Data changes re-arm the watch.
 async fn watch_own_node(
-    session: std::sync::Weak<Session>,
+    session: Weak<Session>,
     path: String,
     flags: Arc<Flags>,
-    events: mpsc::UnboundedSender<LeaseEvent>,
-    watcher: zk::OneshotWatcher,
-) {
+    mut watcher: Option<zk::OneshotWatcher>,
+) -> bool {
     let lost = |flags: &Flags| {
-        if !flags.released.load(Ordering::SeqCst) {
-            flags.gone.store(true, Ordering::SeqCst);
-            tracing::warn!(%path, "lock-zk: our lock node was deleted by someone else");
-            let _ = events.send(LeaseEvent::Lost(LossCause::NotOwner));
+        if flags.released.load(Ordering::SeqCst) {
+            return false;
         }
+        flags.gone.store(true, Ordering::SeqCst);
+        tracing::warn!(%path, "lock-zk: our lock node was deleted by someone else");
+        true
     };
-    let mut watcher = Some(watcher);
+    if watcher.is_none() {
+        tokio::time::sleep(OWN_WATCH_AFTER).await;
+    }
     loop {
-        let watcher = match watcher.take() {
+        let armed = match watcher.take() {
             Some(w) => w,
             None => loop {
-                let Some(s) = session.upgrade() else { return };
-                match s.watch_stat(&path, s.bound()).await {
-                    Ok((Some(_), w)) => break w,
-                    Ok((None, _)) => return lost(&flags),
-                    Err(_) if !s.is_live() => return,
+                if flags.released.load(Ordering::SeqCst) {
+                    return false;
+                }
+                let Some(s) = session.upgrade() else {
+                    return false;
+                };
+                // Boxed: the request's state is large and short-lived, and
+                // would otherwise double what every guard holds for its life.
+                match Box::pin(s.watch(&path, s.bound())).await {
+                    Ok(Some((_, w))) => break w,
+                    Ok(None) => return lost(&flags),
+                    Err(_) if !s.is_live() => return false,
                     Err(_) => {
                         drop(s);
                         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -124,13 +137,9 @@ async fn watch_own_node(
                 }
             },
         };
-        let event = watcher.changed().await;
-        if flags.released.load(Ordering::SeqCst) {
-            return;
-        }
-        match event.event_type {
+        match armed.changed().await.event_type {
             zk::EventType::NodeDeleted => return lost(&flags),
-            zk::EventType::Session => return,
+            zk::EventType::Session => return false,
             _ => {}
         }
     }
@@ -141,12 +150,10 @@ struct ZkLease {
     session: Arc<Session>,
     path: String,
     flags: Arc<Flags>,
-    watch_task: tokio::task::AbortHandle,
 }
 
 impl Drop for ZkLease {
     fn drop(&mut self) {
-        self.watch_task.abort();
         // The core always releases before dropping; should a lease be dropped
         // unreleased anyway (a runtime shutting down), delete its node if a
         // runtime is still there, or it stays until the session ends.
@@ -194,13 +201,13 @@ impl LeaseHandle for ZkLease {
     }
 
     /// Deletes our node by its exact path (never anyone else's: the path
-    /// carries our uuid). A failed deletion is retried in the background
+    /// carries our uuid): one request (a watch on the node fires on it,
+    /// nothing to cancel). A failed deletion is retried in the background
     /// while the session lives.
     async fn release(&self) -> Result<bool> {
         if self.flags.released.swap(true, Ordering::SeqCst) {
             return Ok(false);
         }
-        self.watch_task.abort();
         if self.flags.gone.load(Ordering::SeqCst) {
             return Ok(false);
         }

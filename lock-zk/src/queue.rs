@@ -55,6 +55,44 @@ impl Recipe {
                 .and_then(|ahead| ahead.len().checked_sub(1)),
         }
     }
+
+    /// Whether `order[pos]` holds as soon as `order[blocker]` is gone,
+    /// without looking again: nothing else ahead blocks it, and nothing can
+    /// come to block it (a later node always has a larger sequence number).
+    pub(crate) fn settled(self, order: &[Child], pos: usize, blocker: usize) -> bool {
+        match self {
+            Self::Mutex => blocker == 0 && pos == 1 && order.len() > pos,
+        }
+    }
+
+    /// The contender whose departure may leave `order[blocker]` all that
+    /// stands ahead of `order[pos]` (watched too, so that the listing that
+    /// shows it happens before the blocker goes).
+    pub(crate) fn second(self, order: &[Child], pos: usize, blocker: usize) -> Option<usize> {
+        let _ = (order, pos);
+        match self {
+            Self::Mutex => blocker.checked_sub(1),
+        }
+    }
+}
+
+/// A listing of a lock's znode, and when the request behind it was sent.
+pub(crate) struct Listing {
+    /// Taken before the request was sent.
+    pub looked: Instant,
+    /// The children it listed.
+    pub children: Vec<String>,
+}
+
+/// Our node, as [`Nodes::create`] made (or found) it.
+pub(crate) struct Created {
+    /// Its full path.
+    pub path: String,
+    /// Its stat, from the create's reply (none when found after a lost one).
+    pub stat: Option<zk::Stat>,
+    /// The lock's contenders, listed right after our create (none when the
+    /// listing failed or the node was found after a lost reply).
+    pub listing: Option<Listing>,
 }
 
 /// How nodes are created: their ACL and data, and whether the server has
@@ -101,36 +139,42 @@ impl Nodes {
             .map_err(|f| lock_error(&what(), f))
     }
 
-    /// Creates our contender node `<dir>/<prefix><seq>`. After a reply that
-    /// never came (or a connection that failed under it) it looks for the
-    /// node by its uuid, as Curator's protection mode does, and creates it
-    /// again only if it is certainly not there.
-    pub(crate) async fn create(
-        &self,
-        c: &Contender,
-        until: Instant,
-    ) -> Result<(String, Option<zk::Stat>)> {
+    /// Creates our contender node `<dir>/<prefix><seq>` and lists the lock's
+    /// contenders in the same round trip. After a reply that never came (or
+    /// a connection that failed under it) it looks for the node by its
+    /// uuid, as Curator's protection mode does, and creates it again only if
+    /// it is certainly not there.
+    pub(crate) async fn create(&self, c: &Contender, until: Instant) -> Result<Created> {
         let prefix = format!("{}/{}", c.dir, c.prefix);
         let what = || format!("creating a contender node under {}", c.dir);
         let mut last = None;
         for _ in 0..CREATE_ATTEMPTS {
             c.update(|st| st.in_flight = true);
-            let created = c
+            let looked = Instant::now();
+            let (created, listed) = c
                 .session
-                .create_sequential(&prefix, &self.data, &self.acls, until)
+                .create_and_list(&prefix, &self.data, &self.acls, &c.dir, until)
                 .await;
             c.update(|st| st.in_flight = false);
             match created {
                 Ok((path, stat)) => {
                     c.update(|st| st.node = Some(path.clone()));
-                    return Ok((path, Some(stat)));
+                    return Ok(Created {
+                        path,
+                        stat: Some(stat),
+                        listing: listed.ok().map(|children| Listing { looked, children }),
+                    });
                 }
                 Err(f) if f.is_no_node() => self.make_parents(&c.session, &c.dir, until).await?,
                 Err(f) if f.may_have_applied() => {
                     c.update(|st| st.lost_reply = true);
                     if let Some(path) = c.find(until).await? {
                         c.update(|st| st.node = Some(path.clone()));
-                        return Ok((path, None));
+                        return Ok(Created {
+                            path,
+                            stat: None,
+                            listing: None,
+                        });
                     }
                     last = Some(f);
                 }
@@ -285,26 +329,45 @@ impl Contender {
         }
     }
 
-    /// Waits until our node `path` is first in `recipe`'s queue (the time
-    /// before the listing that showed it), or `None` once `deadline` has
-    /// passed (at once for `None`: one look). Watches only the contender
-    /// the recipe says blocks us (no herd); when it goes, looks again: an
-    /// earlier one may still be there.
+    /// The contenders under our directory now.
+    async fn list(&self, until: Instant) -> Result<Listing> {
+        let looked = Instant::now();
+        match self.session.list(&self.dir, until).await {
+            Ok(children) => Ok(Listing { looked, children }),
+            Err(f) if f.is_no_node() => Ok(Listing {
+                looked,
+                children: Vec::new(),
+            }),
+            Err(f) => Err(lock_error(&format!("listing {}", self.dir), f)),
+        }
+    }
+
+    /// Waits until our node `path` holds in `recipe`'s queue, or `None`
+    /// once `deadline` has passed (at once for `None`: one look), starting
+    /// from `listing` (taken after our create) if there is one.
+    ///
+    /// Watches only the contender the recipe says blocks us and, while that
+    /// one is not known to be all that stands ahead, the one the recipe
+    /// names second (at most two waiters wake on any deletion: no herd).
+    /// When the second goes we list again, usually while the blocker holds
+    /// the lock; so when the blocker goes and it was all that stood ahead,
+    /// we hold without another request. Otherwise we list again (an earlier
+    /// contender may still be there).
     pub(crate) async fn wait_turn(
         &self,
         path: &str,
         recipe: Recipe,
+        mut listing: Option<Listing>,
         deadline: Option<Instant>,
         until: Instant,
     ) -> Result<Turn> {
         let ours = path.rsplit('/').next().unwrap_or_default();
         let mut contended = None;
+        let mut armed: Vec<Armed> = Vec::new();
         loop {
-            let looked = Instant::now();
-            let children = match self.session.list(&self.dir, until).await {
-                Ok(children) => children,
-                Err(f) if f.is_no_node() => Vec::new(),
-                Err(f) => return Err(lock_error(&format!("listing {}", self.dir), f)),
+            let Listing { looked, children } = match listing.take() {
+                Some(listing) => listing,
+                None => self.list(until).await?,
             };
             let order = node::contenders(children, |m| recipe.counts(m));
             let Some(pos) = order.iter().position(|n| n.name == ours) else {
@@ -323,20 +386,83 @@ impl Contender {
             if Instant::now() >= deadline {
                 return Ok(Turn::Held);
             }
+            let settled = recipe.settled(&order, pos, ahead);
             let blocker = format!("{}/{}", self.dir, order[ahead].name);
-            let watcher = match self.session.watch_stat(&blocker, until).await {
-                Ok((Some(_), watcher)) => watcher,
-                Ok((None, _)) => continue,
-                Err(f) => return Err(lock_error(&format!("watching {blocker}"), f)),
-            };
-            tokio::select! {
-                _ = watcher.changed() => {}
-                _ = tokio::time::sleep_until(deadline) => return Ok(Turn::Held),
-                cause = self.session.ended() => {
-                    return Err(lock_error(&format!("waiting for {}", self.dir), Failure::Retired(cause)));
+            let second = recipe
+                .second(&order, pos, ahead)
+                .filter(|_| !settled)
+                .map(|i| format!("{}/{}", self.dir, order[i].name));
+            // Keep the watches that still apply; set the missing ones.
+            armed.retain(|a| a.path == blocker || Some(&a.path) == second.as_ref());
+            let mut wanted = vec![&blocker];
+            wanted.extend(second.as_ref());
+            let mut gone = None;
+            for path in wanted {
+                if armed.iter().any(|a| &a.path == path) {
+                    continue;
+                }
+                match self.session.watch(path, until).await {
+                    Ok(Some((_, watcher))) => armed.push(Armed::new(path, watcher)),
+                    Ok(None) => {
+                        gone = Some(path.clone());
+                        break;
+                    }
+                    Err(f) => return Err(lock_error(&format!("watching {path}"), f)),
                 }
             }
+            let gone = match gone {
+                Some(gone) => gone,
+                None => {
+                    let fired = tokio::select! {
+                        fired = Armed::first(&mut armed) => fired,
+                        _ = tokio::time::sleep_until(deadline) => return Ok(Turn::Held),
+                        cause = self.session.ended() => {
+                            return Err(lock_error(&format!("waiting for {}", self.dir), Failure::Retired(cause)));
+                        }
+                    };
+                    let (path, event) = fired;
+                    if event.event_type != zk::EventType::NodeDeleted {
+                        continue;
+                    }
+                    path
+                }
+            };
+            if gone == blocker && settled {
+                return Ok(Turn::Granted {
+                    looked: Instant::now(),
+                    contended: true,
+                });
+            }
         }
+    }
+}
+
+/// A watch set on a contender ahead of us, awaited across listings.
+struct Armed {
+    path: String,
+    fired: std::pin::Pin<Box<dyn std::future::Future<Output = zk::WatchedEvent> + Send>>,
+}
+
+impl Armed {
+    fn new(path: &str, watcher: zk::OneshotWatcher) -> Self {
+        Self {
+            path: path.to_string(),
+            fired: Box::pin(watcher.changed()),
+        }
+    }
+
+    /// The first of `armed` to fire (removed from it), with its path.
+    async fn first(armed: &mut Vec<Armed>) -> (String, zk::WatchedEvent) {
+        std::future::poll_fn(|cx| {
+            for i in 0..armed.len() {
+                if let std::task::Poll::Ready(event) = armed[i].fired.as_mut().poll(cx) {
+                    let fired = armed.swap_remove(i);
+                    return std::task::Poll::Ready((fired.path, event));
+                }
+            }
+            std::task::Poll::Pending
+        })
+        .await
     }
 }
 

@@ -131,6 +131,9 @@ impl Drop for Session {
 /// A request's outcome.
 pub(crate) type Reply<T> = Result<T, Failure>;
 
+/// A node's stat and a one-shot watch on it, if it exists.
+pub(crate) type Watched = Reply<Option<(zk::Stat, zk::OneshotWatcher)>>;
+
 impl Session {
     /// Opens a session on `hosts` within the connect timeout, and before
     /// `until` (the bound of the call that needs the session). Fails at once
@@ -306,17 +309,22 @@ impl Session {
         .await
     }
 
-    /// The stat of `path`, if it exists, and a one-shot watch on it (fires on
-    /// deletion, data change, creation if absent, and session termination).
-    pub async fn watch_stat(
-        &self,
-        path: &str,
-        until: Instant,
-    ) -> Reply<(Option<zk::Stat>, zk::OneshotWatcher)> {
-        self.request(until, true, false, |c| async move {
-            c.check_and_watch_stat(path).await
-        })
-        .await
+    /// The stat of `path` and a one-shot watch on it (fires on deletion,
+    /// data change and session termination), or `None` if it does not
+    /// exist: then no watch is left behind (an `exists` watch on a missing
+    /// node would wait for its creation for the rest of the session, as
+    /// Curator's `LockInternals` notes).
+    pub async fn watch(&self, path: &str, until: Instant) -> Watched {
+        match self
+            .request(until, true, false, |c| async move {
+                c.get_and_watch_data(path).await
+            })
+            .await
+        {
+            Ok((_data, stat, watcher)) => Ok(Some((stat, watcher))),
+            Err(f) if f.is_no_node() => Ok(None),
+            Err(f) => Err(f),
+        }
     }
 
     /// Brings the connected server up to date with the leader for `path`.
@@ -336,22 +344,53 @@ impl Session {
         .await
     }
 
-    /// Creates an ephemeral sequential node `prefix<seq>`; returns its path
-    /// and stat. Never retried here: after a lost reply the caller looks for
-    /// the node.
-    pub async fn create_sequential(
+    /// Creates an ephemeral sequential node `prefix<seq>` (its path and
+    /// stat) and lists the children of `dir`, sent right behind it on the
+    /// same connection (one round trip for both): the server answers the
+    /// listing after it applied the create, so a created node is in the
+    /// listing, with every contender created before it. The create is never
+    /// retried here: after a lost reply the caller looks for the node.
+    pub async fn create_and_list(
         &self,
         prefix: &str,
         data: &[u8],
         acls: &[zk::Acl],
+        dir: &str,
         until: Instant,
-    ) -> Reply<(String, zk::Stat)> {
-        self.request(until, false, true, |c| async move {
-            let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::new(acls));
-            let (stat, seq) = c.create(prefix, data, &options).await?;
-            Ok((format!("{prefix}{seq}"), stat))
-        })
-        .await
+    ) -> (Reply<(String, zk::Stat)>, Reply<Vec<String>>) {
+        let client = match self.client() {
+            Ok(client) => client,
+            Err(f) => {
+                let again = match &f {
+                    Failure::Retired(cause) => Failure::Retired(*cause),
+                    _ => Failure::Elapsed,
+                };
+                return (Err(f), Err(again));
+            }
+        };
+        let deadline = until.min(self.bound());
+        let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::new(acls));
+        let sent = Instant::now();
+        // Both requests are on the wire before either reply is awaited.
+        let create = client.create(prefix, data, &options);
+        let list = client.list_children(dir);
+        let (created, listed) = tokio::join!(
+            tokio::time::timeout_at(deadline, create),
+            tokio::time::timeout_at(deadline, list)
+        );
+        let created = match created {
+            Err(_) => Err(Failure::Elapsed),
+            Ok(Ok((stat, seq))) => {
+                self.live.answered(sent);
+                Ok((format!("{prefix}{seq}"), stat))
+            }
+            Ok(Err(err)) => Err(Failure::Zk(err)),
+        };
+        let listed = match listed {
+            Err(_) => Err(Failure::Elapsed),
+            Ok(result) => result.map_err(Failure::Zk),
+        };
+        (created, listed)
     }
 
     /// Creates `path` and its missing ancestors as `mode` nodes.

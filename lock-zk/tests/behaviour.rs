@@ -429,6 +429,9 @@ async fn keep_alive_traffic_grows_with_sessions_not_guards() {
     for _ in 0..20 {
         guards.push(many.acquire(&name("traffic-many"), &opts).await.unwrap());
     }
+    // Each guard sets the watch on its node once, shortly after its grant:
+    // not keep-alive traffic, and done before the counting starts.
+    sleep(Duration::from_millis(300)).await;
     let (sid_one, sid_many) = (one.session_id().unwrap(), many.session_id().unwrap());
     let server_ref: &'static ZkEnsemble = server;
     let count = |sid: String| tokio::task::spawn_blocking(move || received(server_ref, &sid));
@@ -492,4 +495,65 @@ async fn names_zookeeper_cannot_store_are_invalid() {
         .unwrap()
         .expect("a segment that only looks like a contender node");
     assert!(g.release().await.unwrap());
+}
+
+/// An uncontended acquire + release costs three requests (the create and
+/// the listing in one round trip, then the delete); a waiter right behind
+/// the holder costs one more (the watch on the holder's node) and gets the
+/// lock when the holder's node goes, without listing again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_per_acquisition() {
+    let server = server().await;
+    let connect = server.connect_string();
+    let session = Duration::from_secs(4);
+    let holder = ZkLock::connect(config(&connect, session)).await.unwrap();
+    let waiter = ZkLock::connect(config(&connect, session)).await.unwrap();
+    let lock = name("requests");
+    let opts = AcquireOptions::new().ttl(Duration::from_secs(4));
+    // The lock's znode exists, and no heartbeat falls into the counts (one
+    // per second: the counts are taken well within one).
+    holder
+        .acquire(&lock, &opts)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let server_ref: &'static ZkEnsemble = server;
+    let count = |sid: String| tokio::task::spawn_blocking(move || received(server_ref, &sid));
+    let sid = holder.session_id().unwrap();
+
+    let mut per_cycle = Vec::new();
+    for _ in 0..3 {
+        let before = count(sid.clone()).await.unwrap();
+        let g = holder.acquire(&lock, &opts).await.unwrap();
+        assert!(g.release().await.unwrap());
+        per_cycle.push(count(sid.clone()).await.unwrap() - before);
+    }
+    // A heartbeat may fall into one cycle; the others cost exactly three.
+    per_cycle.sort();
+    assert_eq!(
+        per_cycle[0], 3,
+        "requests per uncontended cycle: {per_cycle:?}"
+    );
+
+    let held = holder.acquire(&lock, &opts).await.unwrap();
+    let wsid = waiter.session_id().unwrap();
+    let before = count(wsid.clone()).await.unwrap();
+    let waiting = {
+        let (waiter, lock) = (waiter.clone(), lock.clone());
+        let opts = opts.clone().wait(Duration::from_secs(10));
+        tokio::spawn(async move { waiter.acquire(&lock, &opts).await })
+    };
+    sleep(Duration::from_millis(200)).await;
+    assert!(held.release().await.unwrap());
+    let g = waiting.await.unwrap().unwrap();
+    let waited = count(wsid.clone()).await.unwrap() - before;
+    assert!(g.release().await.unwrap());
+    // create + listing, the watch on the holder's node, the delete; maybe a heartbeat.
+    let released = count(wsid).await.unwrap() - before;
+    assert!(
+        waited <= 4 && released - waited == 1,
+        "waiter: {waited} requests until granted, {released} with its release"
+    );
 }
