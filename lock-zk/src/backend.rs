@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::{
-    add_saturating, Capabilities, CleanupOnDrop, Fencing, FencingToken, Lease, LeaseRequest,
-    LockBackend, LockError, LockErrorKind, LockName, LockStatus, Result,
+    add_saturating, Capabilities, Fencing, Lease, LeaseRequest, LockBackend, LockError,
+    LockErrorKind, LockMode, LockName, LockStatus, Result,
 };
 use tokio::time::Instant;
 use zookeeper_client as zk;
@@ -15,8 +15,10 @@ use zookeeper_client as zk;
 use crate::config::{allowed_char, NodeAcl, Perms, ZkConfig};
 use crate::error::lock_error;
 use crate::lease;
+use crate::list;
 use crate::node;
-use crate::queue::{Contender, Nodes, Recipe, Turn};
+use crate::queue::{Contender, Nodes, Pending, Recipe, Turn};
+use crate::semaphore;
 use crate::session::{locked, Session};
 
 /// A distributed lock service on ZooKeeper: one session shared by every lock
@@ -31,11 +33,11 @@ pub struct ZkLock {
     inner: Arc<Backend>,
 }
 
-struct Backend {
+pub(crate) struct Backend {
     config: ZkConfig,
     hosts: String,
     root: String,
-    nodes: Nodes,
+    pub(crate) nodes: Arc<Nodes>,
     current: Mutex<Option<Arc<Session>>>,
     connecting: tokio::sync::Mutex<()>,
     /// Sessions opened or attempted after the first, and how the last
@@ -90,11 +92,11 @@ impl ZkLock {
         let resolved = config.resolve()?;
         let until = add_saturating(Instant::now(), config.connect_timeout);
         let session = Session::connect(&resolved.hosts, &config, until).await?;
-        let nodes = Nodes {
+        let nodes = Arc::new(Nodes {
             acls: acls_of(&config.acl).into(),
             data: config.identifier.as_bytes().into(),
             containers: AtomicBool::new(true),
-        };
+        });
         Ok(Self {
             inner: Arc::new(Backend {
                 config,
@@ -145,7 +147,7 @@ impl ZkLock {
 }
 
 impl Backend {
-    fn lock_path(&self, name: &LockName) -> Result<String> {
+    pub(crate) fn lock_path(&self, name: &LockName) -> Result<String> {
         if let Some(c) = name.as_str().chars().find(|c| !allowed_char(*c)) {
             return Err(LockError::invalid(format!(
                 "lock name {name} contains {c:?}, which ZooKeeper does not allow in paths"
@@ -157,7 +159,7 @@ impl Backend {
 
     /// The live session, or a new one when the last was retired, opened
     /// before `until` (the bound of the calling operation).
-    async fn session(&self, until: Instant) -> Result<Arc<Session>> {
+    pub(crate) async fn session(&self, until: Instant) -> Result<Arc<Session>> {
         if let Some(s) = locked(&self.current).as_ref().filter(|s| s.is_live()) {
             return Ok(s.clone());
         }
@@ -193,9 +195,18 @@ impl Backend {
         }
     }
 
+    /// The bound of a call that may wait until `deadline` (`None`: one
+    /// attempt): every request answers before the wait plus one request
+    /// timeout.
+    pub(crate) fn until(&self, deadline: Option<Instant>) -> Instant {
+        add_saturating(
+            deadline.unwrap_or_else(Instant::now),
+            self.config.request_timeout,
+        )
+    }
+
     /// One acquisition in `recipe`'s queue: create our node, then wait for
-    /// our turn (or not: `deadline` `None` is one attempt). Every request
-    /// answers before the call's bound: the wait plus one request timeout.
+    /// our turn (or not: `deadline` `None` is one attempt).
     async fn acquire(
         &self,
         req: &LeaseRequest,
@@ -203,38 +214,24 @@ impl Backend {
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>> {
         let dir = self.lock_path(&req.name)?;
-        let until = add_saturating(
-            deadline.unwrap_or_else(Instant::now),
-            self.config.request_timeout,
-        );
+        let until = self.until(deadline);
         let session = self.session(until).await?;
         if deadline.is_none() && self.held(&session, &dir, recipe, until).await? {
             return Ok(None);
         }
-        let contender = Arc::new(Contender::new(session.clone(), dir, recipe));
-        // Armed before the create is sent: a dropped acquire removes the node
-        // even if the create's reply never came.
-        let cleanup = CleanupOnDrop::new(contender.clone().remove_eventually());
+        let contender = Arc::new(Contender::new(session.clone(), dir, recipe.marker()));
+        let pending = Pending::new(contender.clone());
         let outcome = self.contend(&contender, req, recipe, deadline, until).await;
-        if matches!(outcome, Ok(Some(_))) {
-            cleanup.disarm();
-            return outcome;
-        }
-        // Not granted: remove our node before answering, so that the caller's
-        // next step (or another client's) does not see it.
-        match contender.remove(until).await {
-            Ok(()) => cleanup.disarm(),
-            Err(err) => {
-                tracing::warn!(dir = %contender.dir, error = %err, "lock-zk: removing a contender node failed; retrying in the background");
-                drop(cleanup);
-            }
+        match outcome {
+            Ok(Some(_)) => pending.keep(),
+            _ => pending.remove(until).await,
         }
         outcome
     }
 
-    /// Whether `recipe`'s queue under `dir` has a contender now: a held lock
-    /// answers `try_acquire` with `None` without a write (and without
-    /// queueing behind waiters: no barging).
+    /// Whether a newcomer to `recipe`'s queue under `dir` would have to
+    /// wait: a held lock answers `try_acquire` with `None` without a write
+    /// (and without queueing behind waiters: no barging).
     async fn held(
         &self,
         session: &Session,
@@ -243,9 +240,10 @@ impl Backend {
         until: Instant,
     ) -> Result<bool> {
         match session.list(dir, until).await {
-            Ok(children) => Ok(children
-                .iter()
-                .any(|c| node::parse(c).is_some_and(|(_, m)| recipe.counts(m)))),
+            Ok(children) => {
+                let order = node::contenders(children, |m| recipe.counts(m));
+                Ok(recipe.blocker(&order, order.len()).is_some())
+            }
             Err(f) if f.is_no_node() => Ok(false),
             Err(f) => Err(lock_error(&format!("listing {dir}"), f)),
         }
@@ -267,6 +265,7 @@ impl Backend {
             Turn::Held => Ok(None),
             Turn::Granted { looked, contended } => lease::grant(
                 &c.session,
+                &self.nodes,
                 &created.path,
                 created.stat.as_ref(),
                 req.ttl,
@@ -275,6 +274,16 @@ impl Backend {
             )
             .await
             .map(|l| Some(l.with_contended(contended))),
+        }
+    }
+
+    /// One acquisition of `req`'s kind of lease.
+    async fn lease(&self, req: &LeaseRequest, deadline: Option<Instant>) -> Result<Option<Lease>> {
+        match req.mode {
+            LockMode::Read => self.acquire(req, Recipe::Read, deadline).await,
+            LockMode::Write => self.acquire(req, Recipe::Write, deadline).await,
+            LockMode::Permit { permits } => semaphore::acquire(self, req, permits, deadline).await,
+            _ => self.acquire(req, Recipe::Mutex, deadline).await,
         }
     }
 }
@@ -288,47 +297,29 @@ impl LockBackend for ZkLock {
             .with_loss_events(true)
             .with_notified_wait(true)
             .with_remote(true)
+            .with_read_write(true)
+            .with_semaphore(true)
             .with_fault_tolerance("a minority of the 2N+1 ensemble; a holder's lock outlives it by the session timeout")
     }
 
     async fn try_lock(&self, req: &LeaseRequest) -> Result<Option<Lease>> {
-        self.inner.acquire(req, Recipe::Mutex, None).await
+        self.inner.lease(req, None).await
     }
 
     async fn lock(&self, req: &LeaseRequest, deadline: Instant) -> Result<Option<Lease>> {
-        self.inner.acquire(req, Recipe::Mutex, Some(deadline)).await
+        self.inner.lease(req, Some(deadline)).await
     }
 
     async fn inspect(&self, name: &LockName) -> Result<LockStatus> {
-        let inner = &self.inner;
-        let dir = inner.lock_path(name)?;
-        let until = add_saturating(Instant::now(), inner.config.request_timeout);
-        let session = inner.session(until).await?;
-        // The holder may leave between the listing and the stat: look again.
-        for _ in 0..5 {
-            let children = match session.list(&dir, until).await {
-                Ok(children) => children,
-                Err(f) if f.is_no_node() => Vec::new(),
-                Err(f) => return Err(lock_error(&format!("listing {dir}"), f)),
-            };
-            let order = node::contenders(children, node::is_mutex);
-            let Some(first) = order.first() else {
-                return Ok(LockStatus::new(false).with_waiters(Some(0)));
-            };
-            let path = format!("{dir}/{}", first.name);
-            match session.stat(&path, until).await {
-                Ok(Some(stat)) => {
-                    return Ok(LockStatus::new(true)
-                        .with_token(u64::try_from(stat.czxid).ok().map(FencingToken::new))
-                        .with_waiters(Some(order.len() - 1)))
-                }
-                Ok(None) => continue,
-                Err(f) => return Err(lock_error(&format!("reading {path}"), f)),
-            }
-        }
-        Err(LockError::new(
-            LockErrorKind::Unavailable,
-            format!("{dir}: the holder kept changing while inspecting"),
-        ))
+        let dir = self.inner.lock_path(name)?;
+        let until = self.inner.until(None);
+        let session = self.inner.session(until).await?;
+        list::inspect(&session, &dir, until).await
+    }
+
+    async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<(LockName, LockStatus)>> {
+        let until = self.inner.until(None);
+        let session = self.inner.session(until).await?;
+        list::held(&session, &self.inner.root, prefix, limit, until).await
     }
 }

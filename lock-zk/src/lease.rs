@@ -15,7 +15,8 @@ use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use crate::error::{lock_error, Failure};
-use crate::queue::Contender;
+use crate::node;
+use crate::queue::{Contender, Nodes};
 use crate::session::{Retired, Session};
 
 /// How long after a grant the watch on our node is set (when the grant did
@@ -43,6 +44,7 @@ struct Flags {
 /// node deleted before it is set is found missing then).
 pub(crate) async fn grant(
     session: &Arc<Session>,
+    nodes: &Arc<Nodes>,
     path: &str,
     stat: Option<&zk::Stat>,
     ttl: Duration,
@@ -82,6 +84,7 @@ pub(crate) async fn grant(
     .filter_map(|lost| std::future::ready(lost.then_some(LeaseEvent::Lost(LossCause::NotOwner))));
     let handle = ZkLease {
         session: session.clone(),
+        nodes: nodes.clone(),
         path: path.to_string(),
         flags,
     };
@@ -148,6 +151,7 @@ async fn watch_own_node(
 /// The lease handle of one guard: its node's exact path on its session.
 struct ZkLease {
     session: Arc<Session>,
+    nodes: Arc<Nodes>,
     path: String,
     flags: Arc<Flags>,
 }
@@ -220,5 +224,81 @@ impl LeaseHandle for ZkLease {
                 Err(lock_error(&format!("releasing {}", self.path), f))
             }
         }
+    }
+
+    /// Write -> read without a moment in which another writer could get in:
+    /// creates the read node that takes our write node's place (same uuid,
+    /// same sequence text, so it sorts where the write node stands, ahead
+    /// of every contender that came after it: a writer queued behind us
+    /// waits for it, as it waited for us), then deletes the write node. The
+    /// read lease's token is the new node's czxid, above the write token.
+    async fn downgrade(&self, ttl: Duration) -> Result<Lease> {
+        let (dir, name) = self.path.rsplit_once('/').unwrap_or(("", &self.path));
+        let Some(read_name) = node::downgraded(name) else {
+            return Err(LockError::invalid(format!(
+                "only a write lease can be downgraded, not {}",
+                self.path
+            )));
+        };
+        if self.flags.gone.load(Ordering::SeqCst) {
+            return Err(LockError::new(
+                lock_core::LockErrorKind::Lost,
+                format!("{} was deleted by someone else", self.path),
+            ));
+        }
+        let read_path = format!("{dir}/{read_name}");
+        let session = &self.session;
+        let until = session.bound();
+        let looked = Instant::now();
+        let what = || format!("downgrading {} to {read_path}", self.path);
+        let stat = match session
+            .create_ephemeral(&read_path, &self.nodes.data, &self.nodes.acls, until)
+            .await
+        {
+            Ok(stat) => stat,
+            // A reply that never came, or a retry of one: the node carries
+            // our uuid, so it is ours if it is there.
+            Err(f) if f.may_have_applied() || matches!(f, Failure::Zk(zk::Error::NodeExists)) => {
+                match session.stat(&read_path, until).await {
+                    Ok(Some(stat)) if stat.ephemeral_owner == session.live.owner() => stat,
+                    Ok(_) => return Err(lock_error(&what(), f)),
+                    Err(g) => {
+                        let read = Contender::known(session.clone(), &read_path);
+                        tokio::spawn(Arc::new(read).remove_eventually());
+                        return Err(lock_error(&what(), g));
+                    }
+                }
+            }
+            Err(f) => return Err(lock_error(&what(), f)),
+        };
+        let lease = match grant(
+            session,
+            &self.nodes,
+            &read_path,
+            Some(&stat),
+            ttl,
+            looked,
+            until,
+        )
+        .await
+        {
+            Ok(lease) => lease,
+            Err(err) => {
+                let read = Contender::known(session.clone(), &read_path);
+                tokio::spawn(Arc::new(read).remove_eventually());
+                return Err(err);
+            }
+        };
+        // The read side is ours: the write side goes.
+        self.flags.released.store(true, Ordering::SeqCst);
+        match session.delete(&self.path, until).await {
+            Ok(()) | Err(Failure::Zk(zk::Error::NoNode)) | Err(Failure::Retired(_)) => {}
+            Err(f) => {
+                tracing::warn!(path = %self.path, error = %lock_error(&what(), f), "lock-zk: deleting the write node of a downgrade failed; retrying in the background");
+                let write = Contender::known(session.clone(), &self.path);
+                tokio::spawn(Arc::new(write).remove_eventually());
+            }
+        }
+        Ok(lease)
     }
 }

@@ -5,9 +5,11 @@ mod backend;
 mod config;
 mod error;
 mod lease;
+mod list;
 mod monitor;
 mod node;
 mod queue;
+mod semaphore;
 mod session;
 
 pub use backend::ZkLock;

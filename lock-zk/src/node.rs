@@ -153,6 +153,41 @@ pub(crate) fn is_mutex(marker: Marker) -> bool {
     matches!(marker, Marker::CuratorLock | Marker::KazooLock)
 }
 
+/// Whether a node with `marker` stands in the queue of a read-write lock:
+/// Curator's read and write nodes, kazoo's `ReadLock` nodes, and kazoo's
+/// `WriteLock` nodes (which are its `Lock` nodes).
+pub(crate) fn is_read_write(marker: Marker) -> bool {
+    matches!(
+        marker,
+        Marker::CuratorRead | Marker::CuratorWrite | Marker::KazooRead | Marker::KazooLock
+    )
+}
+
+/// Whether a node with `marker` is the write side of a read-write lock.
+pub(crate) fn is_write(marker: Marker) -> bool {
+    matches!(marker, Marker::CuratorWrite | Marker::KazooLock)
+}
+
+/// Whether a node with `marker` is a semaphore lease.
+pub(crate) fn is_lease(marker: Marker) -> bool {
+    marker == Marker::CuratorLease
+}
+
+/// The name of the read node that takes the place of our write node `name`
+/// (`_c_<uuid>-__WRIT__<seq>`) when it is downgraded: the same uuid and the
+/// same sequence text, `__READ__` instead of `__WRIT__`. It sorts where the
+/// write node stands, ahead of every contender that came after it.
+pub(crate) fn downgraded(name: &str) -> Option<String> {
+    match parse(name) {
+        Some((_, Marker::CuratorWrite)) => {
+            let (rest, seq) = name.split_at(name.len() - 10);
+            let prefix = rest.strip_suffix(Marker::CuratorWrite.text())?;
+            Some(format!("{prefix}{}{seq}", Marker::CuratorRead.text()))
+        }
+        _ => None,
+    }
+}
+
 /// Refuses a lock name with a segment shaped exactly like a contender node:
 /// its znode would be a child of the parent lock's znode that every recipe
 /// on that parent takes for a contender.
@@ -250,6 +285,21 @@ mod tests {
         let names: Vec<&str> = sorted.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(names, [b.as_str(), c.as_str(), a.as_str()]);
         assert_eq!(sorted[0].marker, Marker::KazooLock);
+    }
+
+    #[test]
+    fn a_downgraded_write_node_keeps_its_uuid_and_sequence() {
+        let w = format!("_c_{UUID}-__WRIT__0000000042");
+        let r = downgraded(&w).unwrap();
+        assert_eq!(r, format!("_c_{UUID}-__READ__0000000042"));
+        assert_eq!(parse(&r), Some((42, Marker::CuratorRead)));
+        // It sorts before the write node it replaces, and so before every
+        // contender that came after it.
+        let later = format!("_c_{UUID}-__WRIT__0000000043");
+        let order = contenders([later.as_str(), w.as_str(), r.as_str()], is_read_write);
+        assert_eq!(order[0].name, r);
+        assert_eq!(downgraded(&format!("_c_{UUID}-lock-0000000001")), None);
+        assert_eq!(downgraded(&r), None);
     }
 
     #[test]

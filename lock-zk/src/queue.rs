@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lock_core::{LockError, LockErrorKind, Result};
+use lock_core::{CleanupOnDrop, LockError, LockErrorKind, Result};
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
@@ -24,12 +24,19 @@ const CREATE_ATTEMPTS: usize = 4;
 /// deletion failed (the session stays alive, so the node would otherwise stay).
 const CLEANUP_ATTEMPTS: u32 = 30;
 
-/// Which queue a contender stands in, and which contenders ahead block it.
+/// Which queue a contender stands in, and which contenders ahead block it
+/// (Curator's `LockInternalsDriver`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Recipe {
     /// A mutex (Curator's `InterProcessMutex`, kazoo's `Lock`): the first
     /// holds, each other waits for the one just ahead.
     Mutex,
+    /// The read side of a read-write lock (Curator's
+    /// `InterProcessReadWriteLock`): holds unless a write node is ahead, and
+    /// waits for the nearest one.
+    Read,
+    /// Its write side: holds when first, waits for the node just ahead.
+    Write,
 }
 
 impl Recipe {
@@ -37,6 +44,8 @@ impl Recipe {
     pub(crate) fn marker(self) -> Marker {
         match self {
             Self::Mutex => Marker::CuratorLock,
+            Self::Read => Marker::CuratorRead,
+            Self::Write => Marker::CuratorWrite,
         }
     }
 
@@ -44,24 +53,31 @@ impl Recipe {
     pub(crate) fn counts(self, marker: Marker) -> bool {
         match self {
             Self::Mutex => node::is_mutex(marker),
+            Self::Read | Self::Write => node::is_read_write(marker),
         }
     }
 
-    /// The contender ahead of `order[pos]` to wait for, `None` when it holds.
+    /// The contender ahead of `order[pos]` to wait for, `None` when it
+    /// holds. Looks only at `order[..pos]`, so `pos = order.len()` asks
+    /// about a newcomer.
     pub(crate) fn blocker(self, order: &[Child], pos: usize) -> Option<usize> {
+        let ahead = order.get(..pos)?;
         match self {
-            Self::Mutex => order
-                .get(..pos)
-                .and_then(|ahead| ahead.len().checked_sub(1)),
+            Self::Mutex | Self::Write => ahead.len().checked_sub(1),
+            Self::Read => ahead.iter().rposition(|c| node::is_write(c.marker)),
         }
     }
 
     /// Whether `order[pos]` holds as soon as `order[blocker]` is gone,
     /// without looking again: nothing else ahead blocks it, and nothing can
-    /// come to block it (a later node always has a larger sequence number).
+    /// come to block it (a later node always has a larger sequence number;
+    /// only a write node can be replaced, by the read node of its
+    /// downgrade, which a writer has to wait for).
     pub(crate) fn settled(self, order: &[Child], pos: usize, blocker: usize) -> bool {
         match self {
-            Self::Mutex => blocker == 0 && pos == 1 && order.len() > pos,
+            Self::Mutex => blocker == 0 && pos == 1,
+            Self::Write => blocker == 0 && pos == 1 && !node::is_write(order[0].marker),
+            Self::Read => !order[..blocker].iter().any(|c| node::is_write(c.marker)),
         }
     }
 
@@ -69,9 +85,12 @@ impl Recipe {
     /// stands ahead of `order[pos]` (watched too, so that the listing that
     /// shows it happens before the blocker goes).
     pub(crate) fn second(self, order: &[Child], pos: usize, blocker: usize) -> Option<usize> {
-        let _ = (order, pos);
+        let _ = pos;
         match self {
-            Self::Mutex => blocker.checked_sub(1),
+            Self::Mutex | Self::Write => blocker.checked_sub(1),
+            Self::Read => order[..blocker]
+                .iter()
+                .rposition(|c| node::is_write(c.marker)),
         }
     }
 }
@@ -211,12 +230,12 @@ pub(crate) struct Contender {
 }
 
 impl Contender {
-    /// A new acquisition's node in `recipe`'s queue under `dir`.
-    pub(crate) fn new(session: Arc<Session>, dir: String, recipe: Recipe) -> Self {
+    /// A new acquisition's node with `marker` under `dir`.
+    pub(crate) fn new(session: Arc<Session>, dir: String, marker: Marker) -> Self {
         Self {
             session,
             dir,
-            prefix: node::our_prefix(&uuid::Uuid::new_v4(), recipe.marker()),
+            prefix: node::our_prefix(&uuid::Uuid::new_v4(), marker),
             state: Mutex::new(NodeState::default()),
         }
     }
@@ -466,6 +485,42 @@ impl Armed {
     }
 }
 
+/// Our node until a lease owns it: removed unless [`Pending::keep`] is
+/// called, also when the acquire is dropped (the clean-up is armed before
+/// the create is sent, so it also covers a create whose reply never came).
+pub(crate) struct Pending {
+    contender: Arc<Contender>,
+    cleanup: CleanupOnDrop,
+}
+
+impl Pending {
+    /// Arms the clean-up of `contender`'s node.
+    pub(crate) fn new(contender: Arc<Contender>) -> Self {
+        Self {
+            cleanup: CleanupOnDrop::new(contender.clone().remove_eventually()),
+            contender,
+        }
+    }
+
+    /// The node now belongs to a lease.
+    pub(crate) fn keep(self) {
+        self.cleanup.disarm();
+    }
+
+    /// Removes the node before answering (so that the caller's next step,
+    /// or another client's, does not see it), or in the background when
+    /// that fails within `until`.
+    pub(crate) async fn remove(self, until: Instant) {
+        match self.contender.remove(until).await {
+            Ok(()) => self.cleanup.disarm(),
+            Err(err) => {
+                tracing::warn!(dir = %self.contender.dir, error = %err, "lock-zk: removing a contender node failed; retrying in the background");
+                drop(self.cleanup);
+            }
+        }
+    }
+}
+
 /// The outcome of [`Contender::wait_turn`].
 pub(crate) enum Turn {
     /// Our node holds the lock, as a listing taken after `looked` showed.
@@ -487,4 +542,70 @@ pub(crate) fn vanished(path: &str) -> LockError {
             "our contender node {path} was deleted while acquiring (by someone else, or with its expired session)"
         ),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A queue of contenders from short tags: `r`/`w` Curator read/write
+    /// nodes, `k` a kazoo write (lock) node, `m` a mutex node, in sequence order.
+    fn queue(tags: &str) -> Vec<Child> {
+        let uuid = "4e1b9a3c-2f5d-4d8e-9a43-0c6f2b1e7d55";
+        let names: Vec<String> = tags
+            .chars()
+            .enumerate()
+            .map(|(i, t)| match t {
+                'r' => format!("_c_{uuid}-__READ__{i:010}"),
+                'w' => format!("_c_{uuid}-__WRIT__{i:010}"),
+                'k' => format!("8a1f0f8cb6a54f6e9d6f2c1f0a3b4c5d__lock__{i:010}"),
+                _ => format!("_c_{uuid}-lock-{i:010}"),
+            })
+            .collect();
+        node::contenders(names, |_| true)
+    }
+
+    #[test]
+    fn a_reader_waits_for_the_nearest_write_ahead_only() {
+        let q = queue("rwrrwr");
+        assert_eq!(Recipe::Read.blocker(&q, 0), None);
+        assert_eq!(Recipe::Read.blocker(&q, 2), Some(1));
+        assert_eq!(Recipe::Read.blocker(&q, 5), Some(4));
+        // Once the nearest write goes, the next one ahead blocks.
+        assert!(!Recipe::Read.settled(&q, 5, 4));
+        assert_eq!(Recipe::Read.second(&q, 5, 4), Some(1));
+        assert!(Recipe::Read.settled(&q, 2, 1));
+        assert_eq!(Recipe::Read.second(&q, 2, 1), None);
+        // A newcomer: blocked while any write is queued (writer preference).
+        assert_eq!(Recipe::Read.blocker(&q, q.len()), Some(4));
+        assert_eq!(Recipe::Read.blocker(&queue("rr"), 2), None);
+        // kazoo's write nodes count as writes.
+        assert_eq!(Recipe::Read.blocker(&queue("kr"), 1), Some(0));
+    }
+
+    #[test]
+    fn a_writer_waits_for_whatever_is_just_ahead() {
+        let q = queue("rrw");
+        assert_eq!(Recipe::Write.blocker(&q, 0), None);
+        assert_eq!(Recipe::Write.blocker(&q, 2), Some(1));
+        assert!(!Recipe::Write.settled(&q, 2, 1));
+        assert_eq!(Recipe::Write.second(&q, 2, 1), Some(0));
+        // Behind a single reader: settled. Behind a single writer: not, its
+        // downgrade puts a read node in its place.
+        assert!(Recipe::Write.settled(&queue("rw"), 1, 0));
+        assert!(!Recipe::Write.settled(&queue("ww"), 1, 0));
+    }
+
+    #[test]
+    fn a_mutex_waits_for_the_one_just_ahead() {
+        let q = queue("mmm");
+        assert_eq!(Recipe::Mutex.blocker(&q, 0), None);
+        assert_eq!(Recipe::Mutex.blocker(&q, 2), Some(1));
+        assert!(Recipe::Mutex.settled(&q, 1, 0));
+        assert!(!Recipe::Mutex.settled(&q, 2, 1));
+        assert_eq!(Recipe::Mutex.second(&q, 2, 1), Some(0));
+        assert!(Recipe::Mutex.counts(Marker::KazooLock));
+        assert!(!Recipe::Mutex.counts(Marker::CuratorRead));
+        assert!(!Recipe::Write.counts(Marker::CuratorLock));
+    }
 }

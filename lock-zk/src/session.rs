@@ -62,6 +62,8 @@ pub(crate) struct Liveness {
     pub timeout: Duration,
     /// The session id as ZooKeeper prints it (`0x...`).
     pub id: String,
+    /// The session id as nodes carry it (`ephemeral_owner`).
+    owner: i64,
     /// When the last request answered through the leader was sent.
     last_answer: Mutex<Instant>,
     ended: watch::Sender<Option<Retired>>,
@@ -74,6 +76,11 @@ impl Liveness {
         if sent > *last {
             *last = sent;
         }
+    }
+
+    /// The session id as the ephemeral nodes of this session carry it.
+    pub fn owner(&self) -> i64 {
+        self.owner
     }
 
     /// When the last request answered through the leader was sent.
@@ -176,6 +183,7 @@ impl Session {
             hub,
             timeout,
             id: client.session_id().to_string(),
+            owner: client.session_id().0,
             last_answer: Mutex::new(started.at()),
             ended: watch::channel(None).0,
         });
@@ -391,6 +399,35 @@ impl Session {
             Ok(result) => result.map_err(Failure::Zk),
         };
         (created, listed)
+    }
+
+    /// Creates the ephemeral node `path` (not sequential); its stat. Never
+    /// retried here: after a lost reply the caller looks for the node.
+    pub async fn create_ephemeral(
+        &self,
+        path: &str,
+        data: &[u8],
+        acls: &[zk::Acl],
+        until: Instant,
+    ) -> Reply<zk::Stat> {
+        self.request(until, false, true, |c| async move {
+            let options = zk::CreateMode::Ephemeral.with_acls(zk::Acls::new(acls));
+            c.create(path, data, &options).await.map(|(stat, _)| stat)
+        })
+        .await
+    }
+
+    /// The children of `dir` and a one-shot watch on them (fires when a
+    /// child is created or deleted, and on the session's end).
+    pub async fn watch_children(
+        &self,
+        dir: &str,
+        until: Instant,
+    ) -> Reply<(Vec<String>, zk::OneshotWatcher)> {
+        self.request(until, true, false, |c| async move {
+            c.list_and_watch_children(dir).await
+        })
+        .await
     }
 
     /// Creates `path` and its missing ancestors as `mode` nodes.

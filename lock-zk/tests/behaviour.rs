@@ -10,7 +10,10 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use lock_core::{AcquireOptions, DistributedLock, GuardState, LockErrorKind, LockName, LossCause};
+use lock_core::{
+    AcquireOptions, DistributedLock, GuardState, LockErrorKind, LockName, LossCause, ReadWriteLock,
+    Semaphore,
+};
 use lock_testbed::{unique_name, Proxy, ZkEnsemble};
 use lock_zk::{ZkConfig, ZkLock};
 use tokio::time::{sleep, Instant};
@@ -556,4 +559,275 @@ async fn requests_per_acquisition() {
         waited <= 4 && released - waited == 1,
         "waiter: {waited} requests until granted, {released} with its release"
     );
+}
+
+/// Curator's `InterProcessReadWriteLock` sorts the children of the lock's
+/// znode by the text after `__READ__` or `__WRIT__` (the whole name when
+/// neither is there).
+fn curator_rw_sort_key(child: &str) -> &str {
+    ["__READ__", "__WRIT__"]
+        .iter()
+        .find_map(|m| child.rfind(m).map(|i| &child[i + m.len()..]))
+        .unwrap_or(child)
+}
+
+/// Whether Curator would grant the lock to its node `ours` among
+/// `children`: a reader when no write node sorts before it
+/// (`ReadLock.getsTheLock`), a writer when it sorts first.
+fn curator_grants(mut children: Vec<String>, ours: &str) -> bool {
+    children.sort_by(|a, b| curator_rw_sort_key(a).cmp(curator_rw_sort_key(b)));
+    let at = children
+        .iter()
+        .position(|c| c == ours)
+        .expect("our node listed");
+    if ours.contains("__READ__") {
+        !children[..at].iter().any(|c| c.contains("__WRIT__"))
+    } else {
+        at == 0
+    }
+}
+
+/// The read-write lock shares Curator's `InterProcessReadWriteLock` nodes:
+/// ours are named as Curator names them; a Curator-layout read node (made
+/// here as Curator makes it) admits our readers, blocks our writer and
+/// wakes it when deleted; our write node blocks a Curator reader and our
+/// read node a Curator writer, by Curator's own rule.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_write_lock_shares_curators_nodes() {
+    let server = server().await;
+    let connect = server.connect_string();
+    let admin = admin(&connect).await;
+    let locks = ZkLock::connect(config(&connect, Duration::from_secs(4)))
+        .await
+        .unwrap();
+    let lock = name("curator-rw");
+    let dir = locks.lock_path(&lock).unwrap();
+    admin
+        .mkdir(
+            &dir,
+            &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
+        )
+        .await
+        .unwrap();
+    let ephemeral_seq = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
+    let uuid = "0b0f9a54-9c1d-4bb0-a3f5-21c9a4f2d7e1";
+    let opts = AcquireOptions::new().ttl(Duration::from_secs(4));
+
+    // A Curator reader holds.
+    let read_prefix = format!("{dir}/_c_{uuid}-__READ__");
+    let (_, seq) = admin
+        .create(&read_prefix, b"", &ephemeral_seq)
+        .await
+        .unwrap();
+    let curator_reader = format!("{read_prefix}{seq}");
+    let r = locks
+        .try_acquire_read(&lock, &opts)
+        .await
+        .unwrap()
+        .expect("our reader beside a Curator reader");
+    let ours = r
+        .server_key()
+        .unwrap()
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .to_string();
+    assert!(
+        ours.starts_with("_c_") && ours.contains("-__READ__") && ours.len() == 3 + 36 + 9 + 10,
+        "{ours}"
+    );
+    assert!(r.release().await.unwrap());
+    assert!(locks
+        .try_acquire_write(&lock, &opts)
+        .await
+        .unwrap()
+        .is_none());
+    let waiting = {
+        let (locks, lock, opts) = (
+            locks.clone(),
+            lock.clone(),
+            opts.clone().wait(Duration::from_secs(10)),
+        );
+        tokio::spawn(async move { locks.acquire_write(&lock, &opts).await })
+    };
+    sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished(), "our writer beside a Curator reader");
+    let deleted = Instant::now();
+    admin.delete(&curator_reader, None).await.unwrap();
+    let w = waiting
+        .await
+        .unwrap()
+        .expect("our writer after Curator's reader left");
+    assert!(
+        deleted.elapsed() < Duration::from_secs(1),
+        "woken after {:?}",
+        deleted.elapsed()
+    );
+    let ours = w
+        .server_key()
+        .unwrap()
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .to_string();
+    assert!(ours.contains("-__WRIT__"), "{ours}");
+
+    // Our writer holds: a Curator reader arriving now waits, by Curator's rule.
+    let (_, seq) = admin
+        .create(&read_prefix, b"", &ephemeral_seq)
+        .await
+        .unwrap();
+    let late_reader = format!("_c_{uuid}-__READ__{seq}");
+    assert!(!curator_grants(children(&admin, &dir).await, &late_reader));
+    assert!(w.release().await.unwrap());
+    assert!(curator_grants(children(&admin, &dir).await, &late_reader));
+    admin
+        .delete(&format!("{dir}/{late_reader}"), None)
+        .await
+        .unwrap();
+
+    // Our reader holds: a Curator writer waits.
+    let r = locks.try_acquire_read(&lock, &opts).await.unwrap().unwrap();
+    let (_, seq) = admin
+        .create(&format!("{dir}/_c_{uuid}-__WRIT__"), b"", &ephemeral_seq)
+        .await
+        .unwrap();
+    let curator_writer = format!("_c_{uuid}-__WRIT__{seq}");
+    assert!(!curator_grants(
+        children(&admin, &dir).await,
+        &curator_writer
+    ));
+    // ... and so do our new readers (writer preference, as in Curator).
+    assert!(locks
+        .try_acquire_read(&lock, &opts)
+        .await
+        .unwrap()
+        .is_none());
+    assert!(r.release().await.unwrap());
+    assert!(curator_grants(
+        children(&admin, &dir).await,
+        &curator_writer
+    ));
+    admin
+        .delete(&format!("{dir}/{curator_writer}"), None)
+        .await
+        .unwrap();
+}
+
+/// `inspect` names the holder's session (the node's ephemeral owner, as
+/// ZooKeeper prints session ids) and the guard its node's path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_names_the_holders_session_and_the_guard_its_node() {
+    let server = server().await;
+    let connect = server.connect_string();
+    let (a, b) = (
+        ZkLock::connect(config(&connect, Duration::from_secs(4)))
+            .await
+            .unwrap(),
+        ZkLock::connect(config(&connect, Duration::from_secs(4)))
+            .await
+            .unwrap(),
+    );
+    let lock = name("owner");
+    let g = a.acquire(&lock, &AcquireOptions::new()).await.unwrap();
+    let status = b.inspect(&lock).await.unwrap();
+    assert_eq!(status.owner, a.session_id(), "{status:?}");
+    let key = g.server_key().expect("the node path").to_string();
+    assert!(
+        key.starts_with(&format!("{}/_c_", a.lock_path(&lock).unwrap())),
+        "{key}"
+    );
+    let admin = admin(&connect).await;
+    assert!(admin.check_stat(&key).await.unwrap().is_some());
+    assert!(g.release().await.unwrap());
+    assert!(admin.check_stat(&key).await.unwrap().is_none());
+}
+
+/// The semaphore shares Curator's `InterProcessSemaphoreV2` nodes: leases
+/// `<name>/leases/_c_<uuid>-lease-<seq>`, taken under the mutex
+/// `<name>/locks`. A Curator lease (made here as Curator makes it) takes a
+/// permit; a Curator-layout node in `locks` (a Curator client counting the
+/// leases) makes us wait until it goes; our lease is named as Curator's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphore_shares_curators_nodes() {
+    let server = server().await;
+    let connect = server.connect_string();
+    let admin = admin(&connect).await;
+    let locks = ZkLock::connect(config(&connect, Duration::from_secs(4)))
+        .await
+        .unwrap();
+    let sem = name("curator-sem");
+    let dir = locks.lock_path(&sem).unwrap();
+    let opts = AcquireOptions::new().ttl(Duration::from_secs(4));
+    let ephemeral_seq = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
+    let parents = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    admin
+        .mkdir(&format!("{dir}/leases"), &parents)
+        .await
+        .unwrap();
+    admin
+        .mkdir(&format!("{dir}/locks"), &parents)
+        .await
+        .unwrap();
+    let uuid = "0b0f9a54-9c1d-4bb0-a3f5-21c9a4f2d7e1";
+
+    // A Curator client holds one of two permits.
+    let (_, seq) = admin
+        .create(
+            &format!("{dir}/leases/_c_{uuid}-lease-"),
+            b"",
+            &ephemeral_seq,
+        )
+        .await
+        .unwrap();
+    let curator_lease = format!("{dir}/leases/_c_{uuid}-lease-{seq}");
+    let p = locks
+        .try_acquire_permit(&sem, 2, &opts)
+        .await
+        .unwrap()
+        .expect("the second of two permits");
+    let key = p.server_key().unwrap().to_string();
+    let leaf = key.rsplit('/').next().unwrap();
+    assert!(
+        key.starts_with(&format!("{dir}/leases/_c_"))
+            && leaf.contains("-lease-")
+            && leaf.len() == 3 + 36 + 7 + 10,
+        "{key}"
+    );
+    assert!(locks
+        .try_acquire_permit(&sem, 2, &opts)
+        .await
+        .unwrap()
+        .is_none());
+    assert!(p.release().await.unwrap());
+
+    // A Curator client in the middle of taking a lease (its node in `locks`):
+    // we queue behind it and go ahead when it is done.
+    let (_, seq) = admin
+        .create(&format!("{dir}/locks/_c_{uuid}-lock-"), b"", &ephemeral_seq)
+        .await
+        .unwrap();
+    let curator_gate = format!("{dir}/locks/_c_{uuid}-lock-{seq}");
+    let waiting = {
+        let (locks, sem, opts) = (
+            locks.clone(),
+            sem.clone(),
+            opts.clone().wait(Duration::from_secs(10)),
+        );
+        tokio::spawn(async move { locks.acquire_permit(&sem, 2, &opts).await })
+    };
+    sleep(Duration::from_millis(300)).await;
+    assert!(
+        !waiting.is_finished(),
+        "took a lease while Curator's client held the `locks` mutex"
+    );
+    admin.delete(&curator_gate, None).await.unwrap();
+    let p = waiting
+        .await
+        .unwrap()
+        .expect("a permit once the `locks` mutex was free");
+    assert!(p.release().await.unwrap());
+    admin.delete(&curator_lease, None).await.unwrap();
+    assert!(children(&admin, &format!("{dir}/leases")).await.is_empty());
+    assert!(children(&admin, &format!("{dir}/locks")).await.is_empty());
 }

@@ -122,6 +122,8 @@ fn main() -> ExitCode {
         .with_loss_events(true)
         .with_notified_wait(true)
         .with_remote(true)
+        .with_read_write(true)
+        .with_semaphore(true)
         .with_fault_tolerance(
             "a minority of the 2N+1 ensemble; a holder's lock outlives it by the session timeout",
         );

@@ -11,7 +11,9 @@ use std::net::SocketAddr;
 use std::process::Stdio;
 use std::time::Duration;
 
-use lock_core::{AcquireOptions, DistributedLock, GuardState, LockErrorKind, LossCause};
+use lock_core::{
+    AcquireOptions, DistributedLock, GuardState, LockErrorKind, LossCause, ReadWriteLock,
+};
 use lock_testbed::{Proxy, ZkEnsemble, ZkOptions};
 use lock_zk::{ZkConfig, ZkLock};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -528,7 +530,7 @@ async fn kazoo_and_lock_zk_exclude_each_other() {
     let opts = AcquireOptions::new().ttl(Duration::from_secs(4));
 
     // kazoo holds: we are refused, and our waiter gets it when kazoo releases.
-    let mut holder = kazoo(&["hold", &connect, &path]);
+    let mut holder = kazoo(&["hold", "lock", &connect, &path]);
     let mut stdin = holder.stdin.take().unwrap();
     let mut lines = BufReader::new(holder.stdout.take().unwrap()).lines();
     let held = kazoo_line(&mut lines).await;
@@ -571,7 +573,7 @@ async fn kazoo_and_lock_zk_exclude_each_other() {
     assert!(holder.wait().await.unwrap().success());
 
     // We hold: kazoo's acquire(timeout=1) fails; after our release it succeeds.
-    let mut refused = kazoo(&["try", &connect, &path, "1"]);
+    let mut refused = kazoo(&["try", "lock", &connect, &path, "1"]);
     let mut lines = BufReader::new(refused.stdout.take().unwrap()).lines();
     assert_eq!(
         kazoo_line(&mut lines).await,
@@ -580,8 +582,92 @@ async fn kazoo_and_lock_zk_exclude_each_other() {
     );
     assert!(refused.wait().await.unwrap().success());
     assert!(guard.release().await.unwrap());
-    let mut granted = kazoo(&["try", &connect, &path, "5"]);
+    let mut granted = kazoo(&["try", "lock", &connect, &path, "5"]);
     let mut lines = BufReader::new(granted.stdout.take().unwrap()).lines();
     assert_eq!(kazoo_line(&mut lines).await, "ACQUIRED");
     assert!(granted.wait().await.unwrap().success());
+}
+
+/// kazoo's `try` of `kind` on `path` with a timeout: whether it got the lock.
+async fn kazoo_tries(kind: &str, connect: &str, path: &str, secs: &str) -> bool {
+    let mut child = kazoo(&["try", kind, connect, path, secs]);
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let said = kazoo_line(&mut lines).await;
+    assert!(child.wait().await.unwrap().success());
+    match said.as_str() {
+        "ACQUIRED" => true,
+        "TIMEOUT" => false,
+        other => panic!("kazoo said {other:?}"),
+    }
+}
+
+/// kazoo's `ReadLock` and `WriteLock` (told about Curator's node names with
+/// `extra_lock_patterns`, as kazoo documents) and lock-zk's read-write lock
+/// on the same path: readers share, a writer excludes everyone, both ways.
+/// (kazoo's `WriteLock` nodes are its `Lock` nodes: a kazoo `Lock` on the
+/// path is a writer to lock-zk's read-write lock too.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kazoo_read_write_locks_and_lock_zk_share_the_path() {
+    let server = standalone().await;
+    let connect = server.connect_string();
+    let ours =
+        ZkLock::connect(ZkConfig::new(connect.clone()).session_timeout(Duration::from_secs(4)))
+            .await
+            .unwrap();
+    let lock = name("kazoo-rw");
+    let path = ours.lock_path(&lock).unwrap();
+    let opts = AcquireOptions::new().ttl(Duration::from_secs(4));
+
+    for (kind, marker) in [("write", "__lock__"), ("read", "__rlock__")] {
+        let mut holder = kazoo(&["hold", kind, &connect, &path]);
+        let mut stdin = holder.stdin.take().unwrap();
+        let mut lines = BufReader::new(holder.stdout.take().unwrap()).lines();
+        let held = kazoo_line(&mut lines).await;
+        assert!(
+            held.starts_with("HELD") && held.contains(marker),
+            "kazoo said {held:?}"
+        );
+        assert!(
+            ours.try_acquire_write(&lock, &opts)
+                .await
+                .unwrap()
+                .is_none(),
+            "our writer beside a kazoo {kind} lock"
+        );
+        let reader = ours.try_acquire_read(&lock, &opts).await.unwrap();
+        assert_eq!(
+            reader.is_some(),
+            kind == "read",
+            "our reader beside a kazoo {kind} lock"
+        );
+        if let Some(r) = reader {
+            assert!(r.release().await.unwrap());
+        }
+        stdin.write_all(b"release\n").await.unwrap();
+        stdin.flush().await.unwrap();
+        assert_eq!(kazoo_line(&mut lines).await, "RELEASED");
+        assert!(holder.wait().await.unwrap().success());
+    }
+
+    let w = ours.acquire_write(&lock, &opts).await.unwrap();
+    assert!(
+        !kazoo_tries("read", &connect, &path, "1").await,
+        "kazoo reader beside our writer"
+    );
+    assert!(
+        !kazoo_tries("write", &connect, &path, "1").await,
+        "kazoo writer beside our writer"
+    );
+    assert!(w.release().await.unwrap());
+    let r = ours.acquire_read(&lock, &opts).await.unwrap();
+    assert!(
+        !kazoo_tries("write", &connect, &path, "1").await,
+        "kazoo writer beside our reader"
+    );
+    assert!(
+        kazoo_tries("read", &connect, &path, "5").await,
+        "kazoo reader refused beside our reader"
+    );
+    assert!(r.release().await.unwrap());
+    assert!(kazoo_tries("write", &connect, &path, "5").await);
 }
