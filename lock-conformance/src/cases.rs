@@ -1139,14 +1139,7 @@ async fn waiting_writer_is_not_starved_by_new_readers(h: Arc<dyn Harness>) {
     let (a, b, c) = (client(&*h).await, client(&*h).await, client(&*h).await);
     let o = opts(&*h).wait(Duration::from_secs(30));
     let r1 = a.acquire_read(&name, &o).await.unwrap();
-    let writer = {
-        let (b, name, o) = (b.clone(), name.clone(), o.clone());
-        tokio::spawn(async move {
-            b.acquire_write(&name, &o)
-                .await
-                .map(|g| (Instant::now(), g))
-        })
-    };
+    let writer = spawn_acquire_write(&b, &name, &o);
     sleep(Duration::from_millis(500)).await;
     assert!(
         c.try_acquire_read(&name, &o).await.unwrap().is_none(),
@@ -1546,14 +1539,7 @@ async fn downgrade_keeps_a_queued_writer_out(h: Arc<dyn Harness>) {
     let (a, b) = (client(&*h).await, client(&*h).await);
     let o = opts(&*h).wait(Duration::from_secs(30));
     let w = a.acquire_write(&name, &o).await.unwrap();
-    let writer = {
-        let (b, name, o) = (b.clone(), name.clone(), o.clone());
-        tokio::spawn(async move {
-            b.acquire_write(&name, &o)
-                .await
-                .map(|g| (Instant::now(), g))
-        })
-    };
+    let writer = spawn_acquire_write(&b, &name, &o);
     sleep(Duration::from_millis(300)).await;
     assert!(!writer.is_finished(), "two writers at once");
     let r = a.downgrade(w).await.expect("downgrade");
@@ -1576,4 +1562,19 @@ async fn downgrade_keeps_a_queued_writer_out(h: Arc<dyn Harness>) {
     );
     assert!(g.release().await.unwrap());
     assert_no_leftovers(&*h, &name).await;
+}
+
+/// `c.acquire_write(name, o)` in a task of its own; the guard comes with
+/// the instant it was granted.
+fn spawn_acquire_write(
+    c: &Arc<dyn LockService>,
+    name: &LockName,
+    o: &AcquireOptions,
+) -> tokio::task::JoinHandle<lock_core::Result<(Instant, lock_core::LockGuard)>> {
+    let (c, name, o) = (c.clone(), name.clone(), o.clone());
+    tokio::spawn(async move {
+        c.acquire_write(&name, &o)
+            .await
+            .map(|g| (Instant::now(), g))
+    })
 }
