@@ -257,23 +257,23 @@ impl Backend {
         deadline: Option<Instant>,
         until: Instant,
     ) -> Result<Option<Lease>> {
-        let created = self.nodes.create(c, until).await?;
+        let mut created = self.nodes.create(c, until).await?;
         let turn = c
-            .wait_turn(&created.path, recipe, created.listing, deadline, until)
+            .wait_turn(
+                &created.path,
+                recipe,
+                created.listing.take(),
+                deadline,
+                until,
+            )
             .await?;
         match turn {
             Turn::Held => Ok(None),
-            Turn::Granted { looked, contended } => lease::grant(
-                &c.session,
-                &self.nodes,
-                &created.path,
-                created.stat.as_ref(),
-                req.ttl,
-                looked,
-                until,
-            )
-            .await
-            .map(|l| Some(l.with_contended(contended))),
+            Turn::Granted { looked, contended } => {
+                lease::grant(&c.session, &self.nodes, &created, req.ttl, looked, until)
+                    .await
+                    .map(|l| Some(l.with_contended(contended)))
+            }
         }
     }
 

@@ -17,54 +17,56 @@ pub(crate) enum Failure {
     Retired(Retired),
 }
 
+/// The server's answers that mean it applied nothing: the node was not
+/// there, already there, of another version, had children, was not ours to
+/// touch, or could not take the request.
+fn refused(err: &zk::Error) -> bool {
+    use zk::Error as E;
+    matches!(
+        err,
+        E::NoNode
+            | E::NodeExists
+            | E::BadVersion
+            | E::NotEmpty
+            | E::NoAuth
+            | E::NoChildrenForEphemerals
+            | E::InvalidAcl
+    )
+}
+
 impl Failure {
     /// Whether a write that failed so may still have been applied by the
     /// ensemble: anything but an answer from the server (which applied
-    /// nothing) or the end of the session (whose ephemeral nodes go with it).
+    /// nothing), a request never sent, or the end of the session (whose
+    /// ephemeral nodes go with it).
     pub(crate) fn may_have_applied(&self) -> bool {
         use zk::Error as E;
         match self {
             Failure::Elapsed => true,
             Failure::Retired(_) => false,
-            Failure::Zk(err) => !matches!(
-                err,
-                E::NoNode
-                    | E::NodeExists
-                    | E::BadVersion
-                    | E::NotEmpty
-                    | E::NoAuth
-                    | E::NoChildrenForEphemerals
-                    | E::InvalidAcl
-                    | E::BadArguments(_)
-                    | E::Unimplemented
-                    | E::MarshallingError
-                    | E::QuotaExceeded
-                    | E::Throttled
-                    | E::NotReadOnly
-                    | E::SessionMoved
-                    | E::SessionExpired
-                    | E::AuthFailed
-                    | E::ClientClosed
-            ),
+            Failure::Zk(err) => {
+                !refused(err)
+                    && !matches!(
+                        err,
+                        E::BadArguments(_)
+                            | E::Unimplemented
+                            | E::MarshallingError
+                            | E::QuotaExceeded
+                            | E::Throttled
+                            | E::NotReadOnly
+                            | E::SessionMoved
+                            | E::SessionExpired
+                            | E::AuthFailed
+                            | E::ClientClosed
+                    )
+            }
         }
     }
 
     /// Whether the server answered (so the session was alive when the
     /// server got the request).
     pub(crate) fn answered_by_server(&self) -> bool {
-        use zk::Error as E;
-        matches!(
-            self,
-            Failure::Zk(
-                E::NoNode
-                    | E::NodeExists
-                    | E::BadVersion
-                    | E::NotEmpty
-                    | E::NoAuth
-                    | E::NoChildrenForEphemerals
-                    | E::InvalidAcl
-            )
-        )
+        matches!(self, Failure::Zk(err) if refused(err))
     }
 
     /// Whether the node the request named does not exist.

@@ -16,7 +16,7 @@ use zookeeper_client as zk;
 
 use crate::error::{lock_error, Failure};
 use crate::node;
-use crate::queue::{Contender, Nodes};
+use crate::queue::{Contender, Created, Nodes};
 use crate::session::{Retired, Session};
 
 /// How long after a grant the watch on our node is set (when the grant did
@@ -33,9 +33,9 @@ struct Flags {
     gone: AtomicBool,
 }
 
-/// The lease of our node `path` on `session`: its token is the node's
-/// czxid (from `stat`, the create's reply, or read when the node was found
-/// after a lost reply), its own validity `ttl` from `looked` (taken before
+/// The lease of our node `created` on `session`: its token is the node's
+/// czxid (from the create's reply, or read when the node was found after a
+/// lost reply), its own validity `ttl` from `looked` (taken before
 /// the request that showed it ours was sent), its session validity what the
 /// session vouches for now. Its events are the session's (through the hub)
 /// and the watch on the node, so a deletion by someone else is
@@ -45,13 +45,13 @@ struct Flags {
 pub(crate) async fn grant(
     session: &Arc<Session>,
     nodes: &Arc<Nodes>,
-    path: &str,
-    stat: Option<&zk::Stat>,
+    created: &Created,
     ttl: Duration,
     looked: Instant,
     until: Instant,
 ) -> Result<Lease> {
-    let (czxid, watcher) = match stat {
+    let path = created.path.as_str();
+    let (czxid, watcher) = match &created.stat {
         Some(stat) => (stat.czxid, None),
         None => match session.watch(path, until).await {
             Ok(Some((stat, watcher))) => (stat.czxid, Some(watcher)),
@@ -271,17 +271,12 @@ impl LeaseHandle for ZkLease {
             }
             Err(f) => return Err(lock_error(&what(), f)),
         };
-        let lease = match grant(
-            session,
-            &self.nodes,
-            &read_path,
-            Some(&stat),
-            ttl,
-            looked,
-            until,
-        )
-        .await
-        {
+        let read = Created {
+            path: read_path.clone(),
+            stat: Some(stat),
+            listing: None,
+        };
+        let lease = match grant(session, &self.nodes, &read, ttl, looked, until).await {
             Ok(lease) => lease,
             Err(err) => {
                 let read = Contender::known(session.clone(), &read_path);

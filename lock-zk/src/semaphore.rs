@@ -115,14 +115,14 @@ async fn permit(
         return Ok(None);
     };
     // Our lease, counted with the others in the same round trip.
-    let created = b.nodes.create(lease, until).await?;
+    let mut created = b.nodes.create(lease, until).await?;
     let ours = created
         .path
         .rsplit('/')
         .next()
         .unwrap_or_default()
         .to_string();
-    let mut listing = created.listing;
+    let mut listing = created.listing.take();
     loop {
         let (Listing { looked, children }, watcher) = match listing.take() {
             Some(listing) => (listing, None),
@@ -138,17 +138,8 @@ async fn permit(
             return Err(vanished(&created.path));
         }
         if count(&children) <= permits {
-            return lease::grant(
-                session,
-                &b.nodes,
-                &created.path,
-                created.stat.as_ref(),
-                req.ttl,
-                looked,
-                until,
-            )
-            .await
-            .map(|l| Some(l.with_contended(contended)));
+            let lease = lease::grant(session, &b.nodes, &created, req.ttl, looked, until).await?;
+            return Ok(Some(lease.with_contended(contended)));
         }
         contended = true;
         let Some(deadline) = deadline else {

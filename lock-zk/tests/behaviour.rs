@@ -20,7 +20,9 @@ use tokio::time::{sleep, Instant};
 use zookeeper_client as zk;
 
 mod support;
-use support::{admin, children, name, server};
+use support::{
+    admin, children, ephemeral_sequential, granted_once_deleted, interop, name, server, Interop,
+};
 
 fn config(connect: &str, session: Duration) -> ZkConfig {
     ZkConfig::new(connect).session_timeout(session)
@@ -128,22 +130,14 @@ async fn chroot_is_created_and_holds_the_locks() {
 /// first by Curator's own rule, so Curator would wait for us.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn curator_named_contenders_exclude_both_ways() {
-    let server = server().await;
-    let connect = server.connect_string();
-    let admin = admin(&connect).await;
-    let locks = ZkLock::connect(config(&connect, Duration::from_secs(4)))
-        .await
-        .unwrap();
-    let lock = name("curator");
-    let dir = locks.lock_path(&lock).unwrap();
-    admin
-        .mkdir(
-            &dir,
-            &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
-        )
-        .await
-        .unwrap();
-    let ephemeral_seq = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
+    let Interop {
+        admin,
+        locks,
+        lock,
+        dir,
+        ..
+    } = interop("curator").await;
+    let ephemeral_seq = ephemeral_sequential();
     let curator_prefix = format!("{dir}/_c_{}-lock-", "0b0f9a54-9c1d-4bb0-a3f5-21c9a4f2d7e1");
 
     // Curator holds.
@@ -167,22 +161,8 @@ async fn curator_named_contenders_exclude_both_ways() {
         tokio::spawn(async move { locks.acquire(&lock, &opts).await })
     };
     sleep(Duration::from_millis(300)).await;
-    assert!(
-        !waiting.is_finished(),
-        "granted while a Curator contender holds it"
-    );
     assert_eq!(locks.inspect(&lock).await.unwrap().waiters, Some(1));
-    let deleted = Instant::now();
-    admin.delete(&curator_node, None).await.unwrap();
-    let guard = waiting
-        .await
-        .unwrap()
-        .expect("granted after Curator's node went");
-    assert!(
-        deleted.elapsed() < Duration::from_secs(1),
-        "woken after {:?}",
-        deleted.elapsed()
-    );
+    let guard = granted_once_deleted(&admin, &curator_node, waiting).await;
 
     // We hold; a Curator contender arriving now sorts after us by Curator's rule.
     let (_, seq) = admin
@@ -594,22 +574,14 @@ fn curator_grants(mut children: Vec<String>, ours: &str) -> bool {
 /// read node a Curator writer, by Curator's own rule.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn read_write_lock_shares_curators_nodes() {
-    let server = server().await;
-    let connect = server.connect_string();
-    let admin = admin(&connect).await;
-    let locks = ZkLock::connect(config(&connect, Duration::from_secs(4)))
-        .await
-        .unwrap();
-    let lock = name("curator-rw");
-    let dir = locks.lock_path(&lock).unwrap();
-    admin
-        .mkdir(
-            &dir,
-            &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
-        )
-        .await
-        .unwrap();
-    let ephemeral_seq = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
+    let Interop {
+        admin,
+        locks,
+        lock,
+        dir,
+        ..
+    } = interop("curator-rw").await;
+    let ephemeral_seq = ephemeral_sequential();
     let uuid = "0b0f9a54-9c1d-4bb0-a3f5-21c9a4f2d7e1";
     let opts = AcquireOptions::new().ttl(Duration::from_secs(4));
 
@@ -651,18 +623,7 @@ async fn read_write_lock_shares_curators_nodes() {
         tokio::spawn(async move { locks.acquire_write(&lock, &opts).await })
     };
     sleep(Duration::from_millis(300)).await;
-    assert!(!waiting.is_finished(), "our writer beside a Curator reader");
-    let deleted = Instant::now();
-    admin.delete(&curator_reader, None).await.unwrap();
-    let w = waiting
-        .await
-        .unwrap()
-        .expect("our writer after Curator's reader left");
-    assert!(
-        deleted.elapsed() < Duration::from_secs(1),
-        "woken after {:?}",
-        deleted.elapsed()
-    );
+    let w = granted_once_deleted(&admin, &curator_reader, waiting).await;
     let ours = w
         .server_key()
         .unwrap()
@@ -750,16 +711,15 @@ async fn inspect_names_the_holders_session_and_the_guard_its_node() {
 /// leases) makes us wait until it goes; our lease is named as Curator's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn semaphore_shares_curators_nodes() {
-    let server = server().await;
-    let connect = server.connect_string();
-    let admin = admin(&connect).await;
-    let locks = ZkLock::connect(config(&connect, Duration::from_secs(4)))
-        .await
-        .unwrap();
-    let sem = name("curator-sem");
-    let dir = locks.lock_path(&sem).unwrap();
+    let Interop {
+        admin,
+        locks,
+        lock: sem,
+        dir,
+        ..
+    } = interop("curator-sem").await;
     let opts = AcquireOptions::new().ttl(Duration::from_secs(4));
-    let ephemeral_seq = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
+    let ephemeral_seq = ephemeral_sequential();
     let parents = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
     admin
         .mkdir(&format!("{dir}/leases"), &parents)
@@ -817,15 +777,7 @@ async fn semaphore_shares_curators_nodes() {
         tokio::spawn(async move { locks.acquire_permit(&sem, 2, &opts).await })
     };
     sleep(Duration::from_millis(300)).await;
-    assert!(
-        !waiting.is_finished(),
-        "took a lease while Curator's client held the `locks` mutex"
-    );
-    admin.delete(&curator_gate, None).await.unwrap();
-    let p = waiting
-        .await
-        .unwrap()
-        .expect("a permit once the `locks` mutex was free");
+    let p = granted_once_deleted(&admin, &curator_gate, waiting).await;
     assert!(p.release().await.unwrap());
     admin.delete(&curator_lease, None).await.unwrap();
     assert!(children(&admin, &format!("{dir}/leases")).await.is_empty());

@@ -19,7 +19,7 @@ use lock_zk::{ZkConfig, ZkLock};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::time::{sleep, timeout, Instant};
 mod support;
-use support::{admin, children, name, server as standalone};
+use support::{admin, children, interop, name, server as standalone, Interop};
 
 fn state_kind(st: &GuardState) -> &'static str {
     match st {
@@ -519,14 +519,13 @@ async fn kazoo_line(
 /// ways, and a waiter of ours is woken by kazoo's release.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kazoo_and_lock_zk_exclude_each_other() {
-    let server = standalone().await;
-    let connect = server.connect_string();
-    let ours =
-        ZkLock::connect(ZkConfig::new(connect.clone()).session_timeout(Duration::from_secs(4)))
-            .await
-            .unwrap();
-    let lock = name("kazoo");
-    let path = ours.lock_path(&lock).unwrap();
+    let Interop {
+        connect,
+        locks: ours,
+        lock,
+        dir: path,
+        ..
+    } = interop("kazoo").await;
     let opts = AcquireOptions::new().ttl(Duration::from_secs(4));
 
     // kazoo holds: we are refused, and our waiter gets it when kazoo releases.
@@ -608,14 +607,13 @@ async fn kazoo_tries(kind: &str, connect: &str, path: &str, secs: &str) -> bool 
 /// path is a writer to lock-zk's read-write lock too.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kazoo_read_write_locks_and_lock_zk_share_the_path() {
-    let server = standalone().await;
-    let connect = server.connect_string();
-    let ours =
-        ZkLock::connect(ZkConfig::new(connect.clone()).session_timeout(Duration::from_secs(4)))
-            .await
-            .unwrap();
-    let lock = name("kazoo-rw");
-    let path = ours.lock_path(&lock).unwrap();
+    let Interop {
+        connect,
+        locks: ours,
+        lock,
+        dir: path,
+        ..
+    } = interop("kazoo-rw").await;
     let opts = AcquireOptions::new().ttl(Duration::from_secs(4));
 
     for (kind, marker) in [("write", "__lock__"), ("read", "__rlock__")] {
