@@ -75,6 +75,7 @@ cases! {
     dropped_permit_waiter_leaves_nothing if |c| c.semaphore,
     missing_primitives_are_unsupported if |c| !c.read_write || !c.semaphore,
     list_shows_held_locks_by_prefix if always,
+    downgrade_keeps_a_queued_writer_out if |c| c.read_write,
 }
 
 fn opts(h: &dyn Harness) -> AcquireOptions {
@@ -1138,14 +1139,7 @@ async fn waiting_writer_is_not_starved_by_new_readers(h: Arc<dyn Harness>) {
     let (a, b, c) = (client(&*h).await, client(&*h).await, client(&*h).await);
     let o = opts(&*h).wait(Duration::from_secs(30));
     let r1 = a.acquire_read(&name, &o).await.unwrap();
-    let writer = {
-        let (b, name, o) = (b.clone(), name.clone(), o.clone());
-        tokio::spawn(async move {
-            b.acquire_write(&name, &o)
-                .await
-                .map(|g| (Instant::now(), g))
-        })
-    };
+    let writer = spawn_acquire_write(&b, &name, &o);
     sleep(Duration::from_millis(500)).await;
     assert!(
         c.try_acquire_read(&name, &o).await.unwrap().is_none(),
@@ -1535,4 +1529,52 @@ async fn list_shows_held_locks_by_prefix(h: Arc<dyn Harness>) {
         );
         sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// A writer already waiting when a write guard is downgraded keeps waiting
+/// while the downgraded reader holds: the name is never held by a reader
+/// and a writer at once, and the writer gets it when the reader leaves.
+async fn downgrade_keeps_a_queued_writer_out(h: Arc<dyn Harness>) {
+    let name = unique_name("downgradeq");
+    let (a, b) = (client(&*h).await, client(&*h).await);
+    let o = opts(&*h).wait(Duration::from_secs(30));
+    let w = a.acquire_write(&name, &o).await.unwrap();
+    let writer = spawn_acquire_write(&b, &name, &o);
+    sleep(Duration::from_millis(300)).await;
+    assert!(!writer.is_finished(), "two writers at once");
+    let r = a.downgrade(w).await.expect("downgrade");
+    sleep(Duration::from_millis(500)).await;
+    assert!(
+        !writer.is_finished(),
+        "a queued writer got in beside the downgraded reader"
+    );
+    assert!(r.is_held());
+    let released = Instant::now();
+    assert!(r.release().await.unwrap());
+    let (at, g) = writer
+        .await
+        .unwrap()
+        .expect("the queued writer after the reader left");
+    assert!(
+        at - released < h.slack(),
+        "the queued writer took {:?} after the reader left",
+        at - released
+    );
+    assert!(g.release().await.unwrap());
+    assert_no_leftovers(&*h, &name).await;
+}
+
+/// `c.acquire_write(name, o)` in a task of its own; the guard comes with
+/// the instant it was granted.
+fn spawn_acquire_write(
+    c: &Arc<dyn LockService>,
+    name: &LockName,
+    o: &AcquireOptions,
+) -> tokio::task::JoinHandle<lock_core::Result<(Instant, lock_core::LockGuard)>> {
+    let (c, name, o) = (c.clone(), name.clone(), o.clone());
+    tokio::spawn(async move {
+        c.acquire_write(&name, &o)
+            .await
+            .map(|g| (Instant::now(), g))
+    })
 }

@@ -36,7 +36,9 @@
 //! Faults: pause/resume (SIGSTOP/SIGCONT; both return once every thread of the server
 //! is stopped / running again), kill (SIGKILL + reap), restart on the same port and data
 //! dir, [`RedisServer::expire_now`] (`PEXPIRE key 1`), and [`Proxy`] latency, held
-//! replies, blackhole, reset, cut/heal.
+//! replies, blackhole, reset, cut/heal; a ZooKeeper ensemble started with
+//! [`ZkEnsemble::start_with_quorum_links`] has a proxy on every server-to-server
+//! quorum link ([`ZkEnsemble::quorum_link`]), to make one follower lag behind its leader.
 //!
 //! Probes for tests: [`RedisServer::cmd`], [`resp_command`] and [`RespConnection`]
 //! (raw RESP), [`EtcdCluster::put`]/[`EtcdCluster::get`] (JSON gateway),

@@ -12,7 +12,7 @@ use crate::etcd::resolve_all;
 use crate::member::{member_index, member_index_mut, Member};
 use crate::process::{ManagedChild, ManagedDir};
 use crate::util::{free_port, loopback};
-use crate::TestbedError;
+use crate::{Proxy, TestbedError};
 
 /// How long servers may take to answer `srvr` with a `Mode:` line.
 const READY_TIMEOUT: Duration = Duration::from_secs(20);
@@ -44,6 +44,9 @@ struct ZkServer {
 struct Local {
     // Declared first: processes are killed before the dir is removed.
     servers: Vec<ZkServer>,
+    /// `links[i][j]`: the proxy through which server `i` reaches server
+    /// `j`'s quorum port (see [`ZkEnsemble::start_with_quorum_links`]).
+    links: Vec<Vec<Option<Proxy>>>,
     root: ManagedDir,
     java: PathBuf,
     classpath: String,
@@ -82,9 +85,39 @@ impl ZkEnsemble {
 
     /// Start `servers` servers with `opts` and wait until each serves.
     pub fn start_with(servers: usize, opts: ZkOptions) -> Result<ZkEnsemble, TestbedError> {
+        ZkEnsemble::start_inner(servers, opts, false)
+    }
+
+    /// Like [`start_with`](Self::start_with), but every server reaches the
+    /// quorum port of every other server (where a follower talks to its
+    /// leader: proposals, commits, session revalidation) through a
+    /// [`Proxy`] of its own, [`quorum_link`](Self::quorum_link)`(i, j)`.
+    /// Delaying what the leader sends one follower makes that follower lag
+    /// behind while it still serves clients. Election traffic is direct.
+    pub fn start_with_quorum_links(
+        servers: usize,
+        opts: ZkOptions,
+    ) -> Result<ZkEnsemble, TestbedError> {
+        ZkEnsemble::start_inner(servers, opts, true)
+    }
+
+    /// The proxy through which server `from` reaches server `to`'s quorum
+    /// port, in an ensemble started with
+    /// [`start_with_quorum_links`](Self::start_with_quorum_links); `None`
+    /// otherwise, for `from == to`, or out of range. Its "replies" are what
+    /// `to` sends `from` (e.g. a leader's proposals and commits).
+    pub fn quorum_link(&self, from: usize, to: usize) -> Option<&Proxy> {
+        self.local.as_ref()?.links.get(from)?.get(to)?.as_ref()
+    }
+
+    fn start_inner(
+        servers: usize,
+        opts: ZkOptions,
+        links: bool,
+    ) -> Result<ZkEnsemble, TestbedError> {
         let mut last_err = None;
         for _ in 0..START_ATTEMPTS {
-            let mut ensemble = ZkEnsemble::launch(servers, opts)?;
+            let mut ensemble = ZkEnsemble::launch(servers, opts, links)?;
             let deadline = Instant::now() + READY_TIMEOUT;
             let mut result = Ok(());
             for i in 0..servers {
@@ -115,26 +148,43 @@ impl ZkEnsemble {
         })
     }
 
-    fn launch(n: usize, opts: ZkOptions) -> Result<ZkEnsemble, TestbedError> {
+    fn launch(n: usize, opts: ZkOptions, proxied: bool) -> Result<ZkEnsemble, TestbedError> {
         let java = bins::resolve(bins::JAVA)?;
         let classpath = bins::zk_classpath()?;
         let root = ManagedDir::new("zk")?;
         let ports: Vec<(u16, u16, u16)> = (0..n)
             .map(|_| (free_port(), free_port(), free_port()))
             .collect();
-        let server_lines: String = if n > 1 {
+        let mut links: Vec<Vec<Option<Proxy>>> = Vec::with_capacity(n);
+        for i in 0..n {
+            let mut row = Vec::with_capacity(n);
+            for (j, (_, quorum, _)) in ports.iter().enumerate() {
+                row.push(if proxied && n > 1 && i != j {
+                    Some(Proxy::start(loopback(*quorum))?)
+                } else {
+                    None
+                });
+            }
+            links.push(row);
+        }
+        // Server `i`'s view of the ensemble: its own quorum port, and the
+        // others' through its links when proxied.
+        let server_lines = |i: usize| -> String {
+            if n < 2 {
+                return String::new();
+            }
             ports
                 .iter()
                 .enumerate()
-                .map(|(i, (_, quorum, election))| {
-                    format!("server.{}=127.0.0.1:{quorum}:{election}\n", i + 1)
+                .map(|(j, (_, quorum, election))| {
+                    let quorum = links[i][j].as_ref().map_or(*quorum, |p| p.addr().port());
+                    format!("server.{}=127.0.0.1:{quorum}:{election}\n", j + 1)
                 })
                 .collect()
-        } else {
-            String::new()
         };
         let mut servers = Vec::with_capacity(n);
         for (i, (client_port, _, _)) in ports.iter().enumerate() {
+            let server_lines = server_lines(i);
             let dir = root.path().join(format!("zk{}", i + 1));
             let data = dir.join("data");
             std::fs::create_dir_all(&data)
@@ -172,6 +222,7 @@ impl ZkEnsemble {
             addrs,
             local: Some(Local {
                 servers,
+                links,
                 root,
                 java,
                 classpath,

@@ -109,3 +109,29 @@ fn ensemble_survives_leader_kill() {
         Some(&b"2"[..])
     );
 }
+
+/// With quorum links, every server reaches every other's quorum port through
+/// a proxy of its own, and the ensemble elects a leader and serves writes.
+#[test]
+fn ensemble_with_quorum_links_serves() {
+    let zk = ZkEnsemble::start_with_quorum_links(3, ZkOptions::default()).unwrap();
+    for from in 0..3 {
+        for to in 0..3 {
+            assert_eq!(
+                zk.quorum_link(from, to).is_some(),
+                from != to,
+                "{from} -> {to}"
+            );
+        }
+    }
+    let leader = zk.leader().unwrap();
+    let path = format!("/{}", unique_name("linked"));
+    zk.create(leader, &path, b"via links").unwrap();
+    for i in 0..3 {
+        assert_eq!(
+            zk.get_data(i, &path).unwrap().as_deref(),
+            Some(&b"via links"[..])
+        );
+    }
+    assert!(ZkEnsemble::start(1).unwrap().quorum_link(0, 0).is_none());
+}

@@ -11,10 +11,16 @@ pub const DEFAULT_CONNECT: &str = "127.0.0.1:2181";
 pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
 /// The default parent of every lock znode: `/distlock`.
 pub const DEFAULT_BASE_PATH: &str = "/distlock";
-/// The default connect timeout: 5 s.
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// The default request timeout: 5 s.
-pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// The default connect timeout: 2 s.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// The default request timeout: 2 s.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+/// The shortest session, connect or request timeout accepted: 1 ms.
+pub const MIN_TIMEOUT: Duration = Duration::from_millis(1);
+/// The longest session, connect or request timeout accepted: one day.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
+/// The longest [`ZkConfig::identifier`] accepted, in bytes: 4 KiB.
+pub const MAX_IDENTIFIER_LEN: usize = 4096;
 
 /// A ZooKeeper permission bit set, for [`AclEntry`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -94,7 +100,7 @@ pub enum NodeAcl {
 ///     .session_timeout(Duration::from_secs(6))
 ///     .base_path("/locks")
 ///     .auth("digest", b"billing:secret");
-/// assert_eq!(config.request_timeout, Duration::from_secs(5));
+/// assert_eq!(config.request_timeout, Duration::from_secs(2));
 /// // Credentials never show up in logs.
 /// assert!(!format!("{config:?}").contains("secret"));
 /// ```
@@ -125,10 +131,15 @@ pub struct ZkConfig {
     pub auth: Vec<(String, Vec<u8>)>,
     /// How long establishing a session may take in total (every server
     /// tried), at [`crate::ZkLock::connect`] and when a new session replaces
-    /// an expired one. Default: [`DEFAULT_CONNECT_TIMEOUT`] (5 s).
+    /// an expired one (then also within the bound of the call that needs
+    /// it). A connect that every server refuses fails at once. Default:
+    /// [`DEFAULT_CONNECT_TIMEOUT`] (2 s).
     pub connect_timeout: Duration,
-    /// How long one request may wait for its reply, including the wait for a
-    /// connection being re-established. Default: [`DEFAULT_REQUEST_TIMEOUT`] (5 s).
+    /// The most a call waits for the server beyond its own wait: `acquire`
+    /// returns within its wait plus this, every other call (`try_acquire`,
+    /// `release`, `inspect`, `list`, a downgrade) within this, however many
+    /// requests it sends and including the wait for a connection being
+    /// re-established. Default: [`DEFAULT_REQUEST_TIMEOUT`] (2 s).
     pub request_timeout: Duration,
     /// The data stored in each contender node, for operators looking at the
     /// tree (Curator stores the client's IP address there, kazoo its
@@ -202,21 +213,53 @@ impl ZkConfig {
         self
     }
 
+    /// Checks every field, as [`crate::ZkLock::connect`] does first: an
+    /// [`lock_core::LockErrorKind::InvalidArgument`] error that says what is
+    /// wrong, never a panic. Timeouts must lie within [`MIN_TIMEOUT`] ..=
+    /// [`MAX_TIMEOUT`], the connect string and paths follow ZooKeeper's
+    /// rules, a custom ACL has entries, [`NodeAcl::CreatorAll`] comes with
+    /// credentials, and the identifier is at most [`MAX_IDENTIFIER_LEN`] bytes.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lock_zk::ZkConfig;
+    /// assert!(ZkConfig::new("zk1:2181").validate().is_ok());
+    /// let err = ZkConfig::new("zk1:2181")
+    ///     .request_timeout(Duration::from_secs(400 * 86_400))
+    ///     .validate()
+    ///     .unwrap_err();
+    /// assert!(err.to_string().contains("request_timeout"));
+    /// ```
+    pub fn validate(&self) -> Result<(), LockError> {
+        self.resolve().map(|_| ())
+    }
+
     /// Checks the configuration and splits the connect string into the
     /// server list and the chroot-prefixed base path.
     pub(crate) fn resolve(&self) -> Result<Resolved, LockError> {
-        let positive = |what: &str, d: Duration| {
-            if d.is_zero() || d > Duration::from_secs(86_400) {
-                Err(LockError::invalid(format!(
-                    "{what} {d:?} must be above zero and at most one day"
-                )))
-            } else {
+        let timeout = |what: &str, d: Duration| {
+            if (MIN_TIMEOUT..=MAX_TIMEOUT).contains(&d) {
                 Ok(())
+            } else {
+                Err(LockError::invalid(format!(
+                    "{what} {d:?} is out of range: it must be at least {MIN_TIMEOUT:?} and at most {MAX_TIMEOUT:?} (one day)"
+                )))
             }
         };
-        positive("session_timeout", self.session_timeout)?;
-        positive("connect_timeout", self.connect_timeout)?;
-        positive("request_timeout", self.request_timeout)?;
+        timeout("session_timeout", self.session_timeout)?;
+        timeout("connect_timeout", self.connect_timeout)?;
+        timeout("request_timeout", self.request_timeout)?;
+        if self.identifier.len() > MAX_IDENTIFIER_LEN {
+            return Err(LockError::invalid(format!(
+                "identifier is {} bytes long; at most {MAX_IDENTIFIER_LEN} are stored in each node",
+                self.identifier.len()
+            )));
+        }
+        if let Some((scheme, _)) = self.auth.iter().find(|(scheme, _)| scheme.is_empty()) {
+            return Err(LockError::invalid(format!(
+                "credentials need a scheme (e.g. \"digest\"), not {scheme:?}"
+            )));
+        }
         match &self.acl {
             NodeAcl::Custom(entries) if entries.is_empty() => {
                 return Err(LockError::invalid("a custom ACL needs at least one entry"));
@@ -376,6 +419,10 @@ mod tests {
             ZkConfig::new("a:1").base_path("/emoji-\u{1f512}"),
             ZkConfig::new("a:1").session_timeout(Duration::ZERO),
             ZkConfig::new("a:1").request_timeout(Duration::ZERO),
+            ZkConfig::new("a:1").connect_timeout(Duration::from_micros(999)),
+            ZkConfig::new("a:1").session_timeout(Duration::MAX),
+            ZkConfig::new("a:1").identifier("x".repeat(MAX_IDENTIFIER_LEN + 1)),
+            ZkConfig::new("a:1").auth("", b"user:pw"),
             ZkConfig::new("a:1").acl(NodeAcl::Custom(Vec::new())),
             ZkConfig::new("a:1").acl(NodeAcl::CreatorAll),
         ] {

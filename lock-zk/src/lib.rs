@@ -3,11 +3,18 @@
 
 mod backend;
 mod config;
-mod core;
+mod error;
+mod lease;
+mod list;
+mod monitor;
 mod node;
+mod queue;
+mod semaphore;
+mod session;
 
 pub use backend::ZkLock;
 pub use config::{
     AclEntry, NodeAcl, Perms, ZkConfig, DEFAULT_BASE_PATH, DEFAULT_CONNECT,
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT, DEFAULT_SESSION_TIMEOUT,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT, DEFAULT_SESSION_TIMEOUT, MAX_IDENTIFIER_LEN,
+    MAX_TIMEOUT, MIN_TIMEOUT,
 };

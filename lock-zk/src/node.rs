@@ -1,79 +1,135 @@
-//! Contender node names: ours and Curator's `_c_<uuid>-lock-<seq>`, kazoo's
-//! `<id>__lock__<seq>`, and their order.
+//! Contender node names: the exact shapes Curator and kazoo give them, which
+//! recipe each belongs to, and their order.
+//!
+//! Every recipe this crate speaks puts ephemeral-sequential children under a
+//! lock's znode, named `<protection prefix><marker><10-digit sequence>`:
+//!
+//! | recipe | Curator (and lock-zk) | kazoo |
+//! |---|---|---|
+//! | mutex | `_c_<uuid>-lock-<seq>` | `<32 hex>__lock__<seq>` |
+//! | read side | `_c_<uuid>-__READ__<seq>` | `<32 hex>__rlock__<seq>` |
+//! | write side | `_c_<uuid>-__WRIT__<seq>` | `<32 hex>__lock__<seq>` |
+//! | semaphore lease (under `leases`) | `_c_<uuid>-lease-<seq>` | - |
+//!
+//! `<uuid>` is a lowercase hyphenated uuid (36 characters), `<seq>` the
+//! 10 characters ZooKeeper appends (`%010d`, so `-000000001` after the
+//! 32-bit counter wrapped). Only a child of exactly one of these shapes is a
+//! contender: the znode of a child lock (`a/x-lock-0000000001` under `a`)
+//! never is, and lock names with a segment of such a shape are refused
+//! ([`check_name`]).
 
-/// The marker before the sequence number in Curator's `InterProcessMutex`
-/// nodes (and ours).
-pub(crate) const CURATOR_MARKER: &str = "lock-";
-/// The marker before the sequence number in kazoo's `Lock` nodes.
-pub(crate) const KAZOO_MARKER: &str = "__lock__";
+use lock_core::{LockError, LockName};
 
-/// The name prefix of our contender node for one acquisition: Curator's
-/// protected-mode prefix `_c_<uuid>-lock-`, to which ZooKeeper appends the
-/// 10-digit sequence number. The uuid finds the node again when the create
-/// reply was lost.
-pub(crate) fn our_prefix(uuid: &uuid::Uuid) -> String {
-    format!("_c_{}-{CURATOR_MARKER}", uuid.hyphenated())
+/// What a contender node is, by its marker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Marker {
+    /// `_c_<uuid>-lock-`: Curator's `InterProcessMutex`, and our mutex.
+    CuratorLock,
+    /// `_c_<uuid>-__READ__`: the read side of Curator's `InterProcessReadWriteLock`.
+    CuratorRead,
+    /// `_c_<uuid>-__WRIT__`: its write side.
+    CuratorWrite,
+    /// `_c_<uuid>-lease-`: a lease of Curator's `InterProcessSemaphoreV2`.
+    CuratorLease,
+    /// `<hex>__lock__`: kazoo's `Lock`, which is also kazoo's `WriteLock`.
+    KazooLock,
+    /// `<hex>__rlock__`: kazoo's `ReadLock`.
+    KazooRead,
 }
 
-/// Which library's layout a contender node follows.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Layout {
-    /// `..lock-<seq>`: Apache Curator's `InterProcessMutex`, and this crate.
-    Curator,
-    /// `..__lock__<seq>`: kazoo's `Lock`.
-    Kazoo,
+impl Marker {
+    /// The text between the protection prefix and the sequence number.
+    pub(crate) fn text(self) -> &'static str {
+        match self {
+            Self::CuratorLock => "lock-",
+            Self::CuratorRead => "__READ__",
+            Self::CuratorWrite => "__WRIT__",
+            Self::CuratorLease => "lease-",
+            Self::KazooLock => "__lock__",
+            Self::KazooRead => "__rlock__",
+        }
+    }
+
+    fn is_curator(self) -> bool {
+        matches!(
+            self,
+            Self::CuratorLock | Self::CuratorRead | Self::CuratorWrite | Self::CuratorLease
+        )
+    }
+
+    const ALL: [Marker; 6] = [
+        Self::CuratorLock,
+        Self::CuratorRead,
+        Self::CuratorWrite,
+        Self::CuratorLease,
+        Self::KazooLock,
+        Self::KazooRead,
+    ];
 }
 
-/// One contender child of a lock node.
+/// The name prefix of one acquisition's node with `marker` (a Curator
+/// marker): Curator's protected-mode prefix `_c_<uuid>-<marker>`, to which
+/// ZooKeeper appends the sequence number. The uuid finds the node again when
+/// the reply to its create was lost.
+pub(crate) fn our_prefix(uuid: &uuid::Uuid, marker: Marker) -> String {
+    debug_assert!(marker.is_curator());
+    format!("_c_{}-{}", uuid.hyphenated(), marker.text())
+}
+
+/// One contender child of a lock's znode.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Contender {
     /// The child's name (not the full path).
     pub name: String,
     /// Its sequence number.
     pub seq: i64,
-    /// Whose layout it follows.
-    pub layout: Layout,
+    /// Which recipe's node it is.
+    pub marker: Marker,
 }
 
-/// The sequence number of a child named like a lock contender, or `None`
-/// for any other child (a nested lock's node, a semaphore lease, a kazoo
-/// read lock, ...).
-///
-/// The number is what follows the last `__lock__` (kazoo) or the last
-/// `lock-` (Curator), and must be ZooKeeper's sequence suffix: 10 digits
-/// (19 for 64-bit sequence numbers), possibly negative after a 32-bit
-/// counter overflow.
-pub(crate) fn parse(name: &str) -> Option<(i64, Layout)> {
-    let kazoo = name
-        .rfind(KAZOO_MARKER)
-        .map(|i| (i + KAZOO_MARKER.len(), Layout::Kazoo));
-    let curator = name
-        .rfind(CURATOR_MARKER)
-        .map(|i| (i + CURATOR_MARKER.len(), Layout::Curator));
-    // The marker nearest the end owns the suffix.
-    let (start, layout) = match (kazoo, curator) {
-        (Some(k), Some(c)) => {
-            if k.0 >= c.0 {
-                k
-            } else {
-                c
-            }
-        }
-        (Some(k), None) => k,
-        (None, Some(c)) => c,
-        (None, None) => return None,
+/// The sequence number and marker of a child named exactly like a contender
+/// node (see the [module docs](self)), `None` for any other child.
+pub(crate) fn parse(name: &str) -> Option<(i64, Marker)> {
+    let (rest, seq) = name.split_at_checked(name.len().checked_sub(10)?)?;
+    let seq = parse_seq(seq)?;
+    let marker = Marker::ALL.into_iter().find(|m| rest.ends_with(m.text()))?;
+    let prefix = &rest[..rest.len() - marker.text().len()];
+    let shaped = if marker.is_curator() {
+        prefix
+            .strip_prefix("_c_")
+            .and_then(|p| p.strip_suffix('-'))
+            .is_some_and(is_hyphenated_uuid)
+    } else {
+        prefix.len() == 32 && prefix.bytes().all(is_lower_hex)
     };
-    let suffix = &name[start..];
-    let digits = suffix.strip_prefix('-').unwrap_or(suffix);
-    if !(digits.len() == 10 || digits.len() == 19) || !digits.bytes().all(|b| b.is_ascii_digit()) {
+    shaped.then_some((seq, marker))
+}
+
+/// ZooKeeper's sequence suffix: `%010d` of a 32-bit counter.
+fn parse_seq(s: &str) -> Option<i64> {
+    let digits = s.strip_prefix('-').unwrap_or(s);
+    if s.len() != 10 || digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    suffix.parse::<i64>().ok().map(|seq| (seq, layout))
+    s.parse().ok()
 }
 
-/// The contenders among `children`, in lock order (sequence number, then
-/// name): the first holds the lock, each other waits for the one before it.
-pub(crate) fn contenders<I, S>(children: I) -> Vec<Contender>
+fn is_lower_hex(b: u8) -> bool {
+    b.is_ascii_digit() || (b'a'..=b'f').contains(&b)
+}
+
+/// `8-4-4-4-12` lowercase hex digits, as Java's `UUID.toString()`.
+fn is_hyphenated_uuid(s: &str) -> bool {
+    s.len() == 36
+        && s.bytes().enumerate().all(|(i, b)| match i {
+            8 | 13 | 18 | 23 => b == b'-',
+            _ => is_lower_hex(b),
+        })
+}
+
+/// The contenders among `children` that `counts` accepts, in lock order
+/// (sequence number, then name).
+pub(crate) fn contenders<I, S>(children: I, counts: impl Fn(Marker) -> bool) -> Vec<Contender>
 where
     I: IntoIterator<Item = S>,
     S: Into<String>,
@@ -82,89 +138,182 @@ where
         .into_iter()
         .filter_map(|child| {
             let name = child.into();
-            parse(&name).map(|(seq, layout)| Contender { name, seq, layout })
+            parse(&name)
+                .filter(|(_, marker)| counts(*marker))
+                .map(|(seq, marker)| Contender { name, seq, marker })
         })
         .collect();
     out.sort_by(|a, b| a.seq.cmp(&b.seq).then_with(|| a.name.cmp(&b.name)));
     out
 }
 
+/// Whether a node with `marker` is a contender of a mutex: Curator's and
+/// kazoo's mutex nodes (kazoo's `WriteLock` nodes are its mutex nodes).
+pub(crate) fn is_mutex(marker: Marker) -> bool {
+    matches!(marker, Marker::CuratorLock | Marker::KazooLock)
+}
+
+/// Whether a node with `marker` stands in the queue of a read-write lock:
+/// Curator's read and write nodes, kazoo's `ReadLock` nodes, and kazoo's
+/// `WriteLock` nodes (which are its `Lock` nodes).
+pub(crate) fn is_read_write(marker: Marker) -> bool {
+    matches!(
+        marker,
+        Marker::CuratorRead | Marker::CuratorWrite | Marker::KazooRead | Marker::KazooLock
+    )
+}
+
+/// Whether a node with `marker` is the write side of a read-write lock.
+pub(crate) fn is_write(marker: Marker) -> bool {
+    matches!(marker, Marker::CuratorWrite | Marker::KazooLock)
+}
+
+/// Whether a node with `marker` is a semaphore lease.
+pub(crate) fn is_lease(marker: Marker) -> bool {
+    marker == Marker::CuratorLease
+}
+
+/// The name of the read node that takes the place of our write node `name`
+/// (`_c_<uuid>-__WRIT__<seq>`) when it is downgraded: the same uuid and the
+/// same sequence text, `__READ__` instead of `__WRIT__`. It sorts where the
+/// write node stands, ahead of every contender that came after it.
+pub(crate) fn downgraded(name: &str) -> Option<String> {
+    match parse(name) {
+        Some((_, Marker::CuratorWrite)) => {
+            let (rest, seq) = name.split_at(name.len() - 10);
+            let prefix = rest.strip_suffix(Marker::CuratorWrite.text())?;
+            Some(format!("{prefix}{}{seq}", Marker::CuratorRead.text()))
+        }
+        _ => None,
+    }
+}
+
+/// Refuses a lock name with a segment shaped exactly like a contender node:
+/// its znode would be a child of the parent lock's znode that every recipe
+/// on that parent takes for a contender.
+pub(crate) fn check_name(name: &LockName) -> Result<(), LockError> {
+    match name.as_str().split('/').find(|seg| parse(seg).is_some()) {
+        None => Ok(()),
+        Some(seg) => Err(LockError::invalid(format!(
+            "lock name {name}: the segment {seg:?} has exactly the shape of a ZooKeeper contender node (Curator's `_c_<uuid>-lock-<10 digits>` or kazoo's `<32 hex>__lock__<10 digits>`, and their read, write and lease forms), which the lock one level up would take for one of its contenders; rename the segment"
+        ))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    const UUID: &str = "4e1b9a3c-2f5d-4d8e-9a43-0c6f2b1e7d55";
+    const HEX: &str = "8a1f0f8cb6a54f6e9d6f2c1f0a3b4c5d";
+
     #[test]
     fn parses_curator_nodes() {
-        // As Curator 5 InterProcessMutex names them (protected mode).
-        let n = "_c_4e1b9a3c-2f5d-4d8e-9a43-0c6f2b1e7d55-lock-0000000042";
-        assert_eq!(parse(n), Some((42, Layout::Curator)));
-        // Unprotected Curator nodes are plain `lock-<seq>`.
-        assert_eq!(parse("lock-0000000007"), Some((7, Layout::Curator)));
+        // As Curator 5 names them (protected mode), for every recipe.
+        for (marker, text) in [
+            (Marker::CuratorLock, "lock-"),
+            (Marker::CuratorRead, "__READ__"),
+            (Marker::CuratorWrite, "__WRIT__"),
+            (Marker::CuratorLease, "lease-"),
+        ] {
+            let n = format!("_c_{UUID}-{text}0000000042");
+            assert_eq!(parse(&n), Some((42, marker)), "{n}");
+        }
     }
 
     #[test]
     fn parses_our_nodes() {
         let uuid = uuid::Uuid::new_v4();
-        let name = format!("{}0000000003", our_prefix(&uuid));
-        assert!(name.starts_with("_c_"));
-        assert_eq!(parse(&name), Some((3, Layout::Curator)));
+        let name = format!("{}0000000003", our_prefix(&uuid, Marker::CuratorLock));
+        assert_eq!(parse(&name), Some((3, Marker::CuratorLock)));
+        let name = format!("{}0000000004", our_prefix(&uuid, Marker::CuratorWrite));
+        assert_eq!(parse(&name), Some((4, Marker::CuratorWrite)));
     }
 
     #[test]
     fn parses_kazoo_nodes() {
-        // kazoo: uuid4().hex + "__lock__" + sequence.
-        let n = "8a1f0f8cb6a54f6e9d6f2c1f0a3b4c5d__lock__0000000011";
-        assert_eq!(parse(n), Some((11, Layout::Kazoo)));
-        // After a 32-bit sequence overflow ZooKeeper writes a negative number.
+        // kazoo: uuid4().hex + "__lock__" / "__rlock__" + sequence.
         assert_eq!(
-            parse("x__lock__-2147483648"),
-            Some((-2_147_483_648, Layout::Kazoo))
+            parse(&format!("{HEX}__lock__0000000011")),
+            Some((11, Marker::KazooLock))
         );
-    }
-
-    #[test]
-    fn accepts_64_bit_sequences() {
         assert_eq!(
-            parse("_c_u-lock-0000000002147483648"),
-            Some((2_147_483_648, Layout::Curator))
+            parse(&format!("{HEX}__rlock__0000000012")),
+            Some((12, Marker::KazooRead))
+        );
+        // After a 32-bit sequence overflow ZooKeeper writes `%010d` of a negative number.
+        assert_eq!(
+            parse(&format!("{HEX}__lock__-000000001")),
+            Some((-1, Marker::KazooLock))
         );
     }
 
     #[test]
     fn ignores_other_children() {
         for other in [
-            "b",                       // a nested lock's znode
-            "my-lock-5",               // not a sequence suffix
-            "_c_u-lease-0000000001",   // Curator semaphore lease
-            "8a1f__rlock__0000000001", // kazoo read lock
-            "_c_u-__READ__0000000001", // Curator read/write lock
-            "x__lock__00000000a1",     // not digits
-            "x-lock-00000000001",      // 11 digits
-            "lock-",                   // nothing after the marker
+            "b".to_string(),                              // a nested lock's znode
+            "x-lock-0000000001".to_string(),              // a child lock named like a node
+            "x__lock__0000000002".to_string(),            // likewise, kazoo-like
+            "y-__WRIT__0000000003".to_string(),           // likewise, a write marker
+            "lock-0000000007".to_string(),                // no protection prefix
+            "leases".to_string(),                         // a semaphore's lease directory
+            format!("_c_{UUID}-lock-000000001"),          // 9 digits
+            format!("_c_{UUID}-lock-00000000001"),        // 11 digits
+            format!("_c_{UUID}-lock-00000000a1"),         // not digits
+            format!("_c_{UUID}-rlock-0000000001"),        // unknown marker
+            format!("_c_{}-lock-0000000001", &UUID[1..]), // short uuid
+            format!("_c_{}-lock-0000000001", UUID.to_uppercase()),
+            format!("{}__lock__0000000001", &HEX[1..]), // 31 hex
+            format!("{HEX}-lock-0000000001"),           // kazoo prefix, Curator marker
+            format!("_c_{UUID}-__lock__0000000001"),    // Curator prefix, kazoo marker
+            format!("_c_{UUID}-lock-"),                 // nothing after the marker
         ] {
-            assert_eq!(parse(other), None, "{other}");
+            assert_eq!(parse(&other), None, "{other}");
         }
     }
 
     #[test]
-    fn sorts_mixed_layouts_by_sequence() {
-        let sorted = contenders([
-            "_c_b-lock-0000000005",
-            "nested",
-            "a1__lock__0000000002",
-            "_c_a-lock-0000000009",
-            "lock-0000000001",
-        ]);
-        let names: Vec<&str> = sorted.iter().map(|c| c.name.as_str()).collect();
-        assert_eq!(
-            names,
-            [
-                "lock-0000000001",
-                "a1__lock__0000000002",
-                "_c_b-lock-0000000005",
-                "_c_a-lock-0000000009"
-            ]
+    fn sorts_by_sequence_and_filters_by_recipe() {
+        let a = format!("_c_{UUID}-lock-0000000009");
+        let b = format!("{HEX}__lock__0000000002");
+        let c = format!("_c_{UUID}-lock-0000000005");
+        let r = format!("_c_{UUID}-__READ__0000000001");
+        let sorted = contenders(
+            [a.as_str(), "nested", b.as_str(), c.as_str(), r.as_str()],
+            is_mutex,
         );
-        assert_eq!(sorted[1].layout, Layout::Kazoo);
+        let names: Vec<&str> = sorted.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, [b.as_str(), c.as_str(), a.as_str()]);
+        assert_eq!(sorted[0].marker, Marker::KazooLock);
+    }
+
+    #[test]
+    fn a_downgraded_write_node_keeps_its_uuid_and_sequence() {
+        let w = format!("_c_{UUID}-__WRIT__0000000042");
+        let r = downgraded(&w).unwrap();
+        assert_eq!(r, format!("_c_{UUID}-__READ__0000000042"));
+        assert_eq!(parse(&r), Some((42, Marker::CuratorRead)));
+        // It sorts before the write node it replaces, and so before every
+        // contender that came after it.
+        let later = format!("_c_{UUID}-__WRIT__0000000043");
+        let order = contenders([later.as_str(), w.as_str(), r.as_str()], is_read_write);
+        assert_eq!(order[0].name, r);
+        assert_eq!(downgraded(&format!("_c_{UUID}-lock-0000000001")), None);
+        assert_eq!(downgraded(&r), None);
+    }
+
+    #[test]
+    fn refuses_names_with_a_contender_shaped_segment() {
+        let ok = LockName::new("a/x-lock-0000000001/leases/locks").unwrap();
+        assert!(check_name(&ok).is_ok());
+        for bad in [
+            format!("a/_c_{UUID}-lock-0000000001"),
+            format!("_c_{UUID}-__READ__0000000001/b"),
+            format!("a/{HEX}__rlock__0000000003/c"),
+        ] {
+            let err = check_name(&LockName::new(bad.clone()).unwrap()).expect_err(&bad);
+            assert_eq!(err.kind(), lock_core::LockErrorKind::InvalidArgument);
+            assert!(err.to_string().contains("contender"), "{err}");
+        }
     }
 }

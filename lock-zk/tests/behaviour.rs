@@ -10,14 +10,19 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use lock_core::{AcquireOptions, DistributedLock, GuardState, LockErrorKind, LockName, LossCause};
+use lock_core::{
+    AcquireOptions, DistributedLock, GuardState, LockErrorKind, LockName, LossCause, ReadWriteLock,
+    Semaphore,
+};
 use lock_testbed::{unique_name, Proxy, ZkEnsemble};
 use lock_zk::{ZkConfig, ZkLock};
 use tokio::time::{sleep, Instant};
 use zookeeper_client as zk;
 
 mod support;
-use support::{admin, children, name, server};
+use support::{
+    admin, children, ephemeral_sequential, granted_once_deleted, interop, name, server, Interop,
+};
 
 fn config(connect: &str, session: Duration) -> ZkConfig {
     ZkConfig::new(connect).session_timeout(session)
@@ -125,22 +130,14 @@ async fn chroot_is_created_and_holds_the_locks() {
 /// first by Curator's own rule, so Curator would wait for us.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn curator_named_contenders_exclude_both_ways() {
-    let server = server().await;
-    let connect = server.connect_string();
-    let admin = admin(&connect).await;
-    let locks = ZkLock::connect(config(&connect, Duration::from_secs(4)))
-        .await
-        .unwrap();
-    let lock = name("curator");
-    let dir = locks.lock_path(&lock).unwrap();
-    admin
-        .mkdir(
-            &dir,
-            &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
-        )
-        .await
-        .unwrap();
-    let ephemeral_seq = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
+    let Interop {
+        admin,
+        locks,
+        lock,
+        dir,
+        ..
+    } = interop("curator").await;
+    let ephemeral_seq = ephemeral_sequential();
     let curator_prefix = format!("{dir}/_c_{}-lock-", "0b0f9a54-9c1d-4bb0-a3f5-21c9a4f2d7e1");
 
     // Curator holds.
@@ -164,22 +161,8 @@ async fn curator_named_contenders_exclude_both_ways() {
         tokio::spawn(async move { locks.acquire(&lock, &opts).await })
     };
     sleep(Duration::from_millis(300)).await;
-    assert!(
-        !waiting.is_finished(),
-        "granted while a Curator contender holds it"
-    );
     assert_eq!(locks.inspect(&lock).await.unwrap().waiters, Some(1));
-    let deleted = Instant::now();
-    admin.delete(&curator_node, None).await.unwrap();
-    let guard = waiting
-        .await
-        .unwrap()
-        .expect("granted after Curator's node went");
-    assert!(
-        deleted.elapsed() < Duration::from_secs(1),
-        "woken after {:?}",
-        deleted.elapsed()
-    );
+    let guard = granted_once_deleted(&admin, &curator_node, waiting).await;
 
     // We hold; a Curator contender arriving now sorts after us by Curator's rule.
     let (_, seq) = admin
@@ -429,6 +412,9 @@ async fn keep_alive_traffic_grows_with_sessions_not_guards() {
     for _ in 0..20 {
         guards.push(many.acquire(&name("traffic-many"), &opts).await.unwrap());
     }
+    // Each guard sets the watch on its node once, shortly after its grant:
+    // not keep-alive traffic, and done before the counting starts.
+    sleep(Duration::from_millis(300)).await;
     let (sid_one, sid_many) = (one.session_id().unwrap(), many.session_id().unwrap());
     let server_ref: &'static ZkEnsemble = server;
     let count = |sid: String| tokio::task::spawn_blocking(move || received(server_ref, &sid));
@@ -458,17 +444,342 @@ async fn keep_alive_traffic_grows_with_sessions_not_guards() {
     assert!(single.release().await.unwrap());
 }
 
-/// Names ZooKeeper cannot store are refused as invalid before any request.
+/// Names ZooKeeper cannot store, and names with a segment shaped exactly
+/// like a contender node (which the lock one level up would count), are
+/// refused as invalid before any request; a look-alike segment is fine.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn names_zookeeper_cannot_store_are_invalid() {
     let server = server().await;
     let locks = ZkLock::connect(config(&server.connect_string(), Duration::from_secs(4)))
         .await
         .unwrap();
-    let bad = LockName::new("emoji-\u{1f512}").unwrap();
-    let err = locks
-        .try_acquire(&bad, &AcquireOptions::new())
+    let parent = unique_name("shaped");
+    for bad in [
+        "emoji-\u{1f512}".to_string(),
+        format!("{parent}/_c_4e1b9a3c-2f5d-4d8e-9a43-0c6f2b1e7d55-lock-0000000001"),
+        format!("{parent}/8a1f0f8cb6a54f6e9d6f2c1f0a3b4c5d__lock__0000000001/x"),
+        format!("{parent}/_c_4e1b9a3c-2f5d-4d8e-9a43-0c6f2b1e7d55-__WRIT__0000000001"),
+    ] {
+        let bad = LockName::new(bad).unwrap();
+        let err = locks
+            .try_acquire(&bad, &AcquireOptions::new())
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), LockErrorKind::InvalidArgument, "{bad}: {err}");
+        assert_eq!(
+            locks.inspect(&bad).await.unwrap_err().kind(),
+            LockErrorKind::InvalidArgument
+        );
+    }
+    let look_alike = LockName::new(format!("{parent}/x-lock-0000000001")).unwrap();
+    let g = locks
+        .try_acquire(&look_alike, &AcquireOptions::new())
         .await
-        .unwrap_err();
-    assert_eq!(err.kind(), LockErrorKind::InvalidArgument, "{err}");
+        .unwrap()
+        .expect("a segment that only looks like a contender node");
+    assert!(g.release().await.unwrap());
+}
+
+/// An uncontended acquire + release costs three requests (the create and
+/// the listing in one round trip, then the delete); a waiter right behind
+/// the holder costs one more (the watch on the holder's node) and gets the
+/// lock when the holder's node goes, without listing again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_per_acquisition() {
+    let server = server().await;
+    let connect = server.connect_string();
+    let session = Duration::from_secs(4);
+    let holder = ZkLock::connect(config(&connect, session)).await.unwrap();
+    let waiter = ZkLock::connect(config(&connect, session)).await.unwrap();
+    let lock = name("requests");
+    let opts = AcquireOptions::new().ttl(Duration::from_secs(4));
+    // The lock's znode exists, and no heartbeat falls into the counts (one
+    // per second: the counts are taken well within one).
+    holder
+        .acquire(&lock, &opts)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let server_ref: &'static ZkEnsemble = server;
+    let count = |sid: String| tokio::task::spawn_blocking(move || received(server_ref, &sid));
+    let sid = holder.session_id().unwrap();
+
+    let mut per_cycle = Vec::new();
+    for _ in 0..3 {
+        let before = count(sid.clone()).await.unwrap();
+        let g = holder.acquire(&lock, &opts).await.unwrap();
+        assert!(g.release().await.unwrap());
+        per_cycle.push(count(sid.clone()).await.unwrap() - before);
+    }
+    // A heartbeat may fall into one cycle; the others cost exactly three.
+    per_cycle.sort();
+    assert_eq!(
+        per_cycle[0], 3,
+        "requests per uncontended cycle: {per_cycle:?}"
+    );
+
+    let held = holder.acquire(&lock, &opts).await.unwrap();
+    let wsid = waiter.session_id().unwrap();
+    let before = count(wsid.clone()).await.unwrap();
+    let waiting = {
+        let (waiter, lock) = (waiter.clone(), lock.clone());
+        let opts = opts.clone().wait(Duration::from_secs(10));
+        tokio::spawn(async move { waiter.acquire(&lock, &opts).await })
+    };
+    sleep(Duration::from_millis(200)).await;
+    assert!(held.release().await.unwrap());
+    let g = waiting.await.unwrap().unwrap();
+    let waited = count(wsid.clone()).await.unwrap() - before;
+    assert!(g.release().await.unwrap());
+    // create + listing, the watch on the holder's node, the delete; maybe a heartbeat.
+    let released = count(wsid).await.unwrap() - before;
+    assert!(
+        waited <= 4 && released - waited == 1,
+        "waiter: {waited} requests until granted, {released} with its release"
+    );
+}
+
+/// Curator's `InterProcessReadWriteLock` sorts the children of the lock's
+/// znode by the text after `__READ__` or `__WRIT__` (the whole name when
+/// neither is there).
+fn curator_rw_sort_key(child: &str) -> &str {
+    ["__READ__", "__WRIT__"]
+        .iter()
+        .find_map(|m| child.rfind(m).map(|i| &child[i + m.len()..]))
+        .unwrap_or(child)
+}
+
+/// Whether Curator would grant the lock to its node `ours` among
+/// `children`: a reader when no write node sorts before it
+/// (`ReadLock.getsTheLock`), a writer when it sorts first.
+fn curator_grants(mut children: Vec<String>, ours: &str) -> bool {
+    children.sort_by(|a, b| curator_rw_sort_key(a).cmp(curator_rw_sort_key(b)));
+    let at = children
+        .iter()
+        .position(|c| c == ours)
+        .expect("our node listed");
+    if ours.contains("__READ__") {
+        !children[..at].iter().any(|c| c.contains("__WRIT__"))
+    } else {
+        at == 0
+    }
+}
+
+/// The read-write lock shares Curator's `InterProcessReadWriteLock` nodes:
+/// ours are named as Curator names them; a Curator-layout read node (made
+/// here as Curator makes it) admits our readers, blocks our writer and
+/// wakes it when deleted; our write node blocks a Curator reader and our
+/// read node a Curator writer, by Curator's own rule.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_write_lock_shares_curators_nodes() {
+    let Interop {
+        admin,
+        locks,
+        lock,
+        dir,
+        ..
+    } = interop("curator-rw").await;
+    let ephemeral_seq = ephemeral_sequential();
+    let uuid = "0b0f9a54-9c1d-4bb0-a3f5-21c9a4f2d7e1";
+    let opts = AcquireOptions::new().ttl(Duration::from_secs(4));
+
+    // A Curator reader holds.
+    let read_prefix = format!("{dir}/_c_{uuid}-__READ__");
+    let (_, seq) = admin
+        .create(&read_prefix, b"", &ephemeral_seq)
+        .await
+        .unwrap();
+    let curator_reader = format!("{read_prefix}{seq}");
+    let r = locks
+        .try_acquire_read(&lock, &opts)
+        .await
+        .unwrap()
+        .expect("our reader beside a Curator reader");
+    let ours = r
+        .server_key()
+        .unwrap()
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .to_string();
+    assert!(
+        ours.starts_with("_c_") && ours.contains("-__READ__") && ours.len() == 3 + 36 + 9 + 10,
+        "{ours}"
+    );
+    assert!(r.release().await.unwrap());
+    assert!(locks
+        .try_acquire_write(&lock, &opts)
+        .await
+        .unwrap()
+        .is_none());
+    let waiting = {
+        let (locks, lock, opts) = (
+            locks.clone(),
+            lock.clone(),
+            opts.clone().wait(Duration::from_secs(10)),
+        );
+        tokio::spawn(async move { locks.acquire_write(&lock, &opts).await })
+    };
+    sleep(Duration::from_millis(300)).await;
+    let w = granted_once_deleted(&admin, &curator_reader, waiting).await;
+    let ours = w
+        .server_key()
+        .unwrap()
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .to_string();
+    assert!(ours.contains("-__WRIT__"), "{ours}");
+
+    // Our writer holds: a Curator reader arriving now waits, by Curator's rule.
+    let (_, seq) = admin
+        .create(&read_prefix, b"", &ephemeral_seq)
+        .await
+        .unwrap();
+    let late_reader = format!("_c_{uuid}-__READ__{seq}");
+    assert!(!curator_grants(children(&admin, &dir).await, &late_reader));
+    assert!(w.release().await.unwrap());
+    assert!(curator_grants(children(&admin, &dir).await, &late_reader));
+    admin
+        .delete(&format!("{dir}/{late_reader}"), None)
+        .await
+        .unwrap();
+
+    // Our reader holds: a Curator writer waits.
+    let r = locks.try_acquire_read(&lock, &opts).await.unwrap().unwrap();
+    let (_, seq) = admin
+        .create(&format!("{dir}/_c_{uuid}-__WRIT__"), b"", &ephemeral_seq)
+        .await
+        .unwrap();
+    let curator_writer = format!("_c_{uuid}-__WRIT__{seq}");
+    assert!(!curator_grants(
+        children(&admin, &dir).await,
+        &curator_writer
+    ));
+    // ... and so do our new readers (writer preference, as in Curator).
+    assert!(locks
+        .try_acquire_read(&lock, &opts)
+        .await
+        .unwrap()
+        .is_none());
+    assert!(r.release().await.unwrap());
+    assert!(curator_grants(
+        children(&admin, &dir).await,
+        &curator_writer
+    ));
+    admin
+        .delete(&format!("{dir}/{curator_writer}"), None)
+        .await
+        .unwrap();
+}
+
+/// `inspect` names the holder's session (the node's ephemeral owner, as
+/// ZooKeeper prints session ids) and the guard its node's path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_names_the_holders_session_and_the_guard_its_node() {
+    let server = server().await;
+    let connect = server.connect_string();
+    let (a, b) = (
+        ZkLock::connect(config(&connect, Duration::from_secs(4)))
+            .await
+            .unwrap(),
+        ZkLock::connect(config(&connect, Duration::from_secs(4)))
+            .await
+            .unwrap(),
+    );
+    let lock = name("owner");
+    let g = a.acquire(&lock, &AcquireOptions::new()).await.unwrap();
+    let status = b.inspect(&lock).await.unwrap();
+    assert_eq!(status.owner, a.session_id(), "{status:?}");
+    let key = g.server_key().expect("the node path").to_string();
+    assert!(
+        key.starts_with(&format!("{}/_c_", a.lock_path(&lock).unwrap())),
+        "{key}"
+    );
+    let admin = admin(&connect).await;
+    assert!(admin.check_stat(&key).await.unwrap().is_some());
+    assert!(g.release().await.unwrap());
+    assert!(admin.check_stat(&key).await.unwrap().is_none());
+}
+
+/// The semaphore shares Curator's `InterProcessSemaphoreV2` nodes: leases
+/// `<name>/leases/_c_<uuid>-lease-<seq>`, taken under the mutex
+/// `<name>/locks`. A Curator lease (made here as Curator makes it) takes a
+/// permit; a Curator-layout node in `locks` (a Curator client counting the
+/// leases) makes us wait until it goes; our lease is named as Curator's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphore_shares_curators_nodes() {
+    let Interop {
+        admin,
+        locks,
+        lock: sem,
+        dir,
+        ..
+    } = interop("curator-sem").await;
+    let opts = AcquireOptions::new().ttl(Duration::from_secs(4));
+    let ephemeral_seq = ephemeral_sequential();
+    let parents = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    admin
+        .mkdir(&format!("{dir}/leases"), &parents)
+        .await
+        .unwrap();
+    admin
+        .mkdir(&format!("{dir}/locks"), &parents)
+        .await
+        .unwrap();
+    let uuid = "0b0f9a54-9c1d-4bb0-a3f5-21c9a4f2d7e1";
+
+    // A Curator client holds one of two permits.
+    let (_, seq) = admin
+        .create(
+            &format!("{dir}/leases/_c_{uuid}-lease-"),
+            b"",
+            &ephemeral_seq,
+        )
+        .await
+        .unwrap();
+    let curator_lease = format!("{dir}/leases/_c_{uuid}-lease-{seq}");
+    let p = locks
+        .try_acquire_permit(&sem, 2, &opts)
+        .await
+        .unwrap()
+        .expect("the second of two permits");
+    let key = p.server_key().unwrap().to_string();
+    let leaf = key.rsplit('/').next().unwrap();
+    assert!(
+        key.starts_with(&format!("{dir}/leases/_c_"))
+            && leaf.contains("-lease-")
+            && leaf.len() == 3 + 36 + 7 + 10,
+        "{key}"
+    );
+    assert!(locks
+        .try_acquire_permit(&sem, 2, &opts)
+        .await
+        .unwrap()
+        .is_none());
+    assert!(p.release().await.unwrap());
+
+    // A Curator client in the middle of taking a lease (its node in `locks`):
+    // we queue behind it and go ahead when it is done.
+    let (_, seq) = admin
+        .create(&format!("{dir}/locks/_c_{uuid}-lock-"), b"", &ephemeral_seq)
+        .await
+        .unwrap();
+    let curator_gate = format!("{dir}/locks/_c_{uuid}-lock-{seq}");
+    let waiting = {
+        let (locks, sem, opts) = (
+            locks.clone(),
+            sem.clone(),
+            opts.clone().wait(Duration::from_secs(10)),
+        );
+        tokio::spawn(async move { locks.acquire_permit(&sem, 2, &opts).await })
+    };
+    sleep(Duration::from_millis(300)).await;
+    let p = granted_once_deleted(&admin, &curator_gate, waiting).await;
+    assert!(p.release().await.unwrap());
+    admin.delete(&curator_lease, None).await.unwrap();
+    assert!(children(&admin, &format!("{dir}/leases")).await.is_empty());
+    assert!(children(&admin, &format!("{dir}/locks")).await.is_empty());
 }

@@ -4,8 +4,9 @@
 //! Each client is its own `ZkLock` (its own session), with a 3 s session
 //! timeout; the cases use a 2 s TTL. The suite's faults are done with a plain
 //! `zookeeper_client::Client` of the harness's own: deleting the contender
-//! nodes behind the holder's back, and listing the children left under a
-//! lock's znode. The unreachable client sits behind a blackholed
+//! nodes behind the holder's back, and listing the ephemeral nodes left
+//! under a lock's znode (the empty container znodes of child names are not
+//! leftovers). The unreachable client sits behind a blackholed
 //! `lock_testbed::Proxy`.
 
 use std::net::SocketAddr;
@@ -38,12 +39,34 @@ impl Zk {
         format!("{}/{name}", lock_zk::DEFAULT_BASE_PATH)
     }
 
-    async fn children(&self, name: &LockName) -> Vec<String> {
-        match self.admin.list_children(&self.lock_path(name)).await {
-            Ok(children) => children,
-            Err(zk::Error::NoNode) => Vec::new(),
-            Err(e) => panic!("listing {}: {e}", self.lock_path(name)),
+    /// Every node that holds or waits for `name`, of every kind of lock: the
+    /// ephemeral children of its znode (mutex and read-write contenders) and
+    /// of its `leases` and `locks` children (a semaphore's leases and its
+    /// acquisition queue). The znodes of child names are not: they are
+    /// persistent (container) nodes, which ZooKeeper removes lazily once empty.
+    async fn nodes(&self, name: &LockName) -> Vec<String> {
+        let dir = self.lock_path(name);
+        let mut found = Vec::new();
+        for parent in [dir.clone(), format!("{dir}/leases"), format!("{dir}/locks")] {
+            for child in children(&self.admin, &parent).await {
+                let path = format!("{parent}/{child}");
+                match self.admin.check_stat(&path).await {
+                    Ok(Some(stat)) if stat.ephemeral_owner != 0 => found.push(path),
+                    Ok(_) => {}
+                    Err(e) => panic!("reading {path}: {e}"),
+                }
+            }
         }
+        found
+    }
+}
+
+/// The children of `path` (none when it does not exist).
+async fn children(admin: &zk::Client, path: &str) -> Vec<String> {
+    match admin.list_children(path).await {
+        Ok(children) => children,
+        Err(zk::Error::NoNode) => Vec::new(),
+        Err(e) => panic!("listing {path}: {e}"),
     }
 }
 
@@ -63,8 +86,7 @@ impl Harness for Zk {
 
     async fn remove_behind_back(&self, name: &LockName) {
         // An operator deleting the contender nodes (the holder's among them).
-        for child in self.children(name).await {
-            let path = format!("{}/{child}", self.lock_path(name));
+        for path in self.nodes(name).await {
             match self.admin.delete(&path, None).await {
                 Ok(()) | Err(zk::Error::NoNode) => {}
                 Err(e) => panic!("deleting {path}: {e}"),
@@ -73,12 +95,7 @@ impl Harness for Zk {
     }
 
     async fn leftovers(&self, name: &LockName) -> Vec<String> {
-        let dir = self.lock_path(name);
-        self.children(name)
-            .await
-            .into_iter()
-            .map(|c| format!("{dir}/{c}"))
-            .collect()
+        self.nodes(name).await
     }
 
     fn upstreams(&self) -> Vec<SocketAddr> {
@@ -105,6 +122,8 @@ fn main() -> ExitCode {
         .with_loss_events(true)
         .with_notified_wait(true)
         .with_remote(true)
+        .with_read_write(true)
+        .with_semaphore(true)
         .with_fault_tolerance(
             "a minority of the 2N+1 ensemble; a holder's lock outlives it by the session timeout",
         );

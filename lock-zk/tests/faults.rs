@@ -11,13 +11,15 @@ use std::net::SocketAddr;
 use std::process::Stdio;
 use std::time::Duration;
 
-use lock_core::{AcquireOptions, DistributedLock, GuardState, LockErrorKind, LossCause};
+use lock_core::{
+    AcquireOptions, DistributedLock, GuardState, LockErrorKind, LossCause, ReadWriteLock,
+};
 use lock_testbed::{Proxy, ZkEnsemble, ZkOptions};
 use lock_zk::{ZkConfig, ZkLock};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::time::{sleep, timeout, Instant};
 mod support;
-use support::{admin, children, name, server as standalone};
+use support::{admin, children, interop, name, server as standalone, Interop};
 
 fn state_kind(st: &GuardState) -> &'static str {
     match st {
@@ -100,6 +102,107 @@ async fn leader_killed_while_held_guard_stays_held() {
         next.fencing_token()
     );
     assert!(next.release().await.unwrap());
+}
+
+/// The reply to a create is lost (the connection to the follower it went
+/// through is reset) and the client reconnects to another follower that
+/// lags behind the leader (its quorum link is slow): the create commits, but
+/// the lagging follower applies it only later. The acquire fails
+/// `Unavailable` without creating a second node; since the reset left the
+/// create's outcome unknown, its clean-up looks for the node, syncing before
+/// it lists (a plain list could be answered from the lagging follower's
+/// stale tree), finds it once it is committed, and deletes it. Nothing of
+/// ours is left to block the name while our session lives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_create_reply_then_lagging_follower_leaves_no_node() {
+    // tickTime 1 s: followers whose quorum links are slowed by up to 2 s
+    // stay in the ensemble (syncLimit is 5 ticks).
+    let ensemble = tokio::task::spawn_blocking(|| {
+        ZkEnsemble::start_with_quorum_links(3, ZkOptions { tick_time_ms: 1000 })
+    })
+    .await
+    .unwrap()
+    .unwrap_or_else(|e| panic!("starting a 3-server ensemble: {e}"));
+    let leader = ensemble.leader().unwrap();
+    let (near, lagging) = match leader {
+        0 => (1, 2),
+        1 => (0, 2),
+        _ => (0, 1),
+    };
+    let to_near = Proxy::start(ensemble.endpoint(near).parse().unwrap()).unwrap();
+    let to_lagging = Proxy::start(ensemble.endpoint(lagging).parse().unwrap()).unwrap();
+    let session_timeout = Duration::from_secs(10);
+    // The client starts on `near` (the other way in refuses connections).
+    to_lagging.cut();
+    let a = ZkLock::connect(
+        ZkConfig::new(format!("{},{}", to_near.addr(), to_lagging.addr()))
+            .session_timeout(session_timeout)
+            .request_timeout(Duration::from_millis(500)),
+    )
+    .await
+    .unwrap();
+    to_lagging.heal();
+    let b =
+        ZkLock::connect(ZkConfig::new(ensemble.endpoint(leader)).session_timeout(session_timeout))
+            .await
+            .unwrap();
+    let admin = admin(&ensemble.endpoint(leader)).await;
+    let lock = name("lagging");
+    let dir = a.lock_path(&lock).unwrap();
+    let opts = AcquireOptions::new().ttl(Duration::from_secs(5));
+    // The lock's znode exists: the only write left is the contender's create.
+    let g = a.acquire(&lock, &opts).await.unwrap();
+    assert!(g.release().await.unwrap());
+
+    // The leader hears of the create at once but can commit it only 1.5 s
+    // later (its proposal reaches `near` late), and `lagging` hears of
+    // everything the leader sends 2 s late: it revalidates the client's
+    // session (at once, a leader round trip, answered 2 s later) 1.2 s
+    // before the commit reaches it, and serves reads from its stale tree.
+    let slow = ensemble.quorum_link(near, leader).unwrap();
+    let late = ensemble.quorum_link(lagging, leader).unwrap();
+    slow.set_reply_delay(Duration::from_millis(1500));
+    late.set_reply_delay(Duration::from_secs(2));
+    to_near.set_reply_delay(Duration::from_secs(30));
+    let acquiring = {
+        let (a, lock) = (a.clone(), lock.clone());
+        let opts = opts.clone().wait(Duration::from_millis(100));
+        tokio::spawn(async move { a.acquire(&lock, &opts).await.map(|_| ()) })
+    };
+    sleep(Duration::from_millis(300)).await;
+    to_near.cut();
+    let err = timeout(Duration::from_secs(5), acquiring)
+        .await
+        .expect("the acquire did not return")
+        .unwrap()
+        .expect_err("granted while the create's reply was lost");
+    assert_eq!(err.kind(), LockErrorKind::Unavailable, "{err}");
+    sleep(Duration::from_secs(5)).await;
+    slow.heal();
+    late.heal();
+
+    let deadline = Instant::now() + Duration::from_secs(8);
+    loop {
+        let left = children(&admin, &dir).await;
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the committed node stayed on our session: {left:?}"
+        );
+        sleep(Duration::from_millis(50)).await;
+    }
+    let g = b
+        .acquire(&lock, &opts.clone().wait(Duration::from_secs(5)))
+        .await
+        .expect("the name is blocked by a node the failed acquire left behind");
+    assert!(g.release().await.unwrap());
+    assert_eq!(
+        a.session_timeout(),
+        Some(session_timeout),
+        "A's session was lost"
+    );
 }
 
 /// A holder cut off (blackholed, no reset) beyond its session timeout: its
@@ -298,6 +401,89 @@ async fn connect_to_blackholed_server_is_unavailable_within_connect_timeout() {
     );
 }
 
+/// With the default configuration, every call returns within its own bound
+/// once the server stops answering after the connect (the wait plus one
+/// request timeout, which defaults to 2 s), and a connect to a server that
+/// never answers gives up within the default connect timeout (2 s): so
+/// `distlock run --wait 200ms` can exit within 2.2 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_call_returns_within_its_bound_with_the_defaults() {
+    assert!(lock_zk::DEFAULT_CONNECT_TIMEOUT <= Duration::from_secs(2));
+    assert!(lock_zk::DEFAULT_REQUEST_TIMEOUT <= Duration::from_secs(2));
+    let request = lock_zk::DEFAULT_REQUEST_TIMEOUT;
+    // Scheduling on a loaded machine; far below one request timeout.
+    let allowance = Duration::from_millis(250);
+    let server = standalone().await;
+    let proxy = Proxy::start(server.endpoint(0).parse().unwrap()).unwrap();
+    let locks = ZkLock::connect(ZkConfig::new(proxy.addr().to_string()))
+        .await
+        .unwrap();
+    let held = name("defaults-held");
+    let guard = locks
+        .acquire(&held, &AcquireOptions::new().ttl(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    proxy.blackhole();
+
+    async fn within<T>(
+        what: &str,
+        bound: Duration,
+        fut: impl std::future::Future<Output = T>,
+    ) -> T {
+        let started = Instant::now();
+        let out = timeout(bound * 10, fut)
+            .await
+            .unwrap_or_else(|_| panic!("{what} against a hung server did not return"));
+        assert!(
+            started.elapsed() <= bound,
+            "{what} took {:?}, bound {bound:?}",
+            started.elapsed()
+        );
+        out
+    }
+    let other = name("defaults-other");
+    let wait = Duration::from_millis(200);
+    let opts = AcquireOptions::new().wait(wait);
+    let err = within(
+        "acquire",
+        wait + request + allowance,
+        locks.acquire(&other, &opts),
+    )
+    .await
+    .expect_err("acquired from a hung server");
+    assert_eq!(err.kind(), LockErrorKind::Unavailable, "{err}");
+    let err = within(
+        "try_acquire",
+        request + allowance,
+        locks.try_acquire(&other, &opts),
+    )
+    .await
+    .expect_err("answered from a hung server");
+    assert_eq!(err.kind(), LockErrorKind::Unavailable, "{err}");
+    let err = within("inspect", request + allowance, locks.inspect(&held))
+        .await
+        .expect_err("inspected a hung server");
+    assert_eq!(err.kind(), LockErrorKind::Unavailable, "{err}");
+    within(
+        "extend",
+        request + allowance,
+        guard.extend(Duration::from_secs(30)),
+    )
+    .await
+    .ok();
+    within("release", request + allowance, guard.release())
+        .await
+        .ok();
+    let err = within(
+        "connect",
+        lock_zk::DEFAULT_CONNECT_TIMEOUT + allowance,
+        ZkLock::connect(ZkConfig::new(proxy.addr().to_string())),
+    )
+    .await
+    .expect_err("connected to a hung server");
+    assert_eq!(err.kind(), LockErrorKind::Unavailable, "{err}");
+}
+
 /// Runs `tests/support/kazoo_lock.py`; fails (never skips) without Python or kazoo.
 fn kazoo(args: &[&str]) -> tokio::process::Child {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/kazoo_lock.py");
@@ -333,18 +519,17 @@ async fn kazoo_line(
 /// ways, and a waiter of ours is woken by kazoo's release.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kazoo_and_lock_zk_exclude_each_other() {
-    let server = standalone().await;
-    let connect = server.connect_string();
-    let ours =
-        ZkLock::connect(ZkConfig::new(connect.clone()).session_timeout(Duration::from_secs(4)))
-            .await
-            .unwrap();
-    let lock = name("kazoo");
-    let path = ours.lock_path(&lock).unwrap();
+    let Interop {
+        connect,
+        locks: ours,
+        lock,
+        dir: path,
+        ..
+    } = interop("kazoo").await;
     let opts = AcquireOptions::new().ttl(Duration::from_secs(4));
 
     // kazoo holds: we are refused, and our waiter gets it when kazoo releases.
-    let mut holder = kazoo(&["hold", &connect, &path]);
+    let mut holder = kazoo(&["hold", "lock", &connect, &path]);
     let mut stdin = holder.stdin.take().unwrap();
     let mut lines = BufReader::new(holder.stdout.take().unwrap()).lines();
     let held = kazoo_line(&mut lines).await;
@@ -387,7 +572,7 @@ async fn kazoo_and_lock_zk_exclude_each_other() {
     assert!(holder.wait().await.unwrap().success());
 
     // We hold: kazoo's acquire(timeout=1) fails; after our release it succeeds.
-    let mut refused = kazoo(&["try", &connect, &path, "1"]);
+    let mut refused = kazoo(&["try", "lock", &connect, &path, "1"]);
     let mut lines = BufReader::new(refused.stdout.take().unwrap()).lines();
     assert_eq!(
         kazoo_line(&mut lines).await,
@@ -396,8 +581,91 @@ async fn kazoo_and_lock_zk_exclude_each_other() {
     );
     assert!(refused.wait().await.unwrap().success());
     assert!(guard.release().await.unwrap());
-    let mut granted = kazoo(&["try", &connect, &path, "5"]);
+    let mut granted = kazoo(&["try", "lock", &connect, &path, "5"]);
     let mut lines = BufReader::new(granted.stdout.take().unwrap()).lines();
     assert_eq!(kazoo_line(&mut lines).await, "ACQUIRED");
     assert!(granted.wait().await.unwrap().success());
+}
+
+/// kazoo's `try` of `kind` on `path` with a timeout: whether it got the lock.
+async fn kazoo_tries(kind: &str, connect: &str, path: &str, secs: &str) -> bool {
+    let mut child = kazoo(&["try", kind, connect, path, secs]);
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let said = kazoo_line(&mut lines).await;
+    assert!(child.wait().await.unwrap().success());
+    match said.as_str() {
+        "ACQUIRED" => true,
+        "TIMEOUT" => false,
+        other => panic!("kazoo said {other:?}"),
+    }
+}
+
+/// kazoo's `ReadLock` and `WriteLock` (told about Curator's node names with
+/// `extra_lock_patterns`, as kazoo documents) and lock-zk's read-write lock
+/// on the same path: readers share, a writer excludes everyone, both ways.
+/// (kazoo's `WriteLock` nodes are its `Lock` nodes: a kazoo `Lock` on the
+/// path is a writer to lock-zk's read-write lock too.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kazoo_read_write_locks_and_lock_zk_share_the_path() {
+    let Interop {
+        connect,
+        locks: ours,
+        lock,
+        dir: path,
+        ..
+    } = interop("kazoo-rw").await;
+    let opts = AcquireOptions::new().ttl(Duration::from_secs(4));
+
+    for (kind, marker) in [("write", "__lock__"), ("read", "__rlock__")] {
+        let mut holder = kazoo(&["hold", kind, &connect, &path]);
+        let mut stdin = holder.stdin.take().unwrap();
+        let mut lines = BufReader::new(holder.stdout.take().unwrap()).lines();
+        let held = kazoo_line(&mut lines).await;
+        assert!(
+            held.starts_with("HELD") && held.contains(marker),
+            "kazoo said {held:?}"
+        );
+        assert!(
+            ours.try_acquire_write(&lock, &opts)
+                .await
+                .unwrap()
+                .is_none(),
+            "our writer beside a kazoo {kind} lock"
+        );
+        let reader = ours.try_acquire_read(&lock, &opts).await.unwrap();
+        assert_eq!(
+            reader.is_some(),
+            kind == "read",
+            "our reader beside a kazoo {kind} lock"
+        );
+        if let Some(r) = reader {
+            assert!(r.release().await.unwrap());
+        }
+        stdin.write_all(b"release\n").await.unwrap();
+        stdin.flush().await.unwrap();
+        assert_eq!(kazoo_line(&mut lines).await, "RELEASED");
+        assert!(holder.wait().await.unwrap().success());
+    }
+
+    let w = ours.acquire_write(&lock, &opts).await.unwrap();
+    assert!(
+        !kazoo_tries("read", &connect, &path, "1").await,
+        "kazoo reader beside our writer"
+    );
+    assert!(
+        !kazoo_tries("write", &connect, &path, "1").await,
+        "kazoo writer beside our writer"
+    );
+    assert!(w.release().await.unwrap());
+    let r = ours.acquire_read(&lock, &opts).await.unwrap();
+    assert!(
+        !kazoo_tries("write", &connect, &path, "1").await,
+        "kazoo writer beside our reader"
+    );
+    assert!(
+        kazoo_tries("read", &connect, &path, "5").await,
+        "kazoo reader refused beside our reader"
+    );
+    assert!(r.release().await.unwrap());
+    assert!(kazoo_tries("write", &connect, &path, "5").await);
 }

@@ -1,9 +1,12 @@
 //! Helpers shared by the lock-zk integration tests.
+// Each test binary uses a subset of them.
+#![allow(dead_code)]
 
 use std::time::Duration;
 
 use lock_core::LockName;
 use lock_testbed::{shared_zk, unique_name, ZkEnsemble};
+use lock_zk::{ZkConfig, ZkLock};
 use zookeeper_client as zk;
 
 /// A lock name unique to this test run.
@@ -36,4 +39,81 @@ pub async fn children(admin: &zk::Client, path: &str) -> Vec<String> {
         Err(zk::Error::NoNode) => Vec::new(),
         Err(e) => panic!("listing {path}: {e}"),
     }
+}
+
+/// The set-up of a test that plays another library's part on the same
+/// nodes: a lock-zk client of the shared server (4 s session), a fresh lock
+/// name whose znode exists, and the test's own session.
+pub struct Interop {
+    /// The connect string of the shared server.
+    pub connect: String,
+    /// The test's own session.
+    pub admin: zk::Client,
+    /// The lock-zk client.
+    pub locks: ZkLock,
+    /// The lock name.
+    pub lock: LockName,
+    /// Its znode.
+    pub dir: String,
+}
+
+/// [`Interop`] for a name starting with `prefix`.
+pub async fn interop(prefix: &str) -> Interop {
+    let connect = server().await.connect_string();
+    let admin = admin(&connect).await;
+    let locks =
+        ZkLock::connect(ZkConfig::new(connect.clone()).session_timeout(Duration::from_secs(4)))
+            .await
+            .expect("connecting lock-zk to the shared server");
+    let lock = name(prefix);
+    let dir = locks.lock_path(&lock).expect("a valid lock path");
+    admin
+        .mkdir(
+            &dir,
+            &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("creating {dir}: {e}"));
+    Interop {
+        connect,
+        admin,
+        locks,
+        lock,
+        dir,
+    }
+}
+
+/// How Curator and kazoo create their contender nodes: ephemeral
+/// sequential, open ACL.
+pub fn ephemeral_sequential() -> zk::CreateOptions<'static> {
+    zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all())
+}
+
+/// The end of an interop test's wait: `waiting` (an acquire spawned a
+/// while ago) is still blocked by another library's node `node`; the node is
+/// deleted, and the acquire returns its guard within a second.
+pub async fn granted_once_deleted<T>(
+    admin: &zk::Client,
+    node: &str,
+    waiting: tokio::task::JoinHandle<Result<T, lock_core::LockError>>,
+) -> T {
+    assert!(
+        !waiting.is_finished(),
+        "granted while {node} holds the lock"
+    );
+    let deleted = tokio::time::Instant::now();
+    admin
+        .delete(node, None)
+        .await
+        .unwrap_or_else(|e| panic!("deleting {node}: {e}"));
+    let granted = waiting
+        .await
+        .expect("the acquire task")
+        .unwrap_or_else(|e| panic!("not granted after {node} went: {e}"));
+    assert!(
+        deleted.elapsed() < Duration::from_secs(1),
+        "woken {:?} after {node} went",
+        deleted.elapsed()
+    );
+    granted
 }

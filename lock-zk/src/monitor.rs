@@ -1,0 +1,129 @@
+//! The per-session monitor: the only keep-alive traffic (one request per
+//! session, whatever the number of guards), and the session's state turned
+//! into news for its [`lock_core::SessionHub`].
+//!
+//! - A heartbeat (`sync /`, which goes through the leader, so a server cut
+//!   off from the quorum cannot vouch for the session) every quarter of the
+//!   session timeout. Each answer confirms the session on the hub for the
+//!   heartbeat's send time plus the session timeout (minus drift): every
+//!   guard is held until the earlier of its own validity and that.
+//! - `Disconnected`, or no answer through the leader for half the session
+//!   timeout: every guard is suspended; the next answered heartbeat makes
+//!   them held again (and the core renews at once).
+//! - `Expired` (or `AuthFailed`/`Closed`), or no heartbeat answered until
+//!   shortly before the last confirmation runs out (the server may have
+//!   expired the session by then, and a partitioned client only hears of it
+//!   when it reconnects): the session is retired. Every guard is
+//!   `Lost(SessionExpired)` and the client is dropped.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use lock_core::{add_saturating, Sent, SessionStatus};
+use tokio::time::Instant;
+use zookeeper_client as zk;
+
+use crate::session::{Liveness, Retired, Session};
+
+/// How much earlier than the last confirmation runs out the monitor retires
+/// a silent session, so that guards see `Lost(SessionExpired)` rather than a
+/// bare `Lost(Expired)` of their validity.
+const RETIRE_LEAD: Duration = Duration::from_millis(50);
+
+type Heartbeat = Pin<Box<dyn Future<Output = Option<Sent>> + Send>>;
+
+/// One heartbeat: `sync /` answered within `within`; its send time if so.
+fn heartbeat(client: zk::Client, within: Duration) -> Heartbeat {
+    Box::pin(async move {
+        let sent = Sent::now();
+        match tokio::time::timeout(within, client.sync("/")).await {
+            Ok(Ok(())) => Some(sent),
+            _ => None,
+        }
+    })
+}
+
+async fn answer(hb: &mut Option<Heartbeat>) -> Option<Sent> {
+    match hb {
+        Some(f) => f.await,
+        None => std::future::pending().await,
+    }
+}
+
+/// When a silent session whose last confirmation runs out at `vouched` is
+/// retired.
+fn retire_at(vouched: Instant) -> Instant {
+    vouched.checked_sub(RETIRE_LEAD).unwrap_or(vouched)
+}
+
+/// The monitor of one session (see the module docs). Holds only a weak
+/// reference to the session, so dropping its last user closes it.
+pub(crate) async fn monitor(
+    session: Weak<Session>,
+    live: Arc<Liveness>,
+    mut states: zk::StateWatcher,
+) {
+    let every = (live.timeout / 4).max(Duration::from_millis(10));
+    let mut next_heartbeat = add_saturating(Instant::now(), every);
+    let mut in_flight: Option<Heartbeat> = None;
+    let mut disconnected = false;
+    let retire = |cause: Retired| match session.upgrade() {
+        Some(s) => s.retire(cause),
+        None => live.retire(cause),
+    };
+    loop {
+        if live.retired().is_some() {
+            return;
+        }
+        let Some(vouched) = live.hub.vouched_until() else {
+            return retire(Retired::Closed);
+        };
+        let suspect_at = add_saturating(live.last_answer(), live.timeout / 2);
+        let connected = matches!(live.hub.status(), SessionStatus::Live);
+        tokio::select! {
+            biased;
+            state = states.changed() => match state {
+                zk::SessionState::Disconnected => {
+                    disconnected = true;
+                    live.suspend("disconnected from ZooKeeper; reconnecting");
+                }
+                zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => {
+                    disconnected = false;
+                    next_heartbeat = Instant::now();
+                }
+                zk::SessionState::Expired => return retire(Retired::Expired),
+                zk::SessionState::AuthFailed => return retire(Retired::AuthFailed),
+                zk::SessionState::Closed => return retire(Retired::Closed),
+            },
+            answered = answer(&mut in_flight), if in_flight.is_some() => {
+                in_flight = None;
+                if let Some(sent) = answered {
+                    live.answered(sent.at());
+                    if !disconnected {
+                        live.hub.confirm(sent, live.timeout);
+                    }
+                }
+            }
+            _ = tokio::time::sleep_until(retire_at(vouched)) => {
+                if live.hub.vouched_until().is_none_or(|v| retire_at(v) <= Instant::now()) {
+                    return retire(Retired::Presumed);
+                }
+            }
+            _ = tokio::time::sleep_until(suspect_at), if connected => {
+                if add_saturating(live.last_answer(), live.timeout / 2) <= Instant::now() {
+                    live.suspend("no reply from ZooKeeper for half the session timeout");
+                }
+            }
+            _ = tokio::time::sleep_until(next_heartbeat), if in_flight.is_none() => {
+                next_heartbeat = add_saturating(Instant::now(), every);
+                let Some(s) = session.upgrade() else { return };
+                match s.client() {
+                    Ok(client) => in_flight = Some(heartbeat(client, every)),
+                    Err(_) => return,
+                }
+            }
+        }
+    }
+}

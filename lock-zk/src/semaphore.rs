@@ -1,0 +1,160 @@
+//! The semaphore, node-compatible with Apache Curator's
+//! `InterProcessSemaphoreV2`: leases are ephemeral-sequential nodes
+//! `<name>/leases/_c_<uuid>-lease-<seq>`, and a lease is taken under the
+//! mutex `<name>/locks` (Curator's `InterProcessMutex` layout).
+//!
+//! An acquirer first holds the `locks` mutex (FIFO, each waiting for its
+//! predecessor only), then creates its lease node and counts the leases; at
+//! most `permits` (its own included) it holds a permit, otherwise it waits,
+//! still holding the mutex, for a lease to go (a watch on the children of
+//! `leases`: the only watcher there is the mutex holder, so no herd). Then
+//! it releases the mutex. Since only the mutex holder ever has a lease node
+//! that does not hold a permit, and it counts that node, there are never
+//! more than `permits` holders; Curator's clients do the same on the same
+//! nodes, so both count each other.
+
+use std::sync::Arc;
+
+use lock_core::{Lease, LeaseRequest, Result};
+use tokio::time::Instant;
+
+use crate::backend::Backend;
+use crate::error::{lock_error, Failure};
+use crate::lease;
+use crate::node::{self, Marker};
+use crate::queue::{vanished, Contender, Listing, Pending, Recipe, Turn};
+use crate::session::Session;
+
+/// The child of a semaphore's znode under which its leases live.
+pub(crate) const LEASES: &str = "leases";
+/// The child of a semaphore's znode that is the mutex a lease is taken under.
+pub(crate) const LOCKS: &str = "locks";
+
+/// One permit of `permits` on `req.name`, waiting until `deadline` (`None`:
+/// one attempt).
+pub(crate) async fn acquire(
+    b: &Backend,
+    req: &LeaseRequest,
+    permits: u32,
+    deadline: Option<Instant>,
+) -> Result<Option<Lease>> {
+    let dir = b.lock_path(&req.name)?;
+    let until = b.until(deadline);
+    let session = b.session(until).await?;
+    let leases = format!("{dir}/{LEASES}");
+    let permits = usize::try_from(permits).unwrap_or(usize::MAX);
+    if deadline.is_none() {
+        // Every permit taken (or one of ours waiting for it): `None` without
+        // a write.
+        match session.list(&leases, until).await {
+            Ok(children) if count(&children) >= permits => return Ok(None),
+            Ok(_) => {}
+            Err(f) if f.is_no_node() => {}
+            Err(f) => return Err(lock_error(&format!("listing {leases}"), f)),
+        }
+    }
+    let gate = Arc::new(Contender::new(
+        session.clone(),
+        format!("{dir}/{LOCKS}"),
+        Marker::CuratorLock,
+    ));
+    let gate_node = Pending::new(gate.clone());
+    let lease = Arc::new(Contender::new(
+        session.clone(),
+        leases,
+        Marker::CuratorLease,
+    ));
+    let lease_node = Pending::new(lease.clone());
+    let outcome = permit(b, &session, &gate, &lease, req, permits, deadline, until).await;
+    match outcome {
+        Ok(Some(_)) => lease_node.keep(),
+        _ => lease_node.remove(until).await,
+    }
+    gate_node.remove(until).await;
+    outcome
+}
+
+/// The lease nodes among `children`.
+fn count(children: &[String]) -> usize {
+    children
+        .iter()
+        .filter(|c| node::parse(c).is_some_and(|(_, m)| node::is_lease(m)))
+        .count()
+}
+
+/// The protocol of [`acquire`], with the clean-up of both nodes left to it.
+#[allow(clippy::too_many_arguments)]
+async fn permit(
+    b: &Backend,
+    session: &Arc<Session>,
+    gate: &Contender,
+    lease: &Contender,
+    req: &LeaseRequest,
+    permits: usize,
+    deadline: Option<Instant>,
+    until: Instant,
+) -> Result<Option<Lease>> {
+    // The mutex first. One attempt still waits a little for it: it is held
+    // only while its holder counts the leases, unless every permit is taken
+    // (seen above).
+    let gate_deadline = deadline.unwrap_or_else(|| {
+        let now = Instant::now();
+        now + until.saturating_duration_since(now) / 2
+    });
+    let created = b.nodes.create(gate, until).await?;
+    let turn = gate
+        .wait_turn(
+            &created.path,
+            Recipe::Mutex,
+            created.listing,
+            Some(gate_deadline),
+            until,
+        )
+        .await?;
+    let Turn::Granted { mut contended, .. } = turn else {
+        return Ok(None);
+    };
+    // Our lease, counted with the others in the same round trip.
+    let mut created = b.nodes.create(lease, until).await?;
+    let ours = created
+        .path
+        .rsplit('/')
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    let mut listing = created.listing.take();
+    loop {
+        let (Listing { looked, children }, watcher) = match listing.take() {
+            Some(listing) => (listing, None),
+            None => {
+                let looked = Instant::now();
+                match session.watch_children(&lease.dir, until).await {
+                    Ok((children, watcher)) => (Listing { looked, children }, Some(watcher)),
+                    Err(f) => return Err(lock_error(&format!("listing {}", lease.dir), f)),
+                }
+            }
+        };
+        if !children.contains(&ours) {
+            return Err(vanished(&created.path));
+        }
+        if count(&children) <= permits {
+            let lease = lease::grant(session, &b.nodes, &created, req.ttl, looked, until).await?;
+            return Ok(Some(lease.with_contended(contended)));
+        }
+        contended = true;
+        let Some(deadline) = deadline else {
+            return Ok(None);
+        };
+        let Some(watcher) = watcher else {
+            // Set the watch with the next listing.
+            continue;
+        };
+        tokio::select! {
+            _ = watcher.changed() => {}
+            _ = tokio::time::sleep_until(deadline) => return Ok(None),
+            cause = session.ended() => {
+                return Err(lock_error(&format!("waiting for a lease under {}", lease.dir), Failure::Retired(cause)));
+            }
+        }
+    }
+}

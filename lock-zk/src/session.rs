@@ -1,0 +1,446 @@
+//! One ZooKeeper session behind a [`crate::ZkLock`]: the client, what the
+//! session is known to be worth, and every request, each bounded in time.
+//!
+//! A [`Session`] is one `zookeeper_client::Client` (one ZooKeeper session)
+//! serving any number of guards. Every guard it grants is registered with
+//! the session's [`SessionHub`], which fans the session's news out to them;
+//! the monitor task ([`crate::monitor`]) keeps the session alive and tells
+//! the hub what it learns.
+//!
+//! A reply to a request that went through the leader (a write, a `sync`)
+//! proves the session alive when the request was sent; reads are answered
+//! by the connected server alone, which may be cut off from the quorum, so
+//! they prove nothing.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
+
+use lock_core::{add_saturating, LockError, LockErrorKind, LossCause, Sent, SessionHub};
+use tokio::sync::watch;
+use tokio::time::Instant;
+use zookeeper_client as zk;
+
+use crate::config::ZkConfig;
+use crate::error::{lock_error, Failure};
+
+/// Why a session was retired.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Retired {
+    /// The server expired it (reported on reconnection).
+    Expired,
+    /// No reply for the whole session timeout: the server may have expired it.
+    Presumed,
+    /// The server refused the credentials.
+    AuthFailed,
+    /// The client was closed.
+    Closed,
+}
+
+impl std::fmt::Display for Retired {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Expired => "expired on the server",
+            Self::Presumed => {
+                "no reply from ZooKeeper for the whole session timeout; presumed expired"
+            }
+            Self::AuthFailed => "authentication failed",
+            Self::Closed => "client closed",
+        })
+    }
+}
+
+pub(crate) fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// What the session, its monitor and its guards share about its liveness.
+pub(crate) struct Liveness {
+    /// The session's guards and what the session vouches for.
+    pub hub: Arc<SessionHub>,
+    /// The negotiated session timeout.
+    pub timeout: Duration,
+    /// The session id as ZooKeeper prints it (`0x...`).
+    pub id: String,
+    /// The session id as nodes carry it (`ephemeral_owner`).
+    owner: i64,
+    /// When the last request answered through the leader was sent.
+    last_answer: Mutex<Instant>,
+    ended: watch::Sender<Option<Retired>>,
+}
+
+impl Liveness {
+    /// A request sent at `sent` was answered through the leader.
+    pub fn answered(&self, sent: Instant) {
+        let mut last = locked(&self.last_answer);
+        if sent > *last {
+            *last = sent;
+        }
+    }
+
+    /// The session id as the ephemeral nodes of this session carry it.
+    pub fn owner(&self) -> i64 {
+        self.owner
+    }
+
+    /// When the last request answered through the leader was sent.
+    pub fn last_answer(&self) -> Instant {
+        *locked(&self.last_answer)
+    }
+
+    /// Why the session was retired, if it was.
+    pub fn retired(&self) -> Option<Retired> {
+        *self.ended.borrow()
+    }
+
+    /// Marks the session retired: every guard is lost, new work refused.
+    pub fn retire(&self, cause: Retired) {
+        let first = self.ended.send_if_modified(|ended| {
+            let first = ended.is_none();
+            if first {
+                *ended = Some(cause);
+            }
+            first
+        });
+        if first {
+            tracing::warn!(session = %self.id, %cause, guards = self.hub.guards(), "lock-zk: session retired; its guards are lost");
+            self.hub.end(LossCause::SessionExpired);
+        }
+    }
+
+    /// Suspends every guard (once per episode).
+    pub fn suspend(&self, reason: &str) {
+        if matches!(self.hub.status(), lock_core::SessionStatus::Live) {
+            tracing::warn!(session = %self.id, reason, "lock-zk: session suspended; guards suspended");
+        }
+        self.hub
+            .suspend(&format!("ZooKeeper session {}: {reason}", self.id));
+    }
+}
+
+/// One ZooKeeper session and what it knows.
+pub(crate) struct Session {
+    client: Mutex<Option<zk::Client>>,
+    /// Shared with the monitor and the guards.
+    pub live: Arc<Liveness>,
+    request_timeout: Duration,
+    monitor: OnceLock<tokio::task::AbortHandle>,
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if let Some(monitor) = self.monitor.get() {
+            monitor.abort();
+        }
+    }
+}
+
+/// A request's outcome.
+pub(crate) type Reply<T> = Result<T, Failure>;
+
+/// A node's stat and a one-shot watch on it, if it exists.
+pub(crate) type Watched = Reply<Option<(zk::Stat, zk::OneshotWatcher)>>;
+
+impl Session {
+    /// Opens a session on `hosts` within the connect timeout, and before
+    /// `until` (the bound of the call that needs the session). Fails at once
+    /// when every server refuses the connection.
+    pub async fn connect(
+        hosts: &str,
+        config: &ZkConfig,
+        until: Instant,
+    ) -> Result<Arc<Session>, LockError> {
+        let what = || format!("connecting to ZooKeeper at {hosts}");
+        let mut connector = zk::Client::connector()
+            .with_session_timeout(config.session_timeout)
+            .with_fail_eagerly();
+        for (scheme, auth) in &config.auth {
+            connector = connector.with_auth(scheme, auth);
+        }
+        // The session is created after this: it lives at least until then
+        // plus its timeout.
+        let started = Sent::now();
+        let give_up = until.min(add_saturating(started.at(), config.connect_timeout));
+        let client = match tokio::time::timeout_at(give_up, connector.connect(hosts)).await {
+            Err(_) => {
+                return Err(LockError::new(
+                    LockErrorKind::Unavailable,
+                    format!(
+                        "{}: no session within {:?}",
+                        what(),
+                        give_up.saturating_duration_since(started.at())
+                    ),
+                ))
+            }
+            Ok(Err(err)) => return Err(lock_error(&what(), Failure::Zk(err))),
+            Ok(Ok(client)) => client,
+        };
+        let timeout = client.session_timeout();
+        let states = client.state_watcher();
+        let hub = SessionHub::new();
+        hub.confirm(started, timeout);
+        let live = Arc::new(Liveness {
+            hub,
+            timeout,
+            id: client.session_id().to_string(),
+            owner: client.session_id().0,
+            last_answer: Mutex::new(started.at()),
+            ended: watch::channel(None).0,
+        });
+        let session = Arc::new(Session {
+            client: Mutex::new(Some(client)),
+            live: live.clone(),
+            request_timeout: config.request_timeout,
+            monitor: OnceLock::new(),
+        });
+        let task = tokio::spawn(crate::monitor::monitor(
+            Arc::downgrade(&session),
+            live,
+            states,
+        ));
+        let _ = session.monitor.set(task.abort_handle());
+        tracing::debug!(session = %session.live.id, ?timeout, "lock-zk: session established");
+        Ok(session)
+    }
+
+    /// Whether new work may use this session.
+    pub fn is_live(&self) -> bool {
+        self.live.retired().is_none()
+    }
+
+    /// The client, unless the session was retired.
+    pub fn client(&self) -> Reply<zk::Client> {
+        if let Some(cause) = self.live.retired() {
+            return Err(Failure::Retired(cause));
+        }
+        locked(&self.client)
+            .clone()
+            .ok_or(Failure::Retired(Retired::Closed))
+    }
+
+    /// Retires the session and drops its client, so the session is closed
+    /// (or, unreachable, expires on the server) and its nodes go away; it
+    /// never comes back holding locks its guards gave up.
+    pub fn retire(&self, cause: Retired) {
+        self.live.retire(cause);
+        drop(locked(&self.client).take());
+    }
+
+    /// Resolves when the session is retired, with the cause.
+    pub fn ended(&self) -> impl Future<Output = Retired> + Send + 'static {
+        let mut rx = self.live.ended.subscribe();
+        async move {
+            loop {
+                if let Some(cause) = *rx.borrow_and_update() {
+                    return cause;
+                }
+                if rx.changed().await.is_err() {
+                    return Retired::Closed;
+                }
+            }
+        }
+    }
+
+    /// The bound of a call that starts now: one request timeout.
+    pub fn bound(&self) -> Instant {
+        self.bound_after(Instant::now())
+    }
+
+    /// The bound of a call that may wait until `deadline`: the deadline plus
+    /// one request timeout.
+    pub fn bound_after(&self, deadline: Instant) -> Instant {
+        add_saturating(deadline, self.request_timeout)
+    }
+
+    /// Runs one request, answered before `until` (the bound of the call it
+    /// belongs to) or failed with [`Failure::Elapsed`]. On a lost connection
+    /// an idempotent request (`retry_on_loss`) is sent again, and waits for
+    /// the reconnection, within the same bound. `via_leader`: writes and
+    /// `sync`, whose answers prove the session alive when they were sent.
+    async fn request<T, F, Fut>(
+        &self,
+        until: Instant,
+        retry_on_loss: bool,
+        via_leader: bool,
+        op: F,
+    ) -> Reply<T>
+    where
+        F: Fn(zk::Client) -> Fut,
+        Fut: Future<Output = Result<T, zk::Error>>,
+    {
+        let deadline = until.min(self.bound());
+        loop {
+            let client = self.client()?;
+            let sent = Instant::now();
+            match tokio::time::timeout_at(deadline, op(client)).await {
+                Err(_) => return Err(Failure::Elapsed),
+                Ok(Ok(value)) => {
+                    if via_leader {
+                        self.live.answered(sent);
+                    }
+                    return Ok(value);
+                }
+                Ok(Err(zk::Error::ConnectionLoss)) if retry_on_loss => {
+                    // Requests sent while disconnected wait for the reconnection.
+                    tokio::time::sleep_until(
+                        deadline.min(Instant::now() + Duration::from_millis(10)),
+                    )
+                    .await;
+                }
+                Ok(Err(err)) => {
+                    let failure = Failure::Zk(err);
+                    if via_leader && failure.answered_by_server() {
+                        self.live.answered(sent);
+                    }
+                    return Err(failure);
+                }
+            }
+        }
+    }
+
+    /// The children of `path`.
+    pub async fn list(&self, path: &str, until: Instant) -> Reply<Vec<String>> {
+        self.request(until, true, false, |c| async move {
+            c.list_children(path).await
+        })
+        .await
+    }
+
+    /// The stat of `path`, if it exists.
+    pub async fn stat(&self, path: &str, until: Instant) -> Reply<Option<zk::Stat>> {
+        self.request(
+            until,
+            true,
+            false,
+            |c| async move { c.check_stat(path).await },
+        )
+        .await
+    }
+
+    /// The stat of `path` and a one-shot watch on it (fires on deletion,
+    /// data change and session termination), or `None` if it does not
+    /// exist: then no watch is left behind (an `exists` watch on a missing
+    /// node would wait for its creation for the rest of the session, as
+    /// Curator's `LockInternals` notes).
+    pub async fn watch(&self, path: &str, until: Instant) -> Watched {
+        match self
+            .request(until, true, false, |c| async move {
+                c.get_and_watch_data(path).await
+            })
+            .await
+        {
+            Ok((_data, stat, watcher)) => Ok(Some((stat, watcher))),
+            Err(f) if f.is_no_node() => Ok(None),
+            Err(f) => Err(f),
+        }
+    }
+
+    /// Brings the connected server up to date with the leader for `path`.
+    pub async fn sync(&self, path: &str, until: Instant) -> Reply<()> {
+        self.request(until, true, true, |c| async move { c.sync(path).await })
+            .await
+    }
+
+    /// Deletes `path` (any version).
+    pub async fn delete(&self, path: &str, until: Instant) -> Reply<()> {
+        self.request(
+            until,
+            true,
+            true,
+            |c| async move { c.delete(path, None).await },
+        )
+        .await
+    }
+
+    /// Creates an ephemeral sequential node `prefix<seq>` (its path and
+    /// stat) and lists the children of `dir`, sent right behind it on the
+    /// same connection (one round trip for both): the server answers the
+    /// listing after it applied the create, so a created node is in the
+    /// listing, with every contender created before it. The create is never
+    /// retried here: after a lost reply the caller looks for the node.
+    pub async fn create_and_list(
+        &self,
+        prefix: &str,
+        data: &[u8],
+        acls: &[zk::Acl],
+        dir: &str,
+        until: Instant,
+    ) -> (Reply<(String, zk::Stat)>, Reply<Vec<String>>) {
+        let client = match self.client() {
+            Ok(client) => client,
+            Err(f) => {
+                let again = match &f {
+                    Failure::Retired(cause) => Failure::Retired(*cause),
+                    _ => Failure::Elapsed,
+                };
+                return (Err(f), Err(again));
+            }
+        };
+        let deadline = until.min(self.bound());
+        let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::new(acls));
+        let sent = Instant::now();
+        // Both requests are on the wire before either reply is awaited.
+        let create = client.create(prefix, data, &options);
+        let list = client.list_children(dir);
+        let (created, listed) = tokio::join!(
+            tokio::time::timeout_at(deadline, create),
+            tokio::time::timeout_at(deadline, list)
+        );
+        let created = match created {
+            Err(_) => Err(Failure::Elapsed),
+            Ok(Ok((stat, seq))) => {
+                self.live.answered(sent);
+                Ok((format!("{prefix}{seq}"), stat))
+            }
+            Ok(Err(err)) => Err(Failure::Zk(err)),
+        };
+        let listed = match listed {
+            Err(_) => Err(Failure::Elapsed),
+            Ok(result) => result.map_err(Failure::Zk),
+        };
+        (created, listed)
+    }
+
+    /// Creates the ephemeral node `path` (not sequential); its stat. Never
+    /// retried here: after a lost reply the caller looks for the node.
+    pub async fn create_ephemeral(
+        &self,
+        path: &str,
+        data: &[u8],
+        acls: &[zk::Acl],
+        until: Instant,
+    ) -> Reply<zk::Stat> {
+        self.request(until, false, true, |c| async move {
+            let options = zk::CreateMode::Ephemeral.with_acls(zk::Acls::new(acls));
+            c.create(path, data, &options).await.map(|(stat, _)| stat)
+        })
+        .await
+    }
+
+    /// The children of `dir` and a one-shot watch on them (fires when a
+    /// child is created or deleted, and on the session's end).
+    pub async fn watch_children(
+        &self,
+        dir: &str,
+        until: Instant,
+    ) -> Reply<(Vec<String>, zk::OneshotWatcher)> {
+        self.request(until, true, false, |c| async move {
+            c.list_and_watch_children(dir).await
+        })
+        .await
+    }
+
+    /// Creates `path` and its missing ancestors as `mode` nodes.
+    pub async fn mkdir(
+        &self,
+        path: &str,
+        mode: zk::CreateMode,
+        acls: &[zk::Acl],
+        until: Instant,
+    ) -> Reply<()> {
+        self.request(until, true, true, |c| async move {
+            c.mkdir(path, &mode.with_acls(zk::Acls::new(acls))).await
+        })
+        .await
+    }
+}
