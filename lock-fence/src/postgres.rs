@@ -73,6 +73,10 @@ impl PgFence {
     ///   transaction has failed in the server and can only roll back (even a
     ///   `COMMIT` rolls it back), so nothing written in it before this call
     ///   survives either.
+    ///
+    /// The token is checked before the key: a retry of a write that was done,
+    /// arriving after a newer holder wrote, is refused as stale (its holder
+    /// has lost the lock), not reported as a duplicate.
     pub async fn admit(
         &self,
         tx: &Transaction<'_>,

@@ -23,16 +23,20 @@ async fn connect_to(url: &str) -> Client {
     client
 }
 
-/// A client with the fence schema and the test table in place.
+/// A client with the fence schema and the test table in place (created once:
+/// concurrent `CREATE TABLE IF NOT EXISTS` can collide in PostgreSQL).
 async fn client() -> Client {
+    static SCHEMA: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
     let mut client = connect_to(&server().url()).await;
-    PgFence::new().migrate(&mut client).await.unwrap();
-    client
-        .batch_execute(
-            "CREATE TABLE IF NOT EXISTS kv (resource text PRIMARY KEY, value text NOT NULL)",
-        )
-        .await
-        .unwrap();
+    SCHEMA
+        .get_or_init(|| async {
+            PgFence::new().migrate(&mut client).await.unwrap();
+            client
+                .batch_execute("CREATE TABLE kv (resource text PRIMARY KEY, value text NOT NULL)")
+                .await
+                .unwrap();
+        })
+        .await;
     client
 }
 
@@ -171,6 +175,27 @@ async fn an_idempotency_key_is_admitted_once() {
         Admission::Admitted
     );
     assert_eq!(read(&c, &r).await.as_deref(), Some("d"));
+
+    // Forgotten keys are admitted again.
+    let fence = PgFence::new();
+    assert!(
+        fence
+            .forget_keys_older_than(&c, Duration::from_secs(3600))
+            .await
+            .unwrap()
+            < 2
+    );
+    assert!(
+        fence
+            .forget_keys_older_than(&c, Duration::ZERO)
+            .await
+            .unwrap()
+            >= 2
+    );
+    assert_eq!(
+        fenced_upsert(&mut c, &newer, "e").await.unwrap(),
+        Admission::Admitted
+    );
 }
 
 /// Two open transactions with different tokens: the second waits on the
