@@ -2,7 +2,6 @@
 
 mod support;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Client, ConnectOptions, KvClient};
@@ -45,31 +44,7 @@ async fn store() -> Etcd {
     Etcd(connect(shared_etcd().unwrap().endpoints()).await)
 }
 
-#[tokio::test]
-async fn admits_newer_refuses_older() {
-    support::admits_newer_refuses_older(&store().await).await;
-}
-
-#[tokio::test]
-async fn equal_token_is_admitted_again() {
-    support::equal_token_is_admitted_again(&store().await).await;
-}
-
-#[tokio::test]
-async fn large_tokens_compare_exactly() {
-    support::large_tokens_compare_exactly(&store().await, (1 << 53) + 1).await;
-    support::large_tokens_compare_exactly(&store().await, u64::MAX).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_writers_keep_the_highest_token() {
-    support::concurrent_writers_keep_the_highest_token(Arc::new(store().await)).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn crash_between_lock_and_write() {
-    support::crash_between_lock_and_write(&store().await).await;
-}
+support::store_cases!(store().await, (1 << 53) + 1, u64::MAX);
 
 /// Tokens of different lengths compare as numbers, not as text (9 < 10).
 #[tokio::test]

@@ -2,7 +2,7 @@
 
 mod support;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use lock_core::{async_trait, LockErrorKind};
@@ -83,30 +83,7 @@ impl Store for Pg {
     }
 }
 
-#[tokio::test]
-async fn admits_newer_refuses_older() {
-    support::admits_newer_refuses_older(&Pg).await;
-}
-
-#[tokio::test]
-async fn equal_token_is_admitted_again() {
-    support::equal_token_is_admitted_again(&Pg).await;
-}
-
-#[tokio::test]
-async fn largest_bigint_token_compares_exactly() {
-    support::large_tokens_compare_exactly(&Pg, i64::MAX as u64).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_writers_keep_the_highest_token() {
-    support::concurrent_writers_keep_the_highest_token(Arc::new(Pg)).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn crash_between_lock_and_write() {
-    support::crash_between_lock_and_write(&Pg).await;
-}
+support::store_cases!(Pg, i64::MAX as u64);
 
 /// A stale token fails the whole transaction in the server: what it wrote
 /// before the check is gone even if the caller commits anyway.

@@ -2,7 +2,6 @@
 
 mod support;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::{async_trait, LockErrorKind};
@@ -47,32 +46,7 @@ async fn store() -> Redis {
     Redis(connect(shared_redis().unwrap().url()).await)
 }
 
-#[tokio::test]
-async fn admits_newer_refuses_older() {
-    support::admits_newer_refuses_older(&store().await).await;
-}
-
-#[tokio::test]
-async fn equal_token_is_admitted_again() {
-    support::equal_token_is_admitted_again(&store().await).await;
-}
-
-/// 2^53 + 1 and 2^53 are the same Lua double: the script compares digits.
-#[tokio::test]
-async fn large_tokens_compare_exactly() {
-    support::large_tokens_compare_exactly(&store().await, (1 << 53) + 1).await;
-    support::large_tokens_compare_exactly(&store().await, u64::MAX).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_writers_keep_the_highest_token() {
-    support::concurrent_writers_keep_the_highest_token(Arc::new(store().await)).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn crash_between_lock_and_write() {
-    support::crash_between_lock_and_write(&store().await).await;
-}
+support::store_cases!(store().await, (1 << 53) + 1, u64::MAX);
 
 /// A fenced hash field update shares the resource's fence with SET; a hash
 /// write to a key of another type records no token.

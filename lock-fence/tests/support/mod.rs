@@ -9,6 +9,39 @@ use lock_fence::{FenceError, FencedWrite};
 use lock_redis::{RedisLock, RedisLockConfig};
 use lock_testbed::{shared_redis, unique_name, Proxy};
 
+/// The shared cases as `#[tokio::test]`s for one store: `$store` builds the
+/// [`Store`] (evaluated in each test), `$big` are tokens near the top of the
+/// range the store holds.
+macro_rules! store_cases {
+    ($store:expr, $($big:expr),+) => {
+        #[tokio::test]
+        async fn admits_newer_refuses_older() {
+            support::admits_newer_refuses_older(&$store).await;
+        }
+
+        #[tokio::test]
+        async fn equal_token_is_admitted_again() {
+            support::equal_token_is_admitted_again(&$store).await;
+        }
+
+        #[tokio::test]
+        async fn large_tokens_compare_exactly() {
+            $(support::large_tokens_compare_exactly(&$store, $big).await;)+
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn concurrent_writers_keep_the_highest_token() {
+            support::concurrent_writers_keep_the_highest_token(std::sync::Arc::new($store)).await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn crash_between_lock_and_write() {
+            support::crash_between_lock_and_write(&$store).await;
+        }
+    };
+}
+pub(crate) use store_cases;
+
 /// A fenced store under test: write a value to a resource, read it back.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
