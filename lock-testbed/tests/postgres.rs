@@ -86,3 +86,61 @@ fn postgres_runs_unprivileged_keeps_data_across_a_crash_and_cleans_up() {
     );
     assert!(!dir.exists(), "{} left behind", dir.display());
 }
+
+const PROBE_ENV: &str = "LOCK_TESTBED_PG_PROBE";
+
+/// Starts a server and checks it answers; run again as a child process by the
+/// test below (with LOCK_TESTBED_PG_PROBE set), it prints the server's PIDs and
+/// waits to be SIGKILLed.
+#[test]
+fn probe_postgres() {
+    let server = PostgresServer::start().unwrap();
+    assert_eq!(psql(&server, "SELECT 'up'"), "up");
+    if std::env::var(PROBE_ENV).is_ok() {
+        let mut pids = vec![server.pid().unwrap()];
+        pids.extend(server.worker_pids());
+        let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
+        println!("PG-PIDS {}", pids.join(" "));
+        std::thread::sleep(std::time::Duration::from_secs(120));
+    }
+}
+
+/// The parent-death signal survives the switch to the unprivileged user: a
+/// test process killed with SIGKILL takes its PostgreSQL down with it.
+#[test]
+fn postgres_dies_with_a_killed_test_process() {
+    use std::io::{BufRead, BufReader};
+    use std::time::{Duration, Instant};
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "probe_postgres",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(PROBE_ENV, "hang")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = BufReader::new(child.stdout.take().unwrap());
+    let line = out
+        .lines()
+        .map_while(Result::ok)
+        .find(|l| l.contains("PG-PIDS "))
+        .expect("the probe prints its PIDs");
+    // libtest prints "test probe_postgres ... " before the probe's own output.
+    let (_, list) = line.split_once("PG-PIDS ").unwrap();
+    let pids: Vec<u32> = list.split(' ').map(|p| p.parse().unwrap()).collect();
+    assert!(pids.iter().all(|&p| pid_alive(p)));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while pids.iter().any(|&p| pid_alive(p)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let alive: Vec<u32> = pids.into_iter().filter(|&p| pid_alive(p)).collect();
+    assert!(
+        alive.is_empty(),
+        "still alive after the test process died: {alive:?}"
+    );
+}
