@@ -24,8 +24,10 @@ const MIGRATION_LOCK: i64 = 0x6469_7374_6c6f_636b;
 /// Fenced writes into PostgreSQL.
 ///
 /// [`PgFence::admit`] takes the caller's [`Transaction`]: the token check and
-/// the caller's write commit or roll back together. Build it once and share it;
-/// it holds no connection.
+/// the caller's write commit or roll back together (pools' transactions, such
+/// as deadpool-postgres's, dereference to it: pass `&*tx`). Build it once and
+/// share it; it holds no connection. Called in a savepoint (a nested
+/// transaction), a stale token fails that savepoint.
 ///
 /// Deadlines: a holder's `admit` waits while another transaction holds the
 /// same resource's fence row (that is the serialization). Bound it the
