@@ -16,7 +16,15 @@
 //!   (e.g. a counter reset by a restart without persistence).
 //! - [`Report`]: backend x scenario rows, printed as a Markdown table and
 //!   written as JSON under `target/`.
+//! - [`Workload::in_postgres`]: the same workload with the fenced register
+//!   kept in a real PostgreSQL ([`PgRegisters`]), every write checked by
+//!   `lock-fence`'s [`PgFence`](lock_fence::PgFence) in its own transaction:
+//!   fencing end to end, into storage.
 #![deny(missing_docs)]
+
+mod postgres;
+
+pub use postgres::PgRegisters;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -42,7 +50,12 @@ struct SectionRecord {
 /// The registers and records of one lock name.
 #[derive(Debug)]
 struct PerName {
+    name: String,
     fenced: FencedRegister<FencedCell>,
+    /// Where the fenced register lives when not in memory.
+    store: Option<Arc<PgRegisters>>,
+    /// Writes the store refused as stale.
+    store_rejections: AtomicU64,
     plain: Mutex<u64>,
     /// Grant sequence: the order in which holders entered their sections.
     grants: AtomicU64,
@@ -55,9 +68,12 @@ struct PerName {
 }
 
 impl PerName {
-    fn new() -> Self {
+    fn new(name: &str, store: Option<Arc<PgRegisters>>) -> Self {
         Self {
+            name: name.to_string(),
             fenced: FencedRegister::new(FencedCell::default()),
+            store,
+            store_rejections: AtomicU64::new(0),
             plain: Mutex::new(0),
             grants: AtomicU64::new(0),
             claimed: AtomicU64::new(0),
@@ -68,22 +84,37 @@ impl PerName {
         }
     }
 
-    fn fenced_write(
-        &self,
-        grant: u64,
-        token: FencingToken,
-        update: impl FnOnce(&mut FencedCell),
-    ) -> bool {
+    /// A fenced write of `value` (`None`: the claim, which changes nothing).
+    fn fenced_write(&self, grant: u64, token: FencingToken, value: Option<u64>) -> bool {
         self.fenced_writes.fetch_add(1, Ordering::SeqCst);
+        let stale = || {
+            // Accepted. Was a later holder already writing? Then this write is stale.
+            if self.claimed.load(Ordering::SeqCst) > grant {
+                self.stale_accepted.fetch_add(1, Ordering::SeqCst);
+            }
+        };
+        if let Some(store) = &self.store {
+            let admitted = blocking(store.write(&self.name, token, value, stale));
+            if !admitted {
+                self.store_rejections.fetch_add(1, Ordering::SeqCst);
+            }
+            return admitted;
+        }
         self.fenced
             .write(token, |cell| {
-                // Accepted. Was a later holder already writing? Then this write is stale.
-                if self.claimed.load(Ordering::SeqCst) > grant {
-                    self.stale_accepted.fetch_add(1, Ordering::SeqCst);
+                stale();
+                if let Some(v) = value {
+                    cell.value = v;
                 }
-                update(cell)
             })
             .is_ok()
+    }
+
+    fn read_fenced(&self) -> u64 {
+        match &self.store {
+            Some(store) => blocking(store.read(&self.name)),
+            None => self.fenced.read().value,
+        }
     }
 
     /// Sections that began before an earlier-entered one of this name ended.
@@ -106,6 +137,13 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Runs a store call to completion from synchronous checker code. The
+/// scenarios run on a multi-threaded runtime, whose other workers keep
+/// serving while this one waits.
+fn blocking<T>(f: impl std::future::Future<Output = T>) -> T {
+    tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(f))
+}
+
 /// Shared state of one scenario run: per lock name, the two registers and
 /// the checker's records; plus fault and retake counts.
 #[derive(Debug, Default)]
@@ -113,12 +151,23 @@ pub struct Workload {
     names: Mutex<HashMap<String, Arc<PerName>>>,
     faults: AtomicU64,
     retakes: Mutex<Vec<Duration>>,
+    store: Option<Arc<PgRegisters>>,
 }
 
 impl Workload {
     /// Empty registers, no records.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Like [`Workload::new`], with the fenced register of every lock name
+    /// in PostgreSQL: reads and writes go to `store` (each write a fenced
+    /// transaction). Needs a multi-threaded tokio runtime.
+    pub fn in_postgres(store: PgRegisters) -> Self {
+        Self {
+            store: Some(Arc::new(store)),
+            ..Self::default()
+        }
     }
 
     /// Enters a critical section for a freshly acquired `guard`: takes the next
@@ -133,13 +182,18 @@ impl Workload {
     pub fn enter_with(&self, name: &str, token: Option<FencingToken>) -> Section {
         let per = lock(&self.names)
             .entry(name.to_string())
-            .or_insert_with(|| Arc::new(PerName::new()))
+            .or_insert_with(|| Arc::new(PerName::new(name, self.store.clone())))
             .clone();
         let grant = per.grants.fetch_add(1, Ordering::SeqCst) + 1;
-        per.claimed.fetch_max(grant, Ordering::SeqCst);
-        if let Some(token) = token {
-            let _ = per.fenced_write(grant, token, |_| {});
+        // In memory the claim and its write are one step; in PostgreSQL the
+        // claim counts once the store has decided on it (see `postgres.rs`).
+        if per.store.is_none() {
+            per.claimed.fetch_max(grant, Ordering::SeqCst);
         }
+        if let Some(token) = token {
+            let _ = per.fenced_write(grant, token, None);
+        }
+        per.claimed.fetch_max(grant, Ordering::SeqCst);
         Section {
             per,
             grant,
@@ -184,7 +238,8 @@ impl Workload {
             stats.sections += lock(&per.sections).len() as u64;
             stats.overlaps += per.overlaps();
             stats.stale_accepted += per.stale_accepted.load(Ordering::SeqCst);
-            stats.stale_rejected += per.fenced.rejections();
+            stats.stale_rejected +=
+                per.fenced.rejections() + per.store_rejections.load(Ordering::SeqCst);
             stats.fenced_writes += per.fenced_writes.load(Ordering::SeqCst);
             stats.lost_updates += plain_writes.saturating_sub(plain_value);
         }
@@ -216,7 +271,7 @@ impl Section {
     /// Reads both registers.
     pub fn read(&mut self) {
         self.read_plain = *lock(&self.per.plain);
-        self.read_fenced = self.per.fenced.read().value;
+        self.read_fenced = self.per.read_fenced();
     }
 
     /// Writes both registers: `read + 1`. The fenced write carries the token
@@ -226,10 +281,8 @@ impl Section {
         *lock(&self.per.plain) = self.read_plain + 1;
         self.per.plain_writes.fetch_add(1, Ordering::SeqCst);
         let value = self.read_fenced + 1;
-        self.token.map(|token| {
-            self.per
-                .fenced_write(self.grant, token, |cell| cell.value = value)
-        })
+        self.token
+            .map(|token| self.per.fenced_write(self.grant, token, Some(value)))
     }
 
     /// Read, yield to other tasks (a real `.await` inside the section), write.
@@ -431,6 +484,43 @@ mod tests {
         a.exit();
         let s = w.stats();
         assert_eq!(s.stale_accepted, 1);
+    }
+
+    /// The same two cases against a real PostgreSQL: the store refuses the
+    /// paused holder, and when tokens go backwards the checker still sees
+    /// the older holder's accepted write.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_checker_reads_the_verdicts_of_postgres() {
+        let server = tokio::task::block_in_place(|| lock_testbed::PostgresServer::start().unwrap());
+        let registers = PgRegisters::connect(server.url()).await.unwrap();
+        let w = Workload::in_postgres(registers);
+        let mut a = w.enter_with("paused", Some(FencingToken::new(5)));
+        a.read();
+        let mut b = w.enter_with("paused", Some(FencingToken::new(6)));
+        b.read();
+        assert_eq!(b.write(), Some(true));
+        b.exit();
+        assert_eq!(a.write(), Some(false));
+        a.exit();
+        let mut c = w.enter_with("paused", Some(FencingToken::new(6)));
+        c.read();
+        assert_eq!(c.write(), Some(true));
+        c.read();
+        assert_eq!(c.read_fenced, 2, "B's and C's increments are in the table");
+        c.exit();
+
+        let mut old = w.enter_with("backwards", Some(FencingToken::new(57)));
+        old.read();
+        let mut reset = w.enter_with("backwards", Some(FencingToken::new(1)));
+        reset.read();
+        assert_eq!(reset.write(), Some(false));
+        reset.exit();
+        assert_eq!(old.write(), Some(true));
+        old.exit();
+
+        let s = w.stats();
+        assert_eq!((s.overlaps, s.stale_rejected, s.stale_accepted), (2, 3, 1));
+        tokio::task::block_in_place(|| drop(server));
     }
 
     #[tokio::test]

@@ -11,7 +11,11 @@
 //!   delayed restart of one max TTL: 0;
 //! - S5 (minority faults, leader kills) and the soak: 0 stale writes accepted;
 //!   0 overlaps in S5;
-//! - a crashed holder's lock is retaken within TTL + 0.5 s (p99).
+//! - a crashed holder's lock is retaken within TTL + 0.5 s (p99);
+//! - with the fenced register in a real PostgreSQL (rows marked `storage:
+//!   postgres`; S1, Redis S3 and the soak, for redis, etcd and zookeeper):
+//!   0 stale writes accepted by PostgreSQL, stale writes rejected in S1, and
+//!   every rejection counted by `distlock_fencing_rejects_total{storage="postgres"}`.
 //!
 //! After all scenarios, each backend must have made at least 1,500
 //! acquisitions and had at least 100 faults injected.
@@ -27,11 +31,13 @@ use lock_core::{AcquireOptions, DistributedLock, LockGuard, LockName};
 use lock_etcd::{EtcdConfig, EtcdLock};
 use lock_redis::{RedisLock, RedisLockConfig};
 use lock_redlock::{RedlockConfig, RedlockLock};
-use lock_safety::{Report, Row, Stats, Workload};
+use lock_safety::{PgRegisters, Report, Row, Stats, Workload};
 use lock_testbed::{
-    EtcdCluster, Persistence, Proxy, RedisOptions, RedisServer, RedisSet, ZkEnsemble, ZkOptions,
+    EtcdCluster, Persistence, PostgresServer, Proxy, RedisOptions, RedisServer, RedisSet,
+    ZkEnsemble, ZkOptions,
 };
 use lock_zk::{ZkConfig, ZkLock};
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use rand::Rng;
 use tokio::time::{sleep, Instant};
 
@@ -291,17 +297,58 @@ async fn careful_section(w: &Workload, guard: &LockGuard) {
     s.exit();
 }
 
+/// Where the fenced register of a scenario lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Storage {
+    /// lock-core's in-process `FencedRegister`.
+    Memory,
+    /// A real PostgreSQL started for the scenario: every write a transaction
+    /// checked by lock-fence's `PgFence`.
+    Postgres,
+}
+
+impl Storage {
+    /// The scenario's workload, and the database it writes to (if any),
+    /// which must live as long as the workload.
+    async fn workload(self) -> (Arc<Workload>, Db) {
+        match self {
+            Storage::Memory => (Arc::new(Workload::new()), Db(None)),
+            Storage::Postgres => {
+                let server = blocking(|| PostgresServer::start().expect("start PostgreSQL"));
+                let registers = PgRegisters::connect(server.url())
+                    .await
+                    .expect("connect to PostgreSQL");
+                (Arc::new(Workload::in_postgres(registers)), Db(Some(server)))
+            }
+        }
+    }
+}
+
+/// The PostgreSQL of a scenario, stopped off the async workers when dropped.
+struct Db(Option<PostgresServer>);
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        if let Some(server) = self.0.take() {
+            blocking(|| drop(server));
+        }
+    }
+}
+
+/// What a storage row's name says about where the resource lives.
+const IN_POSTGRES: &str = "storage: postgres";
+
 // ---------------------------------------------------------------------------
 // Scenarios
 
 /// S1: a holder pauses longer than its TTL (its network cut and its task
 /// asleep, as a stopped process would be), another client acquires, the
 /// first resumes and writes without looking.
-async fn s1_pause(kind: Kind) -> Stats {
+async fn s1_pause(kind: Kind, storage: Storage) -> Stats {
     const PAIRS: usize = 4;
     const ROUNDS: usize = 3;
     let servers = blocking(|| Servers::start(kind, 1));
-    let w = Arc::new(Workload::new());
+    let (w, _db) = storage.workload().await;
     let mut pairs = Vec::new();
     for p in 0..PAIRS {
         let a = servers.proxied_client(kind).await;
@@ -406,7 +453,7 @@ enum Crash {
 /// S3: the server (Redis) or a majority of nodes (Redlock) crashes while
 /// locks are held and comes back having forgotten them (and, but for the
 /// clock floor, going back on its fencing counters).
-async fn s3_restart(kind: Kind, crash: Crash) -> Stats {
+async fn s3_restart(kind: Kind, crash: Crash, storage: Storage) -> Stats {
     const HOLDERS: usize = 4;
     const ROUNDS: usize = 3;
     let persistence = match crash {
@@ -416,7 +463,7 @@ async fn s3_restart(kind: Kind, crash: Crash) -> Stats {
     };
     let delay = crash == Crash::NoPersistence { delay: true };
     let mut servers = blocking(|| Servers::start_with(kind, 1, persistence));
-    let w = Arc::new(Workload::new());
+    let (w, _db) = storage.workload().await;
     let victims: Vec<usize> = if kind == Kind::Redlock {
         vec![0, 1, 2]
     } else {
@@ -704,7 +751,7 @@ async fn crash_retake(kind: Kind) -> Stats {
 /// Soak: several clients lock continuously while random faults hit clients
 /// (pauses past the TTL, connection resets, latency spikes) and servers
 /// (short pauses, kill and restart of one member).
-async fn soak(kind: Kind, duration: Duration) -> Stats {
+async fn soak(kind: Kind, duration: Duration, storage: Storage) -> Stats {
     const CLIENTS: usize = 6;
     const NAMES: usize = 3;
     let members = if matches!(kind, Kind::Etcd | Kind::Zk) {
@@ -713,7 +760,7 @@ async fn soak(kind: Kind, duration: Duration) -> Stats {
         1
     };
     let servers = blocking(|| Servers::start(kind, members));
-    let w = Arc::new(Workload::new());
+    let (w, _db) = storage.workload().await;
     let stop = Arc::new(AtomicBool::new(false));
     let pause_next: Arc<Vec<AtomicBool>> =
         Arc::new((0..CLIENTS).map(|_| AtomicBool::new(false)).collect());
@@ -862,7 +909,7 @@ fn trials(rt: &Arc<tokio::runtime::Runtime>, soak_for: Duration) -> Vec<Trial> {
         add(
             format!("{}_s1_holder_paused_past_ttl", k.name()),
             Box::new(move || {
-                let s = r.block_on(s1_pause(k));
+                let s = r.block_on(s1_pause(k, Storage::Memory));
                 let ok =
                     s.overlaps > 0 && fenced_ok(k, &s) && (!k.fencing() || s.stale_rejected > 0);
                 let what = if k.fencing() {
@@ -927,7 +974,7 @@ fn trials(rt: &Arc<tokio::runtime::Runtime>, soak_for: Duration) -> Vec<Trial> {
         add(
             format!("{}_soak_random_faults", k.name()),
             Box::new(move || {
-                let s = r.block_on(soak(k, soak_for));
+                let s = r.block_on(soak(k, soak_for, Storage::Memory));
                 let ok = fenced_ok(k, &s) && s.acquisitions > 0;
                 let what = if k.fencing() {
                     "0 stale accepted; overlaps reported"
@@ -945,6 +992,7 @@ fn trials(rt: &Arc<tokio::runtime::Runtime>, soak_for: Duration) -> Vec<Trial> {
             let s = r.block_on(s3_restart(
                 Kind::Redis,
                 Crash::NoPersistence { delay: false },
+                Storage::Memory,
             ));
             let ok = fenced_ok(Kind::Redis, &s);
             record(
@@ -972,7 +1020,7 @@ fn trials(rt: &Arc<tokio::runtime::Runtime>, soak_for: Duration) -> Vec<Trial> {
         add(
             test.into(),
             Box::new(move || {
-                let s = r.block_on(s3_restart(Kind::Redis, crash));
+                let s = r.block_on(s3_restart(Kind::Redis, crash, Storage::Memory));
                 let ok = fenced_ok(Kind::Redis, &s) && s.fenced_writes > 0;
                 record(
                     Kind::Redis,
@@ -991,6 +1039,7 @@ fn trials(rt: &Arc<tokio::runtime::Runtime>, soak_for: Duration) -> Vec<Trial> {
             let s = r.block_on(s3_restart(
                 Kind::Redlock,
                 Crash::NoPersistence { delay: false },
+                Storage::Memory,
             ));
             let ok = s.overlaps > 0;
             record(
@@ -1009,6 +1058,7 @@ fn trials(rt: &Arc<tokio::runtime::Runtime>, soak_for: Duration) -> Vec<Trial> {
             let s = r.block_on(s3_restart(
                 Kind::Redlock,
                 Crash::NoPersistence { delay: true },
+                Storage::Memory,
             ));
             let ok = s.overlaps == 0;
             record(
@@ -1035,7 +1085,101 @@ fn trials(rt: &Arc<tokio::runtime::Runtime>, soak_for: Duration) -> Vec<Trial> {
             )
         }),
     );
+    trials.extend(storage_trials(rt, soak_for));
     trials
+}
+
+/// Fencing into real storage: S1, S3 (Redis) and the soak with the fenced
+/// register in PostgreSQL, for every backend with tokens.
+fn storage_trials(rt: &Arc<tokio::runtime::Runtime>, soak_for: Duration) -> Vec<Trial> {
+    let mut trials = Vec::new();
+    let mut add = |name: String, f: Box<dyn FnOnce() -> Result<(), Failed> + Send>| {
+        trials.push(Trial::test(name, f));
+    };
+    for k in [Kind::Redis, Kind::Etcd, Kind::Zk] {
+        let r = rt.clone();
+        add(
+            format!("{}_s1_holder_paused_past_ttl_storage_postgres", k.name()),
+            Box::new(move || {
+                let s = r.block_on(s1_pause(k, Storage::Postgres));
+                let ok = s.overlaps > 0 && s.stale_accepted == 0 && s.stale_rejected > 0;
+                record(
+                    k,
+                    &format!("S1 pause > TTL ({IN_POSTGRES})"),
+                    s,
+                    "0 stale accepted by PostgreSQL; stale writes rejected (and counted)",
+                    ok,
+                )
+            }),
+        );
+        let r = rt.clone();
+        add(
+            format!("{}_soak_random_faults_storage_postgres", k.name()),
+            Box::new(move || {
+                let s = r.block_on(soak(k, soak_for, Storage::Postgres));
+                let ok = s.stale_accepted == 0 && s.acquisitions > 0;
+                record(
+                    k,
+                    &format!("soak ({IN_POSTGRES})"),
+                    s,
+                    "0 stale accepted by PostgreSQL; rejects counted",
+                    ok,
+                )
+            }),
+        );
+    }
+    let r = rt.clone();
+    add(
+        "redis_s3_restart_without_persistence_storage_postgres".into(),
+        Box::new(move || {
+            let s = r.block_on(s3_restart(Kind::Redis, Crash::NoPersistence { delay: false }, Storage::Postgres));
+            record(
+                Kind::Redis,
+                &format!("S3 restart, no persistence ({IN_POSTGRES})"),
+                s,
+                "0 stale accepted by PostgreSQL (overlaps reported)",
+                s.stale_accepted == 0,
+            )
+        }),
+    );
+    trials
+}
+
+/// Every stale write PostgreSQL refused in the storage rows, against what
+/// `distlock_fencing_rejects_total{storage="postgres"}` counted.
+fn postgres_rejects_counted(snapshotter: &Snapshotter) -> Result<(), String> {
+    let refused: u64 = report()
+        .rows()
+        .iter()
+        .filter(|r| r.scenario.contains(IN_POSTGRES))
+        .map(|r| r.stats.stale_rejected)
+        .sum();
+    let counted: u64 = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter(|(key, ..)| {
+            key.key().name() == lock_fence::metrics::FENCING_REJECTS
+                && key
+                    .key()
+                    .labels()
+                    .any(|l| l.key() == "storage" && l.value() == "postgres")
+        })
+        .map(|(.., value)| match value {
+            DebugValue::Counter(n) => n,
+            _ => 0,
+        })
+        .sum();
+    println!(
+        "PostgreSQL refused {refused} stale writes; distlock_fencing_rejects_total{{storage=\"postgres\"}} counted {counted}"
+    );
+    if refused == counted {
+        Ok(())
+    } else {
+        Err(format!(
+            "{refused} stale writes refused by PostgreSQL, {counted} counted"
+        ))
+    }
 }
 
 fn target_dir() -> std::path::PathBuf {
@@ -1046,6 +1190,11 @@ fn target_dir() -> std::path::PathBuf {
 }
 
 fn main() -> ExitCode {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    recorder
+        .install()
+        .expect("the safety suite installs the only metrics recorder");
     let mut args = Arguments::from_args();
     if args.test_threads.is_none() {
         args.test_threads = Some(2);
@@ -1078,6 +1227,10 @@ fn main() -> ExitCode {
         Err(e) => eprintln!("could not write the report under {}: {e}", dir.display()),
     }
     let mut budget_ok = true;
+    if let Err(e) = postgres_rejects_counted(&snapshotter) {
+        eprintln!("{e}");
+        budget_ok = false;
+    }
     if ran_all {
         for kind in Kind::ALL {
             let rows: Vec<Row> = report()

@@ -53,7 +53,14 @@ pub(crate) const ZK_CLASSPATH_ENV: &str = "DISTLOCK_ZK_CLASSPATH";
 pub(crate) const ZK_CLASSPATH_DEFAULT: &str =
     "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar";
 
-fn env_var(name: &str) -> Option<String> {
+/// Env var for the directory holding PostgreSQL's `initdb` and `postgres`.
+pub(crate) const POSTGRES_BIN_DIR_ENV: &str = "DISTLOCK_POSTGRES_BIN_DIR";
+/// Where Debian's `postgresql` package installs them: `<this>/<major>/bin`.
+pub(crate) const POSTGRES_LIB_DEFAULT: &str = "/usr/lib/postgresql";
+/// The Debian package providing PostgreSQL's server programs.
+pub(crate) const POSTGRES_PACKAGE: &str = "postgresql";
+
+pub(crate) fn env_var(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.trim().is_empty())
 }
 
@@ -150,6 +157,58 @@ pub(crate) fn zk_classpath_with(override_value: Option<String>) -> Result<String
     Ok(cp)
 }
 
+/// PostgreSQL's program dir: `DISTLOCK_POSTGRES_BIN_DIR`, else the highest
+/// `/usr/lib/postgresql/<major>/bin` holding both `initdb` and `postgres`.
+pub(crate) fn postgres_bin_dir() -> Result<PathBuf, TestbedError> {
+    postgres_bin_dir_with(
+        env_var(POSTGRES_BIN_DIR_ENV),
+        Path::new(POSTGRES_LIB_DEFAULT),
+    )
+}
+
+fn has_postgres_programs(dir: &Path) -> bool {
+    is_executable(&dir.join("initdb")) && is_executable(&dir.join("postgres"))
+}
+
+pub(crate) fn postgres_bin_dir_with(
+    override_value: Option<String>,
+    lib: &Path,
+) -> Result<PathBuf, TestbedError> {
+    let not_found = |looked_at: String| TestbedError::NotInstalled {
+        what: "PostgreSQL (initdb, postgres)".to_string(),
+        looked_at,
+        package: POSTGRES_PACKAGE,
+        env: POSTGRES_BIN_DIR_ENV,
+    };
+    if let Some(dir) = override_value {
+        let dir = PathBuf::from(dir.trim());
+        if has_postgres_programs(&dir) {
+            return Ok(dir);
+        }
+        return Err(not_found(format!(
+            "`{}` (from {POSTGRES_BIN_DIR_ENV}) has no executable initdb and postgres",
+            dir.display()
+        )));
+    }
+    let newest = std::fs::read_dir(lib)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let major: u32 = e.file_name().to_str()?.parse().ok()?;
+            let bin = e.path().join("bin");
+            has_postgres_programs(&bin).then_some((major, bin))
+        })
+        .max_by_key(|(major, _)| *major);
+    match newest {
+        Some((_, bin)) => Ok(bin),
+        None => Err(not_found(format!(
+            "no `{}/<major>/bin` with initdb and postgres",
+            lib.display()
+        ))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -183,6 +242,23 @@ mod tests {
         assert_eq!(by_path, found);
         let by_name = resolve_with(ETCD, Some("etcdctl".into()), std::env::var_os("PATH")).unwrap();
         assert!(by_name.ends_with("etcdctl"));
+    }
+
+    #[test]
+    fn postgres_programs_are_found_or_named() {
+        let found = postgres_bin_dir_with(None, Path::new(POSTGRES_LIB_DEFAULT)).unwrap();
+        assert!(has_postgres_programs(&found), "{}", found.display());
+        let again = postgres_bin_dir_with(Some(found.display().to_string()), Path::new("/x"));
+        assert_eq!(again.unwrap(), found);
+        let msg = postgres_bin_dir_with(None, Path::new("/nonexistent"))
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("`postgresql`"), "{msg}");
+        assert!(msg.contains("DISTLOCK_POSTGRES_BIN_DIR"), "{msg}");
+        let msg = postgres_bin_dir_with(Some("/no/such/dir".into()), Path::new("/x"))
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("/no/such/dir"), "{msg}");
     }
 
     #[test]

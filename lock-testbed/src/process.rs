@@ -260,6 +260,27 @@ impl ManagedChild {
         }
     }
 
+    /// Send `sig` (a server's own shutdown signal), wait up to `grace` for the
+    /// process to exit and reap it; SIGKILL and reap it if it is still there.
+    /// Idempotent.
+    pub(crate) fn stop(&mut self, sig: libc::c_int, grace: Duration) {
+        if self.reaped {
+            return;
+        }
+        // SAFETY: plain syscall; the PID belongs to our unreaped child.
+        unsafe { libc::kill(self.pid as libc::pid_t, sig) };
+        let deadline = Instant::now() + grace;
+        while Instant::now() < deadline {
+            if self.exited().is_some() {
+                self.reaped = true;
+                tracing::debug!(pid = self.pid, sig, "lock-testbed: stopped");
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        self.kill();
+    }
+
     /// SIGKILL and reap. Idempotent.
     pub(crate) fn kill(&mut self) {
         if self.reaped {
@@ -376,6 +397,29 @@ pub fn pid_alive(pid: u32) -> bool {
         Ok(stat) => !matches!(stat_state(&stat), Some('Z' | 'X')),
         Err(_) => false,
     }
+}
+
+/// The PIDs whose parent is `pid` (the worker processes a server forked).
+pub(crate) fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&p| {
+            std::fs::read_to_string(format!("/proc/{p}/stat"))
+                .ok()
+                .and_then(|stat| stat_ppid(&stat))
+                == Some(pid)
+        })
+        .collect()
+}
+
+/// The parent PID of a /proc stat line ("pid (comm) S ppid ...").
+fn stat_ppid(stat: &str) -> Option<u32> {
+    let i = stat.rfind(')')?;
+    stat[i + 1..].split_whitespace().nth(1)?.parse().ok()
 }
 
 /// The state letter of a /proc stat line ("pid (comm) S ...").

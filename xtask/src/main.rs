@@ -73,6 +73,11 @@ const REQUIREMENTS: &[Requirement] = &[
         needed_by: "the ZooKeeper tests (Java runtime)",
     },
     Requirement {
+        package: "postgresql",
+        file: "/usr/lib/postgresql/15/bin/postgres",
+        needed_by: "the lock-fence and storage safety tests (PostgreSQL 15 server, initdb, psql, the system user postgres)",
+    },
+    Requirement {
         package: "python3-kazoo",
         file: KAZOO_PYTHON,
         needed_by: "the kazoo interop test (Debian's Python)",

@@ -1,0 +1,72 @@
+//! Tokens from every fencing backend fence a store; a Redlock guard, which
+//! has none, is refused with a message that names the backends to use.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_core::{AcquireOptions, DistributedLock, LockErrorKind, LockName};
+use lock_etcd::{EtcdConfig, EtcdLock};
+use lock_fence::{FencedWrite, RedisFence};
+use lock_redis::{RedisLock, RedisLockConfig};
+use lock_redlock::{RedlockConfig, RedlockLock};
+use lock_testbed::{shared_etcd, shared_redis, shared_redis_set, shared_zk, unique_name};
+use lock_zk::{ZkConfig, ZkLock};
+
+async fn locks() -> Vec<(&'static str, Arc<dyn DistributedLock>)> {
+    let redis = RedisLock::connect(RedisLockConfig::new(shared_redis().unwrap().url()));
+    let etcd = EtcdLock::connect(EtcdConfig::new(shared_etcd().unwrap().endpoints()));
+    let zk = ZkLock::connect(ZkConfig::new(shared_zk().unwrap().connect_string()));
+    vec![
+        ("redis", Arc::new(redis.await.unwrap())),
+        ("etcd", Arc::new(etcd.await.unwrap())),
+        ("zookeeper", Arc::new(zk.await.unwrap())),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_of_every_fencing_backend_fence_writes() {
+    let mut conn = redis::Client::open(shared_redis().unwrap().url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let fence = RedisFence::new();
+    let opts = AcquireOptions::new().ttl(Duration::from_secs(5));
+    for (backend, lock) in locks().await {
+        let name = LockName::new(unique_name(backend)).unwrap();
+        let first = lock.acquire(&name, &opts).await.unwrap();
+        let old = FencedWrite::for_guard(&first).unwrap();
+        assert_eq!(old.resource(), name.as_str());
+        first.release().await.unwrap();
+        let second = lock.acquire(&name, &opts).await.unwrap();
+        let new = FencedWrite::for_guard(&second).unwrap();
+        fence
+            .set(&mut conn, &new, name.as_str(), "second")
+            .await
+            .unwrap();
+        let err = fence
+            .set(&mut conn, &old, name.as_str(), "first")
+            .await
+            .unwrap_err();
+        assert!(err.is_stale(), "{backend}: {err}");
+        second.release().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redlock_guard_cannot_fence() {
+    let urls = shared_redis_set().unwrap().urls();
+    let lock = RedlockLock::connect(RedlockConfig::new(urls))
+        .await
+        .unwrap();
+    let name = LockName::new(unique_name("redlock")).unwrap();
+    let guard = lock.acquire(&name, &AcquireOptions::new()).await.unwrap();
+    let err = FencedWrite::for_guard(&guard).unwrap_err();
+    assert_eq!(err.kind(), LockErrorKind::InvalidArgument);
+    let msg = err.to_string();
+    assert!(
+        msg.contains("Redlock") && msg.contains("redis, etcd or zookeeper"),
+        "{msg}"
+    );
+    guard.release().await.unwrap();
+}
