@@ -4,7 +4,6 @@
 
 mod connect;
 mod duration;
-pub mod exit_code;
 mod url;
 
 pub use connect::connect;

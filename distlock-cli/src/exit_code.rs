@@ -21,7 +21,7 @@
 //! (`flock -E` does the same), e.g. to 0 for a cron job where "someone else
 //! is already running it" is success.
 
-use lock_core::LockErrorKind;
+use distlock::LockErrorKind;
 
 /// Bad command line: malformed URL, unknown option, invalid name or duration (`EX_USAGE`).
 pub const USAGE: i32 = 64;

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use distlock::exit_code;
+use distlock_cli::exit_code;
 use lock_testbed::{
     pid_alive, shared_etcd, shared_redis, shared_redis_set, shared_zk, unique_name, Proxy,
 };

@@ -3,6 +3,8 @@
 //! See `distlock --help` and the `distlock` crate docs (section "The
 //! `distlock` command") for usage and exit statuses.
 
+pub mod exit_code;
+
 use std::ffi::OsString;
 use std::io::ErrorKind;
 use std::os::unix::process::ExitStatusExt;
@@ -11,10 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use distlock::exit_code;
 use distlock::{
-    AcquireOptions, DistributedLock, GuardState, LockError, LockErrorKind, LockGuard, LockName,
-    LockUrl,
+    AcquireOptions, GuardState, LockError, LockErrorKind, LockGuard, LockName, LockService, LockUrl,
 };
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{signal, Signal, SignalKind};
@@ -120,7 +120,8 @@ fn duration_arg(text: &str) -> Result<Duration, String> {
     distlock::parse_duration(text).map_err(|e| e.message().to_string())
 }
 
-fn main() {
+/// Runs the command with the process's arguments and exits with its status.
+pub fn main() -> ! {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) => {
@@ -243,7 +244,7 @@ impl Signals {
 }
 
 /// `distlock connect` with an interruption by signal: `Err(exit status)`.
-async fn connect(url: &LockUrl, signals: &mut Signals) -> Result<Arc<dyn DistributedLock>, i32> {
+async fn connect(url: &LockUrl, signals: &mut Signals) -> Result<Arc<dyn LockService>, i32> {
     tokio::select! {
         result = url.connect() => result.map_err(|e| fail_error(&format!("cannot use {url}"), &e)),
         sig = signals.recv() => Err(fail(exit_code::SIGNAL_BASE + sig, format!("interrupted by signal {sig} while connecting"))),
