@@ -85,7 +85,6 @@ mod bins;
 mod error;
 mod etcd;
 mod http;
-mod json;
 mod member;
 mod process;
 mod proxy;
