@@ -8,7 +8,7 @@ use crate::args::{ListArgs, StatusArgs};
 use crate::exit_code;
 use crate::report::{fail, fail_error, warn};
 use crate::signals::Signals;
-use crate::target::{connect, lock_name, lock_url, OnCommandLine};
+use crate::target::{lock_name, open, OnCommandLine, Opened};
 
 /// Runs `distlock status`: exit 0 when the lock is held, 3 when it is free.
 pub async fn status(args: StatusArgs, url_cli: OnCommandLine) -> i32 {
@@ -16,16 +16,10 @@ pub async fn status(args: StatusArgs, url_cli: OnCommandLine) -> i32 {
         Ok(name) => name,
         Err(code) => return code,
     };
-    let url = match lock_url(&args.conn, url_cli) {
-        Ok(url) => url,
-        Err(code) => return code,
-    };
-    let mut signals = match Signals::install() {
-        Ok(s) => s,
-        Err(code) => return code,
-    };
-    let locks = match connect(&url, &mut signals).await {
-        Ok(l) => l,
+    let Opened {
+        locks, mut signals, ..
+    } = match open(&args.conn, url_cli).await {
+        Ok(opened) => opened,
         Err(code) => return code,
     };
     let status = tokio::select! {
@@ -50,16 +44,10 @@ pub async fn status(args: StatusArgs, url_cli: OnCommandLine) -> i32 {
 
 /// Runs `distlock list`: exit 0 when listed, 78 when the backend cannot list.
 pub async fn list(args: ListArgs, url_cli: OnCommandLine) -> i32 {
-    let url = match lock_url(&args.conn, url_cli) {
-        Ok(url) => url,
-        Err(code) => return code,
-    };
-    let mut signals = match Signals::install() {
-        Ok(s) => s,
-        Err(code) => return code,
-    };
-    let locks = match connect(&url, &mut signals).await {
-        Ok(l) => l,
+    let Opened {
+        locks, mut signals, ..
+    } = match open(&args.conn, url_cli).await {
+        Ok(opened) => opened,
         Err(code) => return code,
     };
     let listed = tokio::select! {

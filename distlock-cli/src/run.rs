@@ -18,7 +18,7 @@ use crate::exit_code;
 use crate::report::{fail, warn};
 use crate::signals::Signals;
 use crate::take::{take, NotTaken};
-use crate::target::{connect, lock_name, lock_url, OnCommandLine};
+use crate::target::{lock_name, open, OnCommandLine, Opened};
 
 /// Where each mode flag came from: `true` = the command line.
 #[derive(Clone, Copy, Debug, Default)]
@@ -46,21 +46,17 @@ pub async fn run(args: RunArgs, url_cli: OnCommandLine, mode_cli: ModeOnCommandL
         Ok(mode) => mode,
         Err(code) => return code,
     };
-    let url = match lock_url(&args.conn, url_cli) {
-        Ok(url) => url,
-        Err(code) => return code,
-    };
     let wait = args.wait.unwrap_or(Wait::For(Duration::ZERO));
     let opts = AcquireOptions::new().ttl(args.ttl);
     if let Err(err) = opts.clone().wait(wait_value(wait)).validate() {
         return fail(exit_code::USAGE, err.message());
     }
-    let mut signals = match Signals::install() {
-        Ok(s) => s,
-        Err(code) => return code,
-    };
-    let locks = match connect(&url, &mut signals).await {
-        Ok(l) => l,
+    let Opened {
+        url,
+        locks,
+        mut signals,
+    } = match open(&args.conn, url_cli).await {
+        Ok(opened) => opened,
         Err(code) => return code,
     };
 

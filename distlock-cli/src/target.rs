@@ -85,10 +85,28 @@ pub fn lock_name(name: &str) -> Result<LockName, i32> {
     })
 }
 
-/// Connects to `url`, giving up at once on a signal: `Err(exit status)`.
-pub async fn connect(url: &LockUrl, signals: &mut Signals) -> Result<Arc<dyn LockService>, i32> {
-    tokio::select! {
-        result = url.connect() => result.map_err(|e| fail_error(&format!("cannot use {url}"), &e)),
-        sig = signals.recv() => Err(Signals::interrupted(sig, "connecting")),
-    }
+/// A connected lock service, with the signals caught from before connecting.
+pub struct Opened {
+    /// The URL it was reached at (printed only redacted).
+    pub url: LockUrl,
+    /// The client.
+    pub locks: Arc<dyn LockService>,
+    /// The signals that interrupt distlock (or go to CMD).
+    pub signals: Signals,
+}
+
+/// Finds the URL ([`lock_url`]), catches the signals and connects, giving
+/// up at once on a signal: `Err(exit status)` after a one-line message.
+pub async fn open(conn: &Connection, cli: OnCommandLine) -> Result<Opened, i32> {
+    let url = lock_url(conn, cli)?;
+    let mut signals = Signals::install()?;
+    let locks = tokio::select! {
+        result = url.connect() => result.map_err(|e| fail_error(&format!("cannot use {url}"), &e))?,
+        sig = signals.recv() => return Err(Signals::interrupted(sig, "connecting")),
+    };
+    Ok(Opened {
+        url,
+        locks,
+        signals,
+    })
 }

@@ -716,6 +716,53 @@ fn check_list(b: &Backend) {
     assert_eq!(holder.finish(HANG).code, 0);
 }
 
+/// The checks every remote backend runs. Those of the read-write lock, the
+/// semaphore and `list` assert the full behaviour where the backend offers
+/// it, and the unsupported status (78) where it does not.
+macro_rules! common_checks {
+    ($backend:expr) => {
+        #[test]
+        fn run_passes_env_and_exit_status() {
+            check_run(&$backend);
+        }
+
+        #[test]
+        fn exactly_once() {
+            check_exactly_once(&$backend);
+        }
+
+        #[test]
+        fn status_shows_the_holder() {
+            check_status(&$backend);
+        }
+
+        #[test]
+        fn wait_times_out_then_succeeds() {
+            check_wait(&$backend);
+        }
+
+        #[test]
+        fn read_write_locks() {
+            check_read_write(&$backend);
+        }
+
+        #[test]
+        fn permits() {
+            check_permits(&$backend);
+        }
+
+        #[test]
+        fn several_names_all_or_nothing() {
+            check_several_names(&$backend);
+        }
+
+        #[test]
+        fn list_held_locks() {
+            check_list(&$backend);
+        }
+    };
+}
+
 fn blackholed_proxy(upstream: &str) -> Proxy {
     let addr = expect("upstream address", upstream.parse());
     let proxy = expect("starting proxy", Proxy::start(addr));
@@ -1236,45 +1283,7 @@ mod bad_input {
 mod redis {
     use super::*;
 
-    #[test]
-    fn run_passes_env_and_exit_status() {
-        check_run(&redis());
-    }
-
-    #[test]
-    fn exactly_once() {
-        check_exactly_once(&redis());
-    }
-
-    #[test]
-    fn status_shows_holder_token() {
-        check_status(&redis());
-    }
-
-    #[test]
-    fn wait_times_out_then_succeeds() {
-        check_wait(&redis());
-    }
-
-    #[test]
-    fn read_write_locks() {
-        check_read_write(&redis());
-    }
-
-    #[test]
-    fn permits() {
-        check_permits(&redis());
-    }
-
-    #[test]
-    fn several_names_all_or_nothing() {
-        check_several_names(&redis());
-    }
-
-    #[test]
-    fn list_held_locks() {
-        check_list(&redis());
-    }
+    common_checks!(redis());
 
     /// One member of a multi-lock deleted behind distlock's back: CMD is
     /// stopped and the message names that member.
@@ -1517,42 +1526,10 @@ fn check_interrupted_wait(b: &Backend) {
 mod redlock {
     use super::*;
 
-    #[test]
-    fn run_has_no_fencing_token() {
-        check_run(&redlock());
-    }
-
-    #[test]
-    fn exactly_once() {
-        check_exactly_once(&redlock());
-    }
-
-    #[test]
-    fn status_shows_held_and_free() {
-        check_status(&redlock());
-    }
-
-    #[test]
-    fn wait_times_out_then_succeeds() {
-        check_wait(&redlock());
-    }
-
-    /// Redlock offers no read-write locks or semaphores (permits counted on
-    /// a majority of independent nodes would not keep their count).
-    #[test]
-    fn read_write_locks() {
-        check_read_write(&redlock());
-    }
-
-    #[test]
-    fn permits() {
-        check_permits(&redlock());
-    }
-
-    #[test]
-    fn list_held_locks() {
-        check_list(&redlock());
-    }
+    // Redlock offers no read-write locks or semaphores (permits counted on a
+    // majority of independent nodes would not keep their count): the checks
+    // then expect the unsupported status.
+    common_checks!(redlock());
 
     /// The key deleted on every node: the next renewal finds no quorum.
     #[test]
@@ -1591,45 +1568,7 @@ mod redlock {
 mod etcd {
     use super::*;
 
-    #[test]
-    fn run_passes_env_and_exit_status() {
-        check_run(&etcd());
-    }
-
-    #[test]
-    fn exactly_once() {
-        check_exactly_once(&etcd());
-    }
-
-    #[test]
-    fn status_shows_holder_token() {
-        check_status(&etcd());
-    }
-
-    #[test]
-    fn wait_times_out_then_succeeds() {
-        check_wait(&etcd());
-    }
-
-    #[test]
-    fn read_write_locks() {
-        check_read_write(&etcd());
-    }
-
-    #[test]
-    fn permits() {
-        check_permits(&etcd());
-    }
-
-    #[test]
-    fn several_names_all_or_nothing() {
-        check_several_names(&etcd());
-    }
-
-    #[test]
-    fn list_held_locks() {
-        check_list(&etcd());
-    }
+    common_checks!(etcd());
 
     /// CMD gets `ETCD_LOCK_REV` (the create revision, = DISTLOCK_TOKEN) and,
     /// where the backend tells the key, `ETCD_LOCK_KEY` = DISTLOCK_LOCK_KEY,
@@ -1714,45 +1653,7 @@ mod etcd {
 mod zk {
     use super::*;
 
-    #[test]
-    fn run_passes_env_and_exit_status() {
-        check_run(&zk());
-    }
-
-    #[test]
-    fn exactly_once() {
-        check_exactly_once(&zk());
-    }
-
-    #[test]
-    fn status_shows_holder_token() {
-        check_status(&zk());
-    }
-
-    #[test]
-    fn wait_times_out_then_succeeds() {
-        check_wait(&zk());
-    }
-
-    #[test]
-    fn read_write_locks() {
-        check_read_write(&zk());
-    }
-
-    #[test]
-    fn permits() {
-        check_permits(&zk());
-    }
-
-    #[test]
-    fn several_names_all_or_nothing() {
-        check_several_names(&zk());
-    }
-
-    #[test]
-    fn list_held_locks() {
-        check_list(&zk());
-    }
+    common_checks!(zk());
 
     /// A network partition between distlock and ZooKeeper (blackholed proxy):
     /// the session can no longer be kept alive, the guard's validity (bounded
