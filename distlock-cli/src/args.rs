@@ -52,7 +52,13 @@ Example: run a nightly batch on exactly one of N machines (crontab line on each)
 
 /// Run a command while holding a distributed lock, or show the locks of a lock service.
 #[derive(Debug, Parser)]
-#[command(name = "distlock", version, propagate_version = true, about, after_help = AFTER_HELP)]
+#[command(
+    name = "distlock",
+    version,
+    propagate_version = true,
+    about = "Run a command while holding a distributed lock (Redis, Redlock, etcd, ZooKeeper), or show the locks of a lock service.",
+    after_help = AFTER_HELP
+)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]
