@@ -1,10 +1,10 @@
-//! [`connect`]: from a URL to a connected `Arc<dyn DistributedLock>`.
+//! [`connect`]: from a URL to a connected `Arc<dyn LockService>`.
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{DistributedLock, LockError, LockErrorKind, MemoryLock};
+use lock_core::{LockError, LockErrorKind, LockService, MemoryLock};
 
 use crate::duration::format_duration;
 use crate::url::{LockUrl, Scheme};
@@ -15,7 +15,11 @@ use crate::url::{LockUrl, Scheme};
 const CONNECT_SLACK: Duration = Duration::from_secs(2);
 
 /// Connects to the lock service named by `url` and returns it as a shared,
-/// object-safe [`DistributedLock`].
+/// object-safe [`LockService`]: the mutex ([`lock_core::DistributedLock`]),
+/// the read-write lock ([`lock_core::ReadWriteLock`]) and the semaphore
+/// ([`lock_core::Semaphore`]) of that backend. A primitive the backend cannot
+/// keep honest fails with [`LockErrorKind::Unsupported`] when it is used
+/// ([`lock_core::Capabilities`] tells which ones it offers).
 ///
 /// `url` is `memory://`, `redis://...`, `redlock://...`, `etcd://...` or
 /// `zk://...`, with connection options as query parameters; see the
@@ -38,12 +42,18 @@ const CONNECT_SLACK: Duration = Duration::from_secs(2);
 /// # async fn demo() -> Result<(), distlock::LockError> {
 /// use distlock::{AcquireOptions, LockName};
 /// let locks = distlock::connect("memory://").await?;
-/// let guard = locks.acquire(&LockName::new("demo")?, &AcquireOptions::new()).await?;
+/// let name = LockName::new("demo")?;
+/// let guard = locks.acquire(&name, &AcquireOptions::new()).await?;
 /// guard.release().await?;
+/// // The same client offers the read-write lock and the semaphore.
+/// let reader = locks.acquire_read(&name, &AcquireOptions::new()).await?;
+/// let permit = locks.acquire_permit(&name, 3, &AcquireOptions::new()).await?;
+/// reader.release().await?;
+/// permit.release().await?;
 /// # Ok(()) }
 /// # tokio::runtime::Runtime::new().unwrap().block_on(demo()).unwrap();
 /// ```
-pub async fn connect(url: &str) -> Result<Arc<dyn DistributedLock>, LockError> {
+pub async fn connect(url: &str) -> Result<Arc<dyn LockService>, LockError> {
     LockUrl::parse(url)?.connect().await
 }
 
@@ -59,7 +69,7 @@ pub(crate) fn feature_disabled(url: &LockUrl) -> LockError {
 
 impl LockUrl {
     /// Connects to the service this URL names; see [`connect`].
-    pub async fn connect(&self) -> Result<Arc<dyn DistributedLock>, LockError> {
+    pub async fn connect(&self) -> Result<Arc<dyn LockService>, LockError> {
         if !self.scheme().is_enabled() {
             return Err(feature_disabled(self));
         }

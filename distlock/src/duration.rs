@@ -1,4 +1,5 @@
-//! Human durations (`500ms`, `2s`, `1.5m`) as used in URLs and on the command line.
+//! Durations as people write them (`500ms`, `2s`, `1m30s`, `2h`), as used in
+//! URLs and on the command line: `humantime`'s grammar, bounded to one day.
 
 use std::time::Duration;
 
@@ -8,63 +9,37 @@ use lock_core::LockError;
 /// (the same bound as [`lock_core::MAX_TTL`]).
 const MAX: Duration = Duration::from_secs(24 * 60 * 60);
 
-/// Parses a duration written as a number and a unit: `ms`, `s`, `m` or `h`
-/// (`500ms`, `2s`, `1.5s`, `10m`, `1h`). `0` alone is accepted (zero); any
-/// other number needs its unit. At most one day.
+/// Parses a duration written as numbers with units, in `humantime`'s
+/// grammar: `500ms`, `2s`, `1.5s`, `1m30s`, `10min`, `2h`, `1h 15m`, `1d`
+/// (units `ns`, `us`, `ms`, `s`/`sec`, `m`/`min`, `h`/`hr`, `d`, and their
+/// long forms). `0` alone is zero; any other number needs its unit. At most
+/// one day. An error is [`lock_core::LockErrorKind::InvalidArgument`].
 ///
 /// ```
 /// use std::time::Duration;
 /// assert_eq!(distlock::parse_duration("500ms").unwrap(), Duration::from_millis(500));
+/// assert_eq!(distlock::parse_duration("1m30s").unwrap(), Duration::from_secs(90));
 /// assert_eq!(distlock::parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
 /// assert!(distlock::parse_duration("5").is_err()); // no unit
+/// assert!(distlock::parse_duration("25h").is_err()); // over one day
 /// ```
 pub fn parse_duration(text: &str) -> Result<Duration, LockError> {
-    let s = text.trim();
-    if s == "0" {
-        return Ok(Duration::ZERO);
-    }
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (number, unit) = s.split_at(split);
-    let bad = |why: &str| {
+    let bad = |why: String| {
         LockError::invalid(format!(
-            "invalid duration {text:?}: {why} (write e.g. 500ms, 2s, 1.5m, 1h)"
+            "invalid duration {text:?}: {why} (write e.g. 500ms, 2s, 1m30s, 2h)"
         ))
     };
-    if number.is_empty() {
-        return Err(bad("it does not start with a number"));
+    let d = humantime::parse_duration(text.trim()).map_err(|e| bad(e.to_string()))?;
+    if d > MAX {
+        return Err(bad("longer than one day".into()));
     }
-    let nanos_per_unit: f64 = match unit {
-        "ms" => 1e6,
-        "s" => 1e9,
-        "m" | "min" => 60e9,
-        "h" => 3600e9,
-        "" => return Err(bad("the unit is missing")),
-        _ => return Err(bad("unknown unit")),
-    };
-    if number.starts_with('.') || number.ends_with('.') || number.matches('.').count() > 1 {
-        return Err(bad("malformed number"));
-    }
-    let value: f64 = number.parse().map_err(|_| bad("malformed number"))?;
-    let nanos = value * nanos_per_unit;
-    if !nanos.is_finite() || nanos > MAX.as_nanos() as f64 {
-        return Err(bad("longer than one day"));
-    }
-    // Round to whole nanoseconds; `1.5ms` is exact, `0.1s` is 100 ms.
-    Ok(Duration::from_nanos(nanos.round() as u64))
+    Ok(d)
 }
 
-/// Formats a duration the way [`parse_duration`] reads it, for messages.
+/// Formats a duration the way [`parse_duration`] reads it (`1500ms` ->
+/// `1s 500ms`), for messages.
 pub(crate) fn format_duration(d: Duration) -> String {
-    let ms = d.as_millis();
-    if d.subsec_nanos() % 1_000_000 != 0 {
-        format!("{:.3}ms", d.as_secs_f64() * 1000.0)
-    } else if ms % 1000 != 0 {
-        format!("{ms}ms")
-    } else {
-        format!("{}s", d.as_secs())
-    }
+    humantime::format_duration(d).to_string()
 }
 
 #[cfg(test)]
@@ -72,7 +47,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parses_units() {
+    fn parses_what_people_write() {
         let ms = Duration::from_millis;
         assert_eq!(parse_duration("0").unwrap(), Duration::ZERO);
         assert_eq!(parse_duration("0s").unwrap(), Duration::ZERO);
@@ -82,14 +57,17 @@ mod tests {
         assert_eq!(parse_duration("0.5ms").unwrap(), Duration::from_micros(500));
         assert_eq!(parse_duration("3m").unwrap(), ms(180_000));
         assert_eq!(parse_duration("2min").unwrap(), ms(120_000));
+        assert_eq!(parse_duration("1m30s").unwrap(), ms(90_000));
+        assert_eq!(parse_duration("1h 15m").unwrap(), ms(4_500_000));
+        assert_eq!(parse_duration("2h").unwrap(), Duration::from_secs(7200));
         assert_eq!(parse_duration("24h").unwrap(), Duration::from_secs(86_400));
+        assert_eq!(parse_duration("1d").unwrap(), Duration::from_secs(86_400));
     }
 
     #[test]
     fn rejects_bad_durations() {
         for bad in [
-            "", "5", "s", "-1s", "1.s", ".5s", "1..5s", "1.2.3s", "5 s", "5sec", "2d", "25h",
-            "1e3s", "NaNs", "inf s",
+            "", "5", "s", "-1s", "1..5s", "5sec!", "2d", "25h", "1e3s", "NaNs", "soon", "forever",
         ] {
             let err = parse_duration(bad).expect_err(bad);
             assert_eq!(
@@ -103,11 +81,11 @@ mod tests {
 
     #[test]
     fn formats_round_trip() {
-        for d in ["500ms", "2s", "90s", "1500ms"] {
+        for d in ["500ms", "2s", "90s", "1500ms", "1h 1ms"] {
             let parsed = parse_duration(d).unwrap();
             assert_eq!(parse_duration(&format_duration(parsed)).unwrap(), parsed);
         }
-        assert_eq!(format_duration(Duration::from_millis(1500)), "1500ms");
-        assert_eq!(format_duration(Duration::from_secs(3)), "3s");
+        assert_eq!(format_duration(Duration::from_millis(1500)), "1s 500ms");
+        assert_eq!(format_duration(Duration::from_secs(90)), "1m 30s");
     }
 }

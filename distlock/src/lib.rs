@@ -4,7 +4,6 @@
 
 mod connect;
 mod duration;
-pub mod exit_code;
 mod url;
 
 pub use connect::connect;
@@ -16,9 +15,10 @@ pub use url::{Endpoint, LockUrl, Scheme};
 pub use lock_core::{
     async_trait, metrics, AcquireOptions, Capabilities, DistributedLock, DistributedLockExt,
     FencedRegister, Fencing, FencingToken, GuardState, GuardView, KeepAlive, LockError,
-    LockErrorKind, LockGuard, LockName, LockStatus, LossCause, MemoryLock, NodeFailure,
-    NodeFailureReason, Result, RetryPolicy, StaleToken, TokenFence, MAX_NAME_LEN, MAX_TTL,
-    MAX_WAIT,
+    LockErrorKind, LockGuard, LockMode, LockName, LockService, LockStatus, LossCause, MemoryLock,
+    MultiGuard, NodeFailure, NodeFailureReason, ReadWriteLock, ReadWriteLockExt, Result,
+    RetryPolicy, Semaphore, SemaphoreExt, StaleToken, TokenFence, MAX_NAME_LEN, MAX_PERMITS,
+    MAX_TTL, MAX_WAIT, MIN_TTL,
 };
 
 /// The whole core crate, including the backend seam ([`lock_core::LockBackend`],

@@ -22,7 +22,7 @@
 //! stderr. Exits non-zero if any backend, raw protocol or peer failed to run.
 //!
 //! ```text
-//! cargo run --release -p lock-bench -- [--quick] [--backends redis,etcd,...] [--json PATH] [--svg PATH]
+//! cargo run --release -p lock-bench -- [--quick] [--backends redis,etcd,...] [--data-dir PATH] [--json PATH] [--svg PATH]
 //! ```
 
 mod backends;
@@ -41,21 +41,66 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-const USAGE: &str = "\
-usage: lock-bench [--quick] [--backends LIST] [--data-dir PATH] [--json PATH] [--svg PATH]
+use clap::builder::PossibleValuesParser;
+use clap::Parser;
 
-  --quick           small sample counts (CI smoke test, under a minute)
-  --backends LIST   comma-separated subset of: memory,redis,redlock,etcd,zk (default: all)
-  --data-dir PATH   where the servers keep their data (default: /dev/shm, a tmpfs, where
-                    it exists: etcd and ZooKeeper fsync every write, and a noisy disk
-                    would swing their rates between runs; else the system's temp dir)
-  --json PATH       where to write the JSON results (default: target/lock-bench/results.json)
-  --svg PATH        where to write the latency plot (default: target/lock-bench/latency.svg)
-  -h, --help        this text
+/// The command line as typed; [`Cli::resolve`] turns it into [`Args`].
+#[derive(Debug, Parser)]
+#[command(
+    name = "lock-bench",
+    about = "Comparative benchmark of the distlock backends against their peers and the raw-protocol limit.",
+    after_help = "Starts its own servers (redis-server, etcd, ZooKeeper via lock-testbed) and\n\
+                  stops them at the end. Markdown report on stdout, progress on stderr.\n\
+                  Exit status 1 if any backend, raw protocol or peer failed to run; 2 on a bad command line."
+)]
+struct Cli {
+    /// Small sample counts (CI smoke test, under a minute).
+    #[arg(long)]
+    quick: bool,
+    /// Comma-separated subset of: memory,redis,redlock,etcd,zk (default: all).
+    #[arg(
+        long,
+        value_name = "LIST",
+        value_delimiter = ',',
+        num_args = 1,
+        value_parser = PossibleValuesParser::new(backends::ALL)
+    )]
+    backends: Vec<String>,
+    /// Where the servers keep their data (default: /dev/shm, a tmpfs, where it
+    /// exists: etcd and ZooKeeper fsync every write, and a noisy disk would
+    /// swing their rates between runs; else the system's temp dir).
+    #[arg(long, value_name = "PATH")]
+    data_dir: Option<PathBuf>,
+    /// Where to write the JSON results (default: target/lock-bench/results.json).
+    #[arg(long, value_name = "PATH")]
+    json: Option<PathBuf>,
+    /// Where to write the latency plot (default: target/lock-bench/latency.svg).
+    #[arg(long, value_name = "PATH")]
+    svg: Option<PathBuf>,
+}
 
-Starts its own servers (redis-server, etcd, ZooKeeper via lock-testbed) and
-stops them at the end. Markdown report on stdout, progress on stderr.
-Exit status 1 if any backend, raw protocol or peer failed to run.";
+impl Cli {
+    /// The command line with every default filled in and the backends in report order.
+    fn resolve(self) -> Args {
+        let dir = out_dir();
+        let picked = |b: &&&str| self.backends.is_empty() || self.backends.iter().any(|p| p == **b);
+        Args {
+            quick: self.quick,
+            backends: backends::ALL
+                .iter()
+                .filter(picked)
+                .map(|s| s.to_string())
+                .collect(),
+            json: self.json.unwrap_or_else(|| dir.join("results.json")),
+            svg: self.svg.unwrap_or_else(|| dir.join("latency.svg")),
+            data_dir: self.data_dir.or_else(|| {
+                std::path::Path::new(TMPFS)
+                    .is_dir()
+                    .then(|| PathBuf::from(TMPFS))
+            }),
+        }
+    }
+}
 
 /// The command line.
 #[derive(Clone, Debug, PartialEq)]
@@ -96,61 +141,10 @@ fn out_dir() -> PathBuf {
     target.join("lock-bench")
 }
 
-/// Parses the arguments (without the program name); `Ok(None)` for `--help`.
-pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Option<Args>, String> {
-    let dir = out_dir();
-    let mut out = Args {
-        quick: false,
-        backends: backends::ALL.iter().map(|s| s.to_string()).collect(),
-        json: dir.join("results.json"),
-        svg: dir.join("latency.svg"),
-        data_dir: std::path::Path::new(TMPFS)
-            .is_dir()
-            .then(|| PathBuf::from(TMPFS)),
-    };
-    let mut it = args.into_iter();
-    while let Some(arg) = it.next() {
-        let (flag, inline) = match arg.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
-            _ => (arg.clone(), None),
-        };
-        let mut value = |name: &str| {
-            inline
-                .clone()
-                .or_else(|| it.next())
-                .ok_or_else(|| format!("{name} needs a value"))
-        };
-        match flag.as_str() {
-            "--quick" => out.quick = true,
-            "-h" | "--help" => return Ok(None),
-            "--backends" => {
-                let list = value("--backends")?;
-                let mut picked = Vec::new();
-                for b in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-                    if !backends::ALL.contains(&b) {
-                        return Err(format!(
-                            "unknown backend {b:?}; known: {}",
-                            backends::ALL.join(",")
-                        ));
-                    }
-                    picked.push(b.to_string());
-                }
-                if picked.is_empty() {
-                    return Err("--backends needs at least one backend".into());
-                }
-                out.backends = backends::ALL
-                    .iter()
-                    .filter(|b| picked.iter().any(|p| p == *b))
-                    .map(|s| s.to_string())
-                    .collect();
-            }
-            "--json" => out.json = PathBuf::from(value("--json")?),
-            "--svg" => out.svg = PathBuf::from(value("--svg")?),
-            "--data-dir" => out.data_dir = Some(PathBuf::from(value("--data-dir")?)),
-            other => return Err(format!("unknown argument {other:?}")),
-        }
-    }
-    Ok(Some(out))
+/// Parses the arguments (the program name first); `--help` and bad
+/// arguments are clap's errors (`use_stderr()` tells which).
+pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Args, clap::Error> {
+    Cli::try_parse_from(args).map(Cli::resolve)
 }
 
 fn write_file(path: &std::path::Path, contents: &[u8]) -> Result<(), String> {
@@ -161,15 +155,15 @@ fn write_file(path: &std::path::Path, contents: &[u8]) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
-    let args = match parse_args(std::env::args().skip(1)) {
-        Ok(Some(a)) => a,
-        Ok(None) => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
+    let args = match parse_args(std::env::args()) {
+        Ok(a) => a,
         Err(e) => {
-            eprintln!("lock-bench: {e}\n\n{USAGE}");
-            return ExitCode::from(2);
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::SUCCESS
+            };
         }
     };
     lock_testbed::set_data_root(args.data_dir.clone());
@@ -231,25 +225,40 @@ fn main() -> ExitCode {
 mod tests {
     use super::*;
 
-    fn args(list: &[&str]) -> Result<Option<Args>, String> {
-        parse_args(list.iter().map(|s| s.to_string()))
+    fn args(list: &[&str]) -> Result<Args, clap::Error> {
+        parse_args(
+            std::iter::once("lock-bench")
+                .chain(list.iter().copied())
+                .map(str::to_string),
+        )
     }
 
     #[test]
     fn parses_the_command_line() {
-        let a = args(&[]).unwrap().unwrap();
+        let a = args(&[]).unwrap();
         assert!(!a.quick);
         assert_eq!(a.backends, backends::ALL.to_vec());
         assert!(a.json.ends_with("lock-bench/results.json"));
-        let a = args(&["--quick", "--backends", "zk,redis", "--json=/tmp/x.json"])
-            .unwrap()
-            .unwrap();
+        assert!(a.svg.ends_with("lock-bench/latency.svg"));
+        let a = args(&[
+            "--quick",
+            "--backends",
+            "zk,redis",
+            "--json=/tmp/x.json",
+            "--data-dir",
+            "/tmp/data",
+        ])
+        .unwrap();
         assert!(a.quick);
-        assert_eq!(a.backends, vec!["redis", "zk"]);
+        assert_eq!(a.backends, vec!["redis", "zk"], "report order");
         assert_eq!(a.json, PathBuf::from("/tmp/x.json"));
+        assert_eq!(a.data_dir, Some(PathBuf::from("/tmp/data")));
         assert!(args(&["--backends", "mysql"]).is_err());
+        assert!(args(&["--backends", ""]).is_err());
         assert!(args(&["--json"]).is_err());
         assert!(args(&["--frobnicate"]).is_err());
-        assert_eq!(args(&["--help"]).unwrap(), None);
+        let help = args(&["--help"]).unwrap_err();
+        assert!(!help.use_stderr(), "--help is not an error");
+        assert!(help.to_string().contains("--data-dir"));
     }
 }

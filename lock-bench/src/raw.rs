@@ -156,7 +156,7 @@ impl Held for RawRedisHeld {
     }
 }
 
-/// etcd: a transaction "put NAME/<lease hex> with the client's lease if its
+/// etcd: a transaction "put `NAME/<lease hex>` with the client's lease if its
 /// create revision is 0" (the `concurrency.Mutex` key) and a delete.
 pub struct RawEtcd {
     /// Client endpoints.

@@ -1,6 +1,5 @@
 //! The one error type of this crate.
 
-use std::fmt;
 use std::io;
 use std::time::Duration;
 
@@ -9,10 +8,14 @@ use std::time::Duration;
 /// Every message says what happened and, where there is one, what to do about it
 /// (which Debian package to install, which environment variable to set, which log to
 /// read). Start-up failures carry the tail of the server's log.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum TestbedError {
     /// A server binary, `java` or a ZooKeeper jar is missing.
+    #[error(
+        "{what} not found: install the Debian package `{package}` \
+         (`cargo xtask test` installs it) or set {env} (looked at: {looked_at})"
+    )]
     NotInstalled {
         /// What is missing, e.g. `redis-server` or `/usr/share/java/zookeeper.jar`.
         what: String,
@@ -24,13 +27,16 @@ pub enum TestbedError {
         env: &'static str,
     },
     /// Spawning a server process failed.
+    #[error("could not start {what}: {source}")]
     Spawn {
         /// Which server.
         what: String,
         /// The OS error.
+        #[source]
         source: io::Error,
     },
     /// A server did not become ready in time, or exited during start-up.
+    #[error("{what} not ready after {waited:?}: {detail}{}", log_section(.log_tail))]
     NotReady {
         /// Which server (name and address).
         what: String,
@@ -42,6 +48,10 @@ pub enum TestbedError {
         log_tail: String,
     },
     /// A fault or lifecycle method was called on a server started elsewhere.
+    #[error(
+        "{what} was started elsewhere (given by environment variable): `{operation}` \
+         is not possible on it; start a server of your own for fault tests"
+    )]
     External {
         /// Which server.
         what: String,
@@ -49,6 +59,7 @@ pub enum TestbedError {
         operation: &'static str,
     },
     /// A fault method was called on a member that is not running (killed).
+    #[error("{what} is not running (killed): `{operation}` needs it running; call restart first")]
     NotRunning {
         /// Which server.
         what: String,
@@ -56,6 +67,7 @@ pub enum TestbedError {
         operation: &'static str,
     },
     /// A member index beyond the cluster size.
+    #[error("member index {index} out of range: there are {members} members")]
     NoSuchMember {
         /// The index asked for.
         index: usize,
@@ -63,6 +75,7 @@ pub enum TestbedError {
         members: usize,
     },
     /// No leader could be found in time.
+    #[error("no leader found in {what}: {detail}")]
     NoLeader {
         /// Which cluster.
         what: String,
@@ -70,13 +83,16 @@ pub enum TestbedError {
         detail: String,
     },
     /// A network or file operation failed.
+    #[error("{context}: {source}")]
     Io {
         /// What was being done.
         context: String,
         /// The OS error.
+        #[source]
         source: io::Error,
     },
     /// A server answered something this crate could not understand, or refused a request.
+    #[error("{context}: unexpected answer: {detail}")]
     Protocol {
         /// What was being done.
         context: String,
@@ -84,6 +100,7 @@ pub enum TestbedError {
         detail: String,
     },
     /// An environment variable of this crate holds a value that cannot be used.
+    #[error("environment variable {var}={value:?} cannot be used: {reason}")]
     BadEnv {
         /// The variable.
         var: &'static str,
@@ -140,72 +157,11 @@ impl TestbedError {
     }
 }
 
-impl fmt::Display for TestbedError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            TestbedError::NotInstalled {
-                what,
-                looked_at,
-                package,
-                env,
-            } => write!(
-                f,
-                "{what} not found: install the Debian package `{package}` \
-                 (`cargo xtask test` installs it) or set {env} (looked at: {looked_at})"
-            ),
-            TestbedError::Spawn { what, source } => {
-                write!(f, "could not start {what}: {source}")
-            }
-            TestbedError::NotReady {
-                what,
-                waited,
-                detail,
-                log_tail,
-            } => {
-                write!(f, "{what} not ready after {waited:?}: {detail}")?;
-                if log_tail.is_empty() {
-                    write!(f, " (its log is empty)")
-                } else {
-                    write!(f, "\n--- last lines of its log ---\n{log_tail}")
-                }
-            }
-            TestbedError::External { what, operation } => write!(
-                f,
-                "{what} was started elsewhere (given by environment variable): `{operation}` \
-                 is not possible on it; start a server of your own for fault tests"
-            ),
-            TestbedError::NotRunning { what, operation } => write!(
-                f,
-                "{what} is not running (killed): `{operation}` needs it running; call restart first"
-            ),
-            TestbedError::NoSuchMember { index, members } => {
-                write!(
-                    f,
-                    "member index {index} out of range: there are {members} members"
-                )
-            }
-            TestbedError::NoLeader { what, detail } => {
-                write!(f, "no leader found in {what}: {detail}")
-            }
-            TestbedError::Io { context, source } => write!(f, "{context}: {source}"),
-            TestbedError::Protocol { context, detail } => {
-                write!(f, "{context}: unexpected answer: {detail}")
-            }
-            TestbedError::BadEnv { var, value, reason } => {
-                write!(
-                    f,
-                    "environment variable {var}={value:?} cannot be used: {reason}"
-                )
-            }
-        }
-    }
-}
-
-impl std::error::Error for TestbedError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            TestbedError::Io { source, .. } | TestbedError::Spawn { source, .. } => Some(source),
-            _ => None,
-        }
+/// The "last lines of its log" part of [`TestbedError::NotReady`]'s message.
+fn log_section(log_tail: &str) -> String {
+    if log_tail.is_empty() {
+        " (its log is empty)".to_string()
+    } else {
+        format!("\n--- last lines of its log ---\n{log_tail}")
     }
 }

@@ -8,11 +8,13 @@ use std::time::{Duration, Instant};
 
 use crate::bins;
 use crate::http;
-use crate::json::{b64_decode, b64_encode, Json};
 use crate::member::{member_index, member_index_mut, Member};
 use crate::process::{ManagedChild, ManagedDir};
 use crate::util::{free_port, loopback, unique_name};
 use crate::TestbedError;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine as _;
+use serde_json::{json, Value};
 
 /// How long members may take to report healthy.
 const READY_TIMEOUT: Duration = Duration::from_secs(20);
@@ -398,11 +400,7 @@ impl EtcdCluster {
     /// Put `key` = `value` through member `i`'s JSON gateway (`POST /v3/kv/put`).
     pub fn put(&self, i: usize, key: &str, value: &[u8]) -> Result<(), TestbedError> {
         let addr = *member_index(&self.addrs, i)?;
-        let body = format!(
-            r#"{{"key":"{}","value":"{}"}}"#,
-            b64_encode(key.as_bytes()),
-            b64_encode(value)
-        );
+        let body = json!({"key": BASE64.encode(key), "value": BASE64.encode(value)});
         let json = gateway(addr, "/v3/kv/put", &body, REQUEST_TIMEOUT)?;
         if json.get("header").is_none() {
             return Err(TestbedError::protocol(
@@ -416,23 +414,26 @@ impl EtcdCluster {
     /// Get `key` through member `i`'s JSON gateway (`POST /v3/kv/range`, linearizable).
     pub fn get(&self, i: usize, key: &str) -> Result<Option<Vec<u8>>, TestbedError> {
         let addr = *member_index(&self.addrs, i)?;
-        let body = format!(r#"{{"key":"{}"}}"#, b64_encode(key.as_bytes()));
+        let body = json!({"key": BASE64.encode(key)});
         let json = gateway(addr, "/v3/kv/range", &body, REQUEST_TIMEOUT)?;
         let ctx = || format!("etcd get {key} via {addr}");
-        let Some(Json::Arr(kvs)) = json.get("kvs") else {
+        let Some(kvs) = json.get("kvs").and_then(Value::as_array) else {
             return if json.get("header").is_some() {
                 Ok(None)
             } else {
                 Err(TestbedError::protocol(ctx(), format!("{json:?}")))
             };
         };
+        // etcd leaves an empty value out of the JSON.
         let value = kvs
             .first()
-            .map(|kv| kv.get("value").and_then(Json::text).unwrap_or(""))
+            .and_then(|kv| kv.get("value"))
+            .and_then(Value::as_str)
             .unwrap_or("");
-        b64_decode(value)
+        BASE64
+            .decode(value)
             .map(Some)
-            .ok_or_else(|| TestbedError::protocol(ctx(), format!("bad base64 {value:?}")))
+            .map_err(|e| TestbedError::protocol(ctx(), format!("bad base64 {value:?}: {e}")))
     }
 }
 
@@ -440,10 +441,11 @@ impl EtcdCluster {
 fn gateway(
     addr: SocketAddr,
     path: &str,
-    body: &str,
+    body: &Value,
     timeout: Duration,
-) -> Result<Json, TestbedError> {
-    let (code, text) = http::request(addr, "POST", path, Some(body), timeout)?;
+) -> Result<Value, TestbedError> {
+    let body = body.to_string();
+    let (code, text) = http::request(addr, "POST", path, Some(&body), timeout)?;
     let ctx = || format!("etcd POST {path} to {addr}");
     if code != 200 {
         return Err(TestbedError::protocol(
@@ -451,29 +453,42 @@ fn gateway(
             format!("HTTP {code}: {text}"),
         ));
     }
-    Json::parse(&text).map_err(|e| TestbedError::protocol(ctx(), format!("{e}: {text}")))
+    match serde_json::from_str::<Value>(&text) {
+        Ok(json) if json.is_object() => Ok(json),
+        Ok(_) => Err(TestbedError::protocol(
+            ctx(),
+            format!("not an object: {text}"),
+        )),
+        Err(e) => Err(TestbedError::protocol(ctx(), format!("{e}: {text}"))),
+    }
+}
+
+/// A field etcd encodes as a string (uint64 fields) or a number, as text.
+fn text_of(value: Option<&Value>) -> Option<String> {
+    match value? {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
 }
 
 /// GET /health: true when `{"health":"true"}`.
 fn health(addr: SocketAddr) -> Result<bool, TestbedError> {
     let (code, text) = http::request(addr, "GET", "/health", None, Duration::from_millis(1000))?;
-    let healthy = Json::parse(&text)
+    let healthy = serde_json::from_str::<Value>(&text)
         .ok()
-        .and_then(|j| j.get("health").and_then(Json::text).map(|h| h == "true"))
-        .unwrap_or(false);
+        .and_then(|j| text_of(j.get("health")))
+        .is_some_and(|h| h == "true");
     Ok(code == 200 && healthy)
 }
 
 /// (member_id, leader_id) from the maintenance status RPC.
 fn status(addr: SocketAddr, timeout: Duration) -> Result<(String, String), TestbedError> {
-    let json = gateway(addr, "/v3/maintenance/status", "{}", timeout)?;
-    let me = json
-        .get("header")
-        .and_then(|h| h.get("member_id"))
-        .and_then(Json::text);
-    let leader = json.get("leader").and_then(Json::text).unwrap_or("0");
+    let json = gateway(addr, "/v3/maintenance/status", &json!({}), timeout)?;
+    let me = text_of(json.get("header").and_then(|h| h.get("member_id")));
+    let leader = text_of(json.get("leader")).unwrap_or_else(|| "0".into());
     match me {
-        Some(me) => Ok((me.to_string(), leader.to_string())),
+        Some(me) => Ok((me, leader)),
         None => Err(TestbedError::protocol(
             format!("etcd status from {addr}"),
             format!("{json:?}"),
@@ -502,4 +517,23 @@ pub(crate) fn resolve_all(
                 })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// etcd's gateway writes uint64 fields as strings; both forms are read.
+    #[test]
+    fn reads_the_status_document() {
+        let src = r#"{"header":{"cluster_id":"148","member_id":"102","revision":"1","raft_term":"2"},"version":"3.4.23","leader":102,"isLearner":false,"errors":[]}"#;
+        let json: Value = serde_json::from_str(src).unwrap();
+        let me = text_of(json.get("header").and_then(|h| h.get("member_id")));
+        assert_eq!(me.as_deref(), Some("102"));
+        assert_eq!(text_of(json.get("leader")).as_deref(), Some("102"));
+        assert_eq!(text_of(json.get("isLearner")), None);
+        assert_eq!(text_of(json.get("missing")), None);
+        assert_eq!(BASE64.encode("foobar"), "Zm9vYmFy");
+        assert_eq!(BASE64.decode("Zm8=").unwrap(), b"fo");
+    }
 }

@@ -90,7 +90,6 @@ mod bins;
 mod error;
 mod etcd;
 mod http;
-mod json;
 mod member;
 mod postgres;
 mod process;

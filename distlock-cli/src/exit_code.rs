@@ -4,12 +4,14 @@
 //! |---|---|---|
 //! | CMD's own | - | `run`: the lock was held for the whole run; CMD exited with this status |
 //! | 128 + N | [`SIGNAL_BASE`] | `run`: CMD was killed by signal N (e.g. 143 = SIGTERM, also when distlock forwarded a SIGTERM it received), or distlock itself was interrupted by signal N before CMD started |
-//! | 0 | - | `status`: the lock's state was read (held or free) |
+//! | 0 | [`HELD`] | `status`: the lock is held; `list`: the locks were listed (none is fine) |
+//! | 3 | [`FREE`] | `status`: the lock is free (as LSB `status` says "not running") |
 //! | 64 | [`USAGE`] | bad command line: malformed URL, unknown URL option, invalid lock name, bad duration |
 //! | 69 | [`UNAVAILABLE`] | the lock service could not be reached or did not answer in time |
 //! | 70 | [`SOFTWARE`] | an internal error or an answer distlock does not understand |
-//! | 75 | [`NOT_ACQUIRED`] | `run`: the lock is held by someone else (one attempt, or `--wait` elapsed); CMD was not run. `--conflict-exit-code` changes it |
+//! | 75 | [`NOT_ACQUIRED`] | `run`: the lock is held by someone else (one attempt, or `--wait` elapsed); CMD was not run. `--conflict-exit-code` changes it, `--quiet` keeps it silent |
 //! | 77 | [`UNAUTHORIZED`] | the lock service rejected the credentials |
+//! | 78 | [`UNSUPPORTED`] | the backend does not offer what was asked: read-write locks, permits, or listing its locks |
 //! | 79 | [`LOST`] | `run`: the lock was lost while CMD ran; CMD got SIGTERM (SIGKILL after `--grace`) |
 //! | 126 | [`CANNOT_EXECUTE`] | `run`: CMD exists but could not be executed |
 //! | 127 | [`NOT_FOUND`] | `run`: CMD was not found |
@@ -21,8 +23,12 @@
 //! (`flock -E` does the same), e.g. to 0 for a cron job where "someone else
 //! is already running it" is success.
 
-use lock_core::LockErrorKind;
+use distlock::LockErrorKind;
 
+/// `status`: the lock is held. Also the status of every command that succeeded.
+pub const HELD: i32 = 0;
+/// `status`: the lock is free.
+pub const FREE: i32 = 3;
 /// Bad command line: malformed URL, unknown option, invalid name or duration (`EX_USAGE`).
 pub const USAGE: i32 = 64;
 /// The lock service could not be reached or did not answer in time (`EX_UNAVAILABLE`).
@@ -33,6 +39,8 @@ pub const SOFTWARE: i32 = 70;
 pub const NOT_ACQUIRED: i32 = 75;
 /// The lock service rejected the credentials (`EX_NOPERM`).
 pub const UNAUTHORIZED: i32 = 77;
+/// The backend does not offer what was asked (read-write locks, permits, listing).
+pub const UNSUPPORTED: i32 = 78;
 /// The lock was lost while CMD ran; CMD was terminated.
 pub const LOST: i32 = 79;
 /// CMD could not be executed (permission denied, not an executable), as in shells.
@@ -51,6 +59,7 @@ pub fn for_error(kind: LockErrorKind) -> i32 {
         LockErrorKind::Timeout => NOT_ACQUIRED,
         LockErrorKind::Unauthorized => UNAUTHORIZED,
         LockErrorKind::Lost => LOST,
+        LockErrorKind::Unsupported => UNSUPPORTED,
         _ => SOFTWARE,
     }
 }
@@ -62,11 +71,13 @@ mod tests {
     #[test]
     fn codes_are_distinct_and_fit_a_byte() {
         let all = [
+            FREE,
             USAGE,
             UNAVAILABLE,
             SOFTWARE,
             NOT_ACQUIRED,
             UNAUTHORIZED,
+            UNSUPPORTED,
             LOST,
             CANNOT_EXECUTE,
             NOT_FOUND,
@@ -79,6 +90,7 @@ mod tests {
         assert_eq!(for_error(LockErrorKind::InvalidArgument), USAGE);
         assert_eq!(for_error(LockErrorKind::Unavailable), UNAVAILABLE);
         assert_eq!(for_error(LockErrorKind::Timeout), NOT_ACQUIRED);
+        assert_eq!(for_error(LockErrorKind::Unsupported), UNSUPPORTED);
         assert_eq!(for_error(LockErrorKind::Protocol), SOFTWARE);
         assert_eq!(for_error(LockErrorKind::Internal), SOFTWARE);
     }

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use distlock::exit_code;
+use distlock_cli::exit_code;
 use lock_testbed::{
     pid_alive, shared_etcd, shared_redis, shared_redis_set, shared_zk, unique_name, Proxy,
 };
@@ -77,15 +77,18 @@ fn zk() -> Backend {
     }
 }
 
-/// `distlock ARGS` with a clean environment for the variables it reads.
+/// `distlock ARGS` with a clean environment for the variables it reads or
+/// sets (every `DISTLOCK_*`, and etcdctl's `ETCD_LOCK_*`).
 fn distlock(args: &[&str]) -> Command {
     let mut cmd = Command::new(BIN);
-    cmd.args(args)
-        .env_remove("DISTLOCK_URL")
-        .env_remove("DISTLOCK_FENCING_TOKEN")
-        .env_remove("DISTLOCK_NAME")
-        .env_remove("DISTLOCK_LOG")
-        .stdin(Stdio::null())
+    cmd.args(args);
+    for (var, _) in std::env::vars_os() {
+        let var = var.to_string_lossy();
+        if var.starts_with("DISTLOCK_") || var.starts_with("ETCD_LOCK_") {
+            cmd.env_remove(&*var);
+        }
+    }
+    cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     cmd
@@ -183,14 +186,36 @@ fn run_to_end(cmd: Command) -> Out {
 
 /// `distlock run --url URL EXTRA... NAME -- sh -c SCRIPT`.
 fn run_sh(url: &str, extra: &[&str], name: &str, script: &str) -> Command {
+    run_sh_all(url, extra, &[name], script)
+}
+
+/// `distlock run --url URL EXTRA... NAME... -- sh -c SCRIPT`.
+fn run_sh_all(url: &str, extra: &[&str], names: &[&str], script: &str) -> Command {
     let mut args = vec!["run", "--url", url];
     args.extend_from_slice(extra);
-    args.extend_from_slice(&[name, "--", "sh", "-c", script]);
+    args.extend_from_slice(names);
+    args.extend_from_slice(&["--", "sh", "-c", script]);
     distlock(&args)
 }
 
+/// `distlock status --url URL NAME`: exit 0 when held, 3 when free.
 fn status(url: &str, name: &str) -> Out {
-    run_to_end(distlock(&["status", "--url", url, name]))
+    let out = run_to_end(distlock(&["status", "--url", url, name]));
+    let expected = match out.field("state").as_deref() {
+        Some("held") => exit_code::HELD,
+        Some("free") => exit_code::FREE,
+        _ => panic!("status printed no state: {out:#?}"),
+    };
+    assert_eq!(out.code, expected, "{out:#?}");
+    out
+}
+
+/// `distlock status --json --url URL NAME`, parsed.
+fn status_json(url: &str, name: &str) -> (Out, serde_json::Value) {
+    let out = run_to_end(distlock(&["status", "--json", "--url", url, name]));
+    let value: serde_json::Value =
+        expect("status --json output", serde_json::from_str(&out.stdout));
+    (out, value)
 }
 
 /// Waits until `path` exists (a CMD signals that it started); panics after `limit`.
@@ -236,20 +261,26 @@ fn s(path: &Path) -> &str {
 // Checks shared by the backends
 // ---------------------------------------------------------------------------
 
-/// `run`: CMD sees DISTLOCK_NAME and DISTLOCK_FENCING_TOKEN (unset without
-/// fencing), its exit status passes through, and the lock is free afterwards.
+/// `run`: CMD sees DISTLOCK_LOCK_NAME, DISTLOCK_TOKEN (unset without
+/// fencing) and DISTLOCK_LOCK_KEY (where the backend tells the key: it
+/// names the lock), its exit status passes through, and the lock is free
+/// afterwards.
 fn check_run(b: &Backend) {
     let name = unique_name("cli-run");
     let out = run_to_end(run_sh(
         &b.url,
         &[],
         &name,
-        r#"printf '%s\n%s\n' "$DISTLOCK_NAME" "${DISTLOCK_FENCING_TOKEN-unset}"; exit 7"#,
+        r#"printf '%s\n%s\n%s\n' "$DISTLOCK_LOCK_NAME" "${DISTLOCK_TOKEN-unset}" "${DISTLOCK_LOCK_KEY-unset}"; exit 7"#,
     ));
     assert_eq!(out.code, 7, "{out:#?}");
     let lines: Vec<&str> = out.stdout.lines().collect();
-    assert_eq!(lines.len(), 2, "{out:#?}");
+    assert_eq!(lines.len(), 3, "{out:#?}");
     assert_eq!(lines[0], name);
+    assert!(
+        lines[2] == "unset" || (lines[2].contains(&name) && !lines[2].contains(' ')),
+        "DISTLOCK_LOCK_KEY is unset or the server key of the lock: {out:#?}"
+    );
     if b.fencing {
         let token: u64 = lines[1]
             .parse()
@@ -258,7 +289,7 @@ fn check_run(b: &Backend) {
     } else {
         assert_eq!(
             lines[1], "unset",
-            "a backend without fencing must not set DISTLOCK_FENCING_TOKEN"
+            "a backend without fencing must not set DISTLOCK_TOKEN"
         );
     }
     assert!(out.stderr.is_empty(), "{out:#?}");
@@ -304,12 +335,12 @@ fn check_status(b: &Backend) {
     let stop = p(&dir, "stop");
     let name = unique_name("cli-status");
     let free = status(&b.url, &name);
-    assert_eq!(free.code, 0, "{free:#?}");
+    assert_eq!(free.code, exit_code::FREE, "{free:#?}");
     assert_eq!(free.field("state").as_deref(), Some("free"), "{free:#?}");
     assert_eq!(free.field("name").as_deref(), Some(name.as_str()));
 
     let script = format!(
-        r#"echo "${{DISTLOCK_FENCING_TOKEN-unset}}" > '{tmp}'; mv '{tmp}' '{tok}'; while [ ! -e '{stop}' ]; do sleep 0.05; done"#,
+        r#"echo "${{DISTLOCK_TOKEN-unset}}" > '{tmp}'; mv '{tmp}' '{tok}'; while [ ! -e '{stop}' ]; do sleep 0.05; done"#,
         tmp = s(&p(&dir, "token.tmp")),
         tok = s(&token_file),
         stop = s(&stop)
@@ -319,12 +350,12 @@ fn check_status(b: &Backend) {
     let seen = read(&token_file).trim().to_string();
 
     let held = status(&b.url, &name);
-    assert_eq!(held.code, 0, "{held:#?}");
+    assert_eq!(held.code, exit_code::HELD, "{held:#?}");
     assert_eq!(held.field("state").as_deref(), Some("held"), "{held:#?}");
     if b.fencing {
         assert_eq!(
             held.field("token"),
-            Some(seen),
+            Some(seen.clone()),
             "status must show the holder's token: {held:#?}"
         );
     } else {
@@ -336,6 +367,31 @@ fn check_status(b: &Backend) {
         assert!(ms <= 10_000, "{held:#?}");
     }
 
+    // The same as one JSON object, with every key (null where unknown).
+    let (out, v) = status_json(&b.url, &name);
+    assert_eq!(out.code, exit_code::HELD, "{out:#?}");
+    assert_eq!(v["state"], "held", "{v}");
+    assert_eq!(v["name"], name.as_str(), "{v}");
+    assert!(v["backend"].is_string(), "{v}");
+    if b.fencing {
+        assert_eq!(v["token"].to_string(), seen, "{v}");
+    } else {
+        assert!(v["token"].is_null(), "{v}");
+    }
+    assert!(v["last_token"].is_null(), "{v}");
+    assert!(
+        v["owner"].is_null() || v["owner"].as_str().is_some_and(|o| !o.is_empty()),
+        "owner is null or the holder's id: {v}"
+    );
+    assert!(
+        v["ttl_remaining_ms"].is_null()
+            || v["ttl_remaining_ms"]
+                .as_u64()
+                .is_some_and(|ms| ms <= 10_000),
+        "{v}"
+    );
+    assert!(v["waiters"].is_null() || v["waiters"].is_u64(), "{v}");
+
     expect("stop file", std::fs::write(&stop, b""));
     let out = holder.finish(HANG);
     assert_eq!(out.code, 0, "{out:#?}");
@@ -345,6 +401,10 @@ fn check_status(b: &Backend) {
         Some("free"),
         "released after CMD: {after:#?}"
     );
+    let (out, v) = status_json(&b.url, &name);
+    assert_eq!(out.code, exit_code::FREE, "{out:#?}");
+    assert_eq!(v["state"], "free", "{v}");
+    assert!(v["token"].is_null() && v["owner"].is_null(), "{v}");
 }
 
 /// `--wait D` on a held lock: gives up after D with the not-acquired status
@@ -400,6 +460,17 @@ fn check_wait(b: &Backend) {
 /// 30`) runs: CMD is terminated and distlock exits with the lost status
 /// within `detect` (+ slack).
 fn check_lost(url: &str, name: &str, detect: Duration, make_lost: impl FnOnce()) {
+    check_lost_member(url, &[name], name, detect, make_lost);
+}
+
+/// [`check_lost`] for a run holding `names`, of which `make_lost` loses `lost`.
+fn check_lost_member(
+    url: &str,
+    names: &[&str],
+    lost: &str,
+    detect: Duration,
+    make_lost: impl FnOnce(),
+) {
     let dir = tempdir();
     let pid_file = p(&dir, "pid");
     let tmp = p(&dir, "pid.tmp");
@@ -409,10 +480,10 @@ fn check_lost(url: &str, name: &str, detect: Duration, make_lost: impl FnOnce())
         s(&tmp),
         s(&pid_file)
     );
-    let run = Running::start(run_sh(
+    let run = Running::start(run_sh_all(
         url,
         &["--ttl", "3s", "--grace", "2s"],
-        name,
+        names,
         &script,
     ));
     let cmd_pid = wait_for_pid_file(&pid_file);
@@ -422,7 +493,7 @@ fn check_lost(url: &str, name: &str, detect: Duration, make_lost: impl FnOnce())
     let out = run.finish(HANG);
     assert_eq!(out.code, exit_code::LOST, "{out:#?}");
     assert!(
-        out.stderr.contains(&format!("lock {name} lost")),
+        out.stderr.contains(&format!("lock {lost} lost")),
         "{out:#?}"
     );
     assert!(!out.stderr.contains("panicked"), "{out:#?}");
@@ -459,6 +530,239 @@ fn check_unreachable(url: &str, connect_timeout: Duration) {
     assert!(!ran.exists());
 }
 
+/// What the backend behind `url` offers (read-write locks, semaphores, ...).
+fn capabilities(url: &str) -> distlock::Capabilities {
+    let rt = expect(
+        "runtime",
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build(),
+    );
+    rt.block_on(async { expect("connect", distlock::connect(url).await).capabilities() })
+}
+
+/// A `run` of `flags` that holds `name` until `stop` exists, after touching `started`.
+fn hold_until(url: &str, flags: &[&str], name: &str, started: &Path, stop: &Path) -> Running {
+    Running::start(run_sh(
+        url,
+        flags,
+        name,
+        &format!(
+            "touch '{}'; while [ ! -e '{}' ]; do sleep 0.05; done",
+            s(started),
+            s(stop)
+        ),
+    ))
+}
+
+/// `--read` / `--write`: two readers hold at once, a writer is refused while
+/// they do and gets the lock after them; a backend without read-write locks
+/// refuses both flags with the unsupported status.
+fn check_read_write(b: &Backend) {
+    let name = unique_name("cli-rw");
+    if !capabilities(&b.url).read_write {
+        for flag in ["--read", "--write"] {
+            let out = run_to_end(run_sh(&b.url, &[flag], &name, "exit 0"));
+            out.one_line_error(exit_code::UNSUPPORTED);
+            assert!(out.stderr.contains("unsupported"), "{out:#?}");
+        }
+        return;
+    }
+    let dir = tempdir();
+    let stop = p(&dir, "stop");
+    let readers: Vec<Running> = (0..2)
+        .map(|i| {
+            hold_until(
+                &b.url,
+                &["--read", "--ttl", "10s"],
+                &name,
+                &p(&dir, &format!("reader-{i}")),
+                &stop,
+            )
+        })
+        .collect();
+    for i in 0..2 {
+        wait_for_file(&p(&dir, &format!("reader-{i}")), Duration::from_secs(20));
+    }
+    let writer = run_to_end(run_sh(&b.url, &["--write"], &name, "exit 0"));
+    writer.one_line_error(exit_code::NOT_ACQUIRED);
+    assert!(
+        writer.stderr.contains("held by another owner"),
+        "{writer:#?}"
+    );
+    expect("stop file", std::fs::write(&stop, b""));
+    for r in readers {
+        let out = r.finish(HANG);
+        assert_eq!(out.code, 0, "{out:#?}");
+    }
+    let writer = run_to_end(run_sh(
+        &b.url,
+        &["--write", "--wait", "10s"],
+        &name,
+        "exit 0",
+    ));
+    assert_eq!(writer.code, 0, "{writer:#?}");
+}
+
+/// `--permits 2`: two holders at once, a third refused; a backend without
+/// semaphores refuses with the unsupported status.
+fn check_permits(b: &Backend) {
+    let name = unique_name("cli-permits");
+    if !capabilities(&b.url).semaphore {
+        let out = run_to_end(run_sh(&b.url, &["--permits", "2"], &name, "exit 0"));
+        out.one_line_error(exit_code::UNSUPPORTED);
+        assert!(out.stderr.contains("unsupported"), "{out:#?}");
+        return;
+    }
+    let dir = tempdir();
+    let stop = p(&dir, "stop");
+    let holders: Vec<Running> = (0..2)
+        .map(|i| {
+            hold_until(
+                &b.url,
+                &["--permits", "2", "--ttl", "10s"],
+                &name,
+                &p(&dir, &format!("holder-{i}")),
+                &stop,
+            )
+        })
+        .collect();
+    for i in 0..2 {
+        wait_for_file(&p(&dir, &format!("holder-{i}")), Duration::from_secs(20));
+    }
+    let third = run_to_end(run_sh(&b.url, &["--permits", "2"], &name, "exit 0"));
+    third.one_line_error(exit_code::NOT_ACQUIRED);
+    expect("stop file", std::fs::write(&stop, b""));
+    for h in holders {
+        assert_eq!(h.finish(HANG).code, 0);
+    }
+}
+
+/// Several names: all or nothing. With one of them held elsewhere the run is
+/// refused, names the held one, and leaves the other free; once free, CMD
+/// gets every name (sorted) and one token per name.
+fn check_several_names(b: &Backend) {
+    let first = unique_name("cli-multi-a");
+    let second = unique_name("cli-multi-b");
+    let dir = tempdir();
+    let started = p(&dir, "started");
+    let stop = p(&dir, "stop");
+    let holder = hold_until(&b.url, &["--ttl", "10s"], &second, &started, &stop);
+    wait_for_file(&started, Duration::from_secs(20));
+
+    let out = run_to_end(run_sh_all(&b.url, &[], &[&second, &first], "exit 0"));
+    out.one_line_error(exit_code::NOT_ACQUIRED);
+    assert!(
+        out.stderr.contains(&format!("lock {second} is held")),
+        "{out:#?}"
+    );
+    let free = status(&b.url, &first);
+    assert_eq!(
+        free.field("state").as_deref(),
+        Some("free"),
+        "all or nothing: {first} must not stay taken: {free:#?}"
+    );
+    expect("stop file", std::fs::write(&stop, b""));
+    assert_eq!(holder.finish(HANG).code, 0);
+
+    let out = run_to_end(run_sh_all(
+        &b.url,
+        &[],
+        &[&second, &first],
+        r#"printf '%s\n%s\n' "$DISTLOCK_LOCK_NAME" "${DISTLOCK_TOKEN-unset}""#,
+    ));
+    assert_eq!(out.code, 0, "{out:#?}");
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines[0], format!("{first} {second}"), "{out:#?}");
+    if b.fencing {
+        let tokens: Vec<u64> = lines[1]
+            .split(' ')
+            .map(|t| expect("token", t.parse()))
+            .collect();
+        assert_eq!(tokens.len(), 2, "{out:#?}");
+    } else {
+        assert_eq!(lines[1], "unset", "{out:#?}");
+    }
+}
+
+/// `list PREFIX` while a lock under it is held: a line for it (and JSON), or,
+/// on a backend that cannot list, a one-line error with the unsupported status.
+fn check_list(b: &Backend) {
+    let prefix = format!("{}/", unique_name("cli-list"));
+    let name = format!("{prefix}job");
+    let dir = tempdir();
+    let started = p(&dir, "started");
+    let stop = p(&dir, "stop");
+    let holder = hold_until(&b.url, &["--ttl", "10s"], &name, &started, &stop);
+    wait_for_file(&started, Duration::from_secs(20));
+    let out = run_to_end(distlock(&["list", "--url", &b.url, &prefix]));
+    if out.code == exit_code::UNSUPPORTED {
+        out.one_line_error(exit_code::UNSUPPORTED);
+        assert!(out.stderr.contains("cannot list its locks"), "{out:#?}");
+    } else {
+        assert_eq!(out.code, 0, "{out:#?}");
+        let lines: Vec<&str> = out.stdout.lines().collect();
+        assert_eq!(lines.len(), 1, "{out:#?}");
+        assert!(
+            lines[0].starts_with(&format!("{name} state=held")),
+            "{out:#?}"
+        );
+        let json = run_to_end(distlock(&["list", "--json", "--url", &b.url, &prefix]));
+        let v: serde_json::Value = expect("list --json", serde_json::from_str(&json.stdout));
+        assert_eq!(v["locks"][0]["name"], name.as_str(), "{v}");
+        assert_eq!(v["truncated"], false, "{v}");
+    }
+    expect("stop file", std::fs::write(&stop, b""));
+    assert_eq!(holder.finish(HANG).code, 0);
+}
+
+/// The checks every remote backend runs. Those of the read-write lock, the
+/// semaphore and `list` assert the full behaviour where the backend offers
+/// it, and the unsupported status (78) where it does not.
+macro_rules! common_checks {
+    ($backend:expr) => {
+        #[test]
+        fn run_passes_env_and_exit_status() {
+            check_run(&$backend);
+        }
+
+        #[test]
+        fn exactly_once() {
+            check_exactly_once(&$backend);
+        }
+
+        #[test]
+        fn status_shows_the_holder() {
+            check_status(&$backend);
+        }
+
+        #[test]
+        fn wait_times_out_then_succeeds() {
+            check_wait(&$backend);
+        }
+
+        #[test]
+        fn read_write_locks() {
+            check_read_write(&$backend);
+        }
+
+        #[test]
+        fn permits() {
+            check_permits(&$backend);
+        }
+
+        #[test]
+        fn several_names_all_or_nothing() {
+            check_several_names(&$backend);
+        }
+
+        #[test]
+        fn list_held_locks() {
+            check_list(&$backend);
+        }
+    };
+}
+
 fn blackholed_proxy(upstream: &str) -> Proxy {
     let addr = expect("upstream address", upstream.parse());
     let proxy = expect("starting proxy", Proxy::start(addr));
@@ -483,7 +787,7 @@ mod memory {
     #[test]
     fn status_is_free() {
         let out = status("memory://", "jobs/nightly");
-        assert_eq!(out.code, 0, "{out:#?}");
+        assert_eq!(out.code, exit_code::FREE, "{out:#?}");
         assert_eq!(out.field("state").as_deref(), Some("free"));
         assert_eq!(out.field("backend").as_deref(), Some("memory"));
     }
@@ -518,6 +822,154 @@ mod memory {
             s(&file),
         ]));
         out.one_line_error(exit_code::CANNOT_EXECUTE);
+    }
+
+    /// Every mode runs CMD on the memory backend (which offers them all),
+    /// and CMD learns each name; several names come sorted.
+    #[test]
+    fn every_mode_and_several_names() {
+        for flags in [
+            &[][..],
+            &["--read"][..],
+            &["--write"][..],
+            &["--permits", "3"][..],
+        ] {
+            let out = run_to_end(run_sh_all(
+                "memory://",
+                flags,
+                &["jobs/b", "jobs/a"],
+                r#"echo "$DISTLOCK_LOCK_NAME""#,
+            ));
+            assert_eq!(out.code, 0, "{flags:?}: {out:#?}");
+            assert_eq!(out.stdout.trim(), "jobs/a jobs/b", "{flags:?}: {out:#?}");
+        }
+    }
+
+    /// `list` on the memory backend: nothing is held in a new process.
+    #[test]
+    fn list_is_empty() {
+        let out = run_to_end(distlock(&["list", "--url", "memory://"]));
+        assert_eq!(out.code, 0, "{out:#?}");
+        assert!(out.stdout.is_empty() && out.stderr.is_empty(), "{out:#?}");
+        let out = run_to_end(distlock(&["list", "--json", "--url", "memory://", "jobs/"]));
+        assert_eq!(out.code, 0, "{out:#?}");
+        let v: serde_json::Value = expect("list --json", serde_json::from_str(&out.stdout));
+        assert_eq!(v["backend"], "memory");
+        assert_eq!(v["prefix"], "jobs/");
+        assert_eq!(v["locks"], serde_json::json!([]));
+    }
+
+    /// `status --json` of a free lock: exit 3, every key present.
+    #[test]
+    fn status_json_of_a_free_lock() {
+        let (out, v) = status_json("memory://", "jobs/nightly");
+        assert_eq!(out.code, exit_code::FREE, "{out:#?}");
+        assert_eq!(v["state"], "free");
+        for key in [
+            "name",
+            "backend",
+            "token",
+            "last_token",
+            "owner",
+            "ttl_remaining_ms",
+            "waiters",
+        ] {
+            assert!(v.get(key).is_some(), "{key} missing: {v}");
+        }
+    }
+
+    /// The URL from `--url-file` and `DISTLOCK_URL_FILE` (whitespace around
+    /// it ignored); the command line wins over the environment.
+    #[test]
+    fn url_from_a_file() {
+        let dir = tempdir();
+        let file = p(&dir, "url");
+        expect("write", std::fs::write(&file, "  memory://\n"));
+        let out = run_to_end(distlock(&[
+            "run",
+            "--url-file",
+            s(&file),
+            "x",
+            "--",
+            "sh",
+            "-c",
+            "exit 4",
+        ]));
+        assert_eq!(out.code, 4, "{out:#?}");
+
+        let mut cmd = distlock(&["run", "x", "--", "sh", "-c", "exit 5"]);
+        cmd.env("DISTLOCK_URL_FILE", &file);
+        assert_eq!(run_to_end(cmd).code, 5);
+
+        // --url-file on the command line beats DISTLOCK_URL (a refused port).
+        let refused = format!("redis://127.0.0.1:{}", lock_testbed::free_port());
+        let mut cmd = distlock(&[
+            "run",
+            "--url-file",
+            s(&file),
+            "x",
+            "--",
+            "sh",
+            "-c",
+            "exit 6",
+        ]);
+        cmd.env("DISTLOCK_URL", &refused);
+        assert_eq!(run_to_end(cmd).code, 6);
+        // ... and --url beats DISTLOCK_URL_FILE.
+        let mut cmd = distlock(&["run", "--url", "memory://", "x", "--", "true"]);
+        cmd.env("DISTLOCK_URL_FILE", "/nonexistent/url");
+        assert_eq!(run_to_end(cmd).code, 0);
+    }
+
+    /// Options from the environment: the wait, the conflict status and the
+    /// modes; the command line wins over them.
+    #[test]
+    fn options_from_the_environment() {
+        let mut cmd = distlock(&["run", "--url", "memory://", "--write", "x", "--", "true"]);
+        cmd.env("DISTLOCK_READ", "1").env("DISTLOCK_TTL", "1m30s");
+        let out = run_to_end(cmd);
+        assert_eq!(out.code, 0, "the command line's --write wins: {out:#?}");
+
+        let mut cmd = distlock(&["run", "--url", "memory://", "x", "--", "true"]);
+        cmd.env("DISTLOCK_READ", "yes").env("DISTLOCK_WRITE", "on");
+        run_to_end(cmd).one_line_error(exit_code::USAGE);
+
+        for (var, value) in [
+            ("DISTLOCK_TTL", "5"),
+            ("DISTLOCK_WAIT", "soon"),
+            ("DISTLOCK_PERMITS", "0"),
+            ("DISTLOCK_QUIET", "maybe"),
+        ] {
+            let mut cmd = distlock(&["run", "--url", "memory://", "x", "--", "true"]);
+            cmd.env(var, value);
+            let out = run_to_end(cmd);
+            assert_eq!(out.code, exit_code::USAGE, "{var}={value}: {out:#?}");
+            assert!(out.stderr.contains(var), "names the variable: {out:#?}");
+        }
+    }
+
+    /// `distlock completions SHELL` and the man page.
+    #[test]
+    fn completions_and_man_page() {
+        for (shell, needle) in [
+            ("bash", "_distlock()"),
+            ("zsh", "#compdef distlock"),
+            ("fish", "complete -c distlock"),
+        ] {
+            let out = run_to_end(distlock(&["completions", shell]));
+            assert_eq!(out.code, 0, "{out:#?}");
+            assert!(out.stdout.contains(needle), "{shell}: {}", out.stdout);
+            assert!(out.stdout.contains("url-file"), "{shell}");
+        }
+        let out = run_to_end(distlock(&["man"]));
+        assert_eq!(out.code, 0, "{out:#?}");
+        assert!(
+            out.stdout.starts_with(".ie") || out.stdout.contains(".TH distlock"),
+            "{}",
+            out.stdout
+        );
+        let out = run_to_end(distlock(&["completions", "tcsh"]));
+        assert_eq!(out.code, exit_code::USAGE, "{out:#?}");
     }
 
     /// The URL can come from DISTLOCK_URL.
@@ -588,6 +1040,128 @@ mod bad_input {
                 assert!(out.elapsed < Duration::from_secs(5), "{url:?}: {out:#?}");
             }
         }
+    }
+
+    #[test]
+    fn bad_mode_and_names_exit_64() {
+        for args in [
+            &[
+                "run",
+                "--url",
+                "memory://",
+                "--read",
+                "--write",
+                "x",
+                "--",
+                "true",
+            ][..],
+            &[
+                "run",
+                "--url",
+                "memory://",
+                "--read",
+                "--permits",
+                "2",
+                "x",
+                "--",
+                "true",
+            ][..],
+            &["run", "--url", "memory://", "a", "a", "--", "true"][..],
+            &["run", "--url", "memory://", "ok", "a//b", "--", "true"][..],
+            &["run", "x", "--", "true"][..],
+        ] {
+            let out = run_to_end(distlock(args));
+            out.one_line_error(exit_code::USAGE);
+        }
+        for args in [
+            &[
+                "run",
+                "--url",
+                "memory://",
+                "--permits",
+                "0",
+                "x",
+                "--",
+                "true",
+            ][..],
+            &[
+                "run",
+                "--url",
+                "memory://",
+                "--permits",
+                "100001",
+                "x",
+                "--",
+                "true",
+            ][..],
+            &[
+                "run",
+                "--url",
+                "memory://",
+                "--wait",
+                "2d",
+                "x",
+                "--",
+                "true",
+            ][..],
+        ] {
+            let out = run_to_end(distlock(args));
+            assert_eq!(out.code, exit_code::USAGE, "{args:?}: {out:#?}");
+        }
+        let out = run_to_end(distlock(&[
+            "run",
+            "--url",
+            "memory://",
+            "--url-file",
+            "/etc/hostname",
+            "x",
+            "--",
+            "true",
+        ]));
+        out.one_line_error(exit_code::USAGE);
+        let out = run_to_end(distlock(&["status", "--url-file", "/nonexistent/url", "x"]));
+        out.one_line_error(exit_code::USAGE);
+        assert!(out.stderr.contains("/nonexistent/url"), "{out:#?}");
+    }
+
+    /// A password never reaches distlock's output, whether the URL comes
+    /// from a file, the environment (also not in `--help`) or the command
+    /// line (which earns a warning).
+    #[test]
+    fn passwords_are_never_printed() {
+        let secret = "s3cret-Pw";
+        let url = format!(
+            "redis://:{secret}@127.0.0.1:{}?connect_timeout=1s",
+            lock_testbed::free_port()
+        );
+        let dir = tempdir();
+        let file = p(&dir, "url");
+        expect("write", std::fs::write(&file, &url));
+        let out = run_to_end(distlock(&["status", "--url-file", s(&file), "x"]));
+        out.one_line_error(exit_code::UNAVAILABLE);
+        assert!(!out.stderr.contains(secret), "{out:#?}");
+
+        let mut cmd = distlock(&["run", "x", "--", "true"]);
+        cmd.env("DISTLOCK_URL", &url);
+        let out = run_to_end(cmd);
+        out.one_line_error(exit_code::UNAVAILABLE);
+        assert!(!out.stderr.contains(secret), "{out:#?}");
+
+        let mut cmd = distlock(&["run", "--help"]);
+        cmd.env("DISTLOCK_URL", &url);
+        let out = run_to_end(cmd);
+        assert_eq!(out.code, 0);
+        assert!(!out.stdout.contains(secret), "--help shows no env value");
+
+        let out = run_to_end(distlock(&["status", "--url", &url, "x"]));
+        assert_eq!(out.code, exit_code::UNAVAILABLE, "{out:#?}");
+        assert!(
+            out.stderr
+                .contains("warning: the URL on the command line holds a password"),
+            "{out:#?}"
+        );
+        assert!(!out.stderr.contains(secret), "{out:#?}");
+        assert_eq!(out.stderr.lines().count(), 2, "{out:#?}");
     }
 
     #[test]
@@ -682,7 +1256,14 @@ mod bad_input {
             "79",
             "64",
             "69",
-            "DISTLOCK_FENCING_TOKEN",
+            "DISTLOCK_TOKEN",
+            "DISTLOCK_LOCK_NAME",
+            "ETCD_LOCK_REV",
+            "DISTLOCK_TTL",
+            "--url-file",
+            "--quiet",
+            "--permits",
+            "forever",
             "--wait",
             "--grace",
         ] {
@@ -702,24 +1283,134 @@ mod bad_input {
 mod redis {
     use super::*;
 
+    common_checks!(redis());
+
+    /// One member of a multi-lock deleted behind distlock's back: CMD is
+    /// stopped and the message names that member.
     #[test]
-    fn run_passes_env_and_exit_status() {
-        check_run(&redis());
+    fn lost_member_terminates_cmd() {
+        let b = redis();
+        let server = expect("redis", shared_redis());
+        let first = unique_name("cli-lost-a");
+        let second = unique_name("cli-lost-b");
+        check_lost_member(
+            &b.url,
+            &[&first, &second],
+            &second,
+            Duration::from_secs(1) + Duration::from_secs(2),
+            || {
+                expect("DEL", server.cmd(&["DEL", &second]));
+            },
+        );
     }
 
+    /// `--quiet` (or DISTLOCK_QUIET): a conflict prints nothing, and the
+    /// status still says it (or the one asked for).
     #[test]
-    fn exactly_once() {
-        check_exactly_once(&redis());
+    fn quiet_conflict_prints_nothing() {
+        let b = redis();
+        let dir = tempdir();
+        let (started, stop) = (p(&dir, "started"), p(&dir, "stop"));
+        let name = unique_name("cli-quiet");
+        let holder = hold_until(&b.url, &["--ttl", "10s"], &name, &started, &stop);
+        wait_for_file(&started, Duration::from_secs(20));
+        let ran = p(&dir, "ran");
+        let touch = format!("touch '{}'", s(&ran));
+        let out = run_to_end(run_sh(&b.url, &["--quiet"], &name, &touch));
+        assert_eq!(out.code, exit_code::NOT_ACQUIRED, "{out:#?}");
+        assert!(out.stdout.is_empty() && out.stderr.is_empty(), "{out:#?}");
+        let out = run_to_end(run_sh(&b.url, &["-q", "--wait", "300ms"], &name, &touch));
+        assert_eq!(out.code, exit_code::NOT_ACQUIRED, "{out:#?}");
+        assert!(out.stderr.is_empty(), "{out:#?}");
+        let mut cmd = run_sh(&b.url, &["--conflict-exit-code", "0"], &name, &touch);
+        cmd.env("DISTLOCK_QUIET", "true");
+        let out = run_to_end(cmd);
+        assert_eq!(out.code, 0, "{out:#?}");
+        assert!(out.stderr.is_empty(), "{out:#?}");
+        assert!(!ran.exists(), "CMD must not run without the lock");
+        // Without --quiet the conflict is reported, as before.
+        run_to_end(run_sh(&b.url, &[], &name, &touch)).one_line_error(exit_code::NOT_ACQUIRED);
+        expect("stop file", std::fs::write(&stop, b""));
+        assert_eq!(holder.finish(HANG).code, 0);
     }
 
+    /// DISTLOCK_TTL (a human duration) reaches the server: the lock's TTL
+    /// is 90 s, not the default 30 s; DISTLOCK_WAIT and
+    /// DISTLOCK_CONFLICT_EXIT_CODE apply to a contender.
     #[test]
-    fn status_shows_holder_token() {
-        check_status(&redis());
+    fn options_from_the_environment() {
+        let b = redis();
+        let dir = tempdir();
+        let (started, stop) = (p(&dir, "started"), p(&dir, "stop"));
+        let name = unique_name("cli-env");
+        let mut holder_cmd = run_sh(
+            &b.url,
+            &[],
+            &name,
+            &format!(
+                "touch '{}'; while [ ! -e '{}' ]; do sleep 0.05; done",
+                s(&started),
+                s(&stop)
+            ),
+        );
+        holder_cmd.env("DISTLOCK_TTL", "1m30s");
+        let holder = Running::start(holder_cmd);
+        wait_for_file(&started, Duration::from_secs(20));
+        let held = status(&b.url, &name);
+        let ttl: u64 = expect(
+            "ttl_remaining_ms",
+            held.field("ttl_remaining_ms").unwrap_or_default().parse(),
+        );
+        assert!(
+            ttl > 60_000 && ttl <= 90_000,
+            "TTL from DISTLOCK_TTL: {held:#?}"
+        );
+
+        let mut cmd = run_sh(&b.url, &[], &name, "exit 0");
+        cmd.env("DISTLOCK_WAIT", "1s")
+            .env("DISTLOCK_CONFLICT_EXIT_CODE", "42");
+        let out = run_to_end(cmd);
+        out.one_line_error(42);
+        assert!(out.stderr.contains("gave up waiting after 1s"), "{out:#?}");
+        assert!(out.elapsed >= Duration::from_secs(1), "{out:#?}");
+        expect("stop file", std::fs::write(&stop, b""));
+        assert_eq!(holder.finish(HANG).code, 0);
     }
 
+    /// `--wait forever`: a hot standby gets the lock when the holder ends,
+    /// and runs CMD only then.
     #[test]
-    fn wait_times_out_then_succeeds() {
-        check_wait(&redis());
+    fn wait_forever_takes_over() {
+        let b = redis();
+        let dir = tempdir();
+        let (started, stop, ended) = (p(&dir, "started"), p(&dir, "stop"), p(&dir, "ended"));
+        let name = unique_name("cli-forever");
+        let holder = Running::start(run_sh(
+            &b.url,
+            &["--ttl", "10s"],
+            &name,
+            &format!(
+                "touch '{}'; while [ ! -e '{}' ]; do sleep 0.05; done; touch '{}'",
+                s(&started),
+                s(&stop),
+                s(&ended)
+            ),
+        ));
+        wait_for_file(&started, Duration::from_secs(20));
+        let standby = Running::start(run_sh(
+            &b.url,
+            &["--wait", "forever"],
+            &name,
+            &format!("[ -e '{}' ]", s(&ended)),
+        ));
+        std::thread::sleep(Duration::from_millis(1500));
+        expect("stop file", std::fs::write(&stop, b""));
+        assert_eq!(holder.finish(HANG).code, 0);
+        let out = standby.finish(HANG);
+        assert_eq!(
+            out.code, 0,
+            "the standby ran CMD after the holder: {out:#?}"
+        );
     }
 
     /// `DEL` of the lock key behind distlock's back: the next renewal (every
@@ -835,25 +1526,10 @@ fn check_interrupted_wait(b: &Backend) {
 mod redlock {
     use super::*;
 
-    #[test]
-    fn run_has_no_fencing_token() {
-        check_run(&redlock());
-    }
-
-    #[test]
-    fn exactly_once() {
-        check_exactly_once(&redlock());
-    }
-
-    #[test]
-    fn status_shows_held_and_free() {
-        check_status(&redlock());
-    }
-
-    #[test]
-    fn wait_times_out_then_succeeds() {
-        check_wait(&redlock());
-    }
+    // Redlock offers no read-write locks or semaphores (permits counted on a
+    // majority of independent nodes would not keep their count): the checks
+    // then expect the unsupported status.
+    common_checks!(redlock());
 
     /// The key deleted on every node: the next renewal finds no quorum.
     #[test]
@@ -892,24 +1568,31 @@ mod redlock {
 mod etcd {
     use super::*;
 
-    #[test]
-    fn run_passes_env_and_exit_status() {
-        check_run(&etcd());
-    }
+    common_checks!(etcd());
 
+    /// CMD gets `ETCD_LOCK_REV` (the create revision, = DISTLOCK_TOKEN) and,
+    /// where the backend tells the key, `ETCD_LOCK_KEY` = DISTLOCK_LOCK_KEY,
+    /// as `etcdctl lock NAME CMD` gives them.
     #[test]
-    fn exactly_once() {
-        check_exactly_once(&etcd());
-    }
-
-    #[test]
-    fn status_shows_holder_token() {
-        check_status(&etcd());
-    }
-
-    #[test]
-    fn wait_times_out_then_succeeds() {
-        check_wait(&etcd());
+    fn etcdctl_lock_variables() {
+        let b = etcd();
+        let name = unique_name("cli-etcdctl");
+        let out = run_to_end(run_sh(
+            &b.url,
+            &[],
+            &name,
+            r#"printf '%s\n%s\n%s\n%s\n' "$DISTLOCK_TOKEN" "${ETCD_LOCK_REV-unset}" "${DISTLOCK_LOCK_KEY-unset}" "${ETCD_LOCK_KEY-unset}""#,
+        ));
+        assert_eq!(out.code, 0, "{out:#?}");
+        let lines: Vec<&str> = out.stdout.lines().collect();
+        assert_eq!(lines.len(), 4, "{out:#?}");
+        assert_eq!(lines[1], lines[0], "ETCD_LOCK_REV is the token: {out:#?}");
+        assert!(lines[1].parse::<u64>().is_ok(), "{out:#?}");
+        assert_eq!(lines[3], lines[2], "ETCD_LOCK_KEY is the key: {out:#?}");
+        assert!(
+            lines[3] == "unset" || lines[3].contains(&format!("{name}/")),
+            "{out:#?}"
+        );
     }
 
     /// `etcdctl del --prefix NAME/` (the contender keys, etcd's own lock
@@ -970,25 +1653,7 @@ mod etcd {
 mod zk {
     use super::*;
 
-    #[test]
-    fn run_passes_env_and_exit_status() {
-        check_run(&zk());
-    }
-
-    #[test]
-    fn exactly_once() {
-        check_exactly_once(&zk());
-    }
-
-    #[test]
-    fn status_shows_holder_token() {
-        check_status(&zk());
-    }
-
-    #[test]
-    fn wait_times_out_then_succeeds() {
-        check_wait(&zk());
-    }
+    common_checks!(zk());
 
     /// A network partition between distlock and ZooKeeper (blackholed proxy):
     /// the session can no longer be kept alive, the guard's validity (bounded
