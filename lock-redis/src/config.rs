@@ -135,22 +135,20 @@ impl fmt::Debug for RedisLockConfig {
 }
 
 /// `scheme://user:password@host...` -> `scheme://user:***@host...`: how
-/// every Redis URL is shown in logs, errors and `Debug` output.
+/// every Redis URL or node address is shown in logs, errors and `Debug`
+/// output. Everything before the last `@` after the scheme is taken for
+/// credentials (a malformed URL, a bare `password@host:port`, or a password
+/// holding `/` or `@` is hidden too); only the user name stays visible.
 pub fn redact_url(url: &str) -> String {
-    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
-        return url.to_string();
-    };
+    let scheme_end = url.find("://").map_or(0, |i| i + 3);
     let rest = &url[scheme_end..];
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    let Some(at) = rest[..authority_end].rfind('@') else {
+    let Some(at) = rest.rfind('@') else {
         return url.to_string();
     };
     let userinfo = &rest[..at];
-    let user = userinfo.split(':').next().unwrap_or("");
-    let hidden = if userinfo.contains(':') {
-        format!("{user}:***")
-    } else {
-        "***".to_string()
+    let hidden = match userinfo.split_once(':') {
+        Some((user, _)) if !user.contains('/') => format!("{user}:***"),
+        _ => "***".to_string(),
     };
     format!("{}{hidden}{}", &url[..scheme_end], &rest[at..])
 }
@@ -169,6 +167,12 @@ mod tests {
         assert_eq!(redact_url("redis://u:pw@h:1"), "redis://u:***@h:1");
         assert_eq!(redact_url("redis://pw@h"), "redis://***@h");
         assert_eq!(redact_url("not a url"), "not a url");
+        // Malformed or unusual forms never show the password either.
+        assert_eq!(redact_url("pw@127.0.0.1:1"), "***@127.0.0.1:1");
+        assert_eq!(redact_url(":pw@127.0.0.1:1"), ":***@127.0.0.1:1");
+        assert_eq!(redact_url("redis://:p/w@h:1/0"), "redis://:***@h:1/0");
+        assert_eq!(redact_url("redis://u:p@w@h:1"), "redis://u:***@h:1");
+        assert_eq!(redact_url("redis://:pw@[::1/"), "redis://:***@[::1/");
     }
 
     #[test]

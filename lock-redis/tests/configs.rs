@@ -39,3 +39,39 @@ proptest! {
         }
     }
 }
+
+/// URLs with a password, well-formed or not: neither the configuration's
+/// `Debug` nor the error of a connect shows the password.
+#[test]
+fn no_password_in_debug_or_errors() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let port = closed_port();
+    for url in [
+        format!("redis://:hunter2@{port}/"),
+        format!("redis://user:hunter2@{port}/0"),
+        "redis://:hunter2@127.0.0.1:notaport/".to_string(),
+        "redis://u:hunter2@[::1/".to_string(),
+        "redis://:hunter2@127.0.0.1:1/x".to_string(),
+        "hunter2@127.0.0.1:x".to_string(),
+        "redis://:hun/ter2@127.0.0.1:1/".to_string(),
+    ] {
+        let config = RedisLockConfig::new(url.as_str());
+        let shown = format!("{config:?}");
+        assert!(
+            !shown.contains("hunter2") && !shown.contains("ter2"),
+            "{shown}"
+        );
+        let err = rt
+            .block_on(RedisLock::connect(config))
+            .expect_err("nothing listens there");
+        for shown in [err.to_string(), format!("{err:?}")] {
+            assert!(
+                !shown.contains("hunter2") && !shown.contains("ter2"),
+                "{url}: {shown}"
+            );
+        }
+    }
+}

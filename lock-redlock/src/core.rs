@@ -58,8 +58,10 @@ pub(crate) fn node_client(url: &str) -> Result<redis::Client> {
     } else {
         format!("redis://{url}/")
     };
-    redis::Client::open(full.as_str())
-        .map_err(|e| map_error(&format!("invalid node address {url:?}"), e))
+    redis::Client::open(full.as_str()).map_err(|e| {
+        let shown = lock_redis::redact_url(url);
+        map_error(&format!("invalid node address {shown:?}"), e)
+    })
 }
 
 /// What `SET key token NX PX ttl` found on one node.

@@ -47,3 +47,34 @@ proptest! {
         }
     }
 }
+
+/// Node URLs with a password, well-formed or not: neither the
+/// configuration's `Debug`, nor `validate`, nor `connect` shows it.
+#[test]
+fn no_password_in_debug_or_errors() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    for url in [
+        format!("redis://:hunter2@{}/", closed_port()),
+        "redis://:hunter2@127.0.0.1:notaport/".to_string(),
+        "redis://u:hunter2@[::1/".to_string(),
+        "redis://:hunter2@127.0.0.1:1/x".to_string(),
+        "hunter2@127.0.0.1:x".to_string(),
+        "redis://:hun/ter2@127.0.0.1:1/".to_string(),
+    ] {
+        let config = RedlockConfig::new([url.as_str()]);
+        let mut shown = vec![format!("{config:?}")];
+        if let Err(e) = config.validate() {
+            shown.extend([e.to_string(), format!("{e:?}")]);
+        }
+        let err = rt
+            .block_on(RedlockLock::connect(config))
+            .expect_err("nothing listens there");
+        shown.extend([err.to_string(), format!("{err:?}")]);
+        for s in shown {
+            assert!(!s.contains("hunter2") && !s.contains("ter2"), "{url}: {s}");
+        }
+    }
+}
