@@ -820,3 +820,57 @@ async fn eight_contending_clients_make_progress_and_leave_no_orphans() {
         assert_eq!(keys.as_int(), Some(0), "keys left on {}", node.addr());
     }
 }
+
+/// An extension to a shorter TTL that a minority confirms while the
+/// replies of a majority are held (the majority applied it, we cannot
+/// know): the outcome is unknown, so `extend` fails and the guard never
+/// reports a validity beyond the shorter TTL; another client gets the lock
+/// once the shorter TTL has run out on the majority.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn unanswered_shorter_extension_on_a_majority_caps_the_validity() {
+    let set = start_set();
+    let proxies: Vec<Proxy> = set
+        .addrs()
+        .into_iter()
+        .map(|a| Proxy::start(a).unwrap())
+        .collect();
+    let locks = RedlockLock::connect(
+        RedlockConfig::new(proxies.iter().map(Proxy::redis_url)).node_timeout(NODE_TIMEOUT),
+    )
+    .await
+    .expect("connect");
+    let other = RedlockLock::connect(config(&set)).await.expect("connect");
+    let name = lock_name("short-extend");
+    let long = Duration::from_secs(30);
+    let g = locks
+        .acquire(&name, &opts(long).keep_alive(false))
+        .await
+        .unwrap();
+    for p in &proxies[..3] {
+        p.set_reply_delay(Duration::from_secs(5));
+    }
+    let short = Duration::from_millis(600);
+    let sent = Instant::now();
+    let err = g
+        .extend(short)
+        .await
+        .expect_err("an extension a majority did not answer is not confirmed");
+    assert_eq!(err.kind(), LockErrorKind::Unavailable, "{err}");
+    let until = g.valid_until().expect("no validity");
+    assert!(
+        until <= sent + short,
+        "the guard kept a validity {:?} past the shorter TTL",
+        until - (sent + short)
+    );
+    let got = other
+        .acquire(&name, &opts(Duration::from_secs(5)))
+        .await
+        .expect("another client gets the lock after the shorter TTL");
+    assert!(!g.is_held(), "two guards held at once");
+    assert!(
+        sent.elapsed() >= short - short / 10,
+        "acquired after {:?}: the majority did not apply the extension",
+        sent.elapsed()
+    );
+    assert!(got.release().await.unwrap());
+}
