@@ -289,12 +289,21 @@ impl Inner {
         };
         let n = self.nodes.len();
         let mut results: Vec<Option<std::result::Result<SetReply, NodeFailure>>> = vec![None; n];
-        let mut won = 0;
+        let (mut won, mut taken, mut heard) = (0, 0, 0);
         while let Some((i, r)) = pending.next().await {
-            if matches!(r, Ok(SetReply::Won)) {
-                won += 1;
+            heard += 1;
+            match r {
+                Ok(SetReply::Won) => won += 1,
+                Ok(SetReply::Taken { .. }) => taken += 1,
+                Err(_) => {}
             }
             results[i] = Some(r);
+            if won + (n - heard) < self.quorum && won + taken >= self.quorum {
+                // Decided without the silent nodes: a quorum answered and
+                // ours can no longer be one (held, or a split vote). The
+                // silent nodes get the background delete below.
+                break;
+            }
             if won >= self.quorum {
                 if Instant::now() < valid_until {
                     // The requests to the slower nodes finish in the

@@ -874,3 +874,41 @@ async fn unanswered_shorter_extension_on_a_majority_caps_the_validity() {
     );
     assert!(got.release().await.unwrap());
 }
+
+/// A round whose outcome a quorum of answers already decides (three nodes
+/// hold a foreign key, two are silent) returns without waiting for the
+/// silent nodes; the silent nodes get our delete once they answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_decided_round_does_not_wait_for_silent_nodes() {
+    let set = start_set();
+    let locks = RedlockLock::connect(config(&set)).await.expect("connect");
+    let name = lock_name("decided");
+    let key = locks.key_of(&name);
+    for n in &set.nodes()[..3] {
+        set_foreign(n, &key, "foreign-token");
+    }
+    for n in &set.nodes()[3..] {
+        n.pause().unwrap();
+    }
+    let t = Instant::now();
+    let got = locks
+        .try_acquire(&name, &opts(Duration::from_secs(30)))
+        .await
+        .expect("a quorum answered");
+    let took = t.elapsed();
+    assert!(got.is_none(), "acquired a lock held on 3 of 5 nodes");
+    assert!(
+        took < NODE_TIMEOUT,
+        "the round waited {took:?} for nodes that could not change its outcome"
+    );
+    for n in &set.nodes()[3..] {
+        n.resume().unwrap();
+    }
+    for n in &set.nodes()[3..] {
+        assert!(
+            gone_within(n, &key, Duration::from_secs(2)).await,
+            "our key stayed on {}",
+            n.addr()
+        );
+    }
+}
