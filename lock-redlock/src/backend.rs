@@ -610,11 +610,19 @@ impl LockBackend for RedlockLock {
 
     /// One round, within one node timeout: held by someone else or a split
     /// vote between racing clients is `None`; too few answers or a quorum
-    /// past the validity is an error.
+    /// past the validity is an error. A failed round that won some nodes
+    /// removes its keys from them before returning (within one more node
+    /// timeout), so that it leaves nothing for the next try to trip over.
     async fn try_lock(&self, req: &LeaseRequest) -> Result<Option<Lease>> {
         let inner = &self.inner;
         let keys = inner.keys(&req.name);
-        match inner.attempt(&keys, req.ttl).await.0 {
+        let (outcome, released) = inner.attempt(&keys, req.ttl).await;
+        if let Some(released) = released {
+            released
+                .wait(Instant::now() + inner.config.node_timeout)
+                .await;
+        }
+        match outcome {
             Attempt::Acquired(lease) => Ok(Some(lease)),
             Attempt::Held { .. } | Attempt::Split => Ok(None),
             Attempt::NoQuorum { err, .. } | Attempt::TooSlow(err) => Err(err),

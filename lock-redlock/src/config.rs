@@ -55,7 +55,9 @@ pub struct RedlockConfig {
     /// some of them only timed out, never if they refused (then the nodes
     /// are down and the caller gets `Unavailable` at once). A single attempt
     /// ([`lock_core::DistributedLock::try_acquire`]) is always one round, so
-    /// it returns within one node timeout. Default: 3.
+    /// it returns within one node timeout (plus one more when the round won
+    /// some nodes but not a quorum: it removes those keys before returning).
+    /// Default: 3.
     pub retry_count: u32,
     /// The smallest delay before retrying a failed round. Default: 5 ms.
     pub retry_delay: Duration,
