@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::{
-    validity, Capabilities, CleanupOnDrop, Fencing, FencingToken, Lease, LeaseHandle, LeaseRequest,
-    LockBackend, LockError, LockErrorKind, LockName, LockStatus, Renewal, Result,
+    add_saturating, validity, Capabilities, CleanupOnDrop, Fencing, FencingToken, Lease,
+    LeaseHandle, LeaseRequest, LockBackend, LockError, LockErrorKind, LockName, LockStatus,
+    Renewal, Result,
 };
 use tokio::time::Instant;
 
@@ -177,7 +178,7 @@ async fn release_lost_acquire(core: Arc<Core>, keys: Keys, token: String, until:
                 tracing::debug!(key = %keys.lock, error = %err, "distlock redis: clean-up of an unanswered acquire failed; retrying");
             }
         }
-        if Instant::now() + delay >= until {
+        if add_saturating(Instant::now(), delay) >= until {
             tracing::warn!(key = %keys.lock, "distlock redis: could not confirm the clean-up of an unanswered acquire; the key expires with its TTL");
             return;
         }
@@ -217,7 +218,10 @@ impl LockBackend for RedisLock {
         // Subscribe, wait for the server to confirm, then try again: a release
         // between the failed attempt and the subscription published to nobody.
         let mut sub = self.subscribe(&keys);
-        let confirm_by = deadline.min(Instant::now() + self.inner.core.config.request_timeout);
+        let confirm_by = deadline.min(add_saturating(
+            Instant::now(),
+            self.inner.core.config.request_timeout,
+        ));
         if !sub.confirmed_by(confirm_by).await {
             tracing::debug!(key = %keys.lock, "distlock redis: release channel not confirmed in time; re-checking at the holder's TTL until it is");
         }
@@ -234,7 +238,7 @@ impl LockBackend for RedisLock {
                 return Ok(None);
             }
             let wake = sub
-                .wait_until(deadline.min(now + self.recheck_delay(pttl)))
+                .wait_until(deadline.min(add_saturating(now, self.recheck_delay(pttl))))
                 .await;
             tracing::trace!(key = %keys.lock, ?wake, "distlock redis: waiter woke");
         }

@@ -381,7 +381,7 @@ impl NodeTask {
 
     /// Sleeps for `d`; false if the notifier closed meanwhile.
     async fn sleep(&mut self, d: Duration) -> bool {
-        let until = Instant::now() + d;
+        let until = lock_core::add_saturating(Instant::now(), d);
         loop {
             tokio::select! {
                 _ = tokio::time::sleep_until(until) => return true,

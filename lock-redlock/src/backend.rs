@@ -10,9 +10,9 @@ use async_trait::async_trait;
 use futures::future::{BoxFuture, FutureExt, Shared};
 use futures::stream::{FuturesUnordered, StreamExt};
 use lock_core::{
-    drift, validity, Capabilities, CleanupOnDrop, Fencing, Lease, LeaseHandle, LeaseRequest,
-    LockBackend, LockError, LockErrorKind, LockName, LockStatus, NodeFailure, NodeFailureReason,
-    Renewal, Result,
+    add_saturating, drift, validity, Capabilities, CleanupOnDrop, Fencing, Lease, LeaseHandle,
+    LeaseRequest, LockBackend, LockError, LockErrorKind, LockName, LockStatus, NodeFailure,
+    NodeFailureReason, Renewal, Result,
 };
 use lock_redis::scripts::{owner_token, Keys, Scripts};
 use rand::Rng;
@@ -448,7 +448,7 @@ impl Inner {
         token: &Arc<str>,
         wait: Duration,
     ) {
-        let decide_by = Instant::now() + wait;
+        let decide_by = add_saturating(Instant::now(), wait);
         let limit = self.background_bound();
         let mut pending: FuturesUnordered<_> = which
             .iter()
@@ -543,7 +543,8 @@ impl Inner {
                         // again at once: a release between the round and the
                         // subscription published to nobody.
                         let mut s = self.notifier.subscribe(&keys.released);
-                        let confirm_by = deadline.min(now + self.config.node_timeout);
+                        let confirm_by =
+                            deadline.min(add_saturating(now, self.config.node_timeout));
                         s.confirmed_by(confirm_by).await;
                         sub = Some(s);
                         continue;
@@ -566,7 +567,7 @@ impl Inner {
             if now >= deadline {
                 return Ok(None);
             }
-            let wake = lock_core::add_saturating(now, delay).min(deadline);
+            let wake = add_saturating(now, delay).min(deadline);
             match sub.as_mut() {
                 Some(s) if listen => {
                     let why = s.wait_until(wake).await;
@@ -619,7 +620,7 @@ impl LockBackend for RedlockLock {
         let (outcome, released) = inner.attempt(&keys, req.ttl).await;
         if let Some(released) = released {
             released
-                .wait(Instant::now() + inner.config.node_timeout)
+                .wait(add_saturating(Instant::now(), inner.config.node_timeout))
                 .await;
         }
         match outcome {
@@ -796,7 +797,7 @@ impl LeaseHandle for RedlockLease {
         let valid_until = validity(start, ttl);
         // Decide within the node timeout; slower nodes still get the
         // extension in the background (it keeps their key alive).
-        let decide_by = start + inner.config.node_timeout;
+        let decide_by = add_saturating(start, inner.config.node_timeout);
         let mut pending = {
             let (key, token) = (self.key.clone(), self.token.clone());
             fan_out(inner, inner.background_bound(), move |inner, i| {
@@ -864,7 +865,7 @@ impl LeaseHandle for RedlockLease {
         let n = inner.nodes.len();
         // Decide within the node timeout; slower nodes still get the delete
         // in the background.
-        let decide_by = Instant::now() + inner.config.node_timeout;
+        let decide_by = add_saturating(Instant::now(), inner.config.node_timeout);
         let mut pending = {
             let (key, channel, token) =
                 (self.key.clone(), self.channel.clone(), self.token.clone());
