@@ -76,6 +76,7 @@ cases! {
     missing_primitives_are_unsupported if |c| !c.read_write || !c.semaphore,
     list_shows_held_locks_by_prefix if always,
     downgrade_keeps_a_queued_writer_out if |c| c.read_write,
+    list_and_other_primitives_honour_their_deadline_when_the_server_hangs if |c| c.remote,
 }
 
 fn opts(h: &dyn Harness) -> AcquireOptions {
@@ -1577,4 +1578,79 @@ fn spawn_acquire_write(
             .await
             .map(|g| (Instant::now(), g))
     })
+}
+
+/// `list`, and the read-write and permit acquires where the backend offers
+/// them, return within their own bound (their wait plus one request
+/// timeout) when the servers stop answering after the connect.
+async fn list_and_other_primitives_honour_their_deadline_when_the_server_hangs(
+    h: Arc<dyn Harness>,
+) {
+    let timeout_ = Duration::from_millis(800);
+    let allowance = Duration::from_millis(400);
+    let (proxies, made) = client_through_proxies(&*h, timeout_).await;
+    let c = made.expect("connect through healthy proxies");
+    let caps = c.capabilities();
+    let base = unique_name("deadline-more");
+    let name = LockName::new(format!("{base}/x")).unwrap();
+    let g = c
+        .acquire(&name, &opts(&*h).ttl(h.ttl() * 20))
+        .await
+        .expect("acquire through healthy proxies");
+    for p in &proxies {
+        p.blackhole();
+    }
+    let wait = Duration::from_millis(200);
+    let bound = wait + timeout_ + allowance;
+    let within = |what: &'static str, t: Instant| {
+        assert!(
+            t.elapsed() <= bound,
+            "{what} against a hung server took {:?}, bound {bound:?}",
+            t.elapsed()
+        );
+    };
+    let t = Instant::now();
+    let r = timeout(bound * 4, c.list(&format!("{base}/"), 10))
+        .await
+        .expect("list against a hung server never returned");
+    within("list", t);
+    assert!(r.is_err(), "list answered {r:?} from a hung server");
+    let other = LockName::new(format!("{base}/other")).unwrap();
+    let o = opts(&*h).wait(wait);
+    if caps.read_write {
+        for write in [false, true] {
+            let t = Instant::now();
+            let r = if write {
+                timeout(bound * 4, c.acquire_write(&other, &o)).await
+            } else {
+                timeout(bound * 4, c.acquire_read(&other, &o)).await
+            }
+            .expect("a read-write acquire against a hung server never returned");
+            within(
+                if write {
+                    "acquire_write"
+                } else {
+                    "acquire_read"
+                },
+                t,
+            );
+            assert!(
+                r.is_err(),
+                "a read-write acquire succeeded on a hung server"
+            );
+        }
+    }
+    if caps.semaphore {
+        let t = Instant::now();
+        let r = timeout(bound * 4, c.acquire_permit(&other, 2, &o))
+            .await
+            .expect("acquire_permit against a hung server never returned");
+        within("acquire_permit", t);
+        assert!(r.is_err(), "acquire_permit succeeded on a hung server");
+    }
+    for p in &proxies {
+        p.heal();
+    }
+    drop(g);
+    drop(proxies);
 }
