@@ -1132,7 +1132,11 @@ fn storage_trials(rt: &Arc<tokio::runtime::Runtime>, soak_for: Duration) -> Vec<
     add(
         "redis_s3_restart_without_persistence_storage_postgres".into(),
         Box::new(move || {
-            let s = r.block_on(s3_restart(Kind::Redis, Crash::NoPersistence { delay: false }, Storage::Postgres));
+            let s = r.block_on(s3_restart(
+                Kind::Redis,
+                Crash::NoPersistence { delay: false },
+                Storage::Postgres,
+            ));
             record(
                 Kind::Redis,
                 &format!("S3 restart, no persistence ({IN_POSTGRES})"),
