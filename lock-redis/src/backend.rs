@@ -15,6 +15,7 @@ use tokio::time::Instant;
 use crate::config::RedisLockConfig;
 use crate::core::{ttl_millis, AcquireReply, Core};
 use crate::notify::{Notifier, NotifyNode, Subscription, Timeouts};
+use crate::primitive::{self, Intent, Primitive};
 use crate::scripts::{owner_token, Keys};
 
 /// Longest pause between two attempts of the background compare-and-delete
@@ -88,33 +89,46 @@ impl RedisLock {
         Keys::new(&self.inner.core.config.key_prefix, name.as_str())
     }
 
-    /// One attempt: the acquire script with a fresh owner token.
-    async fn attempt(&self, req: &LeaseRequest, keys: &Keys) -> Result<Attempt> {
+    /// One attempt: the primitive's acquire script with a fresh owner
+    /// token (a writer that will wait passes its `intent`).
+    async fn attempt(
+        &self,
+        req: &LeaseRequest,
+        keys: &Keys,
+        intent: Option<&Intent>,
+    ) -> Result<Attempt> {
         let core = self.inner.core.clone();
+        let primitive = Primitive::of(req.mode)?;
         let token = owner_token();
         let start = Instant::now();
         // Armed until a reply says who holds the lock: if the request times
         // out, fails, or this future is dropped while it is in flight, the
-        // SET may have happened on the server, so remove it (compare-and-delete
-        // with our token) in the background rather than leave a phantom lock
-        // held until its TTL.
+        // script may have run on the server, so remove what it may have set
+        // (compare-and-delete with our token) in the background rather than
+        // leave a phantom lock held until its TTL.
         let cleanup = CleanupOnDrop::new(release_lost_acquire(
             core.clone(),
+            primitive,
             keys.clone(),
             token.clone(),
             start + req.ttl,
         ));
-        match core.acquire(keys, &token, ttl_millis(req.ttl)).await {
+        match primitive
+            .acquire(&core, keys, &token, ttl_millis(req.ttl), intent)
+            .await
+        {
             Ok(AcquireReply::Acquired(fence)) => {
                 cleanup.disarm();
+                let server_key = primitive.server_key(keys).to_string();
                 let handle = RedisLease {
                     core,
+                    primitive,
                     keys: keys.clone(),
                     token,
                 };
                 let lease = Lease::new(Box::new(handle), validity(start, req.ttl))
                     .with_token(Some(FencingToken::new(fence)))
-                    .with_key(keys.lock.clone());
+                    .with_key(server_key);
                 Ok(Attempt::Acquired(lease))
             }
             Ok(AcquireReply::Held(pttl)) => {
@@ -133,17 +147,68 @@ impl RedisLock {
     /// while the connection manager reconnects) is retried once at once, with
     /// a new owner token (the failed one's clean-up removes whatever it may
     /// have set). A timeout is not retried: it already took the request timeout.
-    async fn attempt_with_reconnect(&self, req: &LeaseRequest, keys: &Keys) -> Result<Attempt> {
+    async fn attempt_with_reconnect(
+        &self,
+        req: &LeaseRequest,
+        keys: &Keys,
+        intent: Option<&Intent>,
+    ) -> Result<Attempt> {
         let started = Instant::now();
-        match self.attempt(req, keys).await {
+        match self.attempt(req, keys, intent).await {
             Err(err)
                 if err.kind() == LockErrorKind::Unavailable
                     && started.elapsed() < self.inner.core.config.request_timeout =>
             {
                 tracing::debug!(key = %keys.lock, error = %err, "distlock redis: attempt failed on a broken connection; retrying once");
-                self.attempt(req, keys).await
+                self.attempt(req, keys, intent).await
             }
             other => other,
+        }
+    }
+
+    /// The waiting acquire: try, subscribe to the primitive's release
+    /// channel, then try again on every notification (or at the holder's
+    /// expiry, or when a resubscription may have missed one) until `deadline`.
+    async fn wait_for(
+        &self,
+        req: &LeaseRequest,
+        keys: &Keys,
+        primitive: Primitive,
+        intent: Option<&Intent>,
+        deadline: Instant,
+    ) -> Result<Option<Lease>> {
+        if let Attempt::Acquired(lease) = self.attempt_with_reconnect(req, keys, intent).await? {
+            return Ok(Some(lease));
+        }
+        if Instant::now() >= deadline {
+            return Ok(None);
+        }
+        // Subscribe, wait for the server to confirm, then try again: a release
+        // between the failed attempt and the subscription published to nobody.
+        let mut sub = self.subscribe(primitive, keys);
+        let confirm_by = deadline.min(add_saturating(
+            Instant::now(),
+            self.inner.core.config.request_timeout,
+        ));
+        if !sub.confirmed_by(confirm_by).await {
+            tracing::debug!(key = %keys.lock, "distlock redis: release channel not confirmed in time; re-checking at the holder's TTL until it is");
+        }
+        loop {
+            sub.before_attempt();
+            let outcome = self.attempt_with_reconnect(req, keys, intent).await;
+            sub.after_attempt();
+            let pttl = match outcome? {
+                Attempt::Acquired(lease) => return Ok(Some(lease.with_contended(true))),
+                Attempt::Held { pttl } => pttl,
+            };
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(None);
+            }
+            let wake = sub
+                .wait_until(deadline.min(add_saturating(now, self.recheck_delay(pttl))))
+                .await;
+            tracing::trace!(key = %keys.lock, ?wake, "distlock redis: waiter woke");
         }
     }
 
@@ -158,17 +223,28 @@ impl RedisLock {
         }
     }
 
-    fn subscribe(&self, keys: &Keys) -> Subscription {
-        self.inner.notifier.subscribe(&keys.released)
+    fn subscribe(&self, primitive: Primitive, keys: &Keys) -> Subscription {
+        let channel = primitive.channel(keys);
+        if primitive.wakes_all() {
+            self.inner.notifier.subscribe_all(channel)
+        } else {
+            self.inner.notifier.subscribe(channel)
+        }
     }
 }
 
 /// The background compare-and-delete after an acquire whose reply was lost:
 /// tried until it gets an answer, or until the key would have expired anyway.
-async fn release_lost_acquire(core: Arc<Core>, keys: Keys, token: String, until: Instant) {
+async fn release_lost_acquire(
+    core: Arc<Core>,
+    primitive: Primitive,
+    keys: Keys,
+    token: String,
+    until: Instant,
+) {
     let mut delay = Duration::from_millis(25);
     loop {
-        match core.release(&keys, &token).await {
+        match primitive.release(&core, &keys, &token).await {
             Ok(true) => {
                 tracing::info!(key = %keys.lock, "distlock redis: removed a lock taken by an acquire whose reply was lost");
                 return;
@@ -197,11 +273,13 @@ impl LockBackend for RedisLock {
             .with_notified_wait(true)
             .with_remote(true)
             .with_fault_tolerance("none: a single server")
+            .with_read_write(true)
+            .with_semaphore(true)
     }
 
     async fn try_lock(&self, req: &LeaseRequest) -> Result<Option<Lease>> {
         let keys = self.keys(&req.name);
-        match self.attempt_with_reconnect(req, &keys).await? {
+        match self.attempt_with_reconnect(req, &keys, None).await? {
             Attempt::Acquired(lease) => Ok(Some(lease)),
             Attempt::Held { .. } => Ok(None),
         }
@@ -209,39 +287,31 @@ impl LockBackend for RedisLock {
 
     async fn lock(&self, req: &LeaseRequest, deadline: Instant) -> Result<Option<Lease>> {
         let keys = self.keys(&req.name);
-        if let Attempt::Acquired(lease) = self.attempt_with_reconnect(req, &keys).await? {
-            return Ok(Some(lease));
+        let primitive = Primitive::of(req.mode)?;
+        // A writer that has to wait says so, so that new readers wait
+        // behind it; the intent goes when it gets in or gives up (in the
+        // background if this future is dropped), and lapses by itself after
+        // twice the longest time between two of its attempts.
+        let intent = (primitive == Primitive::Write).then(|| Intent {
+            id: owner_token(),
+            lasts_ms: ttl_millis(2 * req.ttl.max(self.inner.core.config.max_recheck)),
+        });
+        let withdraw = intent.clone().map(|intent| {
+            let (core, keys) = (self.inner.core.clone(), keys.clone());
+            CleanupOnDrop::new(async move {
+                if let Err(err) = primitive::withdraw(&core, &keys, &intent).await {
+                    tracing::debug!(key = %keys.rw, error = %err, "distlock redis: could not withdraw a waiting writer; its intent lapses by itself");
+                }
+            })
+        });
+        let got = self
+            .wait_for(req, &keys, primitive, intent.as_ref(), deadline)
+            .await;
+        if let (Ok(Some(_)), Some(withdraw)) = (&got, withdraw) {
+            // The acquire script removed the intent.
+            withdraw.disarm();
         }
-        if Instant::now() >= deadline {
-            return Ok(None);
-        }
-        // Subscribe, wait for the server to confirm, then try again: a release
-        // between the failed attempt and the subscription published to nobody.
-        let mut sub = self.subscribe(&keys);
-        let confirm_by = deadline.min(add_saturating(
-            Instant::now(),
-            self.inner.core.config.request_timeout,
-        ));
-        if !sub.confirmed_by(confirm_by).await {
-            tracing::debug!(key = %keys.lock, "distlock redis: release channel not confirmed in time; re-checking at the holder's TTL until it is");
-        }
-        loop {
-            sub.before_attempt();
-            let outcome = self.attempt_with_reconnect(req, &keys).await;
-            sub.after_attempt();
-            let pttl = match outcome? {
-                Attempt::Acquired(lease) => return Ok(Some(lease.with_contended(true))),
-                Attempt::Held { pttl } => pttl,
-            };
-            let now = Instant::now();
-            if now >= deadline {
-                return Ok(None);
-            }
-            let wake = sub
-                .wait_until(deadline.min(add_saturating(now, self.recheck_delay(pttl))))
-                .await;
-            tracing::trace!(key = %keys.lock, ?wake, "distlock redis: waiter woke");
-        }
+        got
     }
 
     async fn inspect(&self, name: &LockName) -> Result<LockStatus> {
@@ -285,9 +355,11 @@ pub(crate) fn owner_hint(token: &str) -> String {
     format!("{}…", token.get(..8).unwrap_or(token))
 }
 
-/// A granted lease: the owner token and the keys, with the shared connection.
+/// A granted lease: the primitive, the owner token and the keys, with the
+/// shared connection.
 struct RedisLease {
     core: Arc<Core>,
+    primitive: Primitive,
     keys: Keys,
     token: String,
 }
@@ -297,8 +369,8 @@ impl LeaseHandle for RedisLease {
     async fn renew(&self, ttl: Duration) -> Result<Renewal> {
         let start = Instant::now();
         if self
-            .core
-            .extend(&self.keys, &self.token, ttl_millis(ttl))
+            .primitive
+            .extend(&self.core, &self.keys, &self.token, ttl_millis(ttl))
             .await?
         {
             Ok(Renewal::Renewed {
@@ -310,6 +382,41 @@ impl LeaseHandle for RedisLease {
     }
 
     async fn release(&self) -> Result<bool> {
-        self.core.release(&self.keys, &self.token).await
+        self.primitive
+            .release(&self.core, &self.keys, &self.token)
+            .await
+    }
+
+    /// In place: the holder's entry turns from `w` to `r` in one script, so
+    /// the name is never without our lease, and the writers already waiting
+    /// keep waiting (their intent still holds new readers back, and they
+    /// still need every reader gone).
+    async fn downgrade(&self, ttl: Duration) -> Result<Lease> {
+        if self.primitive != Primitive::Write {
+            return Err(LockError::invalid(
+                "only a write lease of a read-write lock can be downgraded",
+            ));
+        }
+        let start = Instant::now();
+        match primitive::downgrade(&self.core, &self.keys, &self.token, ttl_millis(ttl)).await? {
+            Some(fence) => {
+                let handle = RedisLease {
+                    core: self.core.clone(),
+                    primitive: Primitive::Read,
+                    keys: self.keys.clone(),
+                    token: self.token.clone(),
+                };
+                Ok(Lease::new(Box::new(handle), validity(start, ttl))
+                    .with_token(Some(FencingToken::new(fence)))
+                    .with_key(self.keys.rw.clone()))
+            }
+            None => Err(LockError::new(
+                LockErrorKind::Lost,
+                format!(
+                    "redis: the write lease on {} expired before the downgrade",
+                    self.keys.rw
+                ),
+            )),
+        }
     }
 }

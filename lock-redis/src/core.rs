@@ -127,6 +127,35 @@ impl Core {
         }
     }
 
+    /// Runs `script` (picked from the loaded scripts) with `keys` and
+    /// `args` as one request; `idempotent` ones are retried once after a
+    /// dropped connection (see [`Core::request_idempotent`]).
+    pub(crate) async fn eval<T: redis::FromRedisValue>(
+        &self,
+        what: &str,
+        pick: fn(&Scripts) -> &redis::Script,
+        keys: &[&str],
+        args: &[&str],
+        idempotent: bool,
+    ) -> Result<T> {
+        let make = || {
+            let mut conn = self.conn.clone();
+            let mut call = pick(&self.scripts).prepare_invoke();
+            for k in keys {
+                call.key(*k);
+            }
+            for a in args {
+                call.arg(*a);
+            }
+            async move { call.invoke_async(&mut conn).await }
+        };
+        if idempotent {
+            self.request_idempotent(what, make).await
+        } else {
+            self.request(what, make()).await
+        }
+    }
+
     /// Runs one request with the request timeout, mapping its failure.
     async fn request<T>(&self, what: &str, fut: impl Future<Output = RedisResult<T>>) -> Result<T> {
         let limit = self.config.request_timeout;

@@ -5,6 +5,7 @@ mod backend;
 mod config;
 mod core;
 pub mod notify;
+mod primitive;
 pub mod scripts;
 
 pub use backend::RedisLock;

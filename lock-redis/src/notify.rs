@@ -17,7 +17,10 @@
 //!    connection was down), or its own re-check time ([`Wake::Timer`]).
 //!
 //! One release wakes ONE local waiter of the channel (the local waiters are
-//! interchangeable; waking them all would be a herd inside the process); the
+//! interchangeable; waking them all would be a herd inside the process),
+//! except on channels whose waiters subscribed with
+//! [`subscribe_all`](Notifier::subscribe_all), where one release may admit
+//! several of them (a writer's release admits every reader); the
 //! copies of one release that arrive from several nodes (Redlock) are
 //! recognised by the owner token and dropped. A waiter that was woken but is
 //! dropped before it retried passes the wake-up on.
@@ -101,6 +104,8 @@ struct Entry {
 struct ChannelState {
     /// One permit per release: wakes one waiter (or the next one to wait).
     notify: Notify,
+    /// Bumped on every release: wakes every `subscribe_all` waiter.
+    releases: watch::Sender<u64>,
     /// Per node: subscribed and confirmed by the server now.
     live: Mutex<Vec<bool>>,
     /// Bumped whenever a node (re)confirms the subscription.
@@ -148,6 +153,7 @@ impl Shared {
             }
             recent.push_back(token.to_vec());
         }
+        state.releases.send_modify(|n| *n += 1);
         state.notify.notify_one();
     }
 }
@@ -185,9 +191,20 @@ impl Notifier {
         }
     }
 
-    /// Registers a waiter on `channel`; the server subscriptions follow in
+    /// Registers a waiter on `channel`, woken by a release unless another
+    /// local waiter takes that wake-up; the server subscriptions follow in
     /// the background (see [`Subscription::confirmed_by`]).
     pub fn subscribe(&self, channel: &str) -> Subscription {
+        self.register(channel, false)
+    }
+
+    /// Registers a waiter on `channel` that every release wakes, with every
+    /// other such waiter (for releases that may admit several waiters).
+    pub fn subscribe_all(&self, channel: &str) -> Subscription {
+        self.register(channel, true)
+    }
+
+    fn register(&self, channel: &str, all: bool) -> Subscription {
         let (state, new) = {
             let mut channels = locked(&self.shared.channels);
             let mut new = false;
@@ -197,6 +214,7 @@ impl Notifier {
                     refs: 0,
                     state: Arc::new(ChannelState {
                         notify: Notify::new(),
+                        releases: watch::channel(0).0,
                         live: Mutex::new(vec![false; self.shared.nodes]),
                         confirmations: watch::channel(0).0,
                         recent: Mutex::new(VecDeque::new()),
@@ -214,6 +232,7 @@ impl Notifier {
             kicks: self.kicks.clone(),
             channel: channel.to_string(),
             confirmations: state.confirmations.subscribe(),
+            releases: all.then(|| state.releases.subscribe()),
             state,
             woken: false,
         }
@@ -239,6 +258,8 @@ pub struct Subscription {
     channel: String,
     state: Arc<ChannelState>,
     confirmations: watch::Receiver<u64>,
+    /// For a `subscribe_all` waiter: the release count it has seen.
+    releases: Option<watch::Receiver<u64>>,
     /// Woken by a release and not yet retried: pass the wake-up on if dropped.
     woken: bool,
 }
@@ -277,6 +298,9 @@ impl Subscription {
     /// the next wait.
     pub fn before_attempt(&mut self) {
         self.confirmations.borrow_and_update();
+        if let Some(releases) = &mut self.releases {
+            releases.borrow_and_update();
+        }
     }
 
     /// Call right after an attempt, whatever its outcome: the wake-up was used.
@@ -288,6 +312,13 @@ impl Subscription {
     /// (re)confirms the subscription, or `at`.
     pub async fn wait_until(&mut self, at: Instant) -> Wake {
         let (state, confirmations) = (&self.state, &mut self.confirmations);
+        if let Some(releases) = &mut self.releases {
+            return tokio::select! {
+                _ = released_again(releases) => Wake::Notified,
+                _ = confirmed_again(confirmations) => Wake::Subscribed,
+                _ = tokio::time::sleep_until(at) => Wake::Timer,
+            };
+        }
         let wake = tokio::select! {
             _ = state.notify.notified() => Wake::Notified,
             _ = confirmed_again(confirmations) => Wake::Subscribed,
@@ -297,6 +328,12 @@ impl Subscription {
             self.woken = true;
         }
         wake
+    }
+}
+
+async fn released_again(rx: &mut watch::Receiver<u64>) {
+    if rx.changed().await.is_err() {
+        std::future::pending::<()>().await;
     }
 }
 

@@ -73,6 +73,213 @@ end
 return 0
 "#;
 
+/// The server's clock in ms, as Lua code defining `now` (shared by the
+/// read-write and permit scripts, which keep each holder's expiry in it).
+macro_rules! now_ms {
+    () => {
+        "local t = redis.call('TIME')\nlocal now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+    };
+}
+
+/// The next fencing token from the counter `KEYS[n]` (see [`ACQUIRE_FENCED`]),
+/// as Lua code defining `fence`; needs `t` from `now_ms!`.
+macro_rules! next_fence {
+    ($key:literal) => {
+        concat!(
+            "local fence = (tonumber(redis.call('GET', ",
+            $key,
+            ")) or 0) + 1\n",
+            "local us = tonumber(t[1]) * 1000000 + tonumber(t[2])\n",
+            "if us > fence then fence = us end\n",
+            "redis.call('SET', ",
+            $key,
+            ", string.format('%.0f', fence))\n"
+        )
+    };
+}
+
+/// Read-write lock acquire, atomically, with writer preference.
+/// `KEYS[1]` = holders hash (`{key} rw`: owner token -> `r <expiry ms>` or
+/// `w <expiry ms>`, in the server's clock), `KEYS[2]` = waiting writers
+/// (`{key} rw writers`: a sorted set of waiter ids scored by when their
+/// intent lapses), `KEYS[3]` = fencing counter; `ARGV[1]` = owner token,
+/// `ARGV[2]` = ttl ms, `ARGV[3]` = `r` or `w`, `ARGV[4]` = the waiter id of
+/// a writer that will wait ('' for none), `ARGV[5]` = how long its intent
+/// lasts unless renewed (ms).
+///
+/// Expired holders and lapsed intents are dropped first. A reader gets in
+/// when there is no writer and no writer waits; a writer when nobody holds.
+/// Returns `{1, token}`, or `{0, ms}` with the longest time a current holder
+/// (or intent) still has. A waiting writer's intent is recorded (or
+/// renewed) when it does not get in, and removed when it does.
+pub const ACQUIRE_RW: &str = concat!(
+    now_ms!(),
+    r#"
+local readers, writer, longest = 0, false, 0
+local all = redis.call('HGETALL', KEYS[1])
+for i = 1, #all, 2 do
+  local kind, exp = string.sub(all[i + 1], 1, 1), tonumber(string.sub(all[i + 1], 3))
+  if exp == nil or exp <= now then
+    redis.call('HDEL', KEYS[1], all[i])
+  else
+    if kind == 'w' then writer = true else readers = readers + 1 end
+    if exp - now > longest then longest = exp - now end
+  end
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+local ok
+if ARGV[3] == 'w' then
+  ok = (not writer) and readers == 0
+else
+  ok = (not writer) and redis.call('ZCARD', KEYS[2]) == 0
+  if not ok and not writer then
+    local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
+    if last[2] and tonumber(last[2]) - now > longest then longest = tonumber(last[2]) - now end
+  end
+end
+if ok then
+  if ARGV[4] ~= '' then redis.call('ZREM', KEYS[2], ARGV[4]) end
+"#,
+    next_fence!("KEYS[3]"),
+    r#"  local ttl = tonumber(ARGV[2])
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[3] .. ' ' .. string.format('%.0f', now + ttl))
+  if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
+  return {1, fence}
+end
+if ARGV[4] ~= '' then
+  local lasts = tonumber(ARGV[5])
+  redis.call('ZADD', KEYS[2], now + lasts, ARGV[4])
+  if redis.call('PTTL', KEYS[2]) < lasts then redis.call('PEXPIRE', KEYS[2], lasts) end
+end
+return {0, longest}
+"#
+);
+
+/// Read-write lock extend. `KEYS[1]` = holders hash; `ARGV[1]` = owner
+/// token, `ARGV[2]` = ttl ms. Returns 1 if the token holds the lock (not
+/// expired) and its expiry was moved to now + ttl, else 0.
+pub const EXTEND_RW: &str = concat!(
+    now_ms!(),
+    r#"
+local v = redis.call('HGET', KEYS[1], ARGV[1])
+if not v then return 0 end
+if tonumber(string.sub(v, 3)) <= now then
+  redis.call('HDEL', KEYS[1], ARGV[1])
+  return 0
+end
+local ttl = tonumber(ARGV[2])
+redis.call('HSET', KEYS[1], ARGV[1], string.sub(v, 1, 1) .. ' ' .. string.format('%.0f', now + ttl))
+if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
+return 1
+"#
+);
+
+/// Read-write lock release. `KEYS[1]` = holders hash, `KEYS[2]` = release
+/// channel (`{key} rw released`); `ARGV[1]` = owner token. Returns 1 if the
+/// token held the lock (not expired), else 0; publishes (best effort) when
+/// it removed a holder.
+pub const RELEASE_RW: &str = concat!(
+    now_ms!(),
+    r#"
+local v = redis.call('HGET', KEYS[1], ARGV[1])
+if not v then return 0 end
+redis.call('HDEL', KEYS[1], ARGV[1])
+redis.pcall('PUBLISH', KEYS[2], ARGV[1])
+if tonumber(string.sub(v, 3)) <= now then return 0 end
+return 1
+"#
+);
+
+/// Write to read, in place. `KEYS[1]` = holders hash, `KEYS[2]` = release
+/// channel, `KEYS[3]` = fencing counter; `ARGV[1]` = owner token, `ARGV[2]`
+/// = ttl ms. Returns `{1, token}` (a new token from the counter) if the
+/// token held the write side (not expired), now the read side; else `{0, 0}`.
+/// Publishes, so that waiting readers come in (unless a writer waits).
+pub const DOWNGRADE_RW: &str = concat!(
+    now_ms!(),
+    r#"
+local v = redis.call('HGET', KEYS[1], ARGV[1])
+if not v or string.sub(v, 1, 1) ~= 'w' or tonumber(string.sub(v, 3)) <= now then
+  return {0, 0}
+end
+"#,
+    next_fence!("KEYS[3]"),
+    r#"local ttl = tonumber(ARGV[2])
+redis.call('HSET', KEYS[1], ARGV[1], 'r ' .. string.format('%.0f', now + ttl))
+if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
+redis.pcall('PUBLISH', KEYS[2], ARGV[1])
+return {1, fence}
+"#
+);
+
+/// A waiting writer gives up: `KEYS[1]` = waiting writers, `KEYS[2]` =
+/// release channel; `ARGV[1]` = its waiter id. Removes the intent and, if
+/// there was one, publishes so that the readers it held back come in.
+pub const WITHDRAW_WRITER: &str = r#"
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then
+  redis.pcall('PUBLISH', KEYS[2], ARGV[1])
+  return 1
+end
+return 0
+"#;
+
+/// Semaphore acquire. `KEYS[1]` = holders (`{key} permits`: a sorted set of
+/// owner tokens scored by expiry ms in the server's clock), `KEYS[2]` =
+/// fencing counter; `ARGV[1]` = owner token, `ARGV[2]` = ttl ms, `ARGV[3]`
+/// = permits. Expired holders are dropped first. Returns `{1, token}` when
+/// fewer than `permits` hold, else `{0, ms until the first holder expires}`.
+pub const ACQUIRE_PERMIT: &str = concat!(
+    now_ms!(),
+    r#"
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then
+  local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  return {0, tonumber(first[2]) - now}
+end
+"#,
+    next_fence!("KEYS[2]"),
+    r#"local ttl = tonumber(ARGV[2])
+redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
+if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
+return {1, fence}
+"#
+);
+
+/// Semaphore extend. `KEYS[1]` = holders; `ARGV[1]` = owner token,
+/// `ARGV[2]` = ttl ms. Returns 1 if the token holds a permit (not expired)
+/// and its expiry was moved to now + ttl, else 0.
+pub const EXTEND_PERMIT: &str = concat!(
+    now_ms!(),
+    r#"
+local exp = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not exp then return 0 end
+if tonumber(exp) <= now then
+  redis.call('ZREM', KEYS[1], ARGV[1])
+  return 0
+end
+local ttl = tonumber(ARGV[2])
+redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
+if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
+return 1
+"#
+);
+
+/// Semaphore release. `KEYS[1]` = holders, `KEYS[2]` = release channel
+/// (`{key} permits released`); `ARGV[1]` = owner token. Returns 1 if the
+/// token held a permit (not expired), else 0; publishes (best effort) when
+/// it removed one.
+pub const RELEASE_PERMIT: &str = concat!(
+    now_ms!(),
+    r#"
+local exp = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not exp then return 0 end
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.pcall('PUBLISH', KEYS[2], ARGV[1])
+if tonumber(exp) <= now then return 0 end
+return 1
+"#
+);
+
 /// One page of `list`: `SCAN` from `ARGV[1]` with `MATCH ARGV[2]` and
 /// `COUNT ARGV[3]`, keeping the keys that hold a lock: a string of 32 hex
 /// digits (the owner token of this crate, of redis-py and most peers) with
@@ -167,6 +374,22 @@ pub struct Scripts {
     pub extend: Script,
     /// See [`LIST_PAGE`].
     pub list_page: Script,
+    /// See [`ACQUIRE_RW`].
+    pub acquire_rw: Script,
+    /// See [`EXTEND_RW`].
+    pub extend_rw: Script,
+    /// See [`RELEASE_RW`].
+    pub release_rw: Script,
+    /// See [`DOWNGRADE_RW`].
+    pub downgrade_rw: Script,
+    /// See [`WITHDRAW_WRITER`].
+    pub withdraw_writer: Script,
+    /// See [`ACQUIRE_PERMIT`].
+    pub acquire_permit: Script,
+    /// See [`EXTEND_PERMIT`].
+    pub extend_permit: Script,
+    /// See [`RELEASE_PERMIT`].
+    pub release_permit: Script,
 }
 
 impl Default for Scripts {
@@ -176,6 +399,14 @@ impl Default for Scripts {
             release: Script::new(RELEASE),
             extend: Script::new(EXTEND),
             list_page: Script::new(LIST_PAGE),
+            acquire_rw: Script::new(ACQUIRE_RW),
+            extend_rw: Script::new(EXTEND_RW),
+            release_rw: Script::new(RELEASE_RW),
+            downgrade_rw: Script::new(DOWNGRADE_RW),
+            withdraw_writer: Script::new(WITHDRAW_WRITER),
+            acquire_permit: Script::new(ACQUIRE_PERMIT),
+            extend_permit: Script::new(EXTEND_PERMIT),
+            release_permit: Script::new(RELEASE_PERMIT),
         }
     }
 }
@@ -189,6 +420,16 @@ pub struct Keys {
     pub fencing: String,
     /// The pub/sub channel a release publishes on: `{prefix + name} released`.
     pub released: String,
+    /// The read-write lock's holders: `{prefix + name} rw`.
+    pub rw: String,
+    /// The read-write lock's waiting writers: `{prefix + name} rw writers`.
+    pub rw_writers: String,
+    /// The read-write lock's release channel: `{prefix + name} rw released`.
+    pub rw_released: String,
+    /// The semaphore's holders: `{prefix + name} permits`.
+    pub permits: String,
+    /// The semaphore's release channel: `{prefix + name} permits released`.
+    pub permits_released: String,
 }
 
 impl Keys {
@@ -199,6 +440,11 @@ impl Keys {
         Self {
             fencing: Self::aux(&lock, "fencing"),
             released: Self::aux(&lock, "released"),
+            rw: Self::aux(&lock, "rw"),
+            rw_writers: Self::aux(&lock, "rw writers"),
+            rw_released: Self::aux(&lock, "rw released"),
+            permits: Self::aux(&lock, "permits"),
+            permits_released: Self::aux(&lock, "permits released"),
             lock,
         }
     }

@@ -53,23 +53,30 @@ impl Harness for Redis {
     }
 
     async fn remove_behind_back(&self, name: &LockName) {
-        self.cmd(&["DEL", &Self::keys(name).lock]).await;
+        let keys = Self::keys(name);
+        self.cmd(&["DEL", &keys.lock, &keys.rw, &keys.permits])
+            .await;
     }
 
     async fn leftovers(&self, name: &LockName) -> Vec<String> {
         let keys = Self::keys(name);
         let mut left = Vec::new();
-        if self.cmd(&["EXISTS", &keys.lock]).await != RespValue::Int(0) {
-            left.push(format!("lock key {}", keys.lock));
-        }
-        // No client may stay subscribed to the release channel after its waiters left.
-        match self.cmd(&["PUBSUB", "NUMSUB", &keys.released]).await {
-            RespValue::Array(Some(items)) if items.len() == 2 => {
-                if items[1] != RespValue::Int(0) {
-                    left.push(format!("subscribers of {}: {:?}", keys.released, items[1]));
-                }
+        // Holders of every primitive, and waiting writers' intents.
+        for key in [&keys.lock, &keys.rw, &keys.rw_writers, &keys.permits] {
+            if self.cmd(&["EXISTS", key]).await != RespValue::Int(0) {
+                left.push(format!("key {key}"));
             }
-            other => panic!("PUBSUB NUMSUB answered {other:?}"),
+        }
+        // No client may stay subscribed to a release channel after its waiters left.
+        for channel in [&keys.released, &keys.rw_released, &keys.permits_released] {
+            match self.cmd(&["PUBSUB", "NUMSUB", channel]).await {
+                RespValue::Array(Some(items)) if items.len() == 2 => {
+                    if items[1] != RespValue::Int(0) {
+                        left.push(format!("subscribers of {channel}: {:?}", items[1]));
+                    }
+                }
+                other => panic!("PUBSUB NUMSUB answered {other:?}"),
+            }
         }
         left
     }
@@ -98,7 +105,9 @@ fn main() -> ExitCode {
         .with_loss_events(false)
         .with_notified_wait(true)
         .with_remote(true)
-        .with_fault_tolerance("none: a single server");
+        .with_fault_tolerance("none: a single server")
+        .with_read_write(true)
+        .with_semaphore(true);
     lock_conformance::run(
         || async {
             let server =

@@ -174,7 +174,7 @@ impl RedlockConfig {
     }
 
     /// Checks the configuration: at least one node, every node a valid Redis
-    /// address, no node twice, timeouts in 1 ms ..= [`MAX_TIMEOUT`], retry
+    /// address, no node twice, timeouts in 1 ms ..= one hour, retry
     /// delays and `max_recheck` at most a day, a key prefix without
     /// whitespace or control characters.
     pub fn validate(&self) -> Result<()> {

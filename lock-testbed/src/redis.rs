@@ -347,7 +347,7 @@ impl RedisServer {
         copy_data(dir, &saved)
     }
 
-    /// A machine crash that loses every write since [`checkpoint_disk`]
+    /// A machine crash that loses every write since [`Self::checkpoint_disk`]
     /// (what `appendfsync everysec` or an RDB snapshot can lose): SIGKILL,
     /// put the checkpointed files back, restart on the same port.
     pub fn crash_to_checkpoint(&mut self) -> Result<(), TestbedError> {

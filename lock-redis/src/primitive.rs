@@ -1,0 +1,228 @@
+//! The three primitives on one name (mutex, read-write lock, semaphore):
+//! which script each operation runs, on which keys. The acquire loop in
+//! [`crate::backend`] is the same for all three; only these calls differ.
+
+use lock_core::{LockError, LockErrorKind, LockMode, Result};
+
+use crate::core::{AcquireReply, Core};
+use crate::scripts::Keys;
+
+/// Which primitive a lease belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Primitive {
+    /// The mutex: the lock key holds the owner token (the peers' layout).
+    Mutex,
+    /// The read side of the read-write lock (`{key} rw`).
+    Read,
+    /// The write side of the read-write lock (`{key} rw`).
+    Write,
+    /// One of this many permits of the semaphore (`{key} permits`).
+    Permit(u32),
+}
+
+/// A waiting writer's intent: while it lasts, new readers wait behind the
+/// writer (writer preference). Renewed by each of the writer's attempts,
+/// withdrawn when it gives up, lapses by itself if the writer vanishes.
+#[derive(Clone, Debug)]
+pub(crate) struct Intent {
+    /// A random id for this wait (not an owner token: it holds nothing).
+    pub(crate) id: String,
+    /// How long the intent lasts unless the writer tries again, in ms.
+    pub(crate) lasts_ms: u64,
+}
+
+impl Primitive {
+    /// The primitive a request's mode asks for.
+    pub(crate) fn of(mode: LockMode) -> Result<Self> {
+        match mode {
+            LockMode::Exclusive => Ok(Self::Mutex),
+            LockMode::Read => Ok(Self::Read),
+            LockMode::Write => Ok(Self::Write),
+            LockMode::Permit { permits } => Ok(Self::Permit(permits)),
+            other => Err(LockError::new(
+                LockErrorKind::Unsupported,
+                format!("redis: no {other} locks"),
+            )),
+        }
+    }
+
+    /// The channel its releases are published on.
+    pub(crate) fn channel(self, keys: &Keys) -> &str {
+        match self {
+            Self::Mutex => &keys.released,
+            Self::Read | Self::Write => &keys.rw_released,
+            Self::Permit(_) => &keys.permits_released,
+        }
+    }
+
+    /// Whether one release may let in several local waiters at once (a
+    /// writer's release admits every reader), so that it must wake them all.
+    pub(crate) fn wakes_all(self) -> bool {
+        matches!(self, Self::Read | Self::Write)
+    }
+
+    /// The key that shows the lease on the server.
+    pub(crate) fn server_key(self, keys: &Keys) -> &str {
+        match self {
+            Self::Mutex => &keys.lock,
+            Self::Read | Self::Write => &keys.rw,
+            Self::Permit(_) => &keys.permits,
+        }
+    }
+
+    /// One acquire attempt with owner `token` for `ttl_ms`; a writer that
+    /// will wait passes its `intent`.
+    pub(crate) async fn acquire(
+        self,
+        core: &Core,
+        keys: &Keys,
+        token: &str,
+        ttl_ms: u64,
+        intent: Option<&Intent>,
+    ) -> Result<AcquireReply> {
+        let ttl = ttl_ms.to_string();
+        let (acquired, value): (i64, i64) = match self {
+            Self::Mutex => return core.acquire(keys, token, ttl_ms).await,
+            Self::Read | Self::Write => {
+                let lasts = intent.map(|i| i.lasts_ms.to_string()).unwrap_or_default();
+                let id = intent.map(|i| i.id.as_str()).unwrap_or("");
+                let side = if self == Self::Write { "w" } else { "r" };
+                core.eval(
+                    "acquire",
+                    |s| &s.acquire_rw,
+                    &[&keys.rw, &keys.rw_writers, &keys.fencing],
+                    &[token, &ttl, side, id, &lasts],
+                    false,
+                )
+                .await?
+            }
+            Self::Permit(permits) => {
+                core.eval(
+                    "acquire",
+                    |s| &s.acquire_permit,
+                    &[&keys.permits, &keys.fencing],
+                    &[token, &ttl, &permits.to_string()],
+                    false,
+                )
+                .await?
+            }
+        };
+        match (acquired, u64::try_from(value)) {
+            (1, Ok(fence)) if fence > 0 => Ok(AcquireReply::Acquired(fence)),
+            (0, _) => Ok(AcquireReply::Held(value)),
+            _ => Err(LockError::new(
+                LockErrorKind::Protocol,
+                format!(
+                    "acquire: unexpected reply [{acquired}, {value}] (is {} changed by someone else?)",
+                    keys.fencing
+                ),
+            )),
+        }
+    }
+
+    /// Moves the expiry of `token`'s lease to now + `ttl_ms`; `false` if
+    /// it no longer holds.
+    pub(crate) async fn extend(
+        self,
+        core: &Core,
+        keys: &Keys,
+        token: &str,
+        ttl_ms: u64,
+    ) -> Result<bool> {
+        let ttl = ttl_ms.to_string();
+        let n: i64 = match self {
+            Self::Mutex => return core.extend(keys, token, ttl_ms).await,
+            Self::Read | Self::Write => {
+                core.eval(
+                    "extend",
+                    |s| &s.extend_rw,
+                    &[&keys.rw],
+                    &[token, &ttl],
+                    true,
+                )
+                .await?
+            }
+            Self::Permit(_) => {
+                core.eval(
+                    "extend",
+                    |s| &s.extend_permit,
+                    &[&keys.permits],
+                    &[token, &ttl],
+                    true,
+                )
+                .await?
+            }
+        };
+        Ok(n == 1)
+    }
+
+    /// Removes `token`'s lease and publishes; `false` if it no longer held.
+    pub(crate) async fn release(self, core: &Core, keys: &Keys, token: &str) -> Result<bool> {
+        let n: i64 = match self {
+            Self::Mutex => return core.release(keys, token).await,
+            Self::Read | Self::Write => {
+                core.eval(
+                    "release",
+                    |s| &s.release_rw,
+                    &[&keys.rw, &keys.rw_released],
+                    &[token],
+                    false,
+                )
+                .await?
+            }
+            Self::Permit(_) => {
+                core.eval(
+                    "release",
+                    |s| &s.release_permit,
+                    &[&keys.permits, &keys.permits_released],
+                    &[token],
+                    false,
+                )
+                .await?
+            }
+        };
+        Ok(n == 1)
+    }
+}
+
+/// Turns `token`'s write lease into a read lease for `ttl_ms`, in place;
+/// the read lease's new fencing token, or `None` if the write lease is gone.
+pub(crate) async fn downgrade(
+    core: &Core,
+    keys: &Keys,
+    token: &str,
+    ttl_ms: u64,
+) -> Result<Option<u64>> {
+    let (done, fence): (i64, i64) = core
+        .eval(
+            "downgrade",
+            |s| &s.downgrade_rw,
+            &[&keys.rw, &keys.rw_released, &keys.fencing],
+            &[token, &ttl_ms.to_string()],
+            false,
+        )
+        .await?;
+    match (done, u64::try_from(fence)) {
+        (1, Ok(fence)) if fence > 0 => Ok(Some(fence)),
+        (0, _) => Ok(None),
+        _ => Err(LockError::new(
+            LockErrorKind::Protocol,
+            format!("downgrade: unexpected reply [{done}, {fence}]"),
+        )),
+    }
+}
+
+/// A waiting writer gives up: its intent goes, and the readers it held
+/// back are told.
+pub(crate) async fn withdraw(core: &Core, keys: &Keys, intent: &Intent) -> Result<()> {
+    let _: i64 = core
+        .eval(
+            "withdraw a waiting writer",
+            |s| &s.withdraw_writer,
+            &[&keys.rw_writers, &keys.rw_released],
+            &[&intent.id],
+            true,
+        )
+        .await?;
+    Ok(())
+}
