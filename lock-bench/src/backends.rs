@@ -1,10 +1,10 @@
 //! Our backends, each connected the way a user would: default configuration,
-//! one client per "process", used through `Arc<dyn DistributedLock>`.
+//! one client per "process", used through `Arc<dyn LockService>`.
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use lock_core::{DistributedLock, MemoryLock};
+use lock_core::{LockService, MemoryLock};
 
 use crate::subject::{BenchResult, Connector, DistLocker, DistOptions, Locker};
 
@@ -38,8 +38,8 @@ impl Ours {
         Self { target, opts }
     }
 
-    async fn client(&self) -> BenchResult<Arc<dyn DistributedLock>> {
-        let lock: Arc<dyn DistributedLock> = match &self.target {
+    async fn client(&self) -> BenchResult<Arc<dyn LockService>> {
+        let lock: Arc<dyn LockService> = match &self.target {
             Target::Memory(m) => Arc::new(m.clone()),
             Target::Redis(url) => Arc::new(
                 lock_redis::RedisLock::connect(lock_redis::RedisLockConfig::new(url.clone()))

@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use crate::stats::Summary;
 use crate::subject::Kind;
-use crate::workload::{Contended, Errors, KeepAlive, Uncontended};
+use crate::workload::{Contended, Errors, KeepAlive, ReadHeavy, Uncontended};
 
 /// One measured thing: our backend, a raw protocol or a peer.
 #[derive(Clone, Debug, Serialize)]
@@ -139,6 +139,46 @@ pub struct BackendReport {
     pub subjects: Vec<SubjectReport>,
     /// Keep-alive cost of our backend.
     pub keep_alive: Option<KeepAliveReport>,
+    /// Our backend's read-write lock under a read-heavy load, where it has one.
+    pub read_heavy: Option<ReadHeavyReport>,
+}
+
+/// The read-heavy run of one backend, or why it could not run.
+#[derive(Clone, Debug, Serialize)]
+pub struct ReadHeavyReport {
+    /// The measurement.
+    pub run: Option<ReadHeavy>,
+    /// Why there is none.
+    pub error: Option<String>,
+}
+
+impl ReadHeavyReport {
+    /// Why this run failed, if it did: an error, a failed operation, a
+    /// timed-out acquire, or a writer granted beside another holder.
+    pub fn failure(&self) -> Option<String> {
+        if let Some(e) = &self.error {
+            return Some(format!("read-heavy: {e}"));
+        }
+        let r = self.run.as_ref()?;
+        let mut errs = Vec::new();
+        if !r.errors.is_empty() {
+            errs.push(format!(
+                "{} failed ({})",
+                r.errors.count,
+                r.errors.first.join("; ")
+            ));
+        }
+        if r.timeouts > 0 {
+            errs.push(format!("{} acquires timed out", r.timeouts));
+        }
+        if r.violations > 0 {
+            errs.push(format!(
+                "{} holdings granted beside a conflicting holder",
+                r.violations
+            ));
+        }
+        (!errs.is_empty()).then(|| format!("read-heavy: {}", errs.join(" | ")))
+    }
 }
 
 impl BackendReport {
@@ -168,6 +208,9 @@ impl BackendReport {
             })
             .collect();
         if let Some(f) = self.keep_alive.as_ref().and_then(|k| k.failure()) {
+            out.push(format!("{}: {f}", self.backend));
+        }
+        if let Some(f) = self.read_heavy.as_ref().and_then(|r| r.failure()) {
             out.push(format!("{}: {f}", self.backend));
         }
         out
@@ -419,6 +462,53 @@ impl Report {
                     c.timeouts
                 );
             }
+        }
+
+        let _ = writeln!(
+            m,
+            "\n## Read-heavy: readers and a writer on one read-write lock\n"
+        );
+        let _ = writeln!(
+            m,
+            "Each client has its own connection and loops acquire -> hold -> release on one name. \
+             Wait = acquire call to holding; a writer starved by readers shows in its wait. \
+             Violations = holdings granted while a conflicting holder had not started releasing.\n"
+        );
+        let _ = writeln!(
+            m,
+            "| backend | readers + writers | hold ms | reads/s (n) | writes/s (n) | read wait p50 / p99 | write wait p50 / p99 | most readers at once | violations |"
+        );
+        let _ = writeln!(m, "|---|---|---:|---:|---:|---:|---:|---:|---:|");
+        for b in &self.backends {
+            let Some(rh) = &b.read_heavy else { continue };
+            let Some(r) = &rh.run else {
+                let _ = writeln!(
+                    m,
+                    "| {} | FAILED: {} | | | | | | | |",
+                    b.backend,
+                    one_line(rh.error.as_deref().unwrap_or("-"))
+                );
+                continue;
+            };
+            let waits = |w: Option<&Summary>| {
+                format!("{} / {}", opt_ms(w, |s| s.p50_ms), opt_ms(w, |s| s.p99_ms))
+            };
+            let _ = writeln!(
+                m,
+                "| {} | {} + {} | {} | {} (n={}) | {} (n={}) | {} | {} | {} | {} |",
+                b.backend,
+                r.readers,
+                r.writers,
+                r.hold_ms,
+                fmt_rate(r.reads_per_s),
+                r.reads,
+                fmt_rate(r.writes_per_s),
+                r.writes,
+                waits(r.read_wait.as_ref()),
+                waits(r.write_wait.as_ref()),
+                r.most_readers_together,
+                r.violations
+            );
         }
 
         let _ = writeln!(m, "\n## Keep-alive: many guards held at once\n");

@@ -10,10 +10,12 @@ use lock_core::MemoryLock;
 use crate::backends::{Ours, Target};
 use crate::peers::{EtcdLockRpc, Rslock, ZkRecipe};
 use crate::raw::{RawEtcd, RawRedis, RawZk};
-use crate::report::{BackendReport, KeepAliveReport, Report, SubjectReport};
+use crate::report::{BackendReport, KeepAliveReport, ReadHeavyReport, Report, SubjectReport};
 use crate::servers::{Needed, OpsSource, Servers, ETCD_MEMBERS, REDLOCK_NODES, ZK_SERVERS};
 use crate::subject::{Connector, DistOptions, Kind, Locker};
-use crate::workload::{self, ContendedParams, CycleSamples, KeepAliveParams, UncontendedParams};
+use crate::workload::{
+    self, ContendedParams, CycleSamples, KeepAliveParams, ReadHeavyParams, UncontendedParams,
+};
 use crate::Args;
 
 /// Sizes and durations of a run.
@@ -51,6 +53,14 @@ pub struct Profile {
     pub ka_idle: Duration,
     /// Window of the server counter with the guards held.
     pub ka_window: Duration,
+    /// Reader clients of the read-heavy run.
+    pub rh_readers: usize,
+    /// Writer clients of the read-heavy run.
+    pub rh_writers: usize,
+    /// How long each read-heavy holder holds.
+    pub rh_hold: Duration,
+    /// Measured loop of the read-heavy run.
+    pub rh_duration: Duration,
 }
 
 impl Profile {
@@ -72,6 +82,10 @@ impl Profile {
             ka_creators: 64,
             ka_idle: Duration::from_secs(1),
             ka_window: Duration::from_secs(2),
+            rh_readers: 7,
+            rh_writers: 1,
+            rh_hold: Duration::from_millis(2),
+            rh_duration: Duration::from_millis(500),
         }
     }
 
@@ -85,6 +99,7 @@ impl Profile {
             ka_guards: vec![1_000, 10_000],
             ka_idle: Duration::from_secs(3),
             ka_window: Duration::from_secs(5),
+            rh_duration: Duration::from_secs(5),
             ..Self::quick()
         }
     }
@@ -111,6 +126,17 @@ impl Profile {
                     "{} clients (one connection each) on one name for {}, no hold time, wait bound {}",
                     self.contenders,
                     s(self.contended),
+                    s(self.wait)
+                ),
+            ),
+            (
+                "read-heavy".into(),
+                format!(
+                    "{} readers + {} writer (one connection each) on one read-write lock for {}, each holding {}, wait bound {}",
+                    self.rh_readers,
+                    self.rh_writers,
+                    s(self.rh_duration),
+                    s(self.rh_hold),
                     s(self.wait)
                 ),
             ),
@@ -154,6 +180,8 @@ struct Group {
     subjects: Vec<Plan>,
     /// Our backend with keep-alive options, and where to count server ops.
     keep_alive: Option<KeepAlivePlan>,
+    /// Our backend for the read-heavy run, where it has read-write locks.
+    read_heavy: Option<Result<Arc<dyn Connector>, String>>,
 }
 
 fn server<'a, T>(s: &'a Option<Result<T, String>>, what: &str) -> Result<&'a T, String> {
@@ -200,6 +228,7 @@ fn groups(args: &Args, profile: &Profile, servers: &Servers) -> Vec<Group> {
                         contended: true,
                     }],
                     keep_alive: Some((ours(&t, &ka_opts), None)),
+                    read_heavy: Some(ours(&t, &opts)),
                 });
             }
             "redis" => {
@@ -226,6 +255,7 @@ fn groups(args: &Args, profile: &Profile, servers: &Servers) -> Vec<Group> {
                         ours(&t, &ka_opts),
                         url.ok().map(|u| OpsSource::Redis(vec![u])),
                     )),
+                    read_heavy: Some(ours(&t, &opts)),
                 });
             }
             "redlock" => {
@@ -262,6 +292,7 @@ fn groups(args: &Args, profile: &Profile, servers: &Servers) -> Vec<Group> {
                         },
                     ],
                     keep_alive: Some((ours(&t, &ka_opts), urls.ok().map(OpsSource::Redis))),
+                    read_heavy: None,
                 });
             }
             "etcd" => {
@@ -291,6 +322,7 @@ fn groups(args: &Args, profile: &Profile, servers: &Servers) -> Vec<Group> {
                         },
                     ],
                     keep_alive: Some((ours(&t, &ka_opts), eps.ok().map(OpsSource::Etcd))),
+                    read_heavy: Some(ours(&t, &opts)),
                 });
             }
             "zk" => {
@@ -335,6 +367,7 @@ fn groups(args: &Args, profile: &Profile, servers: &Servers) -> Vec<Group> {
                         },
                     ],
                     keep_alive: Some((ours(&t, &ka_opts), eps.ok().map(OpsSource::Zk))),
+                    read_heavy: Some(ours(&t, &opts)),
                 });
             }
             _ => {}
@@ -414,6 +447,7 @@ pub async fn run(args: &Args) -> (Report, Servers) {
                 })
                 .sum::<u64>()
                 + profile.ka_guards.len() as u64
+                + u64::from(g.read_heavy.is_some())
         })
         .sum::<u64>()
         + 1;
@@ -427,6 +461,7 @@ pub async fn run(args: &Args) -> (Report, Servers) {
             servers: desc,
             subjects: plans,
             keep_alive,
+            read_heavy,
         } = g;
         // Each measurement runs in its own task: a panic in a client crate
         // becomes a failed row, not a crashed benchmark.
@@ -454,7 +489,36 @@ pub async fn run(args: &Args) -> (Report, Servers) {
             servers: desc,
             subjects,
             keep_alive: None,
+            read_heavy: None,
         };
+        if let Some(conn) = read_heavy {
+            bar.set_message(format!("{backend}: read-heavy"));
+            let p = ReadHeavyParams {
+                readers: profile.rh_readers,
+                writers: profile.rh_writers,
+                hold: profile.rh_hold,
+                duration: profile.rh_duration,
+                wait: profile.wait,
+                name: format!("{run_id}/read-heavy"),
+            };
+            let run = match conn {
+                Ok(c) => tokio::spawn(async move { workload::read_heavy(c, &p).await })
+                    .await
+                    .unwrap_or_else(|e| Err(format!("the measurement task failed: {e}"))),
+                Err(e) => Err(e),
+            };
+            rep.read_heavy = Some(match run {
+                Ok(r) => ReadHeavyReport {
+                    run: Some(r),
+                    error: None,
+                },
+                Err(e) => ReadHeavyReport {
+                    run: None,
+                    error: Some(e),
+                },
+            });
+            bar.inc(1);
+        }
         if let Some((conn, source)) = keep_alive {
             bar.set_message(format!("{backend}: keep-alive"));
             let task = tokio::spawn(measure_keep_alive(

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::{AcquireOptions, DistributedLock, LockErrorKind, LockGuard, LockName};
+use lock_core::{AcquireOptions, LockErrorKind, LockGuard, LockName, LockService};
 use serde::Serialize;
 
 /// A failure of one operation, in words (the benchmark reports, never panics).
@@ -31,11 +31,32 @@ pub trait Connector: Send + Sync {
     async fn connect(&self) -> BenchResult<Arc<dyn Locker>>;
 }
 
+/// A side of a read-write lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    /// Shared with other readers.
+    Read,
+    /// Alone.
+    Write,
+}
+
 /// One client.
 #[async_trait]
 pub trait Locker: Send + Sync {
     /// Acquires `name`, waiting up to `wait`; `Ok(None)` when the wait ran out.
     async fn acquire(&self, name: &str, wait: Duration) -> BenchResult<Option<Box<dyn Held>>>;
+
+    /// Acquires a side of the read-write lock `name`, waiting up to `wait`;
+    /// an error if the client has no read-write locks.
+    async fn acquire_side(
+        &self,
+        name: &str,
+        side: Side,
+        wait: Duration,
+    ) -> BenchResult<Option<Box<dyn Held>>> {
+        let _ = (name, side, wait);
+        Err("no read-write locks".into())
+    }
 }
 
 /// A held lock.
@@ -64,14 +85,33 @@ pub struct DistOptions {
 
 /// A client of one of our backends.
 pub struct DistLocker {
-    lock: Arc<dyn DistributedLock>,
+    lock: Arc<dyn LockService>,
     opts: DistOptions,
 }
 
 impl DistLocker {
     /// Wraps a backend client.
-    pub fn new(lock: Arc<dyn DistributedLock>, opts: DistOptions) -> Self {
+    pub fn new(lock: Arc<dyn LockService>, opts: DistOptions) -> Self {
         Self { lock, opts }
+    }
+
+    fn options(&self, wait: Duration) -> AcquireOptions {
+        AcquireOptions::new()
+            .ttl(self.opts.ttl)
+            .wait(wait)
+            .keep_alive(self.opts.keep_alive)
+    }
+}
+
+/// A guard, `None` for a wait that ran out, or the error in words.
+fn granted(
+    name: &LockName,
+    got: lock_core::Result<LockGuard>,
+) -> BenchResult<Option<Box<dyn Held>>> {
+    match got {
+        Ok(guard) => Ok(Some(Box::new(DistHeld(guard)))),
+        Err(e) if e.kind() == LockErrorKind::Timeout => Ok(None),
+        Err(e) => Err(format!("acquire {name}: {e}")),
     }
 }
 
@@ -79,15 +119,22 @@ impl DistLocker {
 impl Locker for DistLocker {
     async fn acquire(&self, name: &str, wait: Duration) -> BenchResult<Option<Box<dyn Held>>> {
         let name = LockName::new(name).map_err(|e| e.to_string())?;
-        let opts = AcquireOptions::new()
-            .ttl(self.opts.ttl)
-            .wait(wait)
-            .keep_alive(self.opts.keep_alive);
-        match self.lock.acquire(&name, &opts).await {
-            Ok(guard) => Ok(Some(Box::new(DistHeld(guard)))),
-            Err(e) if e.kind() == LockErrorKind::Timeout => Ok(None),
-            Err(e) => Err(format!("acquire {name}: {e}")),
-        }
+        granted(&name, self.lock.acquire(&name, &self.options(wait)).await)
+    }
+
+    async fn acquire_side(
+        &self,
+        name: &str,
+        side: Side,
+        wait: Duration,
+    ) -> BenchResult<Option<Box<dyn Held>>> {
+        let name = LockName::new(name).map_err(|e| e.to_string())?;
+        let opts = self.options(wait);
+        let got = match side {
+            Side::Read => self.lock.acquire_read(&name, &opts).await,
+            Side::Write => self.lock.acquire_write(&name, &opts).await,
+        };
+        granted(&name, got)
     }
 }
 

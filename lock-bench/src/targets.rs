@@ -15,6 +15,9 @@ pub const HANDOFF_ROUND_TRIPS: f64 = 3.0;
 /// traffic at the smaller count (per-guard renewals would grow with the guard
 /// ratio, 10x in the full run).
 pub const KEEPALIVE_GROWTH: f64 = 1.5;
+/// Read-heavy run: the writer's p99 wait among readers that each hold for
+/// milliseconds (a writer starved by a stream of readers waits for ever).
+pub const READ_HEAVY_WRITE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 fn status(ok: bool) -> Status {
     if ok {
@@ -308,6 +311,40 @@ pub fn evaluate(backends: &[BackendReport]) -> Vec<Target> {
             _ => out.push(target(
                 &t4,
                 name,
+                "not measured".into(),
+                Status::NotMeasured,
+            )),
+        }
+    }
+    // 5. Read-heavy: readers share, the writer is not starved, nobody conflicts.
+    let t5 = "read-heavy (readers + 1 writer): readers hold together, the writer is not starved (write wait p99 <= 1 s), 0 violations";
+    for b in backends {
+        let Some(rh) = &b.read_heavy else { continue };
+        match &rh.run {
+            Some(r) => {
+                let p99 = r.write_wait.as_ref().map(|w| w.p99_ms);
+                let bound_ms = READ_HEAVY_WRITE_WAIT.as_secs_f64() * 1e3;
+                out.push(target(
+                    t5,
+                    &b.backend,
+                    format!(
+                        "{} readers at once; write wait p99 {} ms (n={}); {} violations",
+                        r.most_readers_together,
+                        p99.map(fmt_ms).unwrap_or_else(|| "-".into()),
+                        r.writes,
+                        r.violations
+                    ),
+                    status(
+                        r.most_readers_together > 1
+                            && r.violations == 0
+                            && r.writes > 0
+                            && p99.is_some_and(|p| p <= bound_ms),
+                    ),
+                ));
+            }
+            None => out.push(target(
+                t5,
+                &b.backend,
                 "not measured".into(),
                 Status::NotMeasured,
             )),

@@ -9,7 +9,12 @@
 //!   whose token is lower than the highest it accepted) and a *plain* one (no
 //!   check). Every critical section is recorded on one monotonic clock.
 //! - The checker: [`Workload::stats`] counts overlapping critical sections
-//!   (two holders at once) and *stale writes accepted*: writes the fenced
+//!   (two holders at once where the lock's kind forbids it: any two of a
+//!   mutex, a writer with anyone on a read-write lock, more than N on a
+//!   semaphore of N permits), the same among sections whose guard still said
+//!   *held* when they ended (*conflicts while held*: the lock itself broke
+//!   its promise, not just a paused holder that ignored its guard), and
+//!   *stale writes accepted*: writes the fenced
 //!   register accepted from a holder after a later holder had already begun
 //!   its own writes. With correct, strictly increasing tokens that number is
 //!   zero whatever the lock does; it becomes non-zero when tokens go backwards
@@ -31,7 +36,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lock_core::{FencedRegister, FencingToken, LockGuard};
+use lock_core::{FencedRegister, FencingToken, LockGuard, LockMode};
 use tokio::time::Instant;
 
 /// The fenced register's contents.
@@ -45,6 +50,48 @@ struct FencedCell {
 struct SectionRecord {
     enter: Instant,
     exit: Instant,
+    mode: LockMode,
+    /// The guard still said held when the section ended.
+    held_throughout: bool,
+}
+
+impl SectionRecord {
+    /// Whether `self`, entering while `active` run, breaks the lock's
+    /// promise (for a semaphore: whether `active` already fill its permits).
+    fn conflicts(&self, active: &[&SectionRecord]) -> bool {
+        match self.mode {
+            LockMode::Read => active.iter().any(|a| a.mode != LockMode::Read),
+            LockMode::Permit { permits } => active.len() >= permits as usize,
+            _ => !active.is_empty(),
+        }
+    }
+}
+
+/// Sections (of one name and one kind of lock) that began while sections
+/// they conflict with were running.
+fn count_conflicts(mut sections: Vec<SectionRecord>) -> u64 {
+    sections.sort_by_key(|s| s.enter);
+    let mut conflicts = 0;
+    for (i, s) in sections.iter().enumerate() {
+        let active: Vec<&SectionRecord> = sections[..i]
+            .iter()
+            .filter(|a| a.exit > s.enter && same_kind(a.mode, s.mode))
+            .collect();
+        if s.conflicts(&active) {
+            conflicts += 1;
+        }
+    }
+    conflicts
+}
+
+/// A mutex, a read-write lock and a semaphore on one name are different locks.
+fn same_kind(a: LockMode, b: LockMode) -> bool {
+    let kind = |m: LockMode| match m {
+        LockMode::Read | LockMode::Write => 1,
+        LockMode::Permit { .. } => 2,
+        _ => 0,
+    };
+    kind(a) == kind(b)
 }
 
 /// The registers and records of one lock name.
@@ -117,19 +164,19 @@ impl PerName {
         }
     }
 
-    /// Sections that began before an earlier-entered one of this name ended.
+    /// Sections that began while a section they conflict with was running.
     fn overlaps(&self) -> u64 {
-        let mut sections = lock(&self.sections).clone();
-        sections.sort_by_key(|s| s.enter);
-        let mut overlaps = 0;
-        let mut latest_exit: Option<Instant> = None;
-        for s in &sections {
-            if latest_exit.is_some_and(|e| s.enter < e) {
-                overlaps += 1;
-            }
-            latest_exit = Some(latest_exit.map_or(s.exit, |e| e.max(s.exit)));
-        }
-        overlaps
+        count_conflicts(lock(&self.sections).clone())
+    }
+
+    /// The same, among the sections whose guard said held to the end.
+    fn conflicts_while_held(&self) -> u64 {
+        let held = lock(&self.sections)
+            .iter()
+            .filter(|s| s.held_throughout)
+            .copied()
+            .collect();
+        count_conflicts(held)
     }
 }
 
@@ -174,12 +221,22 @@ impl Workload {
     /// grant number of its lock name and claims the fenced register with the
     /// guard's token (the "first write with the new token" that makes older
     /// holders stale).
+    ///
+    /// A read guard or a permit of a semaphore does not claim the register
+    /// and its section does not write (readers share the lock, holders of
+    /// permits share it too); only mutex and write guards write, fenced.
     pub fn enter(&self, guard: &LockGuard) -> Section {
-        self.enter_with(guard.name().as_str(), guard.fencing_token())
+        self.enter_as(guard.name().as_str(), guard.fencing_token(), guard.mode())
     }
 
-    /// Like [`Workload::enter`], from a lock name and a token.
+    /// Like [`Workload::enter`], from a lock name and a token, for a mutex.
     pub fn enter_with(&self, name: &str, token: Option<FencingToken>) -> Section {
+        self.enter_as(name, token, LockMode::Exclusive)
+    }
+
+    fn enter_as(&self, name: &str, token: Option<FencingToken>, mode: LockMode) -> Section {
+        let writes = matches!(mode, LockMode::Exclusive | LockMode::Write);
+        let token = token.filter(|_| writes);
         let per = lock(&self.names)
             .entry(name.to_string())
             .or_insert_with(|| Arc::new(PerName::new(name, self.store.clone())))
@@ -198,6 +255,8 @@ impl Workload {
             per,
             grant,
             token,
+            mode,
+            writes,
             enter: Instant::now(),
             read_plain: 0,
             read_fenced: 0,
@@ -237,6 +296,7 @@ impl Workload {
             stats.acquisitions += per.grants.load(Ordering::SeqCst);
             stats.sections += lock(&per.sections).len() as u64;
             stats.overlaps += per.overlaps();
+            stats.conflicts_while_held += per.conflicts_while_held();
             stats.stale_accepted += per.stale_accepted.load(Ordering::SeqCst);
             stats.stale_rejected +=
                 per.fenced.rejections() + per.store_rejections.load(Ordering::SeqCst);
@@ -262,6 +322,9 @@ pub struct Section {
     per: Arc<PerName>,
     grant: u64,
     token: Option<FencingToken>,
+    mode: LockMode,
+    /// Whether this kind of holder writes (mutex and write guards).
+    writes: bool,
     enter: Instant,
     read_plain: u64,
     read_fenced: u64,
@@ -276,8 +339,12 @@ impl Section {
 
     /// Writes both registers: `read + 1`. The fenced write carries the token
     /// (skipped when the backend has none). Returns whether the fenced write
-    /// was accepted (`None` without a token).
+    /// was accepted (`None` without a token, and for readers and permit
+    /// holders, which do not write).
     pub fn write(&mut self) -> Option<bool> {
+        if !self.writes {
+            return None;
+        }
         *lock(&self.per.plain) = self.read_plain + 1;
         self.per.plain_writes.fetch_add(1, Ordering::SeqCst);
         let value = self.read_fenced + 1;
@@ -292,11 +359,24 @@ impl Section {
         self.write()
     }
 
-    /// Ends the section and records it.
+    /// Ends the section and records it (as not known to be held throughout).
     pub fn exit(self) {
+        self.record(false);
+    }
+
+    /// Ends the section and records it, noting whether `guard` still says
+    /// held now (see *conflicts while held* in the [crate docs](crate)).
+    pub fn exit_checked(self, guard: &LockGuard) {
+        let held = guard.is_held();
+        self.record(held);
+    }
+
+    fn record(self, held_throughout: bool) {
         lock(&self.per.sections).push(SectionRecord {
             enter: self.enter,
             exit: Instant::now(),
+            mode: self.mode,
+            held_throughout,
         });
     }
 }
@@ -310,8 +390,12 @@ pub struct Stats {
     pub sections: u64,
     /// Faults injected.
     pub faults: u64,
-    /// Sections that began while another was still running.
+    /// Sections that began while a section they conflict with was running
+    /// (any two of a mutex, a writer with anyone, more than N permits).
     pub overlaps: u64,
+    /// The same, counting only sections whose guard said held to the end:
+    /// the lock broke its promise even to holders that checked it.
+    pub conflicts_while_held: u64,
     /// Fenced writes accepted after a later holder had begun writing.
     pub stale_accepted: u64,
     /// Fenced writes rejected as stale by the register.
@@ -377,7 +461,7 @@ impl Report {
         let ms =
             |d: Option<Duration>| d.map_or("-".to_string(), |d| format!("{} ms", d.as_millis()));
         let mut out = String::from(
-            "| backend | scenario | acquisitions | faults | overlaps | stale writes accepted | stale writes rejected | retake p50 | retake p99 | expectation | result |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+            "| backend | scenario | acquisitions | faults | overlaps | conflicts while held | stale writes accepted | stale writes rejected | retake p50 | retake p99 | expectation | result |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
         );
         let rows = self.rows();
         for r in &rows {
@@ -388,12 +472,13 @@ impl Report {
                 "n/a (no token)".into()
             };
             out.push_str(&format!(
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
                 r.backend,
                 r.scenario,
                 s.acquisitions,
                 s.faults,
                 s.overlaps,
+                s.conflicts_while_held,
                 stale,
                 if r.fencing {
                     s.stale_rejected.to_string()
@@ -421,27 +506,38 @@ impl Report {
         out
     }
 
-    /// The report as JSON (hand-written: no serde needed for flat rows).
+    /// The report as JSON: `{"rows": [...]}`, one object per row.
     pub fn json(&self) -> String {
-        let opt = |d: Option<Duration>| {
-            d.map_or("null".to_string(), |d| {
-                format!("{:.3}", d.as_secs_f64() * 1000.0)
-            })
-        };
-        let rows: Vec<String> = self
+        let ms = |d: Option<Duration>| d.map(|d| d.as_secs_f64() * 1000.0);
+        let rows: Vec<serde_json::Value> = self
             .rows()
             .iter()
             .map(|r| {
                 let s = &r.stats;
-                format!(
-                    "{{\"backend\":{:?},\"scenario\":{:?},\"fencing\":{},\"acquisitions\":{},\"sections\":{},\"faults\":{},\"overlaps\":{},\"stale_accepted\":{},\"stale_rejected\":{},\"lost_updates\":{},\"retakes\":{},\"retake_p50_ms\":{},\"retake_p99_ms\":{},\"expectation\":{:?},\"passed\":{}}}",
-                    r.backend, r.scenario, r.fencing, s.acquisitions, s.sections, s.faults, s.overlaps,
-                    s.stale_accepted, s.stale_rejected, s.lost_updates, s.retakes, opt(s.retake_p50), opt(s.retake_p99),
-                    r.expectation, r.passed
-                )
+                serde_json::json!({
+                    "backend": r.backend,
+                    "scenario": r.scenario,
+                    "fencing": r.fencing,
+                    "acquisitions": s.acquisitions,
+                    "sections": s.sections,
+                    "faults": s.faults,
+                    "overlaps": s.overlaps,
+                    "conflicts_while_held": s.conflicts_while_held,
+                    "stale_accepted": s.stale_accepted,
+                    "stale_rejected": s.stale_rejected,
+                    "lost_updates": s.lost_updates,
+                    "retakes": s.retakes,
+                    "retake_p50_ms": ms(s.retake_p50),
+                    "retake_p99_ms": ms(s.retake_p99),
+                    "expectation": r.expectation,
+                    "passed": r.passed,
+                })
             })
             .collect();
-        format!("{{\"rows\":[\n  {}\n]}}\n", rows.join(",\n  "))
+        let mut out =
+            serde_json::to_string_pretty(&serde_json::json!({ "rows": rows })).unwrap_or_default();
+        out.push('\n');
+        out
     }
 }
 
@@ -552,6 +648,41 @@ mod tests {
             passed: true,
         });
         assert!(r.markdown().contains("| memory | smoke | 10 |"));
-        assert!(r.json().contains("\"acquisitions\":10"));
+        let json: serde_json::Value = serde_json::from_str(&r.json()).unwrap();
+        assert_eq!(json["rows"][0]["acquisitions"], 10);
+        assert_eq!(json["rows"][0]["conflicts_while_held"], 0);
+    }
+
+    /// Readers overlap freely; a writer with anyone is an overlap; a
+    /// semaphore of 2 overlaps at its third holder; a mutex, a read-write
+    /// lock and a semaphore of one name do not conflict with each other;
+    /// readers and permit holders do not write.
+    #[tokio::test]
+    async fn conflicts_follow_the_kind_of_lock() {
+        let w = Workload::new();
+        let token = Some(FencingToken::new(1));
+        let mut r1 = w.enter_as("n", token, LockMode::Read);
+        let r2 = w.enter_as("n", token, LockMode::Read);
+        assert_eq!(r1.write(), None, "readers do not write");
+        let m = w.enter_as("n", token, LockMode::Exclusive);
+        let p1 = w.enter_as("n", token, LockMode::Permit { permits: 2 });
+        let p2 = w.enter_as("n", token, LockMode::Permit { permits: 2 });
+        assert_eq!(
+            w.stats().fenced_writes,
+            1,
+            "only the mutex claimed the register"
+        );
+        assert_eq!(w.stats().overlaps, 0);
+        // A writer while r1 and r2 read, not held to the end; a third
+        // permit holder while two hold, held to the end.
+        let writer = w.enter_as("n", Some(FencingToken::new(2)), LockMode::Write);
+        let p3 = w.enter_as("n", token, LockMode::Permit { permits: 2 });
+        for s in [r1, r2, m, p1, p2, p3] {
+            s.record(true);
+        }
+        writer.record(false);
+        let s = w.stats();
+        assert_eq!(s.overlaps, 2, "{s:?}");
+        assert_eq!(s.conflicts_while_held, 1, "{s:?}");
     }
 }

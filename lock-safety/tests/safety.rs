@@ -17,6 +17,12 @@
 //!   0 stale writes accepted by PostgreSQL, stale writes rejected in S1, and
 //!   every rejection counted by `distlock_fencing_rejects_total{storage="postgres"}`.
 //!
+//! - the read-write lock and the semaphore (redis, etcd, zookeeper): S1
+//!   with writers (as the mutex) and with a semaphore of 2 (the paused
+//!   holder is seen, nobody conflicts while its guard says held), and the
+//!   soak: 0 stale writes accepted, and on etcd and ZooKeeper 0 conflicts
+//!   while held.
+//!
 //! After all scenarios, each backend must have made at least 1,500
 //! acquisitions and had at least 100 faults injected.
 
@@ -27,7 +33,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use libtest_mimic::{Arguments, Failed, Trial};
-use lock_core::{AcquireOptions, DistributedLock, LockGuard, LockName};
+use lock_core::{AcquireOptions, DistributedLock, LockGuard, LockMode, LockName, LockService};
 use lock_etcd::{EtcdConfig, EtcdLock};
 use lock_redis::{RedisLock, RedisLockConfig};
 use lock_redlock::{RedlockConfig, RedlockLock};
@@ -166,7 +172,7 @@ impl Servers {
     }
 
     /// A client of this backend that talks to `addrs` (the servers or proxies in front of them).
-    async fn client(&self, kind: Kind, addrs: &[SocketAddr]) -> Arc<dyn DistributedLock> {
+    async fn client(&self, kind: Kind, addrs: &[SocketAddr]) -> Arc<dyn LockService> {
         let ttl = kind.ttl();
         match kind {
             Kind::Redis => Arc::new(
@@ -232,7 +238,7 @@ impl Servers {
 }
 
 struct Proxied {
-    lock: Arc<dyn DistributedLock>,
+    lock: Arc<dyn LockService>,
     proxies: Vec<Proxy>,
 }
 
@@ -294,7 +300,74 @@ async fn careful_section(w: &Workload, guard: &LockGuard) {
     if guard.is_held() {
         s.write();
     }
-    s.exit();
+    s.exit_checked(guard);
+}
+
+/// Acquires `n` in `mode` (a mutex, a side of the read-write lock, a permit).
+async fn take(
+    lock: &dyn LockService,
+    n: &LockName,
+    o: &AcquireOptions,
+    mode: LockMode,
+) -> lock_core::Result<LockGuard> {
+    match mode {
+        LockMode::Read => lock.acquire_read(n, o).await,
+        LockMode::Write => lock.acquire_write(n, o).await,
+        LockMode::Permit { permits } => lock.acquire_permit(n, permits, o).await,
+        _ => lock.acquire(n, o).await,
+    }
+}
+
+/// Like [`acquire_retrying`], in `mode`.
+async fn take_retrying(
+    lock: &dyn LockService,
+    n: &LockName,
+    o: &AcquireOptions,
+    mode: LockMode,
+    within: Duration,
+) -> LockGuard {
+    let deadline = Instant::now() + within;
+    loop {
+        match take(lock, n, o, mode).await {
+            Ok(g) => return g,
+            Err(e) if e.is_retryable() && Instant::now() < deadline => {
+                sleep(Duration::from_millis(50)).await
+            }
+            Err(e) => panic!("{mode} acquire of {n} failed for {within:?}: {e}"),
+        }
+    }
+}
+
+/// The lock a scenario's clients take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Load {
+    /// Every client the mutex.
+    Mutex,
+    /// The read-write lock: one client in three writes, the others read.
+    ReadWrite,
+    /// A semaphore of 2 permits.
+    Permits,
+}
+
+impl Load {
+    /// What client `c` takes.
+    fn mode(self, c: usize) -> LockMode {
+        match self {
+            Load::Mutex => LockMode::Exclusive,
+            Load::ReadWrite if c % 3 == 0 => LockMode::Write,
+            Load::ReadWrite => LockMode::Read,
+            Load::Permits => LockMode::Permit { permits: 2 },
+        }
+    }
+
+    /// How the report names it.
+    fn label(self) -> &'static str {
+        match self {
+            Load::Mutex => "",
+            Load::ReadWrite => " (read-write)",
+            Load::Permits => " (semaphore of 2)",
+        }
+    }
 }
 
 /// Where the fenced register of a scenario lives.
@@ -345,6 +418,11 @@ const IN_POSTGRES: &str = "storage: postgres";
 /// asleep, as a stopped process would be), another client acquires, the
 /// first resumes and writes without looking.
 async fn s1_pause(kind: Kind, storage: Storage) -> Stats {
+    s1_pause_as(kind, storage, LockMode::Exclusive).await
+}
+
+/// S1 with the mutex or the write side of the read-write lock (`mode`).
+async fn s1_pause_as(kind: Kind, storage: Storage, mode: LockMode) -> Stats {
     const PAIRS: usize = 4;
     const ROUNDS: usize = 3;
     let servers = blocking(|| Servers::start(kind, 1));
@@ -356,25 +434,58 @@ async fn s1_pause(kind: Kind, storage: Storage) -> Stats {
         let (w, n) = (w.clone(), name(kind, "s1", p));
         pairs.push(tokio::spawn(async move {
             for _ in 0..ROUNDS {
-                let ga = acquire_retrying(&*a.lock, &n, &opts(kind), kind.ttl() * 6).await;
+                let ga = take_retrying(&*a.lock, &n, &opts(kind), mode, kind.ttl() * 6).await;
                 let mut sa = w.enter(&ga);
                 sa.read();
                 // The pause: nothing of A reaches the server any more.
                 a.cut();
                 w.fault();
-                let gb = acquire_retrying(&*b, &n, &opts(kind), kind.ttl() * 6).await;
+                let gb = take_retrying(&*b, &n, &opts(kind), mode, kind.ttl() * 6).await;
                 careful_section(&w, &gb).await;
                 gb.release().await.expect("B releases");
                 // A wakes up and writes what it read, as a paused process would.
                 a.heal();
                 sa.write();
-                sa.exit();
+                sa.exit_checked(&ga);
                 drop(ga);
             }
         }));
     }
     for p in pairs {
         p.await.expect("pair");
+    }
+    blocking(|| drop(servers));
+    w.stats()
+}
+
+/// S1 on a semaphore of 2: A and B hold a permit; A is paused past its TTL
+/// (its network cut) and C takes the permit A's lease gave back; A wakes up
+/// and finishes its section as a paused process would. The checker sees 3
+/// holders at once; none of them conflicts while its guard says held.
+async fn s1_pause_permits(kind: Kind) -> Stats {
+    const ROUNDS: usize = 4;
+    let mode = LockMode::Permit { permits: 2 };
+    let servers = blocking(|| Servers::start(kind, 1));
+    let w = Workload::new();
+    let a = servers.proxied_client(kind).await;
+    let b = servers.client(kind, &servers.addrs()).await;
+    let c = servers.client(kind, &servers.addrs()).await;
+    for r in 0..ROUNDS {
+        let n = name(kind, "s1-permits", r);
+        let ga = take_retrying(&*a.lock, &n, &opts(kind), mode, kind.ttl() * 6).await;
+        let gb = take_retrying(&*b, &n, &opts(kind), mode, kind.ttl() * 6).await;
+        let sa = w.enter(&ga);
+        let sb = w.enter(&gb);
+        a.cut();
+        w.fault();
+        let gc = take_retrying(&*c, &n, &opts(kind), mode, kind.ttl() * 6).await;
+        careful_section(&w, &gc).await;
+        gc.release().await.expect("C releases");
+        sb.exit_checked(&gb);
+        gb.release().await.expect("B releases");
+        a.heal();
+        sa.exit_checked(&ga);
+        drop(ga);
     }
     blocking(|| drop(servers));
     w.stats()
@@ -674,12 +785,7 @@ async fn s5_minority_faults(kind: Kind) -> Stats {
 }
 
 /// A client that locks, does a careful section, releases, until `stop`.
-async fn careful_worker(
-    lock: Arc<dyn DistributedLock>,
-    n: LockName,
-    w: &Workload,
-    stop: &AtomicBool,
-) {
+async fn careful_worker(lock: Arc<dyn LockService>, n: LockName, w: &Workload, stop: &AtomicBool) {
     while !stop.load(Ordering::SeqCst) {
         match lock
             .acquire(
@@ -752,8 +858,14 @@ async fn crash_retake(kind: Kind) -> Stats {
 /// (pauses past the TTL, connection resets, latency spikes) and servers
 /// (short pauses, kill and restart of one member).
 async fn soak(kind: Kind, duration: Duration, storage: Storage) -> Stats {
+    soak_as(kind, duration, storage, Load::Mutex).await
+}
+
+/// The soak, with the clients taking the lock of `load`.
+async fn soak_as(kind: Kind, duration: Duration, storage: Storage, load: Load) -> Stats {
     const CLIENTS: usize = 6;
-    const NAMES: usize = 3;
+    // A semaphore of 2 with 3 clients per name; the others 2 clients per name.
+    let names_count = if load == Load::Permits { 2 } else { 3 };
     let members = if matches!(kind, Kind::Etcd | Kind::Zk) {
         3
     } else {
@@ -764,7 +876,7 @@ async fn soak(kind: Kind, duration: Duration, storage: Storage) -> Stats {
     let stop = Arc::new(AtomicBool::new(false));
     let pause_next: Arc<Vec<AtomicBool>> =
         Arc::new((0..CLIENTS).map(|_| AtomicBool::new(false)).collect());
-    let names: Vec<LockName> = (0..NAMES).map(|i| name(kind, "soak", i)).collect();
+    let names: Vec<LockName> = (0..names_count).map(|i| name(kind, "soak", i)).collect();
     let mut clients = Vec::new();
     for _ in 0..CLIENTS {
         clients.push(Arc::new(servers.proxied_client(kind).await));
@@ -772,7 +884,8 @@ async fn soak(kind: Kind, duration: Duration, storage: Storage) -> Stats {
     let servers = Arc::new(Mutex::new(servers));
     let mut tasks = Vec::new();
     for (c, client) in clients.iter().enumerate() {
-        let n = names[c % NAMES].clone();
+        let n = names[c % names_count].clone();
+        let mode = load.mode(c);
         let (client, w, stop, pause_next) =
             (client.clone(), w.clone(), stop.clone(), pause_next.clone());
         tasks.push(tokio::spawn(async move {
@@ -780,7 +893,7 @@ async fn soak(kind: Kind, duration: Duration, storage: Storage) -> Stats {
                 let o = AcquireOptions::new()
                     .ttl(kind.ttl())
                     .wait(Duration::from_secs(2));
-                let Ok(g) = client.lock.acquire(&n, &o).await else {
+                let Ok(g) = take(&*client.lock, &n, &o, mode).await else {
                     sleep(Duration::from_millis(20)).await;
                     continue;
                 };
@@ -801,7 +914,7 @@ async fn soak(kind: Kind, duration: Duration, storage: Storage) -> Stats {
                         s.write();
                     }
                 }
-                s.exit();
+                s.exit_checked(&g);
                 let _ = g.release().await;
             }
         }));
@@ -1086,6 +1199,7 @@ fn trials(rt: &Arc<tokio::runtime::Runtime>, soak_for: Duration) -> Vec<Trial> {
         }),
     );
     trials.extend(storage_trials(rt, soak_for));
+    trials.extend(primitive_trials(rt, soak_for));
     trials
 }
 
@@ -1146,6 +1260,84 @@ fn storage_trials(rt: &Arc<tokio::runtime::Runtime>, soak_for: Duration) -> Vec<
             )
         }),
     );
+    trials
+}
+
+/// The read-write lock and the semaphore, on every backend that has them.
+fn primitive_trials(rt: &Arc<tokio::runtime::Runtime>, soak_for: Duration) -> Vec<Trial> {
+    let mut trials = Vec::new();
+    let mut add = |name: String, f: Box<dyn FnOnce() -> Result<(), Failed> + Send>| {
+        trials.push(Trial::test(name, f));
+    };
+    for k in [Kind::Redis, Kind::Etcd, Kind::Zk] {
+        let r = rt.clone();
+        add(
+            format!("{}_s1_writer_paused_past_ttl", k.name()),
+            Box::new(move || {
+                let s = r.block_on(s1_pause_as(k, Storage::Memory, LockMode::Write));
+                let ok = s.overlaps > 0
+                    && s.conflicts_while_held == 0
+                    && s.stale_accepted == 0
+                    && s.stale_rejected > 0;
+                record(
+                    k,
+                    "S1 pause > TTL (read-write, writers)",
+                    s,
+                    "overlaps > 0, 0 conflicts while held; 0 stale accepted, stale writes rejected",
+                    ok,
+                )
+            }),
+        );
+        let r = rt.clone();
+        add(
+            format!("{}_s1_permit_holder_paused_past_ttl", k.name()),
+            Box::new(move || {
+                let s = r.block_on(s1_pause_permits(k));
+                let ok = s.overlaps > 0 && s.conflicts_while_held == 0;
+                record(
+                    k,
+                    "S1 pause > TTL (semaphore of 2)",
+                    s,
+                    "3 holders seen (the paused one), 0 conflicts while held",
+                    ok,
+                )
+            }),
+        );
+        for load in [Load::ReadWrite, Load::Permits] {
+            let r = rt.clone();
+            add(
+                format!(
+                    "{}_soak_random_faults_{}",
+                    k.name(),
+                    if load == Load::Permits {
+                        "semaphore"
+                    } else {
+                        "read_write"
+                    }
+                ),
+                Box::new(move || {
+                    let s = r.block_on(soak_as(k, soak_for, Storage::Memory, load));
+                    // A Redis restarted without persistence forgets its
+                    // holders: a second set of holders, each with a valid
+                    // guard, is what that backend promises not to prevent.
+                    let (ok, what) = if k == Kind::Redis {
+                        (
+                            s.stale_accepted == 0 && s.acquisitions > 0,
+                            "0 stale accepted; conflicts while held reported (restarts forget holders)",
+                        )
+                    } else {
+                        (
+                            s.stale_accepted == 0
+                                && s.conflicts_while_held == 0
+                                && s.acquisitions > 0,
+                            "0 stale accepted, 0 conflicts while held",
+                        )
+                    };
+                    record(k, &format!("soak{}", load.label()), s, what, ok)
+                }),
+            );
+        }
+    }
     trials
 }
 
