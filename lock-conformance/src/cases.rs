@@ -77,6 +77,7 @@ cases! {
     list_shows_held_locks_by_prefix if always,
     downgrade_keeps_a_queued_writer_out if |c| c.read_write,
     list_and_other_primitives_honour_their_deadline_when_the_server_hangs if |c| c.remote,
+    a_returning_writer_queues_behind_waiting_readers if |c| c.read_write,
 }
 
 fn opts(h: &dyn Harness) -> AcquireOptions {
@@ -1653,4 +1654,63 @@ async fn list_and_other_primitives_honour_their_deadline_when_the_server_hangs(
     }
     drop(g);
     drop(proxies);
+}
+
+/// Readers that waited for a writer get in when it releases, before that
+/// writer's next write: a writer that comes straight back queues behind
+/// them, so a busy writer cannot starve readers either.
+async fn a_returning_writer_queues_behind_waiting_readers(h: Arc<dyn Harness>) {
+    let name = unique_name("rwreturn");
+    let (a, b, c) = (client(&*h).await, client(&*h).await, client(&*h).await);
+    let o = opts(&*h).wait(Duration::from_secs(30));
+    let w = a.acquire_write(&name, &o).await.unwrap();
+    let spawn_read = |client: &Arc<dyn LockService>| {
+        let (client, name, o) = (client.clone(), name.clone(), o.clone());
+        tokio::spawn(async move { client.acquire_read(&name, &o).await })
+    };
+    let (r1, r2) = (spawn_read(&b), spawn_read(&c));
+    sleep(Duration::from_millis(500)).await;
+    assert!(
+        !r1.is_finished() && !r2.is_finished(),
+        "a reader got in beside the writer"
+    );
+    assert!(w.release().await.unwrap());
+    // At once, before the readers could react to the release.
+    if let Some(g) = a.try_acquire_write(&name, &o).await.unwrap() {
+        panic!(
+            "the returning writer went ahead of the readers that waited for it (token {:?})",
+            g.fencing_token()
+        );
+    }
+    let again = spawn_acquire_write(&a, &name, &o);
+    let bound = h.slack() * 2;
+    let g1 = timeout(bound, r1)
+        .await
+        .expect(
+            "a reader that waited for the writer is still waiting: the returning writer went first",
+        )
+        .unwrap()
+        .expect("first reader");
+    let g2 = timeout(bound, r2)
+        .await
+        .expect(
+            "a reader that waited for the writer is still waiting: the returning writer went first",
+        )
+        .unwrap()
+        .expect("second reader");
+    assert!(
+        !again.is_finished(),
+        "the returning writer got in beside the readers"
+    );
+    let released = Instant::now();
+    assert!(g1.release().await.unwrap());
+    assert!(g2.release().await.unwrap());
+    let (at, w2) = again.await.unwrap().expect("the returning writer");
+    assert!(
+        at - released < h.slack(),
+        "the returning writer took {:?} after the readers left",
+        at - released
+    );
+    assert!(w2.release().await.unwrap());
+    assert_no_leftovers(&*h, &name).await;
 }

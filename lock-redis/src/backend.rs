@@ -288,19 +288,20 @@ impl LockBackend for RedisLock {
     async fn lock(&self, req: &LeaseRequest, deadline: Instant) -> Result<Option<Lease>> {
         let keys = self.keys(&req.name);
         let primitive = Primitive::of(req.mode)?;
-        // A writer that has to wait says so, so that new readers wait
-        // behind it; the intent goes when it gets in or gives up (in the
+        // A caller of the read-write lock that has to wait takes a place in
+        // its queue, so that it is served in arrival order between readers
+        // and writers; the place goes when it gets in or gives up (in the
         // background if this future is dropped), and lapses by itself after
         // twice the longest time between two of its attempts.
-        let intent = (primitive == Primitive::Write).then(|| Intent {
+        let intent = matches!(primitive, Primitive::Read | Primitive::Write).then(|| Intent {
             id: owner_token(),
             lasts_ms: ttl_millis(2 * req.ttl.max(self.inner.core.config.max_recheck)),
         });
         let withdraw = intent.clone().map(|intent| {
             let (core, keys) = (self.inner.core.clone(), keys.clone());
             CleanupOnDrop::new(async move {
-                if let Err(err) = primitive::withdraw(&core, &keys, &intent).await {
-                    tracing::debug!(key = %keys.rw, error = %err, "distlock redis: could not withdraw a waiting writer; its intent lapses by itself");
+                if let Err(err) = primitive::withdraw(&core, &keys, primitive, &intent).await {
+                    tracing::debug!(key = %keys.rw, error = %err, "distlock redis: could not leave the read-write queue; the place lapses by itself");
                 }
             })
         });
@@ -308,7 +309,7 @@ impl LockBackend for RedisLock {
             .wait_for(req, &keys, primitive, intent.as_ref(), deadline)
             .await;
         if let (Ok(Some(_)), Some(withdraw)) = (&got, withdraw) {
-            // The acquire script removed the intent.
+            // The acquire script took us out of the queue.
             withdraw.disarm();
         }
         got
@@ -389,8 +390,8 @@ impl LeaseHandle for RedisLease {
 
     /// In place: the holder's entry turns from `w` to `r` in one script, so
     /// the name is never without our lease, and the writers already waiting
-    /// keep waiting (their intent still holds new readers back, and they
-    /// still need every reader gone).
+    /// keep waiting (they still need every reader gone, and new readers
+    /// still queue behind them).
     async fn downgrade(&self, ttl: Duration) -> Result<Lease> {
         if self.primitive != Primitive::Write {
             return Err(LockError::invalid(

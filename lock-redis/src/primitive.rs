@@ -20,14 +20,15 @@ pub(crate) enum Primitive {
     Permit(u32),
 }
 
-/// A waiting writer's intent: while it lasts, new readers wait behind the
-/// writer (writer preference). Renewed by each of the writer's attempts,
-/// withdrawn when it gives up, lapses by itself if the writer vanishes.
+/// A waiter's place in the read-write lock's queue (see
+/// [`crate::scripts::ACQUIRE_RW`]): taken at its first failed attempt,
+/// renewed by each later one, given up when it stops waiting, lapsed by
+/// itself if the waiter vanishes.
 #[derive(Clone, Debug)]
 pub(crate) struct Intent {
     /// A random id for this wait (not an owner token: it holds nothing).
     pub(crate) id: String,
-    /// How long the intent lasts unless the writer tries again, in ms.
+    /// How long the place lasts unless the waiter tries again, in ms.
     pub(crate) lasts_ms: u64,
 }
 
@@ -70,8 +71,8 @@ impl Primitive {
         }
     }
 
-    /// One acquire attempt with owner `token` for `ttl_ms`; a writer that
-    /// will wait passes its `intent`.
+    /// One acquire attempt with owner `token` for `ttl_ms`; a caller of the
+    /// read-write lock that will wait passes its place (`intent`).
     pub(crate) async fn acquire(
         self,
         core: &Core,
@@ -90,7 +91,7 @@ impl Primitive {
                 core.eval(
                     "acquire",
                     |s| &s.acquire_rw,
-                    &[&keys.rw, &keys.rw_writers, &keys.fencing],
+                    &[&keys.rw, &keys.rw_queue, &keys.fencing, &keys.rw_lapse],
                     &[token, &ttl, side, id, &lasts],
                     false,
                 )
@@ -212,15 +213,25 @@ pub(crate) async fn downgrade(
     }
 }
 
-/// A waiting writer gives up: its intent goes, and the readers it held
-/// back are told.
-pub(crate) async fn withdraw(core: &Core, keys: &Keys, intent: &Intent) -> Result<()> {
+/// A waiter of the read-write lock gives up its place, and the waiters
+/// behind it are told.
+pub(crate) async fn withdraw(
+    core: &Core,
+    keys: &Keys,
+    side: Primitive,
+    intent: &Intent,
+) -> Result<()> {
+    let member = format!(
+        "{}:{}",
+        if side == Primitive::Write { "w" } else { "r" },
+        intent.id
+    );
     let _: i64 = core
         .eval(
-            "withdraw a waiting writer",
-            |s| &s.withdraw_writer,
-            &[&keys.rw_writers, &keys.rw_released],
-            &[&intent.id],
+            "withdraw a waiter",
+            |s| &s.withdraw_waiter,
+            &[&keys.rw_queue, &keys.rw_lapse, &keys.rw_released],
+            &[&member],
             true,
         )
         .await?;

@@ -98,20 +98,25 @@ macro_rules! next_fence {
     };
 }
 
-/// Read-write lock acquire, atomically, with writer preference.
+/// Read-write lock acquire, atomically, phase-fair.
 /// `KEYS[1]` = holders hash (`{key} rw`: owner token -> `r <expiry ms>` or
-/// `w <expiry ms>`, in the server's clock), `KEYS[2]` = waiting writers
-/// (`{key} rw writers`: a sorted set of waiter ids scored by when their
-/// intent lapses), `KEYS[3]` = fencing counter; `ARGV[1]` = owner token,
-/// `ARGV[2]` = ttl ms, `ARGV[3]` = `r` or `w`, `ARGV[4]` = the waiter id of
-/// a writer that will wait ('' for none), `ARGV[5]` = how long its intent
-/// lasts unless renewed (ms).
+/// `w <expiry ms>`, in the server's clock), `KEYS[2]` = the waiting queue
+/// (`{key} rw queue`: `r:<wait id>` or `w:<wait id>` scored by arrival ms),
+/// `KEYS[3]` = fencing counter, `KEYS[4]` = when each waiter lapses
+/// (`{key} rw lapse`: the same members scored by lapse ms); `ARGV[1]` =
+/// owner token, `ARGV[2]` = ttl ms, `ARGV[3]` = `r` or `w`, `ARGV[4]` = the
+/// wait id of a caller that will wait ('' for a single try), `ARGV[5]` =
+/// how long its place lasts unless renewed (ms).
 ///
-/// Expired holders and lapsed intents are dropped first. A reader gets in
-/// when there is no writer and no writer waits; a writer when nobody holds.
-/// Returns `{1, token}`, or `{0, ms}` with the longest time a current holder
-/// (or intent) still has. A waiting writer's intent is recorded (or
-/// renewed) when it does not get in, and removed when it does.
+/// Expired holders and lapsed waiters are dropped first. A writer gets in
+/// when nobody holds and nobody waits ahead of it; a reader when no writer
+/// holds and no writer waits ahead of it (a single try arrives after every
+/// waiter). So a stream of readers cannot starve a writer (they queue behind
+/// it), and a writer that releases and comes back queues behind the readers
+/// that waited for it. A caller that does not get in takes its place in the
+/// queue (keeping its first arrival) or renews it; one that gets in leaves
+/// it. Returns `{1, token}`, or `{0, ms}`: how long until a holder expires or
+/// a waiter ahead lapses, whichever is longest.
 pub const ACQUIRE_RW: &str = concat!(
     now_ms!(),
     r#"
@@ -126,19 +131,37 @@ for i = 1, #all, 2 do
     if exp - now > longest then longest = exp - now end
   end
 end
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)) do
+  redis.call('ZREM', KEYS[2], m)
+  redis.call('ZREM', KEYS[4], m)
+end
+local me = ''
+local arrival = false
+if ARGV[4] ~= '' then
+  me = ARGV[3] .. ':' .. ARGV[4]
+  arrival = redis.call('ZSCORE', KEYS[2], me)
+end
+local ahead
+if arrival then
+  ahead = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '(' .. arrival)
+else
+  ahead = redis.call('ZRANGE', KEYS[2], 0, -1)
+end
+local writer_ahead = false
+for _, m in ipairs(ahead) do
+  if string.sub(m, 1, 1) == 'w' then writer_ahead = true end
+end
 local ok
 if ARGV[3] == 'w' then
-  ok = (not writer) and readers == 0
+  ok = (not writer) and readers == 0 and #ahead == 0
 else
-  ok = (not writer) and redis.call('ZCARD', KEYS[2]) == 0
-  if not ok and not writer then
-    local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
-    if last[2] and tonumber(last[2]) - now > longest then longest = tonumber(last[2]) - now end
-  end
+  ok = (not writer) and not writer_ahead
 end
 if ok then
-  if ARGV[4] ~= '' then redis.call('ZREM', KEYS[2], ARGV[4]) end
+  if me ~= '' then
+    redis.call('ZREM', KEYS[2], me)
+    redis.call('ZREM', KEYS[4], me)
+  end
 "#,
     next_fence!("KEYS[3]"),
     r#"  local ttl = tonumber(ARGV[2])
@@ -146,10 +169,17 @@ if ok then
   if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
   return {1, fence}
 end
-if ARGV[4] ~= '' then
+for _, m in ipairs(ahead) do
+  local lapse = tonumber(redis.call('ZSCORE', KEYS[4], m))
+  if lapse and lapse - now > longest then longest = lapse - now end
+end
+if me ~= '' then
   local lasts = tonumber(ARGV[5])
-  redis.call('ZADD', KEYS[2], now + lasts, ARGV[4])
-  if redis.call('PTTL', KEYS[2]) < lasts then redis.call('PEXPIRE', KEYS[2], lasts) end
+  redis.call('ZADD', KEYS[2], 'NX', now, me)
+  redis.call('ZADD', KEYS[4], now + lasts, me)
+  for _, k in ipairs({KEYS[2], KEYS[4]}) do
+    if redis.call('PTTL', k) < lasts then redis.call('PEXPIRE', k, lasts) end
+  end
 end
 return {0, longest}
 "#
@@ -212,12 +242,14 @@ return {1, fence}
 "#
 );
 
-/// A waiting writer gives up: `KEYS[1]` = waiting writers, `KEYS[2]` =
-/// release channel; `ARGV[1]` = its waiter id. Removes the intent and, if
-/// there was one, publishes so that the readers it held back come in.
-pub const WITHDRAW_WRITER: &str = r#"
+/// A waiter of the read-write lock gives up: `KEYS[1]` = the queue,
+/// `KEYS[2]` = the lapse times, `KEYS[3]` = release channel; `ARGV[1]` = its
+/// member (`r:<wait id>` or `w:<wait id>`). Leaves the queue and, if it was
+/// there, publishes so that the waiters behind it re-check.
+pub const WITHDRAW_WAITER: &str = r#"
+redis.call('ZREM', KEYS[2], ARGV[1])
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then
-  redis.pcall('PUBLISH', KEYS[2], ARGV[1])
+  redis.pcall('PUBLISH', KEYS[3], ARGV[1])
   return 1
 end
 return 0
@@ -382,8 +414,8 @@ pub struct Scripts {
     pub release_rw: Script,
     /// See [`DOWNGRADE_RW`].
     pub downgrade_rw: Script,
-    /// See [`WITHDRAW_WRITER`].
-    pub withdraw_writer: Script,
+    /// See [`WITHDRAW_WAITER`].
+    pub withdraw_waiter: Script,
     /// See [`ACQUIRE_PERMIT`].
     pub acquire_permit: Script,
     /// See [`EXTEND_PERMIT`].
@@ -403,7 +435,7 @@ impl Default for Scripts {
             extend_rw: Script::new(EXTEND_RW),
             release_rw: Script::new(RELEASE_RW),
             downgrade_rw: Script::new(DOWNGRADE_RW),
-            withdraw_writer: Script::new(WITHDRAW_WRITER),
+            withdraw_waiter: Script::new(WITHDRAW_WAITER),
             acquire_permit: Script::new(ACQUIRE_PERMIT),
             extend_permit: Script::new(EXTEND_PERMIT),
             release_permit: Script::new(RELEASE_PERMIT),
@@ -422,8 +454,10 @@ pub struct Keys {
     pub released: String,
     /// The read-write lock's holders: `{prefix + name} rw`.
     pub rw: String,
-    /// The read-write lock's waiting writers: `{prefix + name} rw writers`.
-    pub rw_writers: String,
+    /// The read-write lock's waiters by arrival: `{prefix + name} rw queue`.
+    pub rw_queue: String,
+    /// The read-write lock's waiters by lapse time: `{prefix + name} rw lapse`.
+    pub rw_lapse: String,
     /// The read-write lock's release channel: `{prefix + name} rw released`.
     pub rw_released: String,
     /// The semaphore's holders: `{prefix + name} permits`.
@@ -441,7 +475,8 @@ impl Keys {
             fencing: Self::aux(&lock, "fencing"),
             released: Self::aux(&lock, "released"),
             rw: Self::aux(&lock, "rw"),
-            rw_writers: Self::aux(&lock, "rw writers"),
+            rw_queue: Self::aux(&lock, "rw queue"),
+            rw_lapse: Self::aux(&lock, "rw lapse"),
             rw_released: Self::aux(&lock, "rw released"),
             permits: Self::aux(&lock, "permits"),
             permits_released: Self::aux(&lock, "permits released"),

@@ -61,8 +61,14 @@ impl Harness for Redis {
     async fn leftovers(&self, name: &LockName) -> Vec<String> {
         let keys = Self::keys(name);
         let mut left = Vec::new();
-        // Holders of every primitive, and waiting writers' intents.
-        for key in [&keys.lock, &keys.rw, &keys.rw_writers, &keys.permits] {
+        // Holders of every primitive, and the read-write lock's waiters.
+        for key in [
+            &keys.lock,
+            &keys.rw,
+            &keys.rw_queue,
+            &keys.rw_lapse,
+            &keys.permits,
+        ] {
             if self.cmd(&["EXISTS", key]).await != RespValue::Int(0) {
                 left.push(format!("key {key}"));
             }
