@@ -99,9 +99,7 @@ impl Scheme {
             "redlock" => Ok(Scheme::Redlock),
             "etcd" => Ok(Scheme::Etcd),
             "zk" | "zookeeper" => Ok(Scheme::Zk),
-            "rediss" => Err(LockError::invalid(
-                "rediss:// (Redis over TLS) is not supported by this build of distlock; use redis://",
-            )),
+            "rediss" => Ok(Scheme::Redis),
             other => Err(LockError::invalid(format!(
                 "unknown URL scheme {other:?}: expected {}",
                 known_schemes()
@@ -135,6 +133,8 @@ enum Kind {
     CountOrNone,
     /// Any text (percent-decoded).
     Text,
+    /// `true` or `false`.
+    Bool,
 }
 
 struct OptionSpec {
@@ -206,6 +206,26 @@ const OPTIONS: &[OptionSpec] = &[
         name: "prefix",
         kind: Kind::Text,
         schemes: &[Redis, Redlock, Etcd],
+    },
+    OptionSpec {
+        name: "tls",
+        kind: Kind::Bool,
+        schemes: &[Redis, Redlock, Etcd, Zk],
+    },
+    OptionSpec {
+        name: "ca",
+        kind: Kind::Text,
+        schemes: &[Redis, Redlock, Etcd, Zk],
+    },
+    OptionSpec {
+        name: "cert",
+        kind: Kind::Text,
+        schemes: &[Redis, Redlock, Etcd, Zk],
+    },
+    OptionSpec {
+        name: "key",
+        kind: Kind::Text,
+        schemes: &[Redis, Redlock, Etcd, Zk],
     },
 ];
 
@@ -357,6 +377,14 @@ impl LockUrl {
 
         if let Some(query) = query {
             url.options = parse_query(scheme, query).map_err(err)?;
+        }
+        if scheme_text.eq_ignore_ascii_case("rediss") {
+            if url.options.get("tls").is_some_and(|v| v == "false") {
+                return Err(err(
+                    "rediss:// is Redis over TLS: tls=false contradicts it".into()
+                ));
+            }
+            url.options.insert("tls".into(), "true".into());
         }
         url.check_path().map_err(err)?;
         Ok(url)
@@ -671,6 +699,13 @@ fn parse_query(scheme: Scheme, query: &str) -> Result<BTreeMap<String, String>, 
                 }
             }
             Kind::Text => {}
+            Kind::Bool => {
+                if value != "true" && value != "false" {
+                    return Err(format!(
+                        "option {key}={value:?} is neither `true` nor `false`"
+                    ));
+                }
+            }
         }
         if options.insert(key.clone(), value).is_some() {
             return Err(format!("option {key} is given twice"));
@@ -737,6 +772,27 @@ impl LockUrl {
     /// The `redis://` URL handed to the `redis` crate for `endpoint`:
     /// user and password (percent-encoded again), the database from the path.
     #[cfg(any(feature = "redis", feature = "redlock"))]
+    /// The TLS settings of the URL: `Some` when `tls=true`, the scheme is
+    /// `rediss`, or a CA is given (`ca`, and `cert`/`key` for mutual TLS).
+    pub fn tls(&self) -> Option<lock_core::TlsConfig> {
+        let on = self.option("tls") == Some("true")
+            || (self.option("tls").is_none() && self.option("ca").is_some());
+        if !on {
+            return None;
+        }
+        let mut tls = lock_core::TlsConfig::new();
+        if let Some(ca) = self.option("ca") {
+            tls = tls.ca(ca);
+        }
+        if let Some(cert) = self.option("cert") {
+            tls = tls.cert(cert);
+        }
+        if let Some(key) = self.option("key") {
+            tls = tls.key(key);
+        }
+        Some(tls)
+    }
+
     fn redis_node_url(&self, endpoint: &Endpoint) -> String {
         let userinfo = match (&self.user, &self.password) {
             (None, None) => String::new(),
@@ -750,7 +806,12 @@ impl LockUrl {
             ),
         };
         let db = self.redis_db().unwrap_or(0);
-        format!("redis://{userinfo}{endpoint}/{db}")
+        let scheme = if self.tls().is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        format!("{scheme}://{userinfo}{endpoint}/{db}")
     }
 
     #[cfg_attr(
@@ -793,6 +854,9 @@ impl LockUrl {
         if let Some(prefix) = self.option("prefix") {
             config = config.key_prefix(prefix);
         }
+        if let Some(tls) = self.tls() {
+            config = config.tls(tls);
+        }
         config.validate()?;
         Ok(config)
     }
@@ -827,6 +891,9 @@ impl LockUrl {
         }
         if let Some(prefix) = self.option("prefix") {
             config = config.key_prefix(prefix);
+        }
+        if let Some(tls) = self.tls() {
+            config = config.tls(tls);
         }
         config.validate()?;
         Ok(config)

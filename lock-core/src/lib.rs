@@ -49,6 +49,7 @@ mod name;
 mod named;
 mod options;
 pub mod session;
+mod tls;
 
 pub use backend::{
     add_saturating, drift, validity, CleanupOnDrop, Lease, LeaseEvent, LeaseHandle, LeaseRequest,
@@ -70,6 +71,7 @@ pub use options::{
     check_duration, AcquireOptions, KeepAlive, RetryPolicy, MAX_TTL, MAX_WAIT, MIN_TTL,
 };
 pub use session::{Sent, SessionEvents, SessionHub, SessionStatus};
+pub use tls::{TlsConfig, TlsMaterial};
 
 /// Re-exported so backends implement the seam with the same macro version.
 pub use async_trait::async_trait;

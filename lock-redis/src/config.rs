@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use lock_core::{check_duration, LockError};
+use lock_core::{check_duration, LockError, TlsConfig};
 
 /// The default server URL: `redis://127.0.0.1:6379/`.
 pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379/";
@@ -31,10 +31,13 @@ pub const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
 #[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RedisLockConfig {
-    /// The server: `redis://[[user]:password@]host[:port][/db]` (or
-    /// `rediss://` if the `redis` crate is built with TLS). The password and
-    /// database go in the URL. Default: [`DEFAULT_URL`].
+    /// The server: `redis://[[user]:password@]host[:port][/db]`, or
+    /// `rediss://...` for TLS. The ACL user, password and database go in
+    /// the URL. Default: [`DEFAULT_URL`].
     pub url: String,
+    /// With a `rediss://` URL: the CA to trust (default: the system's
+    /// roots) and a client certificate and key for mutual TLS. Default: none.
+    pub tls: TlsConfig,
     /// Prepended to every lock name to form the Redis key. Default: none (the
     /// key is the lock name itself, as redis-py `Lock`, redsync and
     /// node-redlock use it, so that they and this crate exclude each other).
@@ -64,6 +67,7 @@ impl Default for RedisLockConfig {
     fn default() -> Self {
         Self {
             url: DEFAULT_URL.to_string(),
+            tls: TlsConfig::default(),
             key_prefix: String::new(),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
@@ -79,6 +83,12 @@ impl RedisLockConfig {
             url: url.into(),
             ..Self::default()
         }
+    }
+
+    /// Sets [`RedisLockConfig::tls`].
+    pub fn tls(mut self, tls: TlsConfig) -> Self {
+        self.tls = tls;
+        self
     }
 
     /// Sets [`RedisLockConfig::key_prefix`].
@@ -113,6 +123,7 @@ impl RedisLockConfig {
         check_duration("connect_timeout", self.connect_timeout, ms, MAX_TIMEOUT)?;
         check_duration("request_timeout", self.request_timeout, ms, MAX_TIMEOUT)?;
         check_duration("max_recheck", self.max_recheck, ms, lock_core::MAX_WAIT)?;
+        self.tls.validate()?;
         crate::scripts::check_prefix(&self.key_prefix)
     }
 
@@ -126,6 +137,7 @@ impl fmt::Debug for RedisLockConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisLockConfig")
             .field("url", &self.redacted_url())
+            .field("tls", &self.tls)
             .field("key_prefix", &self.key_prefix)
             .field("connect_timeout", &self.connect_timeout)
             .field("request_timeout", &self.request_timeout)

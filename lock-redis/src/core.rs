@@ -84,8 +84,7 @@ impl Core {
     pub(crate) async fn connect(config: RedisLockConfig) -> Result<Self> {
         config.validate()?;
         let what = format!("connecting to {}", config.redacted_url());
-        let client = redis::Client::open(config.url.as_str())
-            .map_err(|e| map_error(&what, Failure::Redis(e)))?;
+        let client = crate::tls::open_client(&config.url, &config.tls)?;
         let manager_config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(config.connect_timeout))
             .set_response_timeout(Some(config.request_timeout))

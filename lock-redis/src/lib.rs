@@ -7,6 +7,7 @@ mod core;
 pub mod notify;
 mod primitive;
 pub mod scripts;
+mod tls;
 
 pub use backend::RedisLock;
 pub use config::{
@@ -14,3 +15,4 @@ pub use config::{
     DEFAULT_REQUEST_TIMEOUT, DEFAULT_URL, MAX_TIMEOUT,
 };
 pub use scripts::Keys;
+pub use tls::open_client;

@@ -228,6 +228,7 @@ async fn pause_longer_than_ttl_suspends_then_loses_guard() {
 async fn aof_keeps_lock_and_tokens_across_restart() {
     let server = start_server(RedisOptions {
         persistence: lock_testbed::Persistence::AofAlways,
+        ..Default::default()
     })
     .await;
     let url = server.url();
@@ -581,6 +582,7 @@ async fn take_tokens(client: &RedisLock, lock: &LockName, n: usize) -> u64 {
 async fn tokens_keep_increasing_after_a_snapshot_reload() {
     let server = start_server(RedisOptions {
         persistence: lock_testbed::Persistence::Snapshots,
+        ..Default::default()
     })
     .await;
     let a = client(&server.url()).await;
@@ -615,6 +617,7 @@ async fn tokens_keep_increasing_after_a_snapshot_reload() {
 async fn tokens_keep_increasing_after_losing_the_last_second_of_aof() {
     let server = start_server(RedisOptions {
         persistence: lock_testbed::Persistence::AofEverySec,
+        ..Default::default()
     })
     .await;
     let a = client(&server.url()).await;

@@ -87,7 +87,7 @@ impl RedlockLock {
         let nodes = config
             .nodes
             .iter()
-            .map(|url| Node::new(url, config.connect_timeout))
+            .map(|url| Node::new(url, &config.tls, config.connect_timeout))
             .collect::<Result<Vec<_>>>()?;
         let notifier = Notifier::start(
             nodes

@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use lock_core::{check_duration, LockError, Result};
+use lock_core::{check_duration, LockError, Result, TlsConfig};
 
 /// How a [`crate::RedlockLock`] reaches its nodes and times its rounds.
 ///
@@ -34,6 +34,10 @@ pub struct RedlockConfig {
     /// At least one; five is the usual choice (tolerates two failures).
     /// Default: none (required). The order does not matter.
     pub nodes: Vec<String>,
+    /// For `rediss://` nodes: the CA to trust (default: the system's roots)
+    /// and a client certificate and key for mutual TLS, the same for every
+    /// node. Default: none.
+    pub tls: TlsConfig,
     /// Prepended to every lock name to form the key. Default: `""`, so the
     /// key is the lock name itself, as redis-py `Lock`, redsync,
     /// node-redlock and `lock-redis` use it.
@@ -93,6 +97,7 @@ impl std::fmt::Debug for RedlockConfig {
             .collect();
         f.debug_struct("RedlockConfig")
             .field("nodes", &nodes)
+            .field("tls", &self.tls)
             .field("key_prefix", &self.key_prefix)
             .field("node_timeout", &self.node_timeout)
             .field("connect_timeout", &self.connect_timeout)
@@ -114,6 +119,7 @@ impl RedlockConfig {
     {
         Self {
             nodes: nodes.into_iter().map(Into::into).collect(),
+            tls: TlsConfig::default(),
             key_prefix: String::new(),
             node_timeout: Duration::from_millis(50),
             connect_timeout: Duration::from_secs(1),
@@ -123,6 +129,12 @@ impl RedlockConfig {
             max_extensions: None,
             max_recheck: Duration::from_secs(10),
         }
+    }
+
+    /// Sets [`RedlockConfig::tls`].
+    pub fn tls(mut self, tls: TlsConfig) -> Self {
+        self.tls = tls;
+        self
     }
 
     /// Sets [`RedlockConfig::key_prefix`].
@@ -185,7 +197,7 @@ impl RedlockConfig {
         }
         let mut seen = HashSet::new();
         for url in &self.nodes {
-            let info = crate::core::node_client(url)?;
+            let info = crate::core::node_client(url, &self.tls)?;
             let addr = info.get_connection_info().addr().to_string();
             if !seen.insert(addr.clone()) {
                 return Err(LockError::invalid(format!(

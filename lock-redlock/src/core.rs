@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use lock_core::{LockError, LockErrorKind, NodeFailure, NodeFailureReason, Result};
+use lock_core::{LockError, LockErrorKind, NodeFailure, NodeFailureReason, Result, TlsConfig};
 use lock_redis::scripts::Scripts;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{RedisError, RedisResult, Value};
@@ -50,17 +50,18 @@ pub(crate) fn failed(node: &Node, err: &RedisError) -> NodeFailure {
     }
 }
 
-/// A `redis::Client` for `url` (`redis://host:port/db` or bare `host:port`).
-pub(crate) fn node_client(url: &str) -> Result<redis::Client> {
+/// A `redis::Client` for `url` (`redis://host:port/db`, `rediss://...`
+/// with `tls`'s files, or bare `host:port`).
+pub(crate) fn node_client(url: &str, tls: &TlsConfig) -> Result<redis::Client> {
     let url = url.trim();
     let full = if url.contains("://") {
         url.to_string()
     } else {
         format!("redis://{url}/")
     };
-    redis::Client::open(full.as_str()).map_err(|e| {
+    lock_redis::open_client(&full, tls).map_err(|e| {
         let shown = lock_redis::redact_url(url);
-        map_error(&format!("invalid node address {shown:?}"), e)
+        LockError::new(e.kind(), format!("redlock: node {shown}: {}", e.message()))
     })
 }
 
@@ -98,8 +99,8 @@ pub(crate) struct Node {
 
 impl Node {
     /// A node with a lazy connection (no I/O here). Must run inside a Tokio runtime.
-    pub fn new(url: &str, connect_timeout: Duration) -> Result<Self> {
-        let client = node_client(url)?;
+    pub fn new(url: &str, tls: &TlsConfig, connect_timeout: Duration) -> Result<Self> {
+        let client = node_client(url, tls)?;
         let addr = client.get_connection_info().addr().to_string();
         // No retries inside the manager: a node that refuses must fail this
         // round at once (the round decides), and the next request reconnects.

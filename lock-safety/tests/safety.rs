@@ -101,7 +101,11 @@ impl Servers {
     fn start_with(kind: Kind, members: usize, persistence: Persistence) -> Servers {
         match kind {
             Kind::Redis => Servers::Redis(
-                RedisServer::start_with(RedisOptions { persistence }).expect("start redis-server"),
+                RedisServer::start_with(RedisOptions {
+                    persistence,
+                    ..Default::default()
+                })
+                .expect("start redis-server"),
             ),
             Kind::Redlock => Servers::Redlock(RedisSet::start(5).expect("start 5 redis-servers")),
             Kind::Etcd => Servers::Etcd(EtcdCluster::start(members).expect("start etcd")),

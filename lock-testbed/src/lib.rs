@@ -97,6 +97,7 @@ mod proxy;
 mod redis;
 mod resp;
 mod shared;
+mod tls;
 mod util;
 mod zk;
 
@@ -111,6 +112,7 @@ pub use shared::{
     shared_etcd, shared_redis, shared_redis_set, shared_zk, ENV_TEST_ETCD, ENV_TEST_REDIS,
     ENV_TEST_REDIS_NODES, ENV_TEST_ZK, SHARED_REDIS_NODES,
 };
+pub use tls::TlsFiles;
 pub use util::{free_port, unique_name};
 pub use zk::{ZkEnsemble, ZkOptions};
 

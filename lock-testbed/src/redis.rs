@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use crate::bins;
 use crate::process::{log_says_addr_in_use, log_tail, ManagedChild, ManagedDir};
 use crate::resp::{resp_command, RespValue};
+use crate::tls::TlsFiles;
 use crate::util::{free_port, loopback};
 use crate::TestbedError;
 
@@ -69,6 +70,10 @@ pub enum Persistence {
 pub struct RedisOptions {
     /// What survives a restart.
     pub persistence: Persistence,
+    /// Also listen with TLS on a second port ([`RedisServer::tls_url`]),
+    /// with the test process's certificates ([`TlsFiles::shared`]); clients
+    /// must present the client certificate (mutual TLS).
+    pub tls: bool,
 }
 
 struct Local {
@@ -77,6 +82,8 @@ struct Local {
     dir: ManagedDir,
     bin: PathBuf,
     opts: RedisOptions,
+    /// The TLS port and its certificates ([`TlsFiles::shared`]), with `opts.tls`.
+    tls: Option<(u16, &'static TlsFiles)>,
 }
 
 /// One Redis server on `127.0.0.1:<free port>` in its own temp dir, or one started
@@ -131,6 +138,11 @@ impl RedisServer {
         let bin = bins::resolve(bins::REDIS_SERVER)?;
         let dir = ManagedDir::new("redis")?;
         let addr = loopback(free_port());
+        let tls = if opts.tls {
+            Some((free_port(), TlsFiles::shared()?))
+        } else {
+            None
+        };
         let mut server = RedisServer {
             addr,
             local: Some(Local {
@@ -138,6 +150,7 @@ impl RedisServer {
                 dir,
                 bin,
                 opts,
+                tls,
             }),
         };
         server.spawn_process()?;
@@ -206,6 +219,17 @@ impl RedisServer {
                 "always",
             ]),
         };
+        if let Some((tls_port, files)) = &local.tls {
+            cmd.arg("--tls-port")
+                .arg(tls_port.to_string())
+                .arg("--tls-cert-file")
+                .arg(files.server_cert())
+                .arg("--tls-key-file")
+                .arg(files.server_key())
+                .arg("--tls-ca-cert-file")
+                .arg(files.ca())
+                .args(["--tls-auth-clients", "yes"]);
+        }
         cmd.arg("--dir")
             .arg(dir)
             .arg("--logfile")
@@ -274,6 +298,24 @@ impl RedisServer {
     /// `redis://127.0.0.1:<port>/`.
     pub fn url(&self) -> String {
         format!("redis://{}/", self.addr)
+    }
+
+    /// `rediss://127.0.0.1:<tls port>/` when started with
+    /// [`RedisOptions::tls`].
+    pub fn tls_url(&self) -> Option<String> {
+        let (port, _) = self.local.as_ref()?.tls.as_ref()?;
+        Some(format!("rediss://127.0.0.1:{port}/"))
+    }
+
+    /// `127.0.0.1:<tls port>` when started with [`RedisOptions::tls`].
+    pub fn tls_addr(&self) -> Option<SocketAddr> {
+        let (port, _) = self.local.as_ref()?.tls.as_ref()?;
+        Some(loopback(*port))
+    }
+
+    /// The certificates of the TLS port (CA, server, client).
+    pub fn tls_files(&self) -> Option<&'static TlsFiles> {
+        Some(self.local.as_ref()?.tls.as_ref()?.1)
     }
 
     /// The server's PID; `None` when killed or external.

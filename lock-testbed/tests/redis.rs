@@ -75,6 +75,7 @@ fn paused_redis_times_out_and_answers_after_resume() {
 fn restart_with_aof_keeps_key_without_aof_loses_it() {
     let mut durable = RedisServer::start_with(RedisOptions {
         persistence: lock_testbed::Persistence::AofAlways,
+        ..Default::default()
     })
     .unwrap();
     let mut plain = RedisServer::start().unwrap();

@@ -1,0 +1,10 @@
+//! The whole conformance suite once more, on five Redis nodes reached over
+//! mutual TLS (`rediss://`, the testbed's CA, a client certificate).
+
+mod support;
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    support::conformance::run(true)
+}
