@@ -920,6 +920,9 @@ impl LockUrl {
         if let (Some(user), Some(password)) = (&self.user, &self.password) {
             config = config.user(user.clone(), password.clone());
         }
+        if let Some(tls) = self.tls() {
+            config = config.tls(tls);
+        }
         config.validate()?;
         Ok(config)
     }

@@ -74,7 +74,7 @@ impl EtcdLock {
     pub async fn connect(config: EtcdConfig) -> Result<Self> {
         config.validate()?;
         let limit = config.connect_timeout;
-        let client = Arc::new(EtcdClient::new(config));
+        let client = Arc::new(EtcdClient::new(config)?);
         let session = match tokio::time::timeout(limit, Session::grant(client.clone())).await {
             Ok(Ok(s)) => s,
             Ok(Err(e)) => return Err(e),

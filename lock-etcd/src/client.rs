@@ -131,12 +131,31 @@ struct Health {
 /// the same backoff.
 pub(crate) struct EtcdClient {
     cfg: EtcdConfig,
+    /// The TLS settings of every connection, read from the files once.
+    tls: Option<etcd_client::TlsOptions>,
     endpoints: Vec<Endpoint>,
     pinned: AtomicUsize,
 }
 
+/// The TLS settings of `tls`'s files (an `InvalidArgument` error naming a
+/// file that cannot be read).
+fn tls_options(tls: &lock_core::TlsConfig) -> Result<etcd_client::TlsOptions> {
+    let material = tls.load()?;
+    // The process-wide rustls provider, unless the application chose one.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut opts = etcd_client::TlsOptions::new();
+    if let Some(ca) = material.ca {
+        opts = opts.ca_certificate(etcd_client::Certificate::from_pem(ca));
+    }
+    if let (Some(cert), Some(key)) = (material.cert, material.key) {
+        opts = opts.identity(etcd_client::Identity::from_pem(cert, key));
+    }
+    Ok(opts)
+}
+
 impl EtcdClient {
-    pub(crate) fn new(cfg: EtcdConfig) -> Self {
+    pub(crate) fn new(cfg: EtcdConfig) -> Result<Self> {
+        let tls = cfg.tls.as_ref().map(tls_options).transpose()?;
         let endpoints = cfg
             .endpoints
             .iter()
@@ -149,11 +168,12 @@ impl EtcdClient {
                 }),
             })
             .collect();
-        Self {
+        Ok(Self {
             cfg,
+            tls,
             endpoints,
             pinned: AtomicUsize::new(0),
-        }
+        })
     }
 
     pub(crate) fn config(&self) -> &EtcdConfig {
@@ -225,6 +245,9 @@ impl EtcdClient {
                         self.cfg.lease_ttl.max(self.cfg.request_timeout),
                     )
                     .with_require_leader(true);
+                if let Some(tls) = &self.tls {
+                    opts = opts.with_tls(tls.clone());
+                }
                 if let (Some(user), Some(password)) = (&self.cfg.user, &self.cfg.password) {
                     opts = opts
                         .with_user(user.clone(), password.clone())

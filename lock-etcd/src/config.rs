@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use lock_core::{check_duration, LockError, MAX_TTL};
+use lock_core::{check_duration, LockError, TlsConfig, MAX_TTL};
 
 /// How to reach etcd and how long the client's session lease lives.
 ///
@@ -52,6 +52,10 @@ pub struct EtcdConfig {
     pub user: Option<String>,
     /// Password for [`EtcdConfig::user`]. Default: none.
     pub password: Option<String>,
+    /// TLS to every endpoint (https): the CA to trust (default: the
+    /// system's roots) and a client certificate and key for mutual TLS.
+    /// Default: none (plain http).
+    pub tls: Option<TlsConfig>,
 }
 
 impl fmt::Debug for EtcdConfig {
@@ -64,6 +68,7 @@ impl fmt::Debug for EtcdConfig {
             .field("request_timeout", &self.request_timeout)
             .field("user", &self.user)
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -92,7 +97,14 @@ impl EtcdConfig {
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             user: None,
             password: None,
+            tls: None,
         }
+    }
+
+    /// Sets [`EtcdConfig::tls`]: TLS on, with these files.
+    pub fn tls(mut self, tls: TlsConfig) -> Self {
+        self.tls = Some(tls);
+        self
     }
 
     /// Sets [`EtcdConfig::key_prefix`].
@@ -165,6 +177,9 @@ impl EtcdConfig {
             return Err(LockError::invalid(
                 "etcd config: user and password go together",
             ));
+        }
+        if let Some(tls) = &self.tls {
+            tls.validate()?;
         }
         if self
             .key_prefix

@@ -10,6 +10,7 @@ use crate::bins;
 use crate::http;
 use crate::member::{member_index, member_index_mut, Member};
 use crate::process::{ManagedChild, ManagedDir};
+use crate::tls::TlsFiles;
 use crate::util::{free_port, loopback, unique_name};
 use crate::TestbedError;
 use base64::engine::general_purpose::STANDARD as BASE64;
@@ -29,6 +30,8 @@ struct EtcdMember {
     name: String,
     client_port: u16,
     peer_port: u16,
+    /// The https client port, in a TLS cluster.
+    tls_port: Option<u16>,
 }
 
 struct Local {
@@ -38,6 +41,8 @@ struct Local {
     bin: PathBuf,
     token: String,
     initial_cluster: String,
+    /// The certificates of a TLS cluster.
+    tls: Option<&'static TlsFiles>,
 }
 
 /// An etcd cluster of N members on loopback, or one started elsewhere
@@ -68,9 +73,22 @@ impl EtcdCluster {
     /// Start a `members`-member cluster (all members in parallel) and wait until every
     /// member answers `GET /health` with `{"health":"true"}` (at most 20 s).
     pub fn start(members: usize) -> Result<EtcdCluster, TestbedError> {
+        Self::start_with(members, false)
+    }
+
+    /// Like [`EtcdCluster::start`], and every member also serves clients
+    /// over TLS on a second port ([`EtcdCluster::tls_endpoints`]) with the
+    /// test process's certificates ([`TlsFiles::shared`]), requiring a
+    /// client certificate signed by its CA (`--client-cert-auth`). The
+    /// plain port stays for the testbed's own queries.
+    pub fn start_tls(members: usize) -> Result<EtcdCluster, TestbedError> {
+        Self::start_with(members, true)
+    }
+
+    fn start_with(members: usize, tls: bool) -> Result<EtcdCluster, TestbedError> {
         let mut last_err = None;
         for _ in 0..START_ATTEMPTS {
-            let mut cluster = EtcdCluster::launch(members)?;
+            let mut cluster = EtcdCluster::launch(members, tls)?;
             let deadline = Instant::now() + READY_TIMEOUT;
             let mut result = Ok(());
             for i in 0..members {
@@ -101,8 +119,9 @@ impl EtcdCluster {
         })
     }
 
-    fn launch(n: usize) -> Result<EtcdCluster, TestbedError> {
+    fn launch(n: usize, tls: bool) -> Result<EtcdCluster, TestbedError> {
         let bin = bins::resolve(bins::ETCD)?;
+        let tls = if tls { Some(TlsFiles::shared()?) } else { None };
         let root = ManagedDir::new("etcd")?;
         let token = unique_name("distlock-etcd");
         let mut members = Vec::with_capacity(n);
@@ -120,6 +139,7 @@ impl EtcdCluster {
                 name,
                 client_port,
                 peer_port,
+                tls_port: tls.map(|_| free_port()),
             });
         }
         let initial_cluster = members
@@ -141,6 +161,7 @@ impl EtcdCluster {
                 bin,
                 token,
                 initial_cluster,
+                tls,
             }),
         };
         for i in 0..n {
@@ -165,10 +186,11 @@ impl EtcdCluster {
 
     fn spawn_member(&mut self, i: usize) -> Result<(), TestbedError> {
         let local = self.local_mut("start")?;
-        let (bin, token, initial_cluster) = (
+        let (bin, token, initial_cluster, tls) = (
             local.bin.clone(),
             local.token.clone(),
             local.initial_cluster.clone(),
+            local.tls,
         );
         let m = member_index_mut(&mut local.members, i)?;
         let dir = m.member.dir.clone();
@@ -180,7 +202,10 @@ impl EtcdCluster {
         let stdout = stderr
             .try_clone()
             .map_err(|e| TestbedError::io("creating etcd stderr.log", e))?;
-        let client_url = format!("http://127.0.0.1:{}", m.client_port);
+        let mut client_url = format!("http://127.0.0.1:{}", m.client_port);
+        if let Some(port) = m.tls_port {
+            client_url.push_str(&format!(",https://127.0.0.1:{port}"));
+        }
         let peer_url = format!("http://127.0.0.1:{}", m.peer_port);
         let mut cmd = Command::new(bin);
         // ETCD_* variables of the caller's environment would override our flags.
@@ -202,8 +227,17 @@ impl EtcdCluster {
             .args(["--initial-cluster", &initial_cluster])
             .args(["--initial-cluster-state", "new"])
             .args(["--initial-cluster-token", &token])
-            .args(["--heartbeat-interval=10", "--election-timeout=100"])
-            .current_dir(&dir)
+            .args(["--heartbeat-interval=10", "--election-timeout=100"]);
+        if let Some(files) = tls {
+            cmd.arg("--cert-file")
+                .arg(files.server_cert())
+                .arg("--key-file")
+                .arg(files.server_key())
+                .arg("--trusted-ca-file")
+                .arg(files.ca())
+                .arg("--client-cert-auth");
+        }
+        cmd.current_dir(&dir)
             .stdin(Stdio::null())
             .stdout(stdout)
             .stderr(stderr);
@@ -263,6 +297,21 @@ impl EtcdCluster {
     /// Client endpoints `127.0.0.1:PORT` of all members (running or not), index-stable.
     pub fn endpoints(&self) -> Vec<String> {
         self.endpoints.clone()
+    }
+
+    /// The TLS client endpoints `127.0.0.1:PORT` of a cluster started with
+    /// [`EtcdCluster::start_tls`] (empty otherwise), index-stable.
+    pub fn tls_endpoints(&self) -> Vec<String> {
+        self.local
+            .iter()
+            .flat_map(|l| l.members.iter())
+            .filter_map(|m| m.tls_port.map(|p| format!("127.0.0.1:{p}")))
+            .collect()
+    }
+
+    /// The certificates of a cluster started with [`EtcdCluster::start_tls`].
+    pub fn tls_files(&self) -> Option<&'static TlsFiles> {
+        self.local.as_ref()?.tls
     }
 
     /// Client endpoint of member `i`.

@@ -1,0 +1,3 @@
+//! Shared by the conformance test binaries.
+
+pub mod conformance;
