@@ -958,6 +958,9 @@ impl LockUrl {
         if let (Some(user), Some(password)) = (&self.user, &self.password) {
             config = config.auth("digest", format!("{user}:{password}"));
         }
+        if let Some(tls) = self.tls() {
+            config = config.tls(tls);
+        }
         Ok(config)
     }
 }
@@ -1015,6 +1018,40 @@ mod tests {
         assert_eq!(with_pw.to_string(), "redis://alice:***@h:1/0");
         assert!(!format!("{with_pw:?}").contains("cret"));
         assert_eq!(ok("redis://:pw@h").to_string(), "redis://:***@h:6379");
+    }
+
+    #[cfg(all(
+        feature = "redis",
+        feature = "redlock",
+        feature = "etcd",
+        feature = "zk"
+    ))]
+    #[test]
+    fn tls_options() {
+        let tls = ok("rediss://h:6380").redis_config().unwrap();
+        assert!(tls.url.starts_with("rediss://h:6380"));
+        let r = ok("redis://h?tls=true&ca=/c.pem&cert=/x.pem&key=/k.pem")
+            .redis_config()
+            .unwrap();
+        assert!(r.url.starts_with("rediss://"));
+        assert_eq!(r.tls.ca.as_deref(), Some(std::path::Path::new("/c.pem")));
+        assert_eq!(r.tls.key.as_deref(), Some(std::path::Path::new("/k.pem")));
+        assert!(bad("rediss://h?tls=false").contains("contradicts"));
+        assert!(bad("redis://h?tls=yes").contains("neither"));
+        let e = ok("etcd://e1?ca=/c.pem").etcd_config().unwrap();
+        assert!(e.tls.is_some(), "a CA turns TLS on");
+        assert!(ok("etcd://e1").etcd_config().unwrap().tls.is_none());
+        assert!(
+            ok("etcd://e1?ca=/c.pem&cert=/x.pem").etcd_config().is_err(),
+            "cert without key"
+        );
+        let z = ok("zk://z1?tls=true&ca=/c.pem").zk_config().unwrap();
+        assert!(z.tls.is_some());
+        assert!(ok("redlock://a,b,c?tls=true")
+            .redlock_config()
+            .unwrap()
+            .nodes[0]
+            .starts_with("rediss://"));
     }
 
     #[cfg(feature = "redis")]
@@ -1157,7 +1194,6 @@ mod tests {
         assert!(bad("localhost:6379").contains("e.g. redis://localhost:6379"));
         assert!(bad("127.0.0.1").contains("no scheme"));
         assert!(bad("mysql://h").contains("unknown URL scheme"));
-        assert!(bad("rediss://h").contains("TLS"));
         assert!(bad("redis://").contains("at least one host"));
         assert!(bad("redis:///0").contains("at least one host"));
         assert!(bad("redis://h:notaport").contains("invalid port"));

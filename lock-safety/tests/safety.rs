@@ -110,8 +110,14 @@ impl Servers {
             Kind::Redlock => Servers::Redlock(RedisSet::start(5).expect("start 5 redis-servers")),
             Kind::Etcd => Servers::Etcd(EtcdCluster::start(members).expect("start etcd")),
             Kind::Zk => Servers::Zk(
-                ZkEnsemble::start_with(members, ZkOptions { tick_time_ms: 200 })
-                    .expect("start zookeeper"),
+                ZkEnsemble::start_with(
+                    members,
+                    ZkOptions {
+                        tick_time_ms: 200,
+                        ..Default::default()
+                    },
+                )
+                .expect("start zookeeper"),
             ),
         }
     }

@@ -124,6 +124,35 @@ pub(crate) fn resolve_with(
 }
 
 /// The ZooKeeper class path, every plain entry checked to exist.
+/// The Netty jars ZooKeeper's TLS port needs (Debian's `libnetty-java`,
+/// installed with `zookeeper`), as a class path.
+pub(crate) fn netty_classpath() -> Result<String, TestbedError> {
+    let jars: Vec<String> = NETTY_JARS
+        .iter()
+        .map(|j| format!("/usr/share/java/{j}.jar"))
+        .collect();
+    if let Some(missing) = jars.iter().find(|j| !Path::new(j).exists()) {
+        return Err(TestbedError::NotInstalled {
+            what: format!("the Netty jar {missing} (ZooKeeper's TLS port)"),
+            looked_at: missing.clone(),
+            package: "libnetty-java",
+            env: ZK_CLASSPATH_ENV,
+        });
+    }
+    Ok(jars.join(":"))
+}
+
+/// The Netty modules of [`netty_classpath`].
+const NETTY_JARS: &[&str] = &[
+    "netty-buffer",
+    "netty-codec",
+    "netty-common",
+    "netty-handler",
+    "netty-resolver",
+    "netty-transport",
+    "netty-transport-native-unix-common",
+];
+
 pub(crate) fn zk_classpath() -> Result<String, TestbedError> {
     zk_classpath_with(env_var(ZK_CLASSPATH_ENV))
 }

@@ -11,6 +11,7 @@ use crate::bins;
 use crate::etcd::resolve_all;
 use crate::member::{member_index, member_index_mut, Member};
 use crate::process::{ManagedChild, ManagedDir};
+use crate::tls::TlsFiles;
 use crate::util::{free_port, loopback};
 use crate::{Proxy, TestbedError};
 
@@ -28,17 +29,27 @@ pub struct ZkOptions {
     /// `tickTime` in ms. Default 200: sessions may ask for 400 ms (2 ticks) up to 4 s
     /// (20 ticks); `initLimit=10` and `syncLimit=5` ticks.
     pub tick_time_ms: u32,
+    /// Also serve clients over TLS (`secureClientPort`, Netty) with the
+    /// test process's certificates ([`TlsFiles::shared`]), requiring a
+    /// client certificate (`ssl.clientAuth=need`); see
+    /// [`ZkEnsemble::tls_endpoints`]. The plain port stays.
+    pub tls: bool,
 }
 
 impl Default for ZkOptions {
     fn default() -> ZkOptions {
-        ZkOptions { tick_time_ms: 200 }
+        ZkOptions {
+            tick_time_ms: 200,
+            tls: false,
+        }
     }
 }
 
 struct ZkServer {
     member: Member,
     client_port: u16,
+    /// The TLS client port, with [`ZkOptions::tls`].
+    tls_port: Option<u16>,
 }
 
 struct Local {
@@ -150,7 +161,14 @@ impl ZkEnsemble {
 
     fn launch(n: usize, opts: ZkOptions, proxied: bool) -> Result<ZkEnsemble, TestbedError> {
         let java = bins::resolve(bins::JAVA)?;
-        let classpath = bins::zk_classpath()?;
+        let mut classpath = bins::zk_classpath()?;
+        let tls = if opts.tls {
+            classpath.push(':');
+            classpath.push_str(&bins::netty_classpath()?);
+            Some(TlsFiles::shared()?)
+        } else {
+            None
+        };
         let root = ManagedDir::new("zk")?;
         let ports: Vec<(u16, u16, u16)> = (0..n)
             .map(|_| (free_port(), free_port(), free_port()))
@@ -189,11 +207,24 @@ impl ZkEnsemble {
             let data = dir.join("data");
             std::fs::create_dir_all(&data)
                 .map_err(|e| TestbedError::io(format!("creating {}", data.display()), e))?;
+            let tls_port = tls.map(|_| free_port());
+            let tls_lines = match (tls, tls_port) {
+                (Some(files), Some(port)) => format!(
+                    "secureClientPort={port}\nsecureClientPortAddress=127.0.0.1\n\
+                     serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory\n\
+                     ssl.keyStore.location={}\nssl.keyStore.type=PEM\n\
+                     ssl.trustStore.location={}\nssl.trustStore.type=PEM\n\
+                     ssl.clientAuth=need\n",
+                    files.server_pem().display(),
+                    files.ca().display()
+                ),
+                _ => String::new(),
+            };
             let cfg = format!(
                 "tickTime={}\ninitLimit=10\nsyncLimit=5\ndataDir={}\nclientPort={client_port}\n\
                  clientPortAddress=127.0.0.1\nmaxClientCnxns=0\nadmin.enableServer=false\n\
                  4lw.commands.whitelist=ruok,srvr,stat,mntr,conf,cons\n\
-                 autopurge.purgeInterval=0\n{server_lines}",
+                 autopurge.purgeInterval=0\n{tls_lines}{server_lines}",
                 opts.tick_time_ms.max(1),
                 data.display(),
             );
@@ -210,6 +241,7 @@ impl ZkEnsemble {
             servers.push(ZkServer {
                 member: Member::new(dir, logs, what),
                 client_port: *client_port,
+                tls_port,
             });
         }
         let endpoints = servers
@@ -338,6 +370,25 @@ impl ZkEnsemble {
     /// Client endpoints of all servers (running or not), index-stable.
     pub fn endpoints(&self) -> Vec<String> {
         self.endpoints.clone()
+    }
+
+    /// The TLS client endpoints `127.0.0.1:P` of an ensemble started with
+    /// [`ZkOptions::tls`] (empty otherwise), index-stable.
+    pub fn tls_endpoints(&self) -> Vec<String> {
+        self.local
+            .iter()
+            .flat_map(|l| l.servers.iter())
+            .filter_map(|s| s.tls_port.map(|p| format!("127.0.0.1:{p}")))
+            .collect()
+    }
+
+    /// The certificates of an ensemble started with [`ZkOptions::tls`].
+    pub fn tls_files(&self) -> Option<&'static TlsFiles> {
+        self.local
+            .as_ref()
+            .filter(|l| l.servers.iter().any(|s| s.tls_port.is_some()))
+            .map(|_| TlsFiles::shared())
+            .and_then(Result::ok)
     }
 
     /// Client endpoint `127.0.0.1:P` of server `i`.

@@ -29,7 +29,14 @@ fn standalone_starts_and_serves() {
 /// A paused server does not answer; after resume it does. tickTime is configurable.
 #[test]
 fn paused_server_does_not_answer_until_resumed() {
-    let zk = ZkEnsemble::start_with(1, ZkOptions { tick_time_ms: 100 }).unwrap();
+    let zk = ZkEnsemble::start_with(
+        1,
+        ZkOptions {
+            tick_time_ms: 100,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     zk.pause(0).unwrap();
     let err = zk.srvr(0).unwrap_err();
     assert!(err.is_timeout(), "{err}");

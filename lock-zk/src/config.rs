@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use lock_core::LockError;
+use lock_core::{LockError, TlsConfig};
 
 /// The default connect string: `127.0.0.1:2181`.
 pub const DEFAULT_CONNECT: &str = "127.0.0.1:2181";
@@ -145,6 +145,11 @@ pub struct ZkConfig {
     /// tree (Curator stores the client's IP address there, kazoo its
     /// `identifier`). Default: `lock-zk pid <process id>`.
     pub identifier: String,
+    /// TLS to every server (ZooKeeper's `secureClientPort`): the CA to
+    /// trust (required: there are no default roots) and a client
+    /// certificate and key for servers with `ssl.clientAuth=need`.
+    /// Default: none (plain TCP).
+    pub tls: Option<TlsConfig>,
 }
 
 impl Default for ZkConfig {
@@ -158,6 +163,7 @@ impl Default for ZkConfig {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             identifier: format!("lock-zk pid {}", std::process::id()),
+            tls: None,
         }
     }
 }
@@ -207,6 +213,12 @@ impl ZkConfig {
         self
     }
 
+    /// Sets [`ZkConfig::tls`]: TLS on, with these files.
+    pub fn tls(mut self, tls: TlsConfig) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
     /// Sets [`ZkConfig::identifier`].
     pub fn identifier(mut self, identifier: impl Into<String>) -> Self {
         self.identifier = identifier.into();
@@ -246,6 +258,14 @@ impl ZkConfig {
                 )))
             }
         };
+        if let Some(tls) = &self.tls {
+            tls.validate()?;
+            if tls.ca.is_none() {
+                return Err(LockError::invalid(
+                    "ZooKeeper over TLS needs the CA to trust (`ca`): the client has no default roots",
+                ));
+            }
+        }
         timeout("session_timeout", self.session_timeout)?;
         timeout("connect_timeout", self.connect_timeout)?;
         timeout("request_timeout", self.request_timeout)?;
@@ -313,6 +333,7 @@ impl fmt::Debug for ZkConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("request_timeout", &self.request_timeout)
             .field("identifier", &self.identifier)
+            .field("tls", &self.tls)
             .finish()
     }
 }

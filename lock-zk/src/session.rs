@@ -141,6 +141,35 @@ pub(crate) type Reply<T> = Result<T, Failure>;
 /// A node's stat and a one-shot watch on it, if it exists.
 pub(crate) type Watched = Reply<Option<(zk::Stat, zk::OneshotWatcher)>>;
 
+/// The client's TLS settings from `tls`'s files (an `InvalidArgument`
+/// error naming a file that cannot be read or parsed).
+fn tls_options(tls: &lock_core::TlsConfig) -> Result<zk::TlsOptions, LockError> {
+    let material = tls.load()?;
+    // The process-wide rustls provider, unless the application chose one.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let text = |bytes: Vec<u8>, what: &str| {
+        String::from_utf8(bytes)
+            .map_err(|_| LockError::invalid(format!("the TLS {what} is not PEM text")))
+    };
+    let mut options = zk::TlsOptions::new();
+    if let Some(ca) = material.ca {
+        options = options
+            .with_pem_ca(&text(ca, "CA certificate")?)
+            .map_err(|e| LockError::invalid(format!("the TLS CA certificate: {e}")))?;
+    }
+    if let (Some(cert), Some(key)) = (material.cert, material.key) {
+        options = options
+            .with_pem_identity(
+                &text(cert, "client certificate")?,
+                &text(key, "client key")?,
+            )
+            .map_err(|_| {
+                LockError::invalid("the TLS client certificate or key cannot be parsed")
+            })?;
+    }
+    Ok(options)
+}
+
 impl Session {
     /// Opens a session on `hosts` within the connect timeout, and before
     /// `until` (the bound of the call that needs the session). Fails at once
@@ -157,11 +186,21 @@ impl Session {
         for (scheme, auth) in &config.auth {
             connector = connector.with_auth(scheme, auth);
         }
+        if let Some(tls) = &config.tls {
+            connector = connector.with_tls(tls_options(tls)?);
+        }
         // The session is created after this: it lives at least until then
         // plus its timeout.
         let started = Sent::now();
         let give_up = until.min(add_saturating(started.at(), config.connect_timeout));
-        let client = match tokio::time::timeout_at(give_up, connector.connect(hosts)).await {
+        let connecting = async {
+            if config.tls.is_some() {
+                connector.secure_connect(hosts).await
+            } else {
+                connector.connect(hosts).await
+            }
+        };
+        let client = match tokio::time::timeout_at(give_up, connecting).await {
             Err(_) => {
                 return Err(LockError::new(
                     LockErrorKind::Unavailable,

@@ -37,11 +37,18 @@ fn state_kind(st: &GuardState) -> &'static str {
 /// next holder's token is larger.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leader_killed_while_held_guard_stays_held() {
-    let mut ensemble =
-        tokio::task::spawn_blocking(|| ZkEnsemble::start_with(3, ZkOptions { tick_time_ms: 500 }))
-            .await
-            .unwrap()
-            .unwrap_or_else(|e| panic!("starting a 3-server ensemble: {e}"));
+    let mut ensemble = tokio::task::spawn_blocking(|| {
+        ZkEnsemble::start_with(
+            3,
+            ZkOptions {
+                tick_time_ms: 500,
+                ..Default::default()
+            },
+        )
+    })
+    .await
+    .unwrap()
+    .unwrap_or_else(|e| panic!("starting a 3-server ensemble: {e}"));
     let session_timeout = Duration::from_secs(8);
     let config = ZkConfig::new(ensemble.connect_string()).session_timeout(session_timeout);
     let a = ZkLock::connect(config.clone()).await.unwrap();
@@ -118,7 +125,13 @@ async fn lost_create_reply_then_lagging_follower_leaves_no_node() {
     // tickTime 1 s: followers whose quorum links are slowed by up to 2 s
     // stay in the ensemble (syncLimit is 5 ticks).
     let ensemble = tokio::task::spawn_blocking(|| {
-        ZkEnsemble::start_with_quorum_links(3, ZkOptions { tick_time_ms: 1000 })
+        ZkEnsemble::start_with_quorum_links(
+            3,
+            ZkOptions {
+                tick_time_ms: 1000,
+                ..Default::default()
+            },
+        )
     })
     .await
     .unwrap()

@@ -70,6 +70,11 @@ const REQUIREMENTS: &[Requirement] = &[
         needed_by: "the ZooKeeper tests (server jar)",
     },
     Requirement {
+        package: "libnetty-java",
+        file: "/usr/share/java/netty-handler.jar",
+        needed_by: "the ZooKeeper TLS tests (Netty for its secure client port)",
+    },
+    Requirement {
         package: "libslf4j-java",
         file: "/usr/share/java/slf4j-simple.jar",
         needed_by: "the ZooKeeper tests (server logging)",

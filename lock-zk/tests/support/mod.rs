@@ -2,6 +2,8 @@
 // Each test binary uses a subset of them.
 #![allow(dead_code)]
 
+pub mod conformance;
+
 use std::time::Duration;
 
 use lock_core::LockName;
