@@ -17,8 +17,8 @@ pub use lock_core::{
     FencedRegister, Fencing, FencingToken, GuardState, GuardView, KeepAlive, LockError,
     LockErrorKind, LockGuard, LockMode, LockName, LockService, LockStatus, LossCause, MemoryLock,
     MultiGuard, NodeFailure, NodeFailureReason, ReadWriteLock, ReadWriteLockExt, Result,
-    RetryPolicy, Semaphore, SemaphoreExt, StaleToken, TokenFence, MAX_NAME_LEN, MAX_PERMITS,
-    MAX_TTL, MAX_WAIT, MIN_TTL,
+    RetryPolicy, Semaphore, SemaphoreExt, StaleToken, TlsConfig, TokenFence, MAX_NAME_LEN,
+    MAX_PERMITS, MAX_TTL, MAX_WAIT, MIN_TTL,
 };
 
 /// The whole core crate, including the backend seam ([`lock_core::LockBackend`],

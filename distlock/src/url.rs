@@ -769,9 +769,6 @@ fn percent_encode(text: &str) -> String {
 // ---------------------------------------------------------------------------
 
 impl LockUrl {
-    /// The `redis://` URL handed to the `redis` crate for `endpoint`:
-    /// user and password (percent-encoded again), the database from the path.
-    #[cfg(any(feature = "redis", feature = "redlock"))]
     /// The TLS settings of the URL: `Some` when `tls=true`, the scheme is
     /// `rediss`, or a CA is given (`ca`, and `cert`/`key` for mutual TLS).
     pub fn tls(&self) -> Option<lock_core::TlsConfig> {
@@ -793,6 +790,10 @@ impl LockUrl {
         Some(tls)
     }
 
+    /// The `redis://` (or `rediss://`) URL handed to the `redis` crate for
+    /// `endpoint`: user and password (percent-encoded again), the database
+    /// from the path.
+    #[cfg(any(feature = "redis", feature = "redlock"))]
     fn redis_node_url(&self, endpoint: &Endpoint) -> String {
         let userinfo = match (&self.user, &self.password) {
             (None, None) => String::new(),
