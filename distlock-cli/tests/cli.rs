@@ -530,6 +530,28 @@ fn check_unreachable(url: &str, connect_timeout: Duration) {
     assert!(!ran.exists());
 }
 
+/// `distlock run --wait 200ms` against servers that accept connections but
+/// never answer, with the backend's default timeouts: exit 69 within 2.2 s
+/// (the wait plus at most one default request or connect timeout of 2 s).
+fn check_hung_with_defaults(url: &str) {
+    let name = unique_name("cli-hung");
+    let dir = tempdir();
+    let ran = p(&dir, "ran");
+    let out = run_to_end(run_sh(
+        url,
+        &["--wait", "200ms"],
+        &name,
+        &format!("touch '{}'", s(&ran)),
+    ));
+    out.one_line_error(exit_code::UNAVAILABLE);
+    assert!(
+        out.elapsed <= Duration::from_millis(2200),
+        "distlock run --wait 200ms against a hung server took {:?}: {out:#?}",
+        out.elapsed
+    );
+    assert!(!ran.exists());
+}
+
 /// What the backend behind `url` offers (read-write locks, semaphores, ...).
 fn capabilities(url: &str) -> distlock::Capabilities {
     let rt = expect(
@@ -1441,6 +1463,7 @@ mod redis {
             ),
             Duration::from_secs(1),
         );
+        check_hung_with_defaults(&format!("redis://{}", proxy.addr()));
     }
 
     #[test]
@@ -1558,6 +1581,7 @@ mod redlock {
             &format!("redlock://{}?connect_timeout=1s", nodes.join(",")),
             Duration::from_secs(1),
         );
+        check_hung_with_defaults(&format!("redlock://{}", nodes.join(",")));
     }
 }
 
@@ -1643,6 +1667,7 @@ mod etcd {
             ),
             Duration::from_secs(1),
         );
+        check_hung_with_defaults(&format!("etcd://{}", proxy.addr()));
     }
 }
 
@@ -1695,5 +1720,6 @@ mod zk {
             ),
             Duration::from_secs(1),
         );
+        check_hung_with_defaults(&format!("zk://{}", proxy.addr()));
     }
 }

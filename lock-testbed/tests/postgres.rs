@@ -131,7 +131,10 @@ fn postgres_dies_with_a_killed_test_process() {
     // libtest prints "test probe_postgres ... " before the probe's own output.
     let (_, list) = line.split_once("PG-PIDS ").unwrap();
     let pids: Vec<u32> = list.split(' ').map(|p| p.parse().unwrap()).collect();
-    assert!(pids.iter().all(|&p| pid_alive(p)));
+    // The postmaster is up; a worker may come and go on its own (a
+    // short-lived startup or checkpoint process), so only the postmaster
+    // must be alive here.
+    assert!(pid_alive(pids[0]), "postmaster {} not running", pids[0]);
     child.kill().unwrap();
     child.wait().unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
