@@ -48,8 +48,6 @@ impl From<etcd_client::Error> for Failure {
 /// - gRPC `Internal`, `DataLoss`, the client's internal errors ->
 ///   [`LockErrorKind::Internal`].
 pub(crate) fn map_error(failure: Failure, what: &str) -> LockError {
-    use etcd_client::Error as E;
-    use tonic::Code;
     let err = match failure {
         Failure::TimedOut(d) => {
             return LockError::unavailable(format!(
@@ -58,7 +56,15 @@ pub(crate) fn map_error(failure: Failure, what: &str) -> LockError {
         }
         Failure::Etcd(err) => err,
     };
-    let kind = match &err {
+    LockError::new(error_kind(&err), format!("etcd: {what}")).with_source(err)
+}
+
+/// The error kind of an `etcd_client` error (the rules above), shared with
+/// the crates that talk to etcd for other purposes (`lock-fence`).
+pub fn error_kind(err: &etcd_client::Error) -> LockErrorKind {
+    use etcd_client::Error as E;
+    use tonic::Code;
+    match err {
         E::IoError(_)
         | E::TransportError(_)
         | E::EndpointError(_)
@@ -100,8 +106,7 @@ pub(crate) fn map_error(failure: Failure, what: &str) -> LockError {
         // etcd_client::Error is not non_exhaustive today; keep the match total anyway.
         #[allow(unreachable_patterns)]
         _ => LockErrorKind::Internal,
-    };
-    LockError::new(kind, format!("etcd: {what}")).with_source(err)
+    }
 }
 
 /// How long an endpoint that failed is passed over, at first...

@@ -13,6 +13,7 @@ mod session;
 mod watcher;
 
 pub use backend::EtcdLock;
+pub use client::error_kind;
 pub use config::{
     EtcdConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_LEASE_TTL, DEFAULT_REQUEST_TIMEOUT, MAX_TIMEOUT,
 };

@@ -146,37 +146,9 @@ fn parse_token(bytes: &[u8]) -> Result<FencingToken, FenceError> {
         })
 }
 
-/// The one place where `etcd_client` errors become [`LockError`]s: transport
-/// and gRPC `Unavailable`/`DeadlineExceeded`/`Cancelled`/`Aborted`/
-/// `ResourceExhausted`/`Unknown` -> [`LockErrorKind::Unavailable`];
-/// `Unauthenticated`/`PermissionDenied` -> [`LockErrorKind::Unauthorized`];
-/// argument errors and gRPC `InvalidArgument`/`OutOfRange`/
-/// `FailedPrecondition` -> [`LockErrorKind::InvalidArgument`]; anything else ->
-/// [`LockErrorKind::Protocol`].
+/// An etcd failure as a [`LockError`], with `lock-etcd`'s kinds.
 fn map_error(what: &str, err: etcd_client::Error) -> LockError {
-    use etcd_client::Error as E;
-    use tonic::Code;
-    let kind = match &err {
-        E::IoError(_) | E::TransportError(_) | E::EndpointError(_) => LockErrorKind::Unavailable,
-        E::InvalidArgs(_) | E::InvalidUri(_) | E::InvalidMetadataValue(_) => {
-            LockErrorKind::InvalidArgument
-        }
-        E::GRpcStatus(status) => match status.code() {
-            Code::Unavailable
-            | Code::DeadlineExceeded
-            | Code::Cancelled
-            | Code::Aborted
-            | Code::ResourceExhausted
-            | Code::Unknown => LockErrorKind::Unavailable,
-            Code::Unauthenticated | Code::PermissionDenied => LockErrorKind::Unauthorized,
-            Code::InvalidArgument | Code::OutOfRange | Code::FailedPrecondition => {
-                LockErrorKind::InvalidArgument
-            }
-            _ => LockErrorKind::Protocol,
-        },
-        _ => LockErrorKind::Protocol,
-    };
-    LockError::new(kind, format!("etcd: {what}")).with_source(err)
+    LockError::new(lock_etcd::error_kind(&err), format!("etcd: {what}")).with_source(err)
 }
 
 #[cfg(test)]
