@@ -51,8 +51,9 @@ struct SectionRecord {
     enter: Instant,
     exit: Instant,
     mode: LockMode,
-    /// The guard still said held when the section ended.
-    held_throughout: bool,
+    /// Whether the guard still said held when the section ended; `None`
+    /// when the scenario did not ask ([`Section::exit`]).
+    held_throughout: Option<bool>,
 }
 
 impl SectionRecord {
@@ -173,10 +174,18 @@ impl PerName {
     fn conflicts_while_held(&self) -> u64 {
         let held = lock(&self.sections)
             .iter()
-            .filter(|s| s.held_throughout)
+            .filter(|s| s.held_throughout == Some(true))
             .copied()
             .collect();
         count_conflicts(held)
+    }
+
+    /// Sections whose end asked the guard ([`Section::exit_checked`]).
+    fn checked_sections(&self) -> u64 {
+        lock(&self.sections)
+            .iter()
+            .filter(|s| s.held_throughout.is_some())
+            .count() as u64
     }
 }
 
@@ -297,6 +306,7 @@ impl Workload {
             stats.sections += lock(&per.sections).len() as u64;
             stats.overlaps += per.overlaps();
             stats.conflicts_while_held += per.conflicts_while_held();
+            stats.checked_sections += per.checked_sections();
             stats.stale_accepted += per.stale_accepted.load(Ordering::SeqCst);
             stats.stale_rejected +=
                 per.fenced.rejections() + per.store_rejections.load(Ordering::SeqCst);
@@ -359,19 +369,19 @@ impl Section {
         self.write()
     }
 
-    /// Ends the section and records it (as not known to be held throughout).
+    /// Ends the section and records it (without asking the guard).
     pub fn exit(self) {
-        self.record(false);
+        self.record(None);
     }
 
     /// Ends the section and records it, noting whether `guard` still says
     /// held now (see *conflicts while held* in the [crate docs](crate)).
     pub fn exit_checked(self, guard: &LockGuard) {
         let held = guard.is_held();
-        self.record(held);
+        self.record(Some(held));
     }
 
-    fn record(self, held_throughout: bool) {
+    fn record(self, held_throughout: Option<bool>) {
         lock(&self.per.sections).push(SectionRecord {
             enter: self.enter,
             exit: Instant::now(),
@@ -396,6 +406,9 @@ pub struct Stats {
     /// The same, counting only sections whose guard said held to the end:
     /// the lock broke its promise even to holders that checked it.
     pub conflicts_while_held: u64,
+    /// Sections whose end asked the guard (`conflicts_while_held` is
+    /// measured only among them; 0: not measured in this scenario).
+    pub checked_sections: u64,
     /// Fenced writes accepted after a later holder had begun writing.
     pub stale_accepted: u64,
     /// Fenced writes rejected as stale by the register.
@@ -478,7 +491,11 @@ impl Report {
                 s.acquisitions,
                 s.faults,
                 s.overlaps,
-                s.conflicts_while_held,
+                if s.checked_sections > 0 {
+                    s.conflicts_while_held.to_string()
+                } else {
+                    "-".into()
+                },
                 stale,
                 if r.fencing {
                     s.stale_rejected.to_string()
@@ -522,7 +539,7 @@ impl Report {
                     "sections": s.sections,
                     "faults": s.faults,
                     "overlaps": s.overlaps,
-                    "conflicts_while_held": s.conflicts_while_held,
+                    "conflicts_while_held": (s.checked_sections > 0).then_some(s.conflicts_while_held),
                     "stale_accepted": s.stale_accepted,
                     "stale_rejected": s.stale_rejected,
                     "lost_updates": s.lost_updates,
@@ -650,7 +667,10 @@ mod tests {
         assert!(r.markdown().contains("| memory | smoke | 10 |"));
         let json: serde_json::Value = serde_json::from_str(&r.json()).unwrap();
         assert_eq!(json["rows"][0]["acquisitions"], 10);
-        assert_eq!(json["rows"][0]["conflicts_while_held"], 0);
+        assert!(
+            json["rows"][0]["conflicts_while_held"].is_null(),
+            "not asked"
+        );
     }
 
     /// Readers overlap freely; a writer with anyone is an overlap; a
@@ -678,9 +698,9 @@ mod tests {
         let writer = w.enter_as("n", Some(FencingToken::new(2)), LockMode::Write);
         let p3 = w.enter_as("n", token, LockMode::Permit { permits: 2 });
         for s in [r1, r2, m, p1, p2, p3] {
-            s.record(true);
+            s.record(Some(true));
         }
-        writer.record(false);
+        writer.record(Some(false));
         let s = w.stats();
         assert_eq!(s.overlaps, 2, "{s:?}");
         assert_eq!(s.conflicts_while_held, 1, "{s:?}");
