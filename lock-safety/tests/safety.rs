@@ -549,7 +549,7 @@ async fn s2_premature_expiry(kind: Kind) -> Stats {
         if ga.is_held() {
             sa.write();
         }
-        sa.exit();
+        sa.exit_checked(&ga);
         let _ = ga.release().await;
     }
     w.stats()
@@ -674,7 +674,7 @@ async fn s3_restart(kind: Kind, crash: Crash, storage: Storage) -> Stats {
                 if g.is_held() {
                     sa.write();
                 }
-                sa.exit();
+                sa.exit_checked(&g);
                 newcomer.await.expect("newcomer");
                 drop(g);
                 drop(a);
@@ -835,7 +835,7 @@ async fn crash_retake(kind: Kind) -> Stats {
                 let g = acquire_retrying(&*a.lock, &n, &opts(kind), kind.ttl() * 6).await;
                 let mut s = w.enter(&g);
                 s.read_modify_write().await;
-                s.exit();
+                s.exit_checked(&g);
                 let waiter = {
                     let n = n.clone();
                     tokio::spawn(async move {
