@@ -15,6 +15,16 @@ pub const HANDOFF_ROUND_TRIPS: f64 = 3.0;
 /// traffic at the smaller count (per-guard renewals would grow with the guard
 /// ratio, 10x in the full run).
 pub const KEEPALIVE_GROWTH: f64 = 1.5;
+/// Contended (8 clients on one name): the share of hand-offs that must go
+/// to another client for a throughput to count (fair, not a releaser
+/// re-taking its own lock).
+pub const FAIR_SHARE: f64 = 0.90;
+/// Contended acquisitions per second a single Redis must reach.
+pub const REDIS_CONTENDED: f64 = 7_000.0;
+/// Contended acquisitions per second etcd must reach...
+pub const ETCD_CONTENDED: f64 = 800.0;
+/// ...with a hand-off p99 of at most this many ms.
+pub const ETCD_HANDOFF_P99_MS: f64 = 10.0;
 /// Read-heavy run: the writer's p99 wait among readers that each hold for
 /// milliseconds (a writer starved by a stream of readers waits for ever).
 pub const READ_HEAVY_WRITE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
@@ -316,6 +326,53 @@ pub fn evaluate(backends: &[BackendReport]) -> Vec<Target> {
             )),
         }
     }
+    // 6. Contended, fair AND fast: each backend's own bar, with at least
+    //    FAIR_SHARE of the hand-offs going to another client.
+    for b in backends {
+        let Some(c) = b.ours().and_then(|s| s.contended.as_ref()) else {
+            continue;
+        };
+        let peer = b.peer().and_then(|s| s.contended.as_ref());
+        let share = c.to_other_share.unwrap_or(0.0);
+        let fair = share >= FAIR_SHARE;
+        let p99 = c.handoff.as_ref().map(|h| h.p99_ms);
+        let (what, bar_met) = match b.backend.as_str() {
+            "redis" => (
+                format!("contended (8 clients): >= {REDIS_CONTENDED} acquisitions/s, >= 90% to another client"),
+                c.throughput_per_s >= REDIS_CONTENDED,
+            ),
+            "etcd" => (
+                format!("contended (8 clients): >= {ETCD_CONTENDED} acquisitions/s, hand-off p99 <= {ETCD_HANDOFF_P99_MS} ms, >= 90% to another client"),
+                c.throughput_per_s >= ETCD_CONTENDED
+                    && p99.is_some_and(|p| p <= ETCD_HANDOFF_P99_MS),
+            ),
+            "zk" | "redlock" => (
+                "contended (8 clients): >= the peer's acquisitions/s on the same servers, >= 90% to another client".to_string(),
+                peer.is_some_and(|p| c.throughput_per_s >= p.throughput_per_s),
+            ),
+            _ => continue,
+        };
+        out.push(target(
+            &what,
+            &b.backend,
+            format!(
+                "{}/s (n={}), hand-off p99 {} ms, {:.0}% to another{}",
+                fmt_rate(c.throughput_per_s),
+                c.acquisitions,
+                p99.map(fmt_ms).unwrap_or_else(|| "-".into()),
+                share * 100.0,
+                peer.map(|p| format!(
+                    "; peer {}/s (n={}), {:.0}% to another",
+                    fmt_rate(p.throughput_per_s),
+                    p.acquisitions,
+                    p.to_other_share.unwrap_or(0.0) * 100.0
+                ))
+                .unwrap_or_default()
+            ),
+            status(bar_met && fair),
+        ));
+    }
+
     // 5. Read-heavy: readers share, the writer is not starved, nobody conflicts.
     let t5 = "read-heavy (readers + 1 writer): readers hold together, the writer is not starved (write wait p99 <= 1 s), 0 violations";
     for b in backends {

@@ -338,8 +338,23 @@ impl ZkEnsemble {
                     });
                 }
             }
+            let tls_port = self
+                .local
+                .as_ref()
+                .and_then(|l| l.servers.get(i))
+                .and_then(|s| s.tls_port);
             let detail = match four_letter_word(addr, "srvr", Duration::from_millis(1000)) {
-                Ok(answer) if mode_of(&answer).is_some() => return Ok(()),
+                // The secure port opens after the plain one has answered.
+                Ok(answer) if mode_of(&answer).is_some() => match tls_port {
+                    None => return Ok(()),
+                    Some(port) => match std::net::TcpStream::connect_timeout(
+                        &loopback(port),
+                        Duration::from_millis(500),
+                    ) {
+                        Ok(_) => return Ok(()),
+                        Err(e) => format!("the TLS port {port} does not accept yet: {e}"),
+                    },
+                },
                 Ok(answer) => format!("`srvr` answered {:?}", answer.trim()),
                 Err(e) => e.to_string(),
             };
