@@ -598,17 +598,7 @@ async fn tokens_keep_increasing_after_a_snapshot_reload() {
         counter(&server, &lock).await.is_some(),
         "the snapshot should bring the old counter back"
     );
-    let b = client(&server.url()).await;
-    let g = b
-        .acquire(&lock, &opts(Duration::from_secs(5)))
-        .await
-        .unwrap();
-    let next = g.fencing_token().unwrap().get();
-    assert!(
-        next > last,
-        "token {next} after a snapshot reload, but {last} was issued before the crash"
-    );
-    assert!(g.release().await.unwrap());
+    assert_next_token_above(&server.url(), &lock, last, "after a snapshot reload").await;
 }
 
 /// `appendfsync everysec`: a machine crash loses up to the last second of
@@ -636,17 +626,7 @@ async fn tokens_keep_increasing_after_losing_the_last_second_of_aof() {
         server
     })
     .await;
-    let b = client(&server.url()).await;
-    let g = b
-        .acquire(&lock, &opts(Duration::from_secs(5)))
-        .await
-        .unwrap();
-    let next = g.fencing_token().unwrap().get();
-    assert!(
-        next > last,
-        "token {next} after the AOF lost a second, but {last} was issued before the crash"
-    );
-    assert!(g.release().await.unwrap());
+    assert_next_token_above(&server.url(), &lock, last, "after the AOF lost a second").await;
 }
 
 /// A failover to a replica that was behind: tokens issued on the old
@@ -687,17 +667,7 @@ async fn tokens_keep_increasing_after_failover_to_a_lagging_replica() {
         Some(caught_up.to_string().as_str()),
         "the promoted replica should be behind"
     );
-    let b = client(&replica.url()).await;
-    let g = b
-        .acquire(&lock, &opts(Duration::from_secs(5)))
-        .await
-        .unwrap();
-    let next = g.fencing_token().unwrap().get();
-    assert!(
-        next > last,
-        "token {next} from the promoted replica, but {last} was issued by the old primary"
-    );
-    assert!(g.release().await.unwrap());
+    assert_next_token_above(&replica.url(), &lock, last, "from the promoted replica").await;
 }
 
 /// A user whose ACL allows the keys but no pub/sub channel: releases still
@@ -787,4 +757,20 @@ async fn a_name_never_addresses_another_locks_counter() {
         counter(&server, &x).await.is_some(),
         "taking the tricky names removed x's counter"
     );
+}
+
+/// A new client of `url` takes `lock` and gets a token above `last`, the
+/// last one issued before the server lost data (`after` says how).
+async fn assert_next_token_above(url: &str, lock: &LockName, last: u64, after: &str) {
+    let b = client(url).await;
+    let g = b
+        .acquire(lock, &opts(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    let next = g.fencing_token().unwrap().get();
+    assert!(
+        next > last,
+        "token {next} {after}, but {last} was issued before"
+    );
+    assert!(g.release().await.unwrap());
 }
