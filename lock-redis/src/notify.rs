@@ -25,6 +25,12 @@
 //! recognised by the owner token and dropped. A waiter that was woken but is
 //! dropped before it retried passes the wake-up on.
 //!
+//! A release that hands the lock to a queued waiter publishes
+//! `g <owner token> <fencing token>` ([`crate::scripts::RELEASE_QUEUED`]):
+//! that wakes only the waiter that [expects](Subscription::expect_grant) the
+//! grant for that owner token, in whichever process it is, with
+//! [`Wake::Granted`]; every other waiter sleeps on.
+//!
 //! Every node connection is watched with `PING`; any failure (connect,
 //! `SUBSCRIBE`, `PING`, the connection closing) reconnects after a backoff
 //! with jitter that only resets once the connection proved healthy, so a
@@ -101,6 +107,14 @@ struct Entry {
     state: Arc<ChannelState>,
 }
 
+/// Where a grant for one owner token lands.
+#[derive(Default)]
+struct GrantSlot {
+    /// The fencing token the grant came with.
+    fence: Mutex<Option<u64>>,
+    notify: Notify,
+}
+
 struct ChannelState {
     /// One permit per release: wakes one waiter (or the next one to wait).
     notify: Notify,
@@ -112,6 +126,8 @@ struct ChannelState {
     confirmations: watch::Sender<u64>,
     /// The last release tokens seen, for dropping duplicates.
     recent: Mutex<VecDeque<Vec<u8>>>,
+    /// The owner tokens local waiters expect a grant for.
+    grants: Mutex<HashMap<String, Arc<GrantSlot>>>,
 }
 
 impl ChannelState {
@@ -143,6 +159,18 @@ impl Shared {
     fn dispatch(&self, channel: &str, token: &[u8]) {
         let state = locked(&self.channels).get(channel).map(|e| e.state.clone());
         let Some(state) = state else { return };
+        if let Some(grant) = token.strip_prefix(b"g ") {
+            // A hand-over to one waiter: wake it alone, if it is ours.
+            let Some((owner, fence)) = parse_grant(grant) else {
+                return;
+            };
+            let slot = locked(&state.grants).get(owner).cloned();
+            if let Some(slot) = slot {
+                *locked(&slot.fence) = Some(fence);
+                slot.notify.notify_one();
+            }
+            return;
+        }
         if self.nodes > 1 {
             let mut recent = locked(&state.recent);
             if recent.iter().any(|t| t.as_slice() == token) {
@@ -156,6 +184,12 @@ impl Shared {
         state.releases.send_modify(|n| *n += 1);
         state.notify.notify_one();
     }
+}
+
+/// `<owner token> <fencing token>` of a grant message.
+fn parse_grant(grant: &[u8]) -> Option<(&str, u64)> {
+    let (owner, fence) = std::str::from_utf8(grant).ok()?.split_once(' ')?;
+    Some((owner, fence.parse().ok()?))
 }
 
 impl Notifier {
@@ -204,6 +238,22 @@ impl Notifier {
         self.register(channel, true)
     }
 
+    /// Like [`subscribe`](Notifier::subscribe), but only if the channel is
+    /// confirmed by a node right now (other local waiters wait on it);
+    /// `None` otherwise, without subscribing.
+    pub fn subscribe_if_live(&self, channel: &str) -> Option<Subscription> {
+        let state = {
+            let mut channels = locked(&self.shared.channels);
+            let entry = channels.get_mut(channel)?;
+            if !entry.state.is_live() {
+                return None;
+            }
+            entry.refs += 1;
+            entry.state.clone()
+        };
+        Some(self.subscription(channel, state, false))
+    }
+
     fn register(&self, channel: &str, all: bool) -> Subscription {
         let (state, new) = {
             let mut channels = locked(&self.shared.channels);
@@ -218,6 +268,7 @@ impl Notifier {
                         live: Mutex::new(vec![false; self.shared.nodes]),
                         confirmations: watch::channel(0).0,
                         recent: Mutex::new(VecDeque::new()),
+                        grants: Mutex::new(HashMap::new()),
                     }),
                 }
             });
@@ -227,6 +278,10 @@ impl Notifier {
         if new {
             self.kick_all();
         }
+        self.subscription(channel, state, all)
+    }
+
+    fn subscription(&self, channel: &str, state: Arc<ChannelState>, all: bool) -> Subscription {
         Subscription {
             shared: self.shared.clone(),
             kicks: self.kicks.clone(),
@@ -235,6 +290,7 @@ impl Notifier {
             releases: all.then(|| state.releases.subscribe()),
             state,
             woken: false,
+            grant: None,
         }
     }
 }
@@ -244,6 +300,9 @@ impl Notifier {
 pub enum Wake {
     /// A release was published.
     Notified,
+    /// A release handed the lock to the owner token this waiter expects
+    /// (see [`Subscription::expect_grant`]), with this fencing token.
+    Granted(u64),
     /// A node (re)confirmed the subscription: a release may have gone unseen.
     Subscribed,
     /// The time given.
@@ -262,6 +321,8 @@ pub struct Subscription {
     releases: Option<watch::Receiver<u64>>,
     /// Woken by a release and not yet retried: pass the wake-up on if dropped.
     woken: bool,
+    /// The owner token whose grant this waiter expects, and where it lands.
+    grant: Option<(String, Arc<GrantSlot>)>,
 }
 
 impl std::fmt::Debug for Subscription {
@@ -294,6 +355,14 @@ impl Subscription {
         }
     }
 
+    /// From now on, a release that hands the lock to `owner` (an owner
+    /// token) wakes this waiter alone with [`Wake::Granted`].
+    pub fn expect_grant(&mut self, owner: &str) {
+        let slot = Arc::new(GrantSlot::default());
+        locked(&self.state.grants).insert(owner.to_string(), slot.clone());
+        self.grant = Some((owner.to_string(), slot));
+    }
+
     /// Call right before an attempt: a (re)confirmation from now on wakes
     /// the next wait.
     pub fn before_attempt(&mut self) {
@@ -311,6 +380,25 @@ impl Subscription {
     /// Sleeps until a release is published on the channel, a node
     /// (re)confirms the subscription, or `at`.
     pub async fn wait_until(&mut self, at: Instant) -> Wake {
+        if let Some((_, slot)) = &self.grant {
+            if let Some(fence) = *locked(&slot.fence) {
+                return Wake::Granted(fence);
+            }
+            let (state, confirmations) = (&self.state, &mut self.confirmations);
+            let wake = tokio::select! {
+                _ = slot.notify.notified() => match *locked(&slot.fence) {
+                    Some(fence) => Wake::Granted(fence),
+                    None => Wake::Notified,
+                },
+                _ = state.notify.notified() => Wake::Notified,
+                _ = confirmed_again(confirmations) => Wake::Subscribed,
+                _ = tokio::time::sleep_until(at) => Wake::Timer,
+            };
+            if wake == Wake::Notified {
+                self.woken = true;
+            }
+            return wake;
+        }
         let (state, confirmations) = (&self.state, &mut self.confirmations);
         if let Some(releases) = &mut self.releases {
             return tokio::select! {
@@ -348,6 +436,9 @@ impl Drop for Subscription {
     fn drop(&mut self) {
         if self.woken {
             self.state.notify.notify_one();
+        }
+        if let Some((owner, _)) = self.grant.take() {
+            locked(&self.state.grants).remove(&owner);
         }
         let last = {
             let mut channels = locked(&self.shared.channels);
@@ -461,6 +552,7 @@ impl NodeTask {
                     None => return Ended::Shutdown,
                     Some(()) => dirty = true,
                 },
+
                 msg = stream.next() => match msg {
                     Some(msg) => {
                         healthy = true;
