@@ -195,6 +195,11 @@ if ARGV[2] ~= '' then
   redis.call('ZREM', KEYS[4], ARGV[2])
 end
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if redis.call('EXISTS', KEYS[3]) == 0 then
+  redis.call('DEL', KEYS[1])
+  redis.pcall('PUBLISH', KEYS[5], ARGV[1])
+  return 1
+end
 local t = redis.call('TIME')
 "#,
     mutex_queue!(),
