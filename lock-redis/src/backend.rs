@@ -257,14 +257,14 @@ impl RedisLock {
             if let Some(sub) = &mut sub {
                 sub.after_attempt();
             }
-            let pttl = match reply? {
-                AcquireReply::Acquired(fence) => {
+            let (pttl, last_token) = match reply? {
+                (AcquireReply::Acquired(fence), _) => {
                     leave.disarm();
                     return Ok(Some(
                         self.mutex_lease(keys, token, fence, sent, req.ttl, waited),
                     ));
                 }
-                AcquireReply::Held(pttl) => pttl,
+                (AcquireReply::Held(pttl), last_token) => (pttl, last_token),
             };
             waited = true;
             let now = Instant::now();
@@ -288,17 +288,21 @@ impl RedisLock {
                 .wait_until(deadline.min(add_saturating(now, self.recheck_delay(pttl))))
                 .await;
             if let Wake::Granted(fence) = wake {
-                // Handed to us after the attempt sent at `sent` was answered
-                // (a later one would have found it ours): valid from then.
-                if validity(sent, req.ttl).saturating_duration_since(Instant::now()) >= req.ttl / 2
+                // A token above the last one the attempt saw: handed to us
+                // after the attempt sent at `sent` ran, so valid from then.
+                // (An older announcement arriving late is void: the lock was
+                // not ours when the attempt ran.)
+                if fence > last_token
+                    && validity(sent, req.ttl).saturating_duration_since(Instant::now())
+                        >= req.ttl / 2
                 {
                     leave.disarm();
                     return Ok(Some(
                         self.mutex_lease(keys, token, fence, sent, req.ttl, true),
                     ));
                 }
-                // Waited so long that little of it is known to be left: the
-                // next attempt takes it afresh.
+                // A late announcement, or one that leaves little of the TTL
+                // known: the next attempt decides (and takes it afresh if ours).
             }
             tracing::trace!(key = %keys.lock, ?wake, "distlock redis: waiter woke");
         }
@@ -313,7 +317,7 @@ impl RedisLock {
         token: &str,
         ttl_ms: u64,
         lasts_ms: u64,
-    ) -> Result<AcquireReply> {
+    ) -> Result<(AcquireReply, u64)> {
         let (core, queued) = (&self.inner.core, Some(lasts_ms));
         let started = Instant::now();
         match core.acquire(keys, token, ttl_ms, queued).await {

@@ -186,15 +186,16 @@ impl Core {
     }
 
     /// One mutex attempt ([`ACQUIRE_FENCED`]): the lock for `token`, or
-    /// who holds it. A caller that will wait passes how long its `queued`
-    /// place lasts (in ms) and takes that place if the lock is not free.
+    /// who holds it and the last token issued (0 when acquired). A caller
+    /// that will wait passes how long its `queued` place lasts (in ms) and
+    /// takes that place if the lock is not free.
     pub(crate) async fn acquire(
         &self,
         keys: &Keys,
         token: &str,
         ttl_ms: u64,
         queued: Option<u64>,
-    ) -> Result<AcquireReply> {
+    ) -> Result<(AcquireReply, u64)> {
         let mut conn = self.conn.clone();
         let mut call = self.scripts.acquire_fenced.prepare_invoke();
         call.key(&keys.lock)
@@ -206,22 +207,27 @@ impl Core {
             .arg(ttl_ms)
             .arg(if queued.is_some() { "1" } else { "" })
             .arg(queued.unwrap_or(0));
-        let (acquired, value): (i64, i64) = self
+        let reply: Vec<i64> = self
             .request("acquire", call.invoke_async(&mut conn))
             .await?;
-        match (acquired, u64::try_from(value)) {
-            (1, Ok(fence)) if fence > 0 => Ok(AcquireReply::Acquired(fence)),
-            (1, _) => Err(LockError::new(
-                LockErrorKind::Protocol,
-                format!(
-                    "acquire: the fencing counter {} holds {value}, not a positive count (changed by someone else?)",
-                    keys.fencing
-                ),
+        match reply.as_slice() {
+            [1, fence] => match u64::try_from(*fence) {
+                Ok(fence) if fence > 0 => Ok((AcquireReply::Acquired(fence), 0)),
+                _ => Err(LockError::new(
+                    LockErrorKind::Protocol,
+                    format!(
+                        "acquire: the fencing counter {} holds {fence}, not a positive count (changed by someone else?)",
+                        keys.fencing
+                    ),
+                )),
+            },
+            [0, pttl, last] => Ok((
+                AcquireReply::Held(*pttl),
+                u64::try_from(*last).unwrap_or(0),
             )),
-            (0, _) => Ok(AcquireReply::Held(value)),
-            _ => Err(LockError::new(
+            other => Err(LockError::new(
                 LockErrorKind::Protocol,
-                format!("acquire: unexpected script reply [{acquired}, {value}]"),
+                format!("acquire: unexpected script reply {other:?}"),
             )),
         }
     }

@@ -26,10 +26,12 @@
 //! dropped before it retried passes the wake-up on.
 //!
 //! A release that hands the lock to a queued waiter publishes
-//! `g <owner token> <fencing token>` ([`crate::scripts::RELEASE_QUEUED`]):
-//! that wakes only the waiter that [expects](Subscription::expect_grant) the
-//! grant for that owner token, in whichever process it is, with
-//! [`Wake::Granted`]; every other waiter sleeps on.
+//! `g <owner token> <fencing token> <ttl ms>`
+//! ([`crate::scripts::RELEASE_QUEUED`]): that wakes only the waiter that
+//! [expects](Subscription::expect_grant) the grant for that owner token, in
+//! whichever process it is, with [`Wake::Granted`]; every other waiter sleeps
+//! on, but no longer than that TTL (if the new holder vanished, its lock
+//! expires then and the next waiter must find out).
 //!
 //! Every node connection is watched with `PING`; any failure (connect,
 //! `SUBSCRIBE`, `PING`, the connection closing) reconnects after a backoff
@@ -128,6 +130,8 @@ struct ChannelState {
     recent: Mutex<VecDeque<Vec<u8>>>,
     /// The owner tokens local waiters expect a grant for.
     grants: Mutex<HashMap<String, Arc<GrantSlot>>>,
+    /// The TTL (ms) of the latest hand-over, announced to every waiter.
+    handed: watch::Sender<u64>,
 }
 
 impl ChannelState {
@@ -161,7 +165,7 @@ impl Shared {
         let Some(state) = state else { return };
         if let Some(grant) = token.strip_prefix(b"g ") {
             // A hand-over to one waiter: wake it alone, if it is ours.
-            let Some((owner, fence)) = parse_grant(grant) else {
+            let Some((owner, fence, ttl_ms)) = parse_grant(grant) else {
                 return;
             };
             let slot = locked(&state.grants).get(owner).cloned();
@@ -169,6 +173,7 @@ impl Shared {
                 *locked(&slot.fence) = Some(fence);
                 slot.notify.notify_one();
             }
+            state.handed.send_replace(ttl_ms);
             return;
         }
         if self.nodes > 1 {
@@ -186,10 +191,13 @@ impl Shared {
     }
 }
 
-/// `<owner token> <fencing token>` of a grant message.
-fn parse_grant(grant: &[u8]) -> Option<(&str, u64)> {
-    let (owner, fence) = std::str::from_utf8(grant).ok()?.split_once(' ')?;
-    Some((owner, fence.parse().ok()?))
+/// `<owner token> <fencing token> <ttl ms>` of a grant message.
+fn parse_grant(grant: &[u8]) -> Option<(&str, u64, u64)> {
+    let mut parts = std::str::from_utf8(grant).ok()?.split(' ');
+    let owner = parts.next()?;
+    let fence = parts.next()?.parse().ok()?;
+    let ttl_ms = parts.next()?.parse().ok()?;
+    Some((owner, fence, ttl_ms))
 }
 
 impl Notifier {
@@ -269,6 +277,7 @@ impl Notifier {
                         confirmations: watch::channel(0).0,
                         recent: Mutex::new(VecDeque::new()),
                         grants: Mutex::new(HashMap::new()),
+                        handed: watch::channel(0).0,
                     }),
                 }
             });
@@ -288,6 +297,7 @@ impl Notifier {
             channel: channel.to_string(),
             confirmations: state.confirmations.subscribe(),
             releases: all.then(|| state.releases.subscribe()),
+            handed: state.handed.subscribe(),
             state,
             woken: false,
             grant: None,
@@ -301,7 +311,9 @@ pub enum Wake {
     /// A release was published.
     Notified,
     /// A release handed the lock to the owner token this waiter expects
-    /// (see [`Subscription::expect_grant`]), with this fencing token.
+    /// (see [`Subscription::expect_grant`]), with this fencing token. Each
+    /// announcement is reported once; the waiter must still check that it
+    /// follows its last attempt (an announcement can arrive late).
     Granted(u64),
     /// A node (re)confirmed the subscription: a release may have gone unseen.
     Subscribed,
@@ -323,6 +335,8 @@ pub struct Subscription {
     woken: bool,
     /// The owner token whose grant this waiter expects, and where it lands.
     grant: Option<(String, Arc<GrantSlot>)>,
+    /// Hand-overs to others (their TTLs), for a waiter expecting a grant.
+    handed: watch::Receiver<u64>,
 }
 
 impl std::fmt::Debug for Subscription {
@@ -356,8 +370,11 @@ impl Subscription {
     }
 
     /// From now on, a release that hands the lock to `owner` (an owner
-    /// token) wakes this waiter alone with [`Wake::Granted`].
+    /// token) wakes this waiter alone with [`Wake::Granted`], and one that
+    /// hands it to another waiter shortens this one's wait to that waiter's
+    /// TTL.
     pub fn expect_grant(&mut self, owner: &str) {
+        self.handed.borrow_and_update();
         let slot = Arc::new(GrantSlot::default());
         locked(&self.state.grants).insert(owner.to_string(), slot.clone());
         self.grant = Some((owner.to_string(), slot));
@@ -381,18 +398,27 @@ impl Subscription {
     /// (re)confirms the subscription, or `at`.
     pub async fn wait_until(&mut self, at: Instant) -> Wake {
         if let Some((_, slot)) = &self.grant {
-            if let Some(fence) = *locked(&slot.fence) {
+            if let Some(fence) = locked(&slot.fence).take() {
                 return Wake::Granted(fence);
             }
-            let (state, confirmations) = (&self.state, &mut self.confirmations);
-            let wake = tokio::select! {
-                _ = slot.notify.notified() => match *locked(&slot.fence) {
-                    Some(fence) => Wake::Granted(fence),
-                    None => Wake::Notified,
-                },
-                _ = state.notify.notified() => Wake::Notified,
-                _ = confirmed_again(confirmations) => Wake::Subscribed,
-                _ = tokio::time::sleep_until(at) => Wake::Timer,
+            let (state, confirmations, handed) =
+                (&self.state, &mut self.confirmations, &mut self.handed);
+            let mut at = at;
+            let wake = loop {
+                tokio::select! {
+                    _ = slot.notify.notified() => break match locked(&slot.fence).take() {
+                        Some(fence) => Wake::Granted(fence),
+                        None => Wake::Notified,
+                    },
+                    _ = state.notify.notified() => break Wake::Notified,
+                    _ = confirmed_again(confirmations) => break Wake::Subscribed,
+                    _ = handed_over(handed) => {
+                        // Someone else got it: it is free again by its TTL at the latest.
+                        let ttl = Duration::from_millis(handed.borrow_and_update().saturating_add(1));
+                        at = at.min(lock_core::add_saturating(Instant::now(), ttl));
+                    }
+                    _ = tokio::time::sleep_until(at) => break Wake::Timer,
+                }
             };
             if wake == Wake::Notified {
                 self.woken = true;
@@ -416,6 +442,12 @@ impl Subscription {
             self.woken = true;
         }
         wake
+    }
+}
+
+async fn handed_over(rx: &mut watch::Receiver<u64>) {
+    if rx.changed().await.is_err() {
+        std::future::pending::<()>().await;
     }
 }
 

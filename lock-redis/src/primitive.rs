@@ -83,7 +83,7 @@ impl Primitive {
     ) -> Result<AcquireReply> {
         let ttl = ttl_ms.to_string();
         let (acquired, value): (i64, i64) = match self {
-            Self::Mutex => return core.acquire(keys, token, ttl_ms, None).await,
+            Self::Mutex => return Ok(core.acquire(keys, token, ttl_ms, None).await?.0),
             Self::Read | Self::Write => {
                 let lasts = intent.map(|i| i.lasts_ms.to_string()).unwrap_or_default();
                 let id = intent.map(|i| i.id.as_str()).unwrap_or("");

@@ -74,7 +74,7 @@ macro_rules! mutex_queue {
             "  redis.call('ZREM', KEYS[3], m)\n",
             "  redis.call('ZREM', KEYS[4], m)\n",
             next_fence!("KEYS[2]"),
-            "  redis.pcall('PUBLISH', KEYS[5], 'g ' .. owner .. ' ' .. string.format('%.0f', fence))\n",
+            "  redis.pcall('PUBLISH', KEYS[5], 'g ' .. owner .. ' ' .. string.format('%.0f', fence) .. ' ' .. ttl)\n",
             "end\n"
         )
     };
@@ -88,8 +88,11 @@ macro_rules! mutex_queue {
 /// token, `ARGV[2]` = ttl ms, `ARGV[3]` = `1` to take a place in the queue
 /// if the lock is not free ('' for a single try), `ARGV[4]` = how long that
 /// place lasts unless renewed (ms).
-/// Returns `{1, token}` when acquired, `{0, pttl}` when held by someone else
-/// (`pttl` = the holder's remaining ms, -1 if it has no expiry).
+/// Returns `{1, token}` when acquired, `{0, pttl, last}` when held by
+/// someone else (`pttl` = the holder's remaining ms, -1 if it has no
+/// expiry; `last` = the last token issued: a hand-over to this caller
+/// announced with a token up to `last` happened before this attempt and is
+/// void, since the attempt did not find the lock its own).
 ///
 /// With nobody queued this is `SET key token NX PX ttl` (the peers' layout).
 /// Otherwise the lock goes in arrival order: a release hands it straight to
@@ -154,7 +157,7 @@ if ARGV[3] == '1' then
     if redis.call('PTTL', k) < lasts then redis.call('PEXPIRE', k, lasts) end
   end
 end
-return {0, redis.call('PTTL', KEYS[1])}
+return {0, redis.call('PTTL', KEYS[1]), tonumber(redis.call('GET', KEYS[2])) or 0}
 "#
 );
 
@@ -182,8 +185,9 @@ return 0
 /// on to the next waiter).
 ///
 /// The waiter gets the lock with its own token and TTL and a new fencing
-/// token, and the release publishes `g <its owner token> <fencing token>`,
-/// which wakes that waiter alone ([`crate::notify`]). A release with nobody
+/// token, and the release publishes `g <its owner token> <fencing token>
+/// <its ttl ms>`, which wakes that waiter alone ([`crate::notify`]) and
+/// tells the others when to re-check at the latest. A release with nobody
 /// waiting publishes the releasing owner token, as [`RELEASE`] does.
 /// Returns 1 if the key held our token, else 0. Publishing is best effort
 /// (`pcall`): a waiter that misses it finds the lock handed to it at its next
