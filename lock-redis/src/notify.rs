@@ -33,6 +33,12 @@
 //! on, but no longer than that TTL (if the new holder vanished, its lock
 //! expires then and the next waiter must find out).
 //!
+//! A channel stays subscribed for [`LINGER`] after its last local waiter
+//! left: a client that takes the same name again and again (the usual case
+//! under contention) then finds the subscription confirmed already
+//! ([`Notifier::subscribe_if_live`]) and pays no `SUBSCRIBE`, `UNSUBSCRIBE`
+//! or extra attempt per wait.
+//!
 //! Every node connection is watched with `PING`; any failure (connect,
 //! `SUBSCRIBE`, `PING`, the connection closing) reconnects after a backoff
 //! with jitter that only resets once the connection proved healthy, so a
@@ -58,6 +64,8 @@ const PING_INTERVAL: Duration = Duration::from_secs(5);
 /// How many recent release tokens a channel remembers, to drop the copies
 /// of one release that arrive from several nodes.
 const RECENT_TOKENS: usize = 16;
+/// How long a channel stays subscribed after its last local waiter left.
+pub const LINGER: Duration = Duration::from_millis(100);
 
 fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -106,6 +114,8 @@ struct Shared {
 struct Entry {
     /// Local waiters on this channel.
     refs: usize,
+    /// When the last waiter left (the channel lingers until [`LINGER`] after).
+    idle_since: Option<Instant>,
     state: Arc<ChannelState>,
 }
 
@@ -143,6 +153,20 @@ impl ChannelState {
 impl Shared {
     fn wanted(&self) -> HashSet<String> {
         locked(&self.channels).keys().cloned().collect()
+    }
+
+    /// Forgets the channels nobody waited on for [`LINGER`]; when the next
+    /// of the others stops lingering, if any does.
+    fn sweep(&self) -> Option<Instant> {
+        let mut channels = locked(&self.channels);
+        let now = Instant::now();
+        channels.retain(|_, e| e.refs > 0 || e.idle_since.is_some_and(|t| now < t + LINGER));
+        channels
+            .values()
+            .filter(|e| e.refs == 0)
+            .filter_map(|e| e.idle_since)
+            .min()
+            .map(|t| t + LINGER)
     }
 
     /// Marks each channel live on `node` iff it is in `on_server`, and
@@ -247,8 +271,8 @@ impl Notifier {
     }
 
     /// Like [`subscribe`](Notifier::subscribe), but only if the channel is
-    /// confirmed by a node right now (other local waiters wait on it);
-    /// `None` otherwise, without subscribing.
+    /// confirmed by a node right now (other local waiters wait on it, or
+    /// it lingers after them); `None` otherwise, without subscribing.
     pub fn subscribe_if_live(&self, channel: &str) -> Option<Subscription> {
         let state = {
             let mut channels = locked(&self.shared.channels);
@@ -257,6 +281,7 @@ impl Notifier {
                 return None;
             }
             entry.refs += 1;
+            entry.idle_since = None;
             entry.state.clone()
         };
         Some(self.subscription(channel, state, false))
@@ -270,6 +295,7 @@ impl Notifier {
                 new = true;
                 Entry {
                     refs: 0,
+                    idle_since: None,
                     state: Arc::new(ChannelState {
                         notify: Notify::new(),
                         releases: watch::channel(0).0,
@@ -282,6 +308,7 @@ impl Notifier {
                 }
             });
             entry.refs += 1;
+            entry.idle_since = None;
             (entry.state.clone(), new)
         };
         if new {
@@ -322,7 +349,8 @@ pub enum Wake {
 }
 
 /// One waiter's registration on a channel. Dropping it (never blocking)
-/// unregisters; the last one out unsubscribes in the background.
+/// unregisters; the channel is unsubscribed in the background [`LINGER`]
+/// after the last one left.
 pub struct Subscription {
     shared: Arc<Shared>,
     kicks: Vec<mpsc::UnboundedSender<()>>,
@@ -475,18 +503,18 @@ impl Drop for Subscription {
         let last = {
             let mut channels = locked(&self.shared.channels);
             match channels.get_mut(&self.channel) {
-                Some(entry) if Arc::ptr_eq(&entry.state, &self.state) && entry.refs > 1 => {
-                    entry.refs -= 1;
-                    false
-                }
                 Some(entry) if Arc::ptr_eq(&entry.state, &self.state) => {
-                    channels.remove(&self.channel);
-                    true
+                    entry.refs = entry.refs.saturating_sub(1);
+                    if entry.refs == 0 {
+                        entry.idle_since = Some(Instant::now());
+                    }
+                    entry.refs == 0
                 }
                 _ => false,
             }
         };
         if last {
+            // The node tasks set their timers to unsubscribe after LINGER.
             for kick in &self.kicks {
                 let _ = kick.send(());
             }
@@ -565,6 +593,7 @@ impl NodeTask {
         let mut healthy = false;
         let mut dirty = true;
         loop {
+            let linger_ends = self.shared.sweep();
             // Take every pending kick: one reconciliation serves them all.
             loop {
                 match self.kicks.try_recv() {
@@ -592,6 +621,10 @@ impl NodeTask {
                     }
                     None => return failed("the connection closed".into(), healthy),
                 },
+                _ = tokio::time::sleep_until(linger_ends.unwrap_or_else(Instant::now)), if linger_ends.is_some() => {
+                    // A channel stopped lingering: the sweep at the top drops it.
+                    dirty = true;
+                }
                 _ = tokio::time::sleep(PING_INTERVAL) => {
                     match tokio::time::timeout(t.request, sink.ping::<redis::Value>()).await {
                         Ok(Ok(_)) => healthy = true,
