@@ -163,14 +163,19 @@ return {0, redis.call('PTTL', KEYS[1]), tonumber(redis.call('GET', KEYS[2])) or 
 
 /// Compare-and-delete, then notify waiters (the release of `lock-redlock`,
 /// whose nodes keep no queue).
-/// `KEYS[1]` = lock key, `KEYS[2]` = release channel; `ARGV[1]` = owner token.
+/// `KEYS[1]` = lock key, `KEYS[2]` = release channel; `ARGV[1]` = owner
+/// token, `ARGV[2]` = `0` to delete without notifying (the clean-up of a
+/// round that lost to a holder: the lock is not free, so waking the waiters
+/// would only make them try in vain), anything else to notify.
 /// Returns 1 if the key held our token and was deleted, else 0. The
 /// notification is best effort (`pcall`): a user whose ACL does not allow
 /// the channel still releases, and waiters re-check at the holder's TTL.
 pub const RELEASE: &str = r#"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  redis.pcall('PUBLISH', KEYS[2], ARGV[1])
+  if ARGV[2] ~= '0' then
+    redis.pcall('PUBLISH', KEYS[2], ARGV[1])
+  end
   return 1
 end
 return 0

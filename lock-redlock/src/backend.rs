@@ -340,11 +340,19 @@ impl Inner {
         let mut min_pttl: Option<Duration> = None;
         let mut failures = Vec::new();
         let (mut ours, mut unknown) = (Vec::new(), Vec::new());
+        // How many nodes each other owner token was seen on.
+        let mut holders: Vec<(String, usize)> = Vec::new();
         for (i, r) in results.into_iter().enumerate() {
             match r {
                 Some(Ok(SetReply::Won)) => ours.push(i),
-                Some(Ok(SetReply::Taken { pttl })) => {
+                Some(Ok(SetReply::Taken { pttl, holder })) => {
                     taken += 1;
+                    if let Some(holder) = holder {
+                        match holders.iter_mut().find(|(h, _)| *h == holder) {
+                            Some((_, seen)) => *seen += 1,
+                            None => holders.push((holder, 1)),
+                        }
+                    }
                     if let Some(p) = pttl {
                         min_pttl = Some(min_pttl.map_or(p, |m| m.min(p)));
                     }
@@ -371,6 +379,12 @@ impl Inner {
                 }
             }
         }
+        // One other owner holds a quorum: the lock is held, and removing
+        // our keys frees nothing, so it wakes nobody (every waiter would try
+        // in vain, and each failed try would wake the others again). After a
+        // split vote the lock is free once the keys are gone: announce it.
+        let held_by_one = holders.iter().any(|(_, seen)| *seen >= self.quorum);
+        let announce = !held_by_one;
         // Where the SET may have landed but we do not know, the delete goes
         // in the background (it follows the SET on that node's connection);
         // where we know we won, it is done before returning.
@@ -380,7 +394,7 @@ impl Inner {
             tokio::spawn(async move {
                 let wait = inner.background_bound();
                 inner
-                    .release_on(&unknown, &key, &channel, &token, wait)
+                    .release_on(&unknown, &key, &channel, &token, wait, announce)
                     .await
             });
         }
@@ -393,7 +407,9 @@ impl Inner {
             let inner = self.clone();
             let (key, channel, token) = (key.clone(), channel.clone(), token.clone());
             Released(tokio::spawn(async move {
-                inner.release_on(&ours, &key, &channel, &token, limit).await
+                inner
+                    .release_on(&ours, &key, &channel, &token, limit, announce)
+                    .await
             }))
         });
         if let Some(r) = released.as_mut() {
@@ -416,7 +432,7 @@ impl Inner {
                 ))
                 .with_nodes(failures),
             )
-        } else if taken >= self.quorum {
+        } else if held_by_one {
             Attempt::Held { min_pttl }
         } else if answered < self.quorum {
             let transient = failures
@@ -436,10 +452,11 @@ impl Inner {
         (outcome, released)
     }
 
-    /// Compare-and-delete of `token` on the nodes `which`, in parallel;
-    /// waits up to `wait`, then lets the slower ones go on in the background
-    /// (each bounded by [`Inner::background_bound`]). Outcomes are only
-    /// logged: a key that could not be deleted expires with its TTL.
+    /// Compare-and-delete of `token` on the nodes `which`, in parallel,
+    /// announced on the release channel if `announce`; waits up to `wait`,
+    /// then lets the slower ones go on in the background (each bounded by
+    /// [`Inner::background_bound`]). Outcomes are only logged: a key that
+    /// could not be deleted expires with its TTL.
     async fn release_on(
         self: &Arc<Self>,
         which: &[usize],
@@ -447,6 +464,7 @@ impl Inner {
         channel: &Arc<str>,
         token: &Arc<str>,
         wait: Duration,
+        announce: bool,
     ) {
         let decide_by = add_saturating(Instant::now(), wait);
         let limit = self.background_bound();
@@ -456,7 +474,7 @@ impl Inner {
                 let (inner, key, channel, token) = (self.clone(), key.clone(), channel.clone(), token.clone());
                 async move {
                     let node = &inner.nodes[i];
-                    match tokio::time::timeout(limit, node.release(&inner.scripts, &key, &channel, &token)).await {
+                    match tokio::time::timeout(limit, node.release(&inner.scripts, &key, &channel, &token, announce)).await {
                         Ok(Ok(_)) => {}
                         Ok(Err(e)) => {
                             tracing::debug!(node = %node.addr, error = %e, "redlock: clean-up release failed; the key expires with its TTL")
@@ -594,7 +612,9 @@ impl Released {
 async fn release_everywhere(inner: Arc<Inner>, key: Arc<str>, channel: Arc<str>, token: Arc<str>) {
     let all: Vec<usize> = (0..inner.nodes.len()).collect();
     let wait = inner.background_bound();
-    inner.release_on(&all, &key, &channel, &token, wait).await;
+    inner
+        .release_on(&all, &key, &channel, &token, wait, true)
+        .await;
 }
 
 #[async_trait]
@@ -873,7 +893,7 @@ impl LeaseHandle for RedlockLease {
                 let (key, channel, token) = (key.clone(), channel.clone(), token.clone());
                 async move {
                     inner.nodes[i]
-                        .release(&inner.scripts, &key, &channel, &token)
+                        .release(&inner.scripts, &key, &channel, &token, true)
                         .await
                 }
             })

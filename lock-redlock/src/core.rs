@@ -66,12 +66,16 @@ pub(crate) fn node_client(url: &str, tls: &TlsConfig) -> Result<redis::Client> {
 }
 
 /// What `SET key token NX PX ttl` found on one node.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum SetReply {
     /// The key now holds our token.
     Won,
-    /// Someone else's token is there; its remaining TTL if it has one.
-    Taken { pttl: Option<Duration> },
+    /// Someone else's token is there (`holder`, if it was still there when
+    /// read); its remaining TTL if it has one.
+    Taken {
+        pttl: Option<Duration>,
+        holder: Option<String>,
+    },
 }
 
 /// What a read of the key found on one node.
@@ -156,7 +160,10 @@ impl Node {
         if !matches!(set, Value::Nil) || value.as_deref() == Some(token) {
             Ok(SetReply::Won)
         } else {
-            Ok(SetReply::Taken { pttl: pttl(ms) })
+            Ok(SetReply::Taken {
+                pttl: pttl(ms),
+                holder: value,
+            })
         }
     }
 
@@ -184,13 +191,14 @@ impl Node {
     }
 
     /// Compare-and-delete (the shared `RELEASE` script, which also publishes
-    /// on the release channel): true if the key held our token.
+    /// on the release channel if `announce`): true if the key held our token.
     pub async fn release(
         &self,
         scripts: &Scripts,
         key: &str,
         channel: &str,
         token: &str,
+        announce: bool,
     ) -> RedisResult<bool> {
         let n: i64 = self
             .call(|mut c| async move {
@@ -199,6 +207,7 @@ impl Node {
                     .key(key)
                     .key(channel)
                     .arg(token)
+                    .arg(if announce { "1" } else { "0" })
                     .invoke_async(&mut c)
                     .await
             })

@@ -912,3 +912,71 @@ async fn a_decided_round_does_not_wait_for_silent_nodes() {
         );
     }
 }
+
+/// `SET` commands a node has run so far (`INFO commandstats`).
+fn set_calls(node: &RedisServer) -> u64 {
+    tokio::task::block_in_place(|| {
+        let info = node
+            .cmd(&["INFO", "commandstats"])
+            .unwrap_or_else(|e| panic!("INFO on {}: {e}", node.addr()));
+        let text = info.as_str().unwrap_or_default().to_string();
+        text.lines()
+            .find_map(|l| l.strip_prefix("cmdstat_set:calls="))
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    })
+}
+
+/// A round that wins a minority against a holder with a quorum deletes its
+/// keys without waking the waiters: the lock is not free, and a waiter woken
+/// would only run a round in vain (whose own clean-up would wake the others
+/// again). The holder's release still wakes the waiter at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_round_lost_to_a_holder_wakes_no_waiter() {
+    let set = start_set();
+    let name = lock_name("lost-round");
+    let connect = || async { RedlockLock::connect(config(&set)).await.unwrap() };
+    let (holder, waiter, racer) = (connect().await, connect().await, connect().await);
+    let ttl = Duration::from_secs(10);
+    let held = holder.acquire(&name, &opts(ttl)).await.unwrap();
+    // The holder keeps a quorum (nodes 0-2); nodes 3 and 4 lost its key.
+    let key = holder.key_of(&name);
+    for node in &set.nodes()[3..] {
+        tokio::task::block_in_place(|| node.cmd(&["DEL", &key]).unwrap());
+    }
+    let waiting = {
+        let (waiter, name) = (waiter.clone(), name.clone());
+        tokio::spawn(async move {
+            let got = waiter.acquire(&name, &opts(ttl)).await;
+            (Instant::now(), got)
+        })
+    };
+    // The waiter's first round (and its round once subscribed) are done.
+    sleep(Duration::from_millis(500)).await;
+    let before = set_calls(&set.nodes()[0]);
+    // The racer wins nodes 3 and 4, loses to the holder, cleans up.
+    assert!(racer
+        .try_acquire(&name, &opts(ttl))
+        .await
+        .unwrap()
+        .is_none());
+    for node in &set.nodes()[3..] {
+        assert!(
+            gone_within(node, &key, SLACK).await,
+            "the racer's key was removed"
+        );
+    }
+    sleep(Duration::from_millis(300)).await;
+    let rounds = set_calls(&set.nodes()[0]) - before;
+    assert_eq!(
+        rounds, 1,
+        "only the racer's round reached node 0: the clean-up of a round lost to a holder woke the waiter into a round in vain"
+    );
+    assert!(!waiting.is_finished());
+    let released = Instant::now();
+    assert!(held.release().await.unwrap());
+    let (at, got) = timeout(SLACK * 4, waiting).await.unwrap().unwrap();
+    assert!(got.is_ok(), "the waiter got the lock: {got:?}");
+    assert!(at - released < SLACK, "woken by the release");
+}
