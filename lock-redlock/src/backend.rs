@@ -1,5 +1,6 @@
 //! [`RedlockLock`]: the Redlock algorithm behind the `lock-core` seam.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -20,8 +21,8 @@ use redis::RedisResult;
 use tokio::time::Instant;
 
 use crate::config::RedlockConfig;
-use crate::core::{self, Node, SetReply};
-use lock_redis::notify::{Notifier, NotifyNode, Subscription, Timeouts};
+use crate::core::{self, Node, ReleaseReply, SetReply};
+use lock_redis::notify::{Notifier, NotifyNode, Subscription, Timeouts, Wake};
 
 /// What [`RedlockLock`] guarantees, as [`lock_core::DistributedLock::capabilities`] reports it.
 pub const FAULT_TOLERANCE: &str =
@@ -44,6 +45,9 @@ pub(crate) struct Inner {
     config: RedlockConfig,
     scripts: Scripts,
     notifier: Notifier,
+    /// Keys this client released lately while others were waiting (see
+    /// [`Inner::took_turn`]), with when.
+    handed_over: std::sync::Mutex<HashMap<Arc<str>, Instant>>,
 }
 
 impl fmt::Debug for RedlockLock {
@@ -109,6 +113,7 @@ impl RedlockLock {
                 config,
                 scripts: Scripts::default(),
                 notifier,
+                handed_over: std::sync::Mutex::new(HashMap::new()),
             }),
         })
     }
@@ -244,6 +249,31 @@ enum Attempt {
 }
 
 impl Inner {
+    /// Whether this client released `key` within the last
+    /// [`Inner::turn_bound`] while others waited for it (and forgets it):
+    /// then its next acquire of the same name lets a waiter have its turn
+    /// first instead of racing it.
+    fn took_turn(&self, key: &str) -> bool {
+        let mut handed = self.handed_over.lock().unwrap_or_else(|p| p.into_inner());
+        handed
+            .remove(key)
+            .is_some_and(|at| at.elapsed() < self.turn_bound())
+    }
+
+    /// Records that a release of `key` reached waiting clients.
+    fn handed_over(&self, key: &Arc<str>) {
+        let bound = self.turn_bound();
+        let mut handed = self.handed_over.lock().unwrap_or_else(|p| p.into_inner());
+        handed.retain(|_, at| at.elapsed() < bound);
+        handed.insert(key.clone(), Instant::now());
+    }
+
+    /// How long a releaser lets the woken waiters have their turn: two node
+    /// timeouts (a waiter's round takes at most one).
+    fn turn_bound(&self) -> Duration {
+        self.config.node_timeout.saturating_mul(2)
+    }
+
     fn keys(&self, name: &LockName) -> Keys {
         Keys::new(&self.config.key_prefix, name.as_str())
     }
@@ -508,6 +538,26 @@ impl Inner {
         let mut rounds = 0u32;
         let mut sub: Option<Subscription> = None;
         let mut previous: Option<Released> = None;
+        if self.took_turn(&keys.lock) {
+            // This client just released the name to waiting clients: let
+            // one of them take it (its release, or a split's clean-up, wakes
+            // us) rather than race it with a round of our own now.
+            let mut s = self.notifier.subscribe(&keys.released);
+            let turn_ends = deadline.min(add_saturating(Instant::now(), self.turn_bound()));
+            if s.confirmed_by(turn_ends).await {
+                loop {
+                    s.before_attempt();
+                    // More nodes confirming the subscription change nothing here.
+                    let why = s.wait_until(turn_ends).await;
+                    if why != Wake::Subscribed {
+                        tracing::trace!(key = %keys.lock, ?why, "redlock: a waiter had its turn");
+                        break;
+                    }
+                }
+            }
+            contended = true;
+            sub = Some(s);
+        }
         loop {
             if let Some(released) = previous.take() {
                 // Our keys of the last round must be gone before the next
@@ -904,8 +954,12 @@ impl LeaseHandle for RedlockLease {
         while let Some((i, r)) = next_by(&mut pending, decide_by).await {
             heard[i] = true;
             match r {
-                Ok(true) => deleted += 1,
-                Ok(false) => not_ours += 1,
+                Ok(ReleaseReply::Listened) => {
+                    deleted += 1;
+                    inner.handed_over(&self.key);
+                }
+                Ok(ReleaseReply::Deleted) => deleted += 1,
+                Ok(ReleaseReply::NotOurs) => not_ours += 1,
                 Err(f) => failures.push(f),
             }
             if deleted >= inner.quorum {

@@ -78,6 +78,17 @@ pub(crate) enum SetReply {
     },
 }
 
+/// What a compare-and-delete did on one node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ReleaseReply {
+    /// The key did not hold our token.
+    NotOurs,
+    /// Deleted; nobody listened to the announcement (or none was made).
+    Deleted,
+    /// Deleted, and the announcement reached at least one waiting client.
+    Listened,
+}
+
 /// What a read of the key found on one node.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Peek {
@@ -191,7 +202,8 @@ impl Node {
     }
 
     /// Compare-and-delete (the shared `RELEASE` script, which also publishes
-    /// on the release channel if `announce`): true if the key held our token.
+    /// on the release channel if `announce`): whether the key held our token,
+    /// and whether the announcement reached a waiting client.
     pub async fn release(
         &self,
         scripts: &Scripts,
@@ -199,7 +211,7 @@ impl Node {
         channel: &str,
         token: &str,
         announce: bool,
-    ) -> RedisResult<bool> {
+    ) -> RedisResult<ReleaseReply> {
         let n: i64 = self
             .call(|mut c| async move {
                 scripts
@@ -212,7 +224,11 @@ impl Node {
                     .await
             })
             .await?;
-        Ok(n == 1)
+        Ok(match n {
+            0 => ReleaseReply::NotOurs,
+            2 => ReleaseReply::Listened,
+            _ => ReleaseReply::Deleted,
+        })
     }
 
     /// `GET` and `PTTL` of the key.

@@ -980,3 +980,54 @@ async fn a_round_lost_to_a_holder_wakes_no_waiter() {
     assert!(got.is_ok(), "the waiter got the lock: {got:?}");
     assert!(at - released < SLACK, "woken by the release");
 }
+
+/// A holder that releases while another client waits and asks for the lock
+/// again at once lets the waiter have its turn, even a waiter that hears of
+/// the release 20 ms later than the releaser could start a round: the waiter
+/// gets the lock first, every round.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_releaser_coming_back_lets_the_waiter_go_first() {
+    let set = start_set();
+    let name = lock_name("comeback");
+    let a = RedlockLock::connect(config(&set)).await.unwrap();
+    let proxies: Vec<Proxy> = set
+        .nodes()
+        .iter()
+        .map(|n| Proxy::start(n.addr()).unwrap())
+        .collect();
+    for p in &proxies {
+        p.set_reply_delay(Duration::from_millis(20));
+    }
+    let b = RedlockLock::connect(
+        RedlockConfig::new(proxies.iter().map(Proxy::redis_url)).node_timeout(NODE_TIMEOUT),
+    )
+    .await
+    .unwrap();
+    let o = opts(Duration::from_secs(10));
+    let mut held = a.acquire(&name, &o).await.unwrap();
+    for round in 0..5 {
+        let served = Arc::new(AtomicBool::new(false));
+        let waiter = {
+            let (b, name, o, served) = (b.clone(), name.clone(), o.clone(), served.clone());
+            tokio::spawn(async move {
+                let g = b.acquire(&name, &o).await.expect("waiter");
+                served.store(true, Ordering::SeqCst);
+                sleep(Duration::from_millis(20)).await;
+                assert!(g.release().await.unwrap());
+            })
+        };
+        sleep(Duration::from_millis(300)).await;
+        assert!(held.release().await.unwrap());
+        let again = a
+            .acquire(&name, &o)
+            .await
+            .expect("the releaser's second acquire");
+        assert!(
+            served.load(Ordering::SeqCst),
+            "round {round}: the releaser took the lock back ahead of the client already waiting"
+        );
+        waiter.await.unwrap();
+        held = again;
+    }
+    assert!(held.release().await.unwrap());
+}
