@@ -197,13 +197,8 @@ impl Core {
         queued: Option<u64>,
     ) -> Result<(AcquireReply, u64)> {
         let mut conn = self.conn.clone();
-        let mut call = self.scripts.acquire_fenced.prepare_invoke();
-        call.key(&keys.lock)
-            .key(&keys.fencing)
-            .key(&keys.queue)
-            .key(&keys.lapse)
-            .key(&keys.released)
-            .arg(token)
+        let mut call = on_mutex_keys(&self.scripts.acquire_fenced, keys);
+        call.arg(token)
             .arg(ttl_ms)
             .arg(if queued.is_some() { "1" } else { "" })
             .arg(queued.unwrap_or(0));
@@ -242,14 +237,8 @@ impl Core {
         leaving: Option<&str>,
     ) -> Result<bool> {
         let mut conn = self.conn.clone();
-        let mut call = self.scripts.release_queued.prepare_invoke();
-        call.key(&keys.lock)
-            .key(&keys.fencing)
-            .key(&keys.queue)
-            .key(&keys.lapse)
-            .key(&keys.released)
-            .arg(token)
-            .arg(leaving.unwrap_or(""));
+        let mut call = on_mutex_keys(&self.scripts.release_queued, keys);
+        call.arg(token).arg(leaving.unwrap_or(""));
         let n: i64 = self
             .request("release", call.invoke_async(&mut conn))
             .await?;
@@ -316,6 +305,18 @@ impl Core {
             .await?;
         Ok(Inspection { pttl, counter })
     }
+}
+
+/// `script` with the mutex's keys, in the order its scripts
+/// ([`ACQUIRE_FENCED`], [`RELEASE_QUEUED`]) take them.
+fn on_mutex_keys<'a>(script: &'a redis::Script, keys: &Keys) -> redis::ScriptInvocation<'a> {
+    let mut call = script.prepare_invoke();
+    call.key(&keys.lock)
+        .key(&keys.fencing)
+        .key(&keys.queue)
+        .key(&keys.lapse)
+        .key(&keys.released);
+    call
 }
 
 /// A TTL in whole milliseconds for `PX`/`PEXPIRE`, rounded UP so that the
