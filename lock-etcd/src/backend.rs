@@ -22,7 +22,7 @@ use crate::held::{grant, Confirmed};
 use crate::key::OurKey;
 use crate::layout::{lease_hex, Kind, Queue};
 use crate::permit::Turns;
-use crate::queue::{Placed, Position, QueueOps, Turn};
+use crate::queue::{in_line, Placed, Position, QueueOps, Turn};
 use crate::session::Session;
 use crate::watcher::Watcher;
 
@@ -191,26 +191,28 @@ impl EtcdLock {
                 Placed::At { rev, position } => (rev, position),
             };
             ours.rev = Some(rev);
-            let (at, sent) = match position {
-                Position::Held { at } => (at, sent),
+            let (at, sent, own) = match position {
+                Position::Held { at } => (at, sent, None),
                 Position::Gone => {
                     turn = ours.nothing_written();
                     continue;
                 }
-                Position::Blocked { blocker } => {
+                Position::Blocked(line) => {
                     contended = true;
                     let Some(deadline) = deadline else {
                         ours.remove().await?;
                         return Ok(None);
                     };
-                    match inner
-                        .ops
-                        .wait_turn(
-                            &session, &queue, &ours.key, rev, req.mode, blocker, deadline,
-                        )
-                        .await?
-                    {
-                        Turn::Mine { at, sent } => (at, sent),
+                    let (ops, key) = (&inner.ops, &ours.key);
+                    let turn_came = if in_line(req.mode) {
+                        ops.wait_in_line(&session, &queue, key, rev, req.mode, line, deadline)
+                            .await?
+                    } else {
+                        ops.wait_turn(&session, &queue, key, rev, req.mode, line.blocker, deadline)
+                            .await?
+                    };
+                    match turn_came {
+                        Turn::Mine { at, sent, own } => (at, sent, own),
                         Turn::Deadline => return Ok(None),
                         Turn::Requeue(why) => {
                             tracing::debug!(name = %req.name, why, "distlock etcd: contender key gone while waiting; queueing again");
@@ -232,6 +234,7 @@ impl EtcdLock {
             return grant(
                 ours,
                 &inner.ops.watcher,
+                own,
                 req.mode,
                 confirmed,
                 req.ttl,

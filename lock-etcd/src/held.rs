@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::key::OurKey;
 use crate::layout::{READ, WRITE};
 use crate::queue::{header_revision, txn_call};
-use crate::watcher::{WatchEvent, Watcher};
+use crate::watcher::{WatchEvent, WatchHandle, Watcher};
 use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 use futures::stream::{self, BoxStream};
@@ -37,10 +37,14 @@ pub(crate) struct Confirmed {
     pub(crate) sent: Sent,
 }
 
-/// Builds the lease of `ours` in `mode`, confirmed as `confirmed`.
+/// Builds the lease of `ours` in `mode`, confirmed as `confirmed`. `own`:
+/// a watch on our key that has covered it since before `confirmed.at`, if
+/// the wait had one (else one is made, from the revision after).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn grant(
     ours: OurKey,
     watcher: &Watcher,
+    own: Option<WatchHandle>,
     mode: LockMode,
     confirmed: Confirmed,
     ttl: Duration,
@@ -71,7 +75,10 @@ pub(crate) fn grant(
         .register()
         .map_err(|cause| LockError::new(LockErrorKind::Lost, format!("etcd: {cause}")))?;
     let lost = Arc::new(AtomicBool::new(false));
-    let key_events = key_events(watcher, ours.key.clone(), confirmed_at + 1, lost.clone());
+    let watch = own.unwrap_or_else(|| {
+        watcher.watch(ours.key.as_bytes(), false, false, Some(confirmed_at + 1))
+    });
+    let key_events = key_events(watch, ours.key.clone(), rev, lost.clone());
     let events: BoxStream<'static, LeaseEvent> =
         Box::pin(stream::select(session_events, key_events));
     let key = ours.key.clone();
@@ -90,14 +97,14 @@ pub(crate) fn grant(
         .with_events(events))
 }
 
-/// `Lost(NotOwner)` when our key is deleted, watched from revision `from`.
+/// `Lost(NotOwner)` when our key, created at `rev`, is deleted (a deletion
+/// at or before `rev` was of an older key of the same name).
 fn key_events(
-    watcher: &Watcher,
+    watch: WatchHandle,
     key: String,
-    from: i64,
+    rev: i64,
     lost: Arc<AtomicBool>,
 ) -> BoxStream<'static, LeaseEvent> {
-    let watch = watcher.watch(key.as_bytes(), false, false, Some(from));
     Box::pin(stream::unfold(Some(watch), move |watch| {
         let lost = lost.clone();
         let key = key.clone();
@@ -105,7 +112,7 @@ fn key_events(
             let mut watch = watch?;
             loop {
                 match watch.next().await {
-                    Some(WatchEvent::Deleted { .. }) => {
+                    Some(WatchEvent::Deleted { revision, .. }) if revision > rev => {
                         tracing::debug!(%key, "distlock etcd: our key was deleted; lock lost");
                         lost.store(true, Ordering::SeqCst);
                         return Some((LeaseEvent::Lost(LossCause::NotOwner), None));
@@ -215,6 +222,7 @@ impl LeaseHandle for EtcdLease {
         grant(
             ours,
             &self.watcher,
+            None,
             LockMode::Read,
             Confirmed {
                 token: at,
