@@ -27,6 +27,8 @@ pub(crate) struct EtcdLease {
     watcher: Watcher,
     /// Our key was deleted (watched), so the lock is not ours any more.
     lost: Arc<AtomicBool>,
+    /// The watch on our key (in the guard's events).
+    key_watch: i64,
 }
 
 /// How a grant was confirmed: the fencing token, the revision at which
@@ -78,6 +80,7 @@ pub(crate) fn grant(
     let watch = own.unwrap_or_else(|| {
         watcher.watch(ours.key.as_bytes(), false, false, Some(confirmed_at + 1))
     });
+    let key_watch = watch.id();
     let key_events = key_events(watch, ours.key.clone(), rev, lost.clone());
     let events: BoxStream<'static, LeaseEvent> =
         Box::pin(stream::select(session_events, key_events));
@@ -88,6 +91,7 @@ pub(crate) fn grant(
         mode,
         watcher: watcher.clone(),
         lost,
+        key_watch,
     };
     Ok(Lease::new(Box::new(handle), sent.validity(ttl))
         .with_session_until(session_until)
@@ -172,9 +176,13 @@ impl LeaseHandle for EtcdLease {
     }
 
     /// Compare-and-delete of our key on its create revision: never a newer
-    /// key of this client on the same name, never anyone else's.
+    /// key of this client on the same name, never anyone else's. The watch
+    /// on the key ends first: its deletion is ours, not news.
     async fn release(&self) -> Result<bool> {
         let ours = self.ours.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if ours.is_some() {
+            self.watcher.cancel(self.key_watch);
+        }
         match ours {
             Some(ours) => ours.remove().await.map(|(was_ours, _turn)| was_ours),
             None => Ok(false),

@@ -233,6 +233,15 @@ impl Watcher {
 }
 
 impl Watcher {
+    /// Ends watch `id` now (its owner's next event is `None`), as dropping
+    /// its handle would: for an owner about to delete the watched key
+    /// itself, so that the server does not send that deletion back.
+    pub(crate) fn cancel(&self, id: i64) {
+        if self.inner.state().watches.remove(&id).is_some() {
+            let _ = self.inner.cmds.send(Cmd::Cancel(id));
+        }
+    }
+
     /// How many times watches were resumed on a new stream so far (their
     /// events may arrive out of revision order across watches, for a while).
     pub(crate) fn generation(&self) -> u64 {
@@ -248,6 +257,11 @@ pub(crate) struct WatchHandle {
 }
 
 impl WatchHandle {
+    /// The watch's id in its [`Watcher`].
+    pub(crate) fn id(&self) -> i64 {
+        self.id
+    }
+
     /// The next event; `None` if the client is gone.
     pub(crate) async fn next(&mut self) -> Option<WatchEvent> {
         self.mail.recv().await
@@ -284,8 +298,7 @@ impl WatchHandle {
 
 impl Drop for WatchHandle {
     fn drop(&mut self) {
-        self.watcher.inner.state().watches.remove(&self.id);
-        let _ = self.watcher.inner.cmds.send(Cmd::Cancel(self.id));
+        self.watcher.cancel(self.id);
     }
 }
 

@@ -32,9 +32,7 @@ async fn connect() -> EtcdLock {
 }
 
 fn opts(wait: Duration) -> AcquireOptions {
-    AcquireOptions::new()
-        .ttl(Duration::from_secs(5))
-        .wait(wait)
+    AcquireOptions::new().ttl(Duration::from_secs(5)).wait(wait)
 }
 
 /// The contender keys of `name`, oldest first.
