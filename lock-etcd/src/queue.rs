@@ -324,7 +324,7 @@ impl QueueOps {
                     Woken::BlockerGone { revision }
                         if line.blocker_first
                             && stream == self.watcher.generation()
-                            && own.still_there(line.at) =>
+                            && own.still_there(line.at, &self.watcher) =>
                     {
                         // Nothing was ahead of the blocker, nothing can be
                         // put ahead of us, our key is there: ours.
@@ -335,7 +335,8 @@ impl QueueOps {
                         });
                     }
                     Woken::BlockerGone { revision } | Woken::NextGone { revision } => revision,
-                    Woken::Recreated => line.at,
+                    // Wait for the new watch, then read if the store moved.
+                    Woken::Recreated => continue,
                 }
             };
             let sent = Sent::now();
@@ -579,11 +580,15 @@ impl Watched {
     /// events arrive in revision order with those of the other watches of a
     /// waiter while the stream they were created on lives, so a deletion of
     /// our key before the blocker's is here by the time the blocker's is.
-    fn still_there(&mut self, after: i64) -> bool {
+    /// A lost watch is made anew (and the answer is no: read).
+    fn still_there(&mut self, after: i64, watcher: &Watcher) -> bool {
         while let Some(event) = self.watch.try_next() {
             match event {
                 WatchEvent::Deleted { revision, .. } if revision > after => return false,
-                WatchEvent::Lost { .. } => return false,
+                WatchEvent::Lost { .. } => {
+                    self.renew(watcher);
+                    return false;
+                }
                 _ => {}
             }
         }
