@@ -22,7 +22,7 @@ use crate::held::{grant, Confirmed};
 use crate::key::OurKey;
 use crate::layout::{lease_hex, Kind, Queue};
 use crate::permit::Turns;
-use crate::queue::{Placed, Position, QueueOps, Turn};
+use crate::queue::{in_line, Placed, Position, QueueOps, Turn};
 use crate::session::Session;
 use crate::watcher::Watcher;
 
@@ -50,7 +50,10 @@ pub struct EtcdLock {
 struct Inner {
     client: Arc<EtcdClient>,
     ops: QueueOps,
-    session: tokio::sync::Mutex<Option<Arc<Session>>>,
+    /// The current session; read without waiting on every acquisition.
+    current: std::sync::Mutex<Option<Arc<Session>>>,
+    /// Held while a new session lease is granted (one at a time).
+    renewing: tokio::sync::Mutex<()>,
     turns: Arc<Turns>,
     /// Makes the keys of read-write locks and permits unique per acquisition.
     seq: AtomicU64,
@@ -74,6 +77,7 @@ impl EtcdLock {
     pub async fn connect(config: EtcdConfig) -> Result<Self> {
         config.validate()?;
         let limit = config.connect_timeout;
+        let connect_deadline = Instant::now() + limit;
         let client = Arc::new(EtcdClient::new(config)?);
         let session = match tokio::time::timeout(limit, Session::grant(client.clone())).await {
             Ok(Ok(s)) => s,
@@ -85,6 +89,13 @@ impl EtcdLock {
                 )))
             }
         };
+        // What is left of the connect timeout, for finding the leader.
+        let left = connect_deadline.saturating_duration_since(Instant::now());
+        if !left.is_zero() {
+            client
+                .prefer_leader(left.min(client.request_timeout()))
+                .await;
+        }
         let watcher = Watcher::start(client.clone());
         Ok(Self {
             inner: Arc::new(Inner {
@@ -93,7 +104,8 @@ impl EtcdLock {
                     watcher,
                 },
                 client,
-                session: tokio::sync::Mutex::new(Some(session)),
+                current: std::sync::Mutex::new(Some(session)),
+                renewing: tokio::sync::Mutex::new(()),
                 turns: Arc::new(Turns::default()),
                 seq: AtomicU64::new(0),
             }),
@@ -117,20 +129,32 @@ impl EtcdLock {
     /// one). The granted TTL can be above [`EtcdConfig::lease_ttl`] when the
     /// server raises it to its minimum.
     pub async fn session_lease(&self) -> Option<(i64, Duration)> {
-        let slot = self.inner.session.lock().await;
-        slot.as_ref()
-            .filter(|s| !s.is_ended())
-            .map(|s| (s.id(), s.granted_ttl()))
+        self.live_session().map(|s| (s.id(), s.granted_ttl()))
     }
 
-    /// The live session, granting a new lease if the last one ended.
+    /// The current session if it has not ended.
+    fn live_session(&self) -> Option<Arc<Session>> {
+        self.inner
+            .current
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .filter(|s| !s.is_ended())
+            .cloned()
+    }
+
+    /// The live session, granting a new lease if the last one ended. The
+    /// usual case takes no lock an acquisition could wait on.
     async fn session(&self) -> Result<Arc<Session>> {
-        let mut slot = self.inner.session.lock().await;
-        if let Some(s) = slot.as_ref().filter(|s| !s.is_ended()) {
-            return Ok(s.clone());
+        if let Some(s) = self.live_session() {
+            return Ok(s);
+        }
+        let _one_at_a_time = self.inner.renewing.lock().await;
+        if let Some(s) = self.live_session() {
+            return Ok(s);
         }
         let s = Session::grant(self.inner.client.clone()).await?;
-        *slot = Some(s.clone());
+        *self.inner.current.lock().unwrap_or_else(|p| p.into_inner()) = Some(s.clone());
         Ok(s)
     }
 
@@ -191,26 +215,28 @@ impl EtcdLock {
                 Placed::At { rev, position } => (rev, position),
             };
             ours.rev = Some(rev);
-            let (at, sent) = match position {
-                Position::Held { at } => (at, sent),
+            let (at, sent, own) = match position {
+                Position::Held { at } => (at, sent, None),
                 Position::Gone => {
                     turn = ours.nothing_written();
                     continue;
                 }
-                Position::Blocked { blocker } => {
+                Position::Blocked(line) => {
                     contended = true;
                     let Some(deadline) = deadline else {
                         ours.remove().await?;
                         return Ok(None);
                     };
-                    match inner
-                        .ops
-                        .wait_turn(
-                            &session, &queue, &ours.key, rev, req.mode, blocker, deadline,
-                        )
-                        .await?
-                    {
-                        Turn::Mine { at, sent } => (at, sent),
+                    let (ops, key) = (&inner.ops, &ours.key);
+                    let turn_came = if in_line(req.mode) {
+                        ops.wait_in_line(&session, &queue, key, rev, req.mode, line, deadline)
+                            .await?
+                    } else {
+                        ops.wait_turn(&session, &queue, key, rev, req.mode, line.blocker, deadline)
+                            .await?
+                    };
+                    match turn_came {
+                        Turn::Mine { at, sent, own } => (at, sent, own),
                         Turn::Deadline => return Ok(None),
                         Turn::Requeue(why) => {
                             tracing::debug!(name = %req.name, why, "distlock etcd: contender key gone while waiting; queueing again");
@@ -232,6 +258,7 @@ impl EtcdLock {
             return grant(
                 ours,
                 &inner.ops.watcher,
+                own,
                 req.mode,
                 confirmed,
                 req.ttl,

@@ -264,6 +264,35 @@ impl EtcdClient {
         Ok(client.clone())
     }
 
+    /// Pins the member that leads, if one of the endpoints says it does
+    /// within `limit` (one status request per endpoint, in parallel; no
+    /// answer leaves the pin where it is). Every write and every
+    /// linearizable read goes through the leader anyway: a client on a
+    /// follower pays a forwarding hop per request and gets watch events
+    /// only once the follower has applied them. A later leader change only
+    /// makes this a preference that has gone stale; failures move the pin
+    /// on as before.
+    pub(crate) async fn prefer_leader(&self, limit: Duration) {
+        let asks = (0..self.endpoints.len()).map(|idx| async move {
+            let ask = async {
+                let mut c = self.client(idx).await.ok()?;
+                lock_core::metrics::count_request("etcd", "request");
+                let status = c.status().await.ok()?;
+                let me = status.header()?.member_id();
+                (me != 0 && status.leader() == me).then_some(idx)
+            };
+            tokio::time::timeout(limit, ask).await.ok().flatten()
+        });
+        if let Some(idx) = futures::future::join_all(asks)
+            .await
+            .into_iter()
+            .flatten()
+            .next()
+        {
+            self.pinned.store(idx, Ordering::SeqCst);
+        }
+    }
+
     /// Runs `op`, bounded by ONE request timeout in all: on the pinned
     /// endpoint, and after an `Unavailable`-kind failure or silence on the
     /// next ones while time is left. Each endpoint gets an equal share of

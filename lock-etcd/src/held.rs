@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::key::OurKey;
 use crate::layout::{READ, WRITE};
 use crate::queue::{header_revision, txn_call};
-use crate::watcher::{WatchEvent, Watcher};
+use crate::watcher::{WatchEvent, WatchHandle, Watcher};
 use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 use futures::stream::{self, BoxStream};
@@ -27,6 +27,8 @@ pub(crate) struct EtcdLease {
     watcher: Watcher,
     /// Our key was deleted (watched), so the lock is not ours any more.
     lost: Arc<AtomicBool>,
+    /// The watch on our key (in the guard's events).
+    key_watch: i64,
 }
 
 /// How a grant was confirmed: the fencing token, the revision at which
@@ -37,10 +39,14 @@ pub(crate) struct Confirmed {
     pub(crate) sent: Sent,
 }
 
-/// Builds the lease of `ours` in `mode`, confirmed as `confirmed`.
+/// Builds the lease of `ours` in `mode`, confirmed as `confirmed`. `own`:
+/// a watch on our key that has covered it since before `confirmed.at`, if
+/// the wait had one (else one is made, from the revision after).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn grant(
     ours: OurKey,
     watcher: &Watcher,
+    own: Option<WatchHandle>,
     mode: LockMode,
     confirmed: Confirmed,
     ttl: Duration,
@@ -71,7 +77,11 @@ pub(crate) fn grant(
         .register()
         .map_err(|cause| LockError::new(LockErrorKind::Lost, format!("etcd: {cause}")))?;
     let lost = Arc::new(AtomicBool::new(false));
-    let key_events = key_events(watcher, ours.key.clone(), confirmed_at + 1, lost.clone());
+    let watch = own.unwrap_or_else(|| {
+        watcher.watch(ours.key.as_bytes(), false, false, Some(confirmed_at + 1))
+    });
+    let key_watch = watch.id();
+    let key_events = key_events(watch, ours.key.clone(), rev, lost.clone());
     let events: BoxStream<'static, LeaseEvent> =
         Box::pin(stream::select(session_events, key_events));
     let key = ours.key.clone();
@@ -81,6 +91,7 @@ pub(crate) fn grant(
         mode,
         watcher: watcher.clone(),
         lost,
+        key_watch,
     };
     Ok(Lease::new(Box::new(handle), sent.validity(ttl))
         .with_session_until(session_until)
@@ -90,14 +101,14 @@ pub(crate) fn grant(
         .with_events(events))
 }
 
-/// `Lost(NotOwner)` when our key is deleted, watched from revision `from`.
+/// `Lost(NotOwner)` when our key, created at `rev`, is deleted (a deletion
+/// at or before `rev` was of an older key of the same name).
 fn key_events(
-    watcher: &Watcher,
+    watch: WatchHandle,
     key: String,
-    from: i64,
+    rev: i64,
     lost: Arc<AtomicBool>,
 ) -> BoxStream<'static, LeaseEvent> {
-    let watch = watcher.watch(key.as_bytes(), false, false, Some(from));
     Box::pin(stream::unfold(Some(watch), move |watch| {
         let lost = lost.clone();
         let key = key.clone();
@@ -105,7 +116,7 @@ fn key_events(
             let mut watch = watch?;
             loop {
                 match watch.next().await {
-                    Some(WatchEvent::Deleted { .. }) => {
+                    Some(WatchEvent::Deleted { revision, .. }) if revision > rev => {
                         tracing::debug!(%key, "distlock etcd: our key was deleted; lock lost");
                         lost.store(true, Ordering::SeqCst);
                         return Some((LeaseEvent::Lost(LossCause::NotOwner), None));
@@ -165,9 +176,13 @@ impl LeaseHandle for EtcdLease {
     }
 
     /// Compare-and-delete of our key on its create revision: never a newer
-    /// key of this client on the same name, never anyone else's.
+    /// key of this client on the same name, never anyone else's. The watch
+    /// on the key ends first: its deletion is ours, not news.
     async fn release(&self) -> Result<bool> {
         let ours = self.ours.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if ours.is_some() {
+            self.watcher.cancel(self.key_watch);
+        }
         match ours {
             Some(ours) => ours.remove().await.map(|(was_ours, _turn)| was_ours),
             None => Ok(false),
@@ -215,6 +230,7 @@ impl LeaseHandle for EtcdLease {
         grant(
             ours,
             &self.watcher,
+            None,
             LockMode::Read,
             Confirmed {
                 token: at,

@@ -3,10 +3,27 @@
 //!
 //! Waiting never starts a watch in the past (a watch whose start revision is
 //! already behind the store is caught up by etcd's unsynced-watcher loop,
-//! which runs every 100 ms): the watch on the blocker is created at the
-//! current revision, and only then is the blocker read again. A deletion
-//! after the watch's revision arrives on the watch; one before it is seen by
-//! the read.
+//! which runs every 100 ms): a watch is created at the current revision, and
+//! the queue is read again only if the store moved on between the last read
+//! and the watch's creation. A deletion after the watch's revision arrives
+//! on the watch; one before it is seen by the read.
+//!
+//! Where every contender ahead blocks (a mutex, a writer), the wait is a line
+//! ([`QueueOps::wait_in_line`]): we watch our own key, the contender just
+//! ahead (the blocker) and the one ahead of it. That nothing is ahead of the
+//! blocker is a fact that stays true (a key created later is behind us), so
+//! once a read has shown it, the blocker's deletion alone tells us that the
+//! lock is ours: the hand-off costs the releaser's delete and no read. The
+//! read that learns it happens when the key ahead of the blocker goes, while
+//! the blocker holds the lock, off the hand-off's path.
+//!
+//! Reads while waiting are served by the member we talk to (serializable),
+//! and used only if that member's revision is at least the revision the
+//! facts must cover (the watches' creation, the event that triggered the
+//! read); else they are read again through the leader. Everything they can
+//! tell (nothing ahead of a key, our key still there since a watch on it was
+//! created) stays true or is watched, so an older consistent revision is as
+//! good as the newest one.
 
 use std::sync::Arc;
 
@@ -21,7 +38,7 @@ use tokio::time::Instant;
 use crate::client::EtcdClient;
 use crate::layout::{blocker, value_of, Contender, Kind, Queue, WRITE};
 use crate::session::Session;
-use crate::watcher::{WatchEvent, Watcher};
+use crate::watcher::{WatchEvent, WatchHandle, Watcher};
 
 /// How many keys ahead one read looks at before it pages further.
 const PAGE: i64 = 64;
@@ -31,10 +48,25 @@ const PAGE: i64 = 64;
 pub(crate) enum Position {
     /// Nothing ahead blocks it, as of revision `at`.
     Held { at: i64 },
-    /// `blocker` is ahead and blocks it.
-    Blocked { blocker: Contender },
+    /// Something ahead blocks it, as of revision `line.at`.
+    Blocked(Line),
     /// Our key is not there (deleted, or gone with an expired lease).
     Gone,
+}
+
+/// What blocks our key, as one read saw it.
+#[derive(Clone, Debug)]
+pub(crate) struct Line {
+    /// The contender to watch: its deletion (a reader: also its downgrade)
+    /// is what we wait for.
+    pub(crate) blocker: Contender,
+    /// In a line (mutex, writer): the contender just ahead of `blocker`, if
+    /// the read saw one.
+    pub(crate) next: Option<Contender>,
+    /// In a line: nothing is ahead of `blocker` (it holds the lock).
+    pub(crate) blocker_first: bool,
+    /// The revision of the read.
+    pub(crate) at: i64,
 }
 
 /// What putting our key found.
@@ -49,8 +81,14 @@ pub(crate) enum Placed {
 
 /// How a wait for our turn ended.
 pub(crate) enum Turn {
-    /// Nothing blocks us any more, as of revision `at`, by a read sent at `sent`.
-    Mine { at: i64, sent: Sent },
+    /// Nothing blocks us any more, as of revision `at`, learnt by a request
+    /// sent (or an event received) at `sent`; `own` is a watch on our key
+    /// that has covered it since before `at`, if the wait had one.
+    Mine {
+        at: i64,
+        sent: Sent,
+        own: Option<WatchHandle>,
+    },
     /// The deadline passed first.
     Deadline,
     /// Our key is gone (session expired, or deleted by someone): queue again.
@@ -117,36 +155,55 @@ impl QueueOps {
         Ok(Placed::At { rev, position })
     }
 
-    /// Reads, in one linearizable transaction, whether our key (created at
-    /// `rev`) still exists and what is ahead of it.
+    /// Reads whether our key (created at `rev`) still exists and what is
+    /// ahead of it, in one range read (our key is the newest key created at
+    /// or before `rev`). With `fresh: Some(r)` the member we talk to answers
+    /// if its revision is at least `r`, else the leader does (see the module
+    /// docs); with `None`, the leader.
     pub(crate) async fn position(
         &self,
         queue: &Queue,
         key: &str,
         rev: i64,
         mode: LockMode,
+        fresh: Option<i64>,
     ) -> Result<Position> {
-        let page = first_page(mode);
-        let txn = Txn::new().and_then([
-            TxnOp::get(key, Some(GetOptions::new().with_keys_only())),
-            TxnOp::get(
-                queue.prefix.as_str(),
-                Some(ahead_query(queue, Some(rev - 1), page)),
-            ),
-        ]);
-        let resp = self.client.call("read the queue", txn_call(&txn)).await?;
-        let at = header_revision(&resp)?;
-        let gets = gets(&resp);
-        let ours = gets
+        let page = first_page(mode).saturating_add(1);
+        let opts = ahead_query(queue, Some(rev), page);
+        let mut answer = None;
+        if let Some(need) = fresh {
+            let resp = self.range(queue, opts.clone().with_serializable()).await?;
+            if resp.header().is_some_and(|h| h.revision() >= need) {
+                answer = Some(resp);
+            }
+        }
+        let mut resp = match answer {
+            Some(r) => r,
+            None => self.range(queue, opts).await?,
+        };
+        let at = resp.header().map(|h| h.revision()).ok_or_else(|| {
+            LockError::new(LockErrorKind::Protocol, "etcd: answer without a header")
+        })?;
+        let kvs = resp.take_kvs();
+        let ours = kvs
             .first()
-            .and_then(|kvs| kvs.first())
-            .is_some_and(|kv| kv.create_revision() == rev);
+            .is_some_and(|kv| kv.key() == key.as_bytes() && kv.create_revision() == rev);
         if !ours {
             return Ok(Position::Gone);
         }
-        let kvs = gets.get(1).cloned().unwrap_or_default();
         let full = i64::try_from(kvs.len()).unwrap_or(i64::MAX) >= page;
-        self.decide(queue, mode, at, rev, &kvs, full).await
+        self.decide(queue, mode, at, rev, &kvs[1..], full).await
+    }
+
+    /// One range read under the queue's prefix.
+    async fn range(&self, queue: &Queue, opts: GetOptions) -> Result<etcd_client::GetResponse> {
+        let prefix = queue.prefix.clone();
+        self.client
+            .call("read the queue", |mut c| {
+                let (prefix, opts) = (prefix.clone(), opts.clone());
+                async move { c.get(prefix, Some(opts)).await }
+            })
+            .await
     }
 
     /// Decides from the keys ahead (nearest first, `full` if the read may
@@ -175,24 +232,188 @@ impl QueueOps {
                 }
             }
             if let Some(b) = blocker(mode, &ahead) {
-                return Ok(Position::Blocked { blocker: b.clone() });
-            }
-            if !full {
+                if !in_line(mode) {
+                    return Ok(Position::Blocked(Line {
+                        blocker: b.clone(),
+                        next: None,
+                        blocker_first: false,
+                        at,
+                    }));
+                }
+                // A line: also what is ahead of the blocker, if that is known.
+                if ahead.len() >= 2 || !full {
+                    return Ok(Position::Blocked(Line {
+                        blocker: ahead[0].clone(),
+                        next: ahead.get(1).cloned(),
+                        blocker_first: ahead.len() == 1,
+                        at,
+                    }));
+                }
+            } else if !full {
                 return Ok(Position::Held { at });
             }
             // Undecided and there may be more: the next page, as of the
             // same revision.
             let opts = ahead_query(queue, Some(lowest - 1), PAGE).with_revision(at);
-            let prefix = queue.prefix.clone();
-            let resp = self
-                .client
-                .call("read the queue", |mut c| {
-                    let (prefix, opts) = (prefix.clone(), opts.clone());
-                    async move { c.get(prefix, Some(opts)).await }
-                })
-                .await?;
-            page = resp.kvs().to_vec();
+            let mut resp = self.range(queue, opts).await?;
+            page = resp.take_kvs();
             full = i64::try_from(page.len()).unwrap_or(i64::MAX) >= PAGE;
+        }
+    }
+
+    /// Waits in a line (mutex, writer: every contender ahead blocks) until
+    /// nothing is ahead of our key (created at `rev`), or `deadline`. `line`
+    /// is what the last read saw. See the module docs: a hand-off to us is
+    /// the blocker's deletion, seen on its watch, with no request of ours
+    /// once a read has shown that nothing is ahead of the blocker.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn wait_in_line(
+        &self,
+        session: &Session,
+        queue: &Queue,
+        key: &str,
+        rev: i64,
+        mode: LockMode,
+        mut line: Line,
+        deadline: Instant,
+    ) -> Result<Turn> {
+        debug_assert!(in_line(mode));
+        // Watches resumed on a new stream after this may deliver events out
+        // of order across watches: then a read decides, never the order.
+        let stream = self.watcher.generation();
+        let mut own = Watched::new(&self.watcher, key.as_bytes());
+        let mut blocker = Watched::new(&self.watcher, &line.blocker.key);
+        let mut next: Option<Watched> = None;
+        loop {
+            if session.is_ended() {
+                return Ok(Turn::Requeue("the session lease expired"));
+            }
+            // Watch what the last read saw.
+            if blocker.key != line.blocker.key {
+                blocker = Watched::new(&self.watcher, &line.blocker.key);
+            }
+            next = match (line.next.take(), next.take()) {
+                (Some(c), Some(w)) if w.key == c.key => Some(w),
+                (Some(c), _) => Some(Watched::new(&self.watcher, &c.key)),
+                (None, _) => None,
+            };
+            // Each watch covers everything after its creation; the read must
+            // be at least that recent.
+            let limit = deadline.min(Instant::now() + self.client.request_timeout());
+            let mut need = line.at;
+            for w in [Some(&mut own), Some(&mut blocker), next.as_mut()]
+                .into_iter()
+                .flatten()
+            {
+                match w.created(limit).await {
+                    Ok(c) => need = need.max(c),
+                    Err(_) if Instant::now() >= deadline => return Ok(Turn::Deadline),
+                    Err(e) => return Err(e),
+                }
+            }
+            let trigger = if need > line.at {
+                // The store moved on between the read and the watches.
+                need
+            } else {
+                match self
+                    .sleep(&mut own, &mut blocker, next.as_mut(), &line, deadline)
+                    .await?
+                {
+                    Woken::Deadline => return Ok(Turn::Deadline),
+                    Woken::OursGone => return Ok(Turn::Requeue("our contender key disappeared")),
+                    Woken::BlockerGone { revision }
+                        if line.blocker_first
+                            && stream == self.watcher.generation()
+                            && own.still_there(line.at, &self.watcher) =>
+                    {
+                        // Nothing was ahead of the blocker, nothing can be
+                        // put ahead of us, our key is there: ours.
+                        return Ok(Turn::Mine {
+                            at: revision,
+                            sent: Sent::now(),
+                            own: Some(own.watch),
+                        });
+                    }
+                    Woken::BlockerGone { revision } | Woken::NextGone { revision } => revision,
+                    // Wait for the new watch, then read if the store moved.
+                    Woken::Recreated => continue,
+                }
+            };
+            let sent = Sent::now();
+            let position = match self
+                .bounded(
+                    deadline,
+                    self.position(queue, key, rev, mode, Some(trigger)),
+                )
+                .await?
+            {
+                Some(p) => p,
+                None => return Ok(Turn::Deadline),
+            };
+            match position {
+                Position::Gone => return Ok(Turn::Requeue("our contender key disappeared")),
+                Position::Held { at } => {
+                    return Ok(Turn::Mine {
+                        at,
+                        sent,
+                        own: Some(own.watch),
+                    })
+                }
+                Position::Blocked(l) => line = l,
+            }
+        }
+    }
+
+    /// Sleeps until one of the watched keys is deleted after the read at
+    /// `line.at` (or a watch had to be re-created, or the deadline).
+    async fn sleep(
+        &self,
+        own: &mut Watched,
+        blocker: &mut Watched,
+        mut next: Option<&mut Watched>,
+        line: &Line,
+        deadline: Instant,
+    ) -> Result<Woken> {
+        loop {
+            let next_event = async {
+                match next.as_mut() {
+                    Some(w) => w.watch.next().await,
+                    None => std::future::pending().await,
+                }
+            };
+            let (which, event) = tokio::select! {
+                biased;
+                e = own.watch.next() => (0, e),
+                e = blocker.watch.next() => (1, e),
+                e = next_event => (2, e),
+                _ = tokio::time::sleep_until(deadline) => return Ok(Woken::Deadline),
+            };
+            match event {
+                None => return Err(LockError::unavailable("etcd: the client is gone")),
+                Some(WatchEvent::Lost { reason }) => {
+                    // Events may have been missed: watch again, read again.
+                    tracing::debug!(%reason, "distlock etcd: a watch of a waiter was lost; watching again");
+                    match which {
+                        0 => own.renew(&self.watcher),
+                        1 => blocker.renew(&self.watcher),
+                        _ => {
+                            if let Some(w) = next.as_mut() {
+                                w.renew(&self.watcher)
+                            }
+                        }
+                    }
+                    return Ok(Woken::Recreated);
+                }
+                Some(WatchEvent::Deleted { revision, .. }) if revision > line.at => {
+                    return Ok(match which {
+                        0 => Woken::OursGone,
+                        1 => Woken::BlockerGone { revision },
+                        _ => Woken::NextGone { revision },
+                    })
+                }
+                // Older news (the read already saw it), creations, puts.
+                Some(_) => {}
+            }
         }
     }
 
@@ -209,6 +430,7 @@ impl QueueOps {
         mut blocked: Contender,
         deadline: Instant,
     ) -> Result<Turn> {
+        debug_assert!(!in_line(mode));
         loop {
             if session.is_ended() {
                 return Ok(Turn::Requeue("the session lease expired"));
@@ -232,7 +454,7 @@ impl QueueOps {
             // creation.
             let sent = Sent::now();
             let position = match self
-                .bounded(deadline, self.position(queue, key, rev, mode))
+                .bounded(deadline, self.position(queue, key, rev, mode, None))
                 .await?
             {
                 Some(p) => p,
@@ -240,15 +462,22 @@ impl QueueOps {
             };
             match position {
                 Position::Gone => return Ok(Turn::Requeue("our contender key disappeared")),
-                Position::Held { at } => return Ok(Turn::Mine { at, sent }),
-                Position::Blocked { blocker }
-                    if !matches!(mode, LockMode::Permit { .. }) && blocker.key != blocked.key =>
+                Position::Held { at } => {
+                    return Ok(Turn::Mine {
+                        at,
+                        sent,
+                        own: None,
+                    })
+                }
+                Position::Blocked(line)
+                    if !matches!(mode, LockMode::Permit { .. })
+                        && line.blocker.key != blocked.key =>
                 {
                     // Something else blocks us now: watch that instead.
-                    blocked = blocker;
+                    blocked = line.blocker;
                     continue;
                 }
-                Position::Blocked { .. } => {}
+                Position::Blocked(_) => {}
             }
             // Sleep until the watched thing changes (or the watch is lost, or
             // the session ends, or the deadline).
@@ -267,7 +496,7 @@ impl QueueOps {
             }
             let sent = Sent::now();
             let position = match self
-                .bounded(deadline, self.position(queue, key, rev, mode))
+                .bounded(deadline, self.position(queue, key, rev, mode, None))
                 .await?
             {
                 Some(p) => p,
@@ -275,8 +504,14 @@ impl QueueOps {
             };
             match position {
                 Position::Gone => return Ok(Turn::Requeue("our contender key disappeared")),
-                Position::Held { at } => return Ok(Turn::Mine { at, sent }),
-                Position::Blocked { blocker } => blocked = blocker,
+                Position::Held { at } => {
+                    return Ok(Turn::Mine {
+                        at,
+                        sent,
+                        own: None,
+                    })
+                }
+                Position::Blocked(line) => blocked = line.blocker,
             }
         }
     }
@@ -295,13 +530,86 @@ impl QueueOps {
     }
 }
 
+/// Why a waiter in a line woke up.
+enum Woken {
+    Deadline,
+    OursGone,
+    BlockerGone {
+        revision: i64,
+    },
+    NextGone {
+        revision: i64,
+    },
+    /// A watch was lost and made anew: read again.
+    Recreated,
+}
+
+/// A watch on one key's deletions, and the revision it was created at.
+struct Watched {
+    key: Vec<u8>,
+    watch: WatchHandle,
+    created: Option<i64>,
+}
+
+impl Watched {
+    fn new(watcher: &Watcher, key: &[u8]) -> Self {
+        Self {
+            key: key.to_vec(),
+            watch: watcher.watch(key, false, false, None),
+            created: None,
+        }
+    }
+
+    /// A new watch on the same key, replacing a lost one.
+    fn renew(&mut self, watcher: &Watcher) {
+        *self = Self::new(watcher, &self.key);
+    }
+
+    /// The revision it was created at, waiting for it until `limit`.
+    async fn created(&mut self, limit: Instant) -> Result<i64> {
+        if let Some(c) = self.created {
+            return Ok(c);
+        }
+        let c = self.watch.created(limit).await?;
+        self.created = Some(c);
+        Ok(c)
+    }
+
+    /// Whether no deletion of the key after revision `after` has arrived
+    /// yet (the events already routed to this watch; never waits). Its
+    /// events arrive in revision order with those of the other watches of a
+    /// waiter while the stream they were created on lives, so a deletion of
+    /// our key before the blocker's is here by the time the blocker's is.
+    /// A lost watch is made anew (and the answer is no: read).
+    fn still_there(&mut self, after: i64, watcher: &Watcher) -> bool {
+        while let Some(event) = self.watch.try_next() {
+            match event {
+                WatchEvent::Deleted { revision, .. } if revision > after => return false,
+                WatchEvent::Lost { .. } => {
+                    self.renew(watcher);
+                    return false;
+                }
+                _ => {}
+            }
+        }
+        true
+    }
+}
+
 /// The keys to read first for `mode`: enough to decide in the usual case.
 fn first_page(mode: LockMode) -> i64 {
     match mode {
         LockMode::Permit { permits } => i64::from(permits).saturating_add(1).min(PAGE),
         LockMode::Read => 16,
-        _ => 1,
+        // The contender ahead and the one ahead of it.
+        _ => 2,
     }
+}
+
+/// Whether every contender ahead blocks `mode` (a mutex, a writer): the
+/// modes that wait in a line.
+pub(crate) fn in_line(mode: LockMode) -> bool {
+    !matches!(mode, LockMode::Read | LockMode::Permit { .. })
 }
 
 /// Keys under the queue's prefix, newest first, created at or before

@@ -11,7 +11,8 @@
 //! Only a watch whose history was compacted meanwhile is reported lost, to
 //! its owner alone.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, MutexGuard};
 use std::time::Duration;
 
@@ -44,6 +45,8 @@ pub(crate) enum WatchEvent {
     Deleted {
         /// The key.
         key: Vec<u8>,
+        /// The revision of the deletion.
+        revision: i64,
     },
     /// The watch is gone and events may have been missed (its history was
     /// compacted, or the server refused it): read again.
@@ -67,7 +70,79 @@ struct Registration {
     resume_from: i64,
     /// Whether [`WatchEvent::Created`] was sent.
     announced: bool,
-    tx: mpsc::UnboundedSender<WatchEvent>,
+    mail: Arc<Mailbox>,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        self.mail.close();
+    }
+}
+
+/// The events of one watch on their way to its owner: a queue and a
+/// wake-up, a few dozen bytes while empty. (A tokio channel holds a block
+/// of 32 slots from the start, about 2 KiB here, and a guard keeps its
+/// watch for as long as it lives.)
+#[derive(Default)]
+struct Mailbox {
+    mail: StdMutex<Mail>,
+    ready: tokio::sync::Notify,
+}
+
+#[derive(Default)]
+struct Mail {
+    events: VecDeque<WatchEvent>,
+    /// No more events will come (the watch is gone, or the client).
+    closed: bool,
+}
+
+impl Mailbox {
+    fn mail(&self) -> MutexGuard<'_, Mail> {
+        self.mail.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn post(&self, event: WatchEvent) {
+        {
+            let mut mail = self.mail();
+            if mail.closed {
+                return;
+            }
+            mail.events.push_back(event);
+        }
+        self.ready.notify_one();
+    }
+
+    fn close(&self) {
+        self.mail().closed = true;
+        self.ready.notify_one();
+    }
+
+    /// The next event; `Some(None)` once closed and empty; `None` if empty.
+    fn take(&self) -> Option<Option<WatchEvent>> {
+        let mut mail = self.mail();
+        match mail.events.pop_front() {
+            Some(event) => {
+                if mail.events.is_empty() {
+                    // Give back what a burst of events made it grow to.
+                    mail.events.shrink_to_fit();
+                }
+                Some(Some(event))
+            }
+            None if mail.closed => Some(None),
+            None => None,
+        }
+    }
+
+    async fn recv(&self) -> Option<WatchEvent> {
+        loop {
+            // One owner: a wake-up sent before it waits is kept for it.
+            let ready = self.ready.notified();
+            if let Some(next) = self.take() {
+                return next;
+            }
+            ready.await;
+        }
+    }
 }
 
 #[derive(Default)]
@@ -84,6 +159,11 @@ enum Cmd {
 struct Inner {
     state: StdMutex<State>,
     cmds: mpsc::UnboundedSender<Cmd>,
+    /// How many times watches were resumed on a new stream. They resume from
+    /// their revision, possibly through etcd's catch-up path, so their events
+    /// no longer arrive in one revision order across watches: a waiter that
+    /// relies on that order checks this first.
+    generation: AtomicU64,
 }
 
 impl Inner {
@@ -105,6 +185,7 @@ impl Watcher {
         let inner = Arc::new(Inner {
             state: StdMutex::new(State::default()),
             cmds,
+            generation: AtomicU64::new(0),
         });
         tokio::spawn(run(Arc::downgrade(&inner), client, rx));
         Self { inner }
@@ -122,7 +203,7 @@ impl Watcher {
         with_puts: bool,
         from: Option<i64>,
     ) -> WatchHandle {
-        let (tx, rx) = mpsc::unbounded_channel();
+        let mail = Arc::new(Mailbox::default());
         let id = {
             let mut st = self.inner.state();
             st.next_id += 1;
@@ -137,7 +218,7 @@ impl Watcher {
                     },
                     resume_from: from.unwrap_or(0),
                     announced: false,
-                    tx,
+                    mail: mail.clone(),
                 },
             );
             id
@@ -145,30 +226,58 @@ impl Watcher {
         let _ = self.inner.cmds.send(Cmd::Create(id));
         WatchHandle {
             id,
-            rx,
+            mail,
             watcher: self.clone(),
         }
+    }
+}
+
+impl Watcher {
+    /// Ends watch `id` now (its owner's next event is `None`), as dropping
+    /// its handle would: for an owner about to delete the watched key
+    /// itself, so that the server does not send that deletion back.
+    pub(crate) fn cancel(&self, id: i64) {
+        if self.inner.state().watches.remove(&id).is_some() {
+            let _ = self.inner.cmds.send(Cmd::Cancel(id));
+        }
+    }
+
+    /// How many times watches were resumed on a new stream so far (their
+    /// events may arrive out of revision order across watches, for a while).
+    pub(crate) fn generation(&self) -> u64 {
+        self.inner.generation.load(Ordering::SeqCst)
     }
 }
 
 /// One watch; dropping it cancels it.
 pub(crate) struct WatchHandle {
     id: i64,
-    rx: mpsc::UnboundedReceiver<WatchEvent>,
+    mail: Arc<Mailbox>,
     watcher: Watcher,
 }
 
 impl WatchHandle {
+    /// The watch's id in its [`Watcher`].
+    pub(crate) fn id(&self) -> i64 {
+        self.id
+    }
+
     /// The next event; `None` if the client is gone.
     pub(crate) async fn next(&mut self) -> Option<WatchEvent> {
-        self.rx.recv().await
+        self.mail.recv().await
+    }
+
+    /// The next event if one is already here (never waits); `None` also if
+    /// the client is gone.
+    pub(crate) fn try_next(&mut self) -> Option<WatchEvent> {
+        self.mail.take().flatten()
     }
 
     /// Waits for the watch's creation until `deadline`: the revision it
     /// starts after. An `Unavailable` error if it is not created in time.
     pub(crate) async fn created(&mut self, deadline: Instant) -> Result<i64> {
         loop {
-            match tokio::time::timeout_at(deadline, self.rx.recv()).await {
+            match tokio::time::timeout_at(deadline, self.mail.recv()).await {
                 Ok(Some(WatchEvent::Created { revision })) => return Ok(revision),
                 Ok(Some(WatchEvent::Lost { reason })) => {
                     return Err(LockError::unavailable(format!(
@@ -189,8 +298,7 @@ impl WatchHandle {
 
 impl Drop for WatchHandle {
     fn drop(&mut self) {
-        self.watcher.inner.state().watches.remove(&self.id);
-        let _ = self.watcher.inner.cmds.send(Cmd::Cancel(self.id));
+        self.watcher.cancel(self.id);
     }
 }
 
@@ -243,6 +351,9 @@ async fn run(
             };
             match open(&client, key, opts).await {
                 Ok(mut c) => {
+                    if me.state().watches.values().any(|reg| reg.announced) {
+                        me.generation.fetch_add(1, Ordering::SeqCst);
+                    }
                     // Every other watch, from where it was.
                     let rest: Vec<(Vec<u8>, WatchOptions)> = {
                         let st = me.state();
@@ -372,7 +483,7 @@ fn route(inner: &Inner, resp: WatchResponse) {
         } else {
             format!("the server cancelled it: {}", resp.cancel_reason())
         };
-        let _ = reg.tx.send(WatchEvent::Lost { reason });
+        reg.mail.post(WatchEvent::Lost { reason });
         st.watches.remove(&id);
         return;
     }
@@ -382,7 +493,7 @@ fn route(inner: &Inner, resp: WatchResponse) {
         }
         if !reg.announced {
             reg.announced = true;
-            let _ = reg.tx.send(WatchEvent::Created {
+            reg.mail.post(WatchEvent::Created {
                 revision: header_rev,
             });
         }
@@ -393,13 +504,14 @@ fn route(inner: &Inner, resp: WatchResponse) {
         let event = match ev.event_type() {
             EventType::Delete => WatchEvent::Deleted {
                 key: kv.key().to_vec(),
+                revision: kv.mod_revision(),
             },
             EventType::Put => WatchEvent::Put {
                 key: kv.key().to_vec(),
                 value: kv.value().to_vec(),
             },
         };
-        let _ = reg.tx.send(event);
+        reg.mail.post(event);
     }
     if !resp.created() && resp.events().is_empty() && header_rev > 0 {
         // A progress notification: everything up to the header was sent.

@@ -176,8 +176,9 @@ async fn paused_member_does_not_stop_locking() {
         .expect("acquire before the pause");
     let (states, watcher) = never_lost(&held);
 
-    // Every client is pinned to endpoint 0 first.
-    tokio::task::block_in_place(|| cluster.pause(0)).expect("pause member 0");
+    // Every client is pinned to the leader first (it asks at connect).
+    let pinned = tokio::task::block_in_place(|| cluster.leader()).expect("leader");
+    tokio::task::block_in_place(|| cluster.pause(pinned)).expect("pause the pinned member");
     let t = Instant::now();
     let n = name("pause");
     let mut last = None;
@@ -189,7 +190,7 @@ async fn paused_member_does_not_stop_locking() {
             .await
             .unwrap_or_else(|e| panic!("acquire {i} with a member paused: {e}"));
         println!(
-            "acquire {i} with member 0 paused took {:?}",
+            "acquire {i} with member {pinned} paused took {:?}",
             started.elapsed()
         );
         assert!(g.fencing_token() > last);
@@ -207,7 +208,7 @@ async fn paused_member_does_not_stop_locking() {
         .expect("try")
         .is_none());
     println!("six cycles with a paused member took {:?}", t.elapsed());
-    tokio::task::block_in_place(|| cluster.resume(0)).expect("resume");
+    tokio::task::block_in_place(|| cluster.resume(pinned)).expect("resume");
     assert!(held.release().await.expect("release the held guard"));
     watcher.abort();
     let history = states.lock().unwrap().clone();
@@ -815,11 +816,13 @@ async fn a_cut_off_member_costs_no_request_per_guard() {
             .sum()
     };
     let before = tokio::task::block_in_place(|| reads(&eps));
-    // The member the client talks to first goes away for the client.
-    proxies[0].cut();
+    // The member the client talks to first (the leader: it asks at
+    // connect) goes away for the client.
+    let pinned = tokio::task::block_in_place(|| cluster.leader()).expect("leader");
+    proxies[pinned].cut();
     sleep(Duration::from_secs(3)).await;
     let after = tokio::task::block_in_place(|| reads(&eps));
-    proxies[0].heal();
+    proxies[pinned].heal();
     assert!(
         after - before < 20,
         "{} reads after one member was cut off with {GUARDS} guards held",
