@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use futures::stream::BoxStream;
 use futures::StreamExt;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 use tracing::Instrument;
 
@@ -16,6 +16,7 @@ use crate::backend::{validity, Lease, LeaseEvent, LeaseHandle, LockMode, Renewal
 use crate::clock::{self, SuspendMark};
 use crate::error::{LockError, LockErrorKind, Result};
 use crate::fencing::FencingToken;
+use crate::mailbox::Mailbox;
 use crate::metrics as m;
 use crate::name::LockName;
 use crate::options::{check_ttl, KeepAlive};
@@ -244,7 +245,24 @@ enum Command {
 #[must_use = "a guard dropped at once releases its lock at once"]
 pub struct LockGuard {
     view: GuardView,
-    commands: mpsc::Sender<Command>,
+    commands: Commands,
+}
+
+/// The guard's side of its keeper's command queue: dropping it (the guard
+/// dropped) closes the queue, which makes the keeper release and exit.
+struct Commands(Arc<Mailbox<Command>>);
+
+impl Commands {
+    /// Hands `cmd` to the keeper; gives it back if the keeper is gone.
+    fn send(&self, cmd: Command) -> std::result::Result<(), Command> {
+        self.0.post(cmd)
+    }
+}
+
+impl Drop for Commands {
+    fn drop(&mut self) {
+        self.0.close();
+    }
 }
 
 impl LockGuard {
@@ -257,7 +275,7 @@ impl LockGuard {
             valid_until: session_until.map_or(own_until, |s| s.min(own_until)),
         });
         let mark = Arc::new(AtomicU64::new(grant.mark.as_nanos()));
-        let (cmd_tx, cmd_rx) = mpsc::channel(4);
+        let commands = Arc::new(Mailbox::new());
         let token = lease.token.map(|t| t.get());
         let span = tracing::info_span!(
             "distlock.guard",
@@ -271,7 +289,7 @@ impl LockGuard {
         let keeper = Keeper {
             handle: lease.handle,
             events: lease.events,
-            commands: cmd_rx,
+            commands: commands.clone(),
             state: state_tx,
             mark: mark.clone(),
             resumes: clock::resumes(),
@@ -298,7 +316,7 @@ impl LockGuard {
                 mark,
                 span,
             },
-            commands: cmd_tx,
+            commands: Commands(commands),
         }
     }
 
@@ -365,7 +383,6 @@ impl LockGuard {
         let (tx, rx) = oneshot::channel();
         self.commands
             .send(Command::Extend(ttl, tx))
-            .await
             .map_err(|_| self.keeper_gone())?;
         rx.await.map_err(|_| self.keeper_gone())?
     }
@@ -374,7 +391,7 @@ impl LockGuard {
     /// had already been lost (so a later holder's lock was left alone).
     pub async fn release(self) -> Result<bool> {
         let (tx, rx) = oneshot::channel();
-        if self.commands.send(Command::Release(tx)).await.is_err() {
+        if self.commands.send(Command::Release(tx)).is_err() {
             return Ok(false);
         }
         rx.await.unwrap_or(Ok(false))
@@ -386,7 +403,6 @@ impl LockGuard {
         let (tx, rx) = oneshot::channel();
         self.commands
             .send(Command::Downgrade(tx))
-            .await
             .map_err(|_| self.keeper_gone())?;
         rx.await.map_err(|_| self.keeper_gone())?
     }
@@ -444,7 +460,8 @@ enum Gauged {
 struct Keeper {
     handle: Box<dyn LeaseHandle>,
     events: Option<BoxStream<'static, LeaseEvent>>,
-    commands: mpsc::Receiver<Command>,
+    /// Closed by the guard when it is dropped, by this task when it ends.
+    commands: Arc<Mailbox<Command>>,
     state: watch::Sender<GuardState>,
     /// See [`GuardView::mark`]: the keeper stores the mark of every validity
     /// it publishes (after publishing it, so a racing reader errs early).
@@ -855,6 +872,8 @@ impl Keeper {
 
 impl Drop for Keeper {
     fn drop(&mut self) {
+        // Commands sent too late get their reply channel closed.
+        self.commands.close_and_clear();
         // Every exit (release, loss, downgrade, a runtime shutting down) ends
         // the guard's place in the gauges.
         self.set_gauged(Gauged::Ended);

@@ -42,6 +42,7 @@ mod error;
 mod fencing;
 mod guard;
 mod lock;
+pub mod mailbox;
 mod memory;
 pub mod metrics;
 mod multi;

@@ -15,12 +15,12 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures::Stream;
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::backend::{validity, LeaseEvent};
 use crate::clock::{self, SuspendMark};
 use crate::guard::LossCause;
+use crate::mailbox::Mailbox;
 
 /// When a keep-alive request was sent, on the monotonic clock, together with
 /// the machine's suspended time then: the start from which the validity its
@@ -80,7 +80,7 @@ pub struct SessionHub {
 #[derive(Debug)]
 struct Inner {
     next_id: u64,
-    guards: HashMap<u64, mpsc::UnboundedSender<LeaseEvent>>,
+    guards: HashMap<u64, Arc<Mailbox<LeaseEvent>>>,
     status: SessionStatus,
     /// The last confirmation: until when, and the suspended time then.
     vouched: Option<(Instant, SuspendMark)>,
@@ -116,19 +116,19 @@ impl SessionHub {
         if let SessionStatus::Ended { cause } = &inner.status {
             return Err(cause.clone());
         }
-        let (tx, rx) = mpsc::unbounded_channel();
+        let mail = Arc::new(Mailbox::new());
         if let SessionStatus::Suspended { reason } = &inner.status {
-            let _ = tx.send(LeaseEvent::Suspended {
+            let _ = mail.post(LeaseEvent::Suspended {
                 reason: reason.clone(),
             });
         }
         inner.next_id += 1;
         let id = inner.next_id;
-        inner.guards.insert(id, tx);
+        inner.guards.insert(id, mail.clone());
         Ok(SessionEvents {
             hub: Arc::downgrade(self),
             id,
-            rx,
+            mail,
         })
     }
 
@@ -148,10 +148,10 @@ impl SessionHub {
         let resumed = matches!(inner.status, SessionStatus::Suspended { .. });
         inner.status = SessionStatus::Live;
         inner.vouched = Some((valid_until, SuspendMark::now()));
-        inner.guards.retain(|_, tx| {
-            let ok = tx.send(LeaseEvent::Confirmed { valid_until }).is_ok();
+        inner.guards.retain(|_, mail| {
+            let ok = mail.post(LeaseEvent::Confirmed { valid_until }).is_ok();
             if resumed && ok {
-                let _ = tx.send(LeaseEvent::Resumed);
+                let _ = mail.post(LeaseEvent::Resumed);
             }
             ok
         });
@@ -166,8 +166,8 @@ impl SessionHub {
         inner.status = SessionStatus::Suspended {
             reason: reason.to_string(),
         };
-        inner.guards.retain(|_, tx| {
-            tx.send(LeaseEvent::Suspended {
+        inner.guards.retain(|_, mail| {
+            mail.post(LeaseEvent::Suspended {
                 reason: reason.to_string(),
             })
             .is_ok()
@@ -185,8 +185,9 @@ impl SessionHub {
             cause: cause.clone(),
         };
         inner.vouched = None;
-        for (_, tx) in inner.guards.drain() {
-            let _ = tx.send(LeaseEvent::Lost(cause.clone()));
+        for (_, mail) in inner.guards.drain() {
+            let _ = mail.post(LeaseEvent::Lost(cause.clone()));
+            mail.close();
         }
     }
 
@@ -225,19 +226,20 @@ impl SessionHub {
 pub struct SessionEvents {
     hub: Weak<SessionHub>,
     id: u64,
-    rx: mpsc::UnboundedReceiver<LeaseEvent>,
+    mail: Arc<Mailbox<LeaseEvent>>,
 }
 
 impl Stream for SessionEvents {
     type Item = LeaseEvent;
 
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<LeaseEvent>> {
-        self.rx.poll_recv(cx)
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<LeaseEvent>> {
+        self.mail.poll_recv(cx)
     }
 }
 
 impl Drop for SessionEvents {
     fn drop(&mut self) {
+        self.mail.close_and_clear();
         if let Some(hub) = self.hub.upgrade() {
             hub.unregister(self.id);
         }

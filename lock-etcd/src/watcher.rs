@@ -11,7 +11,7 @@
 //! Only a watch whose history was compacted meanwhile is reported lost, to
 //! its owner alone.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, MutexGuard};
 use std::time::Duration;
@@ -20,6 +20,7 @@ use etcd_client::{
     EventType, WatchFilterType, WatchOptions, WatchRequestSender, WatchResponse,
     WatchResponseStream,
 };
+use lock_core::mailbox::Mailbox;
 use lock_core::{LockError, Result};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -70,78 +71,12 @@ struct Registration {
     resume_from: i64,
     /// Whether [`WatchEvent::Created`] was sent.
     announced: bool,
-    mail: Arc<Mailbox>,
+    mail: Arc<Mailbox<WatchEvent>>,
 }
 
 impl Drop for Registration {
     fn drop(&mut self) {
         self.mail.close();
-    }
-}
-
-/// The events of one watch on their way to its owner: a queue and a
-/// wake-up, a few dozen bytes while empty. (A tokio channel holds a block
-/// of 32 slots from the start, about 2 KiB here, and a guard keeps its
-/// watch for as long as it lives.)
-#[derive(Default)]
-struct Mailbox {
-    mail: StdMutex<Mail>,
-    ready: tokio::sync::Notify,
-}
-
-#[derive(Default)]
-struct Mail {
-    events: VecDeque<WatchEvent>,
-    /// No more events will come (the watch is gone, or the client).
-    closed: bool,
-}
-
-impl Mailbox {
-    fn mail(&self) -> MutexGuard<'_, Mail> {
-        self.mail.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn post(&self, event: WatchEvent) {
-        {
-            let mut mail = self.mail();
-            if mail.closed {
-                return;
-            }
-            mail.events.push_back(event);
-        }
-        self.ready.notify_one();
-    }
-
-    fn close(&self) {
-        self.mail().closed = true;
-        self.ready.notify_one();
-    }
-
-    /// The next event; `Some(None)` once closed and empty; `None` if empty.
-    fn take(&self) -> Option<Option<WatchEvent>> {
-        let mut mail = self.mail();
-        match mail.events.pop_front() {
-            Some(event) => {
-                if mail.events.is_empty() {
-                    // Give back what a burst of events made it grow to.
-                    mail.events.shrink_to_fit();
-                }
-                Some(Some(event))
-            }
-            None if mail.closed => Some(None),
-            None => None,
-        }
-    }
-
-    async fn recv(&self) -> Option<WatchEvent> {
-        loop {
-            // One owner: a wake-up sent before it waits is kept for it.
-            let ready = self.ready.notified();
-            if let Some(next) = self.take() {
-                return next;
-            }
-            ready.await;
-        }
     }
 }
 
@@ -203,7 +138,7 @@ impl Watcher {
         with_puts: bool,
         from: Option<i64>,
     ) -> WatchHandle {
-        let mail = Arc::new(Mailbox::default());
+        let mail = Arc::new(Mailbox::new());
         let id = {
             let mut st = self.inner.state();
             st.next_id += 1;
@@ -252,7 +187,7 @@ impl Watcher {
 /// One watch; dropping it cancels it.
 pub(crate) struct WatchHandle {
     id: i64,
-    mail: Arc<Mailbox>,
+    mail: Arc<Mailbox<WatchEvent>>,
     watcher: Watcher,
 }
 
@@ -270,7 +205,7 @@ impl WatchHandle {
     /// The next event if one is already here (never waits); `None` also if
     /// the client is gone.
     pub(crate) fn try_next(&mut self) -> Option<WatchEvent> {
-        self.mail.take().flatten()
+        self.mail.try_recv()
     }
 
     /// Waits for the watch's creation until `deadline`: the revision it
@@ -483,7 +418,7 @@ fn route(inner: &Inner, resp: WatchResponse) {
         } else {
             format!("the server cancelled it: {}", resp.cancel_reason())
         };
-        reg.mail.post(WatchEvent::Lost { reason });
+        let _ = reg.mail.post(WatchEvent::Lost { reason });
         st.watches.remove(&id);
         return;
     }
@@ -493,7 +428,7 @@ fn route(inner: &Inner, resp: WatchResponse) {
         }
         if !reg.announced {
             reg.announced = true;
-            reg.mail.post(WatchEvent::Created {
+            let _ = reg.mail.post(WatchEvent::Created {
                 revision: header_rev,
             });
         }
@@ -511,7 +446,7 @@ fn route(inner: &Inner, resp: WatchResponse) {
                 value: kv.value().to_vec(),
             },
         };
-        reg.mail.post(event);
+        let _ = reg.mail.post(event);
     }
     if !resp.created() && resp.events().is_empty() && header_rev > 0 {
         // A progress notification: everything up to the header was sent.
