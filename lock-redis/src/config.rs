@@ -65,7 +65,7 @@ pub struct RedisLockConfig {
     pub max_recheck: Duration,
     /// How the renewals of this client's guards are batched: those that come
     /// within a short window go to the server as one request (see
-    /// [`crate::renew`]). Default: [`RenewBatching::default`] (a 20 ms
+    /// [`crate::renew`]). Default: [`RenewBatching::default`] (a 50 ms
     /// window, at most 1/50 of a lease's TTL; at most 256 renewals per
     /// request).
     pub renew_batching: RenewBatching,

@@ -4,17 +4,22 @@
 //! guards costs a node a few requests per renewal interval, not 10,000.
 //!
 //! How it works. A [`Batcher`] (one per connection: per client in
-//! `lock-redis`, per node in `lock-redlock`) keeps the batch that is open.
-//! The first renewal into an empty batch opens it and starts its window
-//! ([`RenewBatching::wait_for`]: [`RenewBatching::window`], at most 1/50 of
-//! that renewal's TTL); the batch is sent when the window ends, at once when
-//! it holds [`RenewBatching::max_keys`] renewals (a very large burst is split
-//! into several requests, so no script blocks Redis for long), and at once
-//! when a renewal joins whose own TTL allows it less waiting than the window
-//! has left. Every renewal gets its own outcome back, with the instant just
-//! before the request that carried it was sent: its validity is measured
-//! from there. A request that fails or gets no reply gives every renewal in
-//! it the same error, the one its own request would have had.
+//! `lock-redis`, per node in `lock-redlock`) keeps the batch that is open
+//! and when the last one left. A renewal on a quiet connection (no batch
+//! sent for a [`RenewBatching::window`]) goes at once, alone: no added
+//! latency when there is nothing to batch with. Otherwise it waits for the
+//! open batch, which leaves one window after the previous one, so that a
+//! connection sends at most one renewal request per window however many
+//! guards renew through it. No renewal waits longer than
+//! [`RenewBatching::wait_for`] its TTL (the window, at most 1/50 of the TTL:
+//! a renewal with a shorter TTL takes the open batch with it at once); a
+//! batch is also sent at once when it holds [`RenewBatching::max_keys`]
+//! renewals (a very large burst is split into several requests, so no
+//! script blocks Redis for long). Every renewal gets its own outcome back,
+//! with the instant just before the request that carried it was sent: its
+//! validity is measured from there. A request that fails or gets no reply
+//! gives every renewal in it the same error, the one its own request would
+//! have had.
 //!
 //! Nothing lives per guard here: a batch exists only while it is open or in
 //! flight, and its timer is a task that ends with the window.
@@ -28,8 +33,9 @@ use redis::{ErrorKind, RedisError, RedisResult, Script, ServerErrorKind, Value};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-/// The default [`RenewBatching::window`]: 20 ms.
-pub const DEFAULT_RENEW_WINDOW: Duration = Duration::from_millis(20);
+/// The default [`RenewBatching::window`]: 50 ms: at most 20 renewal
+/// requests per second per connection, whatever the number of guards.
+pub const DEFAULT_RENEW_WINDOW: Duration = Duration::from_millis(50);
 /// The default [`RenewBatching::max_keys`]: 256 renewals per request (a few
 /// hundred microseconds of script time on the server).
 pub const DEFAULT_RENEW_MAX_KEYS: usize = 256;
@@ -114,11 +120,14 @@ return out
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RenewBatching {
-    /// How long the first renewal of a batch waits for others to join it,
-    /// at most 1/50 of its TTL (so that no renewal is late: keep-alive
-    /// renews with a third of the TTL or more left). `Duration::ZERO` sends
-    /// every renewal on its own, at once. Default: [`DEFAULT_RENEW_WINDOW`]
-    /// (20 ms); at most [`MAX_RENEW_WINDOW`].
+    /// The shortest time between two renewal requests of a connection: a
+    /// renewal that comes sooner after the last request waits for the next
+    /// one, with the others that come meanwhile, but never longer than 1/50
+    /// of its TTL (so that no renewal is late: keep-alive renews with two
+    /// thirds of the TTL left). A renewal on a connection quiet for a window
+    /// goes at once. `Duration::ZERO` sends every renewal on its own, at
+    /// once. Default: [`DEFAULT_RENEW_WINDOW`] (50 ms); at most
+    /// [`MAX_RENEW_WINDOW`].
     pub window: Duration,
     /// The most renewals one request carries; a larger batch is split.
     /// Bounds how long one script runs on the server. Default:
@@ -300,11 +309,15 @@ struct Open<E> {
     replies: Vec<Reply<E>>,
     /// When the open batch must be sent.
     flush_at: Instant,
+    /// When the last batch was sent.
+    last_sent: Option<Instant>,
 }
 
 impl<E> Open<E> {
-    fn take(&mut self) -> (Vec<RenewItem>, Vec<Reply<E>>) {
+    /// Takes the open batch to send it now.
+    fn take(&mut self, now: Instant) -> (Vec<RenewItem>, Vec<Reply<E>>) {
         self.generation = self.generation.wrapping_add(1);
+        self.last_sent = Some(now);
         (
             std::mem::take(&mut self.items),
             std::mem::take(&mut self.replies),
@@ -325,6 +338,7 @@ impl<S: BatchSender> Batcher<S> {
                     items: Vec::new(),
                     replies: Vec::new(),
                     flush_at: Instant::now(),
+                    last_sent: None,
                 }),
             }),
         }
@@ -341,26 +355,32 @@ impl<S: BatchSender> Batcher<S> {
     /// batch (it may already be on its way; extending is idempotent).
     pub async fn renew(&self, item: RenewItem) -> std::result::Result<Renewed, S::Error> {
         let (tx, rx) = oneshot::channel();
-        let wait = self.shared.limits.wait_for(item.ttl);
-        let flush_by = lock_core::add_saturating(Instant::now(), wait);
+        let limits = self.shared.limits;
+        let now = Instant::now();
+        // This renewal may not wait past `latest`.
+        let latest = lock_core::add_saturating(now, limits.wait_for(item.ttl));
         let ready = {
             let mut open = lock(&self.shared.open);
             open.items.push(item);
             open.replies.push(tx);
             if open.items.len() == 1 {
-                open.flush_at = flush_by;
-                if !wait.is_zero() {
+                // A new batch leaves one window after the last one (at once
+                // on a quiet connection), and never later than its first
+                // renewal may wait.
+                let next = open
+                    .last_sent
+                    .map_or(now, |t| lock_core::add_saturating(t, limits.window));
+                open.flush_at = next.max(now).min(latest);
+                if open.flush_at > now {
                     tokio::spawn(Shared::flush_at(
                         self.shared.clone(),
                         open.generation,
-                        flush_by,
+                        open.flush_at,
                     ));
                 }
             }
-            (wait.is_zero()
-                || flush_by < open.flush_at
-                || open.items.len() >= self.shared.limits.max_keys)
-                .then(|| open.take())
+            (open.flush_at <= now || latest < open.flush_at || open.items.len() >= limits.max_keys)
+                .then(|| open.take(now))
         };
         if let Some((items, replies)) = ready {
             tokio::spawn(Shared::send(self.shared.clone(), items, replies));
@@ -384,7 +404,8 @@ impl<S: BatchSender> Shared<S> {
         tokio::time::sleep_until(at).await;
         let ready = {
             let mut open = lock(&self.open);
-            (open.generation == generation && !open.items.is_empty()).then(|| open.take())
+            (open.generation == generation && !open.items.is_empty())
+                .then(|| open.take(Instant::now()))
         };
         if let Some((items, replies)) = ready {
             self.send(items, replies).await;
@@ -483,6 +504,10 @@ mod tests {
         assert_eq!(
             b.wait_for(Duration::from_millis(500)),
             Duration::from_millis(10)
+        );
+        assert_eq!(
+            b.wait_for(Duration::from_secs(3)),
+            Duration::from_millis(50)
         );
         assert_eq!(
             RenewBatching::new()

@@ -88,7 +88,7 @@ pub struct RedlockConfig {
     /// renewals that come within a short window go to each node as one
     /// request (`lock-redis`'s batcher, see [`lock_redis::renew`]); a
     /// renewal's round waits for its batch on top of the node timeout.
-    /// Default: [`RenewBatching::default`] (a 20 ms window, at most 1/50 of
+    /// Default: [`RenewBatching::default`] (a 50 ms window, at most 1/50 of
     /// a lease's TTL; at most 256 renewals per request).
     pub renew_batching: RenewBatching,
 }
