@@ -18,6 +18,9 @@ struct Requests {
 impl Requests {
     fn counter(&self, backend: &str) -> Arc<AtomicU64> {
         let mut map = self.by_backend.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = map.get(backend) {
+            return c.clone();
+        }
         map.entry(backend.to_string()).or_default().clone()
     }
 }
