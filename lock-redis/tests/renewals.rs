@@ -228,10 +228,19 @@ async fn a_bad_key_in_a_batch_affects_only_its_own_guard() {
             continue;
         }
         assert!(matches!(g.state(), GuardState::Held { .. }), "guard {i}");
+        // The guard's validity counts from before its batch was sent: it
+        // never ends after the server's expiry of the key.
+        let t1 = Instant::now();
+        let valid_left = g.valid_until().expect("held").saturating_duration_since(t1);
         let left = pttl(&server, &key(g)).await;
+        let read_took = t1.elapsed();
         assert!(
             left > ttl.as_millis() as i64,
             "guard {i}: {left} ms left, not extended to {longer:?}"
+        );
+        assert!(
+            valid_left.as_millis() as i64 <= left + read_took.as_millis() as i64 + 1,
+            "guard {i}: valid for {valid_left:?} more, the server keeps the key {left} ms"
         );
     }
     let mut guards = guards;
