@@ -339,8 +339,9 @@ async fn renewals_still_happen_when_a_batch_is_split() {
 
 /// A batch whose connection is cut surfaces to every guard in it as it did
 /// for a guard on its own: suspended (the renewal failed, the validity
-/// stands), then lost (`Expired`) at the validity; a cut shorter than the
-/// validity leaves every guard held again once renewals get through.
+/// stands), extends through it fail `Unavailable` (retryable), then lost
+/// (`Expired`) at the validity; a cut shorter than the validity leaves every
+/// guard held again once renewals get through.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cut_batch_suspends_then_loses_every_guard_in_it() {
     let server = start_server().await;
@@ -371,6 +372,17 @@ async fn a_cut_batch_suspends_then_loses_every_guard_in_it() {
         .expect("keeper alive");
     }
     println!("all suspended {:?} after the cut", cut_at.elapsed());
+    // Extends batched through the cut connection: each fails with the
+    // error its own request would have had, retryable.
+    for (i, r) in join_all(guards.iter().map(|g| g.extend(long)))
+        .await
+        .into_iter()
+        .enumerate()
+    {
+        let err = r.expect_err("extended through a cut connection");
+        assert_eq!(err.kind(), LockErrorKind::Unavailable, "guard {i}: {err}");
+        assert!(err.is_retryable(), "guard {i}: {err}");
+    }
     proxy.heal();
     for (i, s) in states.iter_mut().enumerate() {
         timeout(long, s.wait_for(|st| matches!(st, GuardState::Held { .. })))
