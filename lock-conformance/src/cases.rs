@@ -78,6 +78,7 @@ cases! {
     downgrade_keeps_a_queued_writer_out if |c| c.read_write,
     list_and_other_primitives_honour_their_deadline_when_the_server_hangs if |c| c.remote,
     a_returning_writer_queues_behind_waiting_readers if |c| c.read_write,
+    a_releaser_coming_back_queues_behind_the_waiter if |c| c.fifo,
 }
 
 fn opts(h: &dyn Harness) -> AcquireOptions {
@@ -568,6 +569,42 @@ async fn waiters_are_served_in_fifo_order(h: Arc<dyn Harness>) {
         t.await.unwrap();
     }
     assert_eq!(*order.lock().unwrap(), (0..WAITERS).collect::<Vec<_>>());
+}
+
+/// A holder that releases and asks for the lock again at once queues
+/// behind the client that was already waiting: the waiter gets the lock
+/// first, every round (a releaser must not barge ahead of waiters).
+async fn a_releaser_coming_back_queues_behind_the_waiter(h: Arc<dyn Harness>) {
+    let name = unique_name("comeback");
+    let (a, b) = (client(&*h).await, client(&*h).await);
+    let o = opts(&*h).wait(Duration::from_secs(30));
+    let mut g = a.acquire(&name, &o).await.unwrap();
+    for round in 0..5 {
+        let served = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let waiter = {
+            let (b, name, o, served) = (b.clone(), name.clone(), o.clone(), served.clone());
+            tokio::spawn(async move {
+                let g = b.acquire(&name, &o).await.expect("waiter");
+                served.store(true, std::sync::atomic::Ordering::SeqCst);
+                sleep(Duration::from_millis(20)).await;
+                assert!(g.release().await.unwrap());
+            })
+        };
+        // Let the waiter take its place.
+        sleep(Duration::from_millis(300)).await;
+        assert!(g.release().await.unwrap());
+        let again = a
+            .acquire(&name, &o)
+            .await
+            .expect("the releaser's second acquire");
+        assert!(
+            served.load(std::sync::atomic::Ordering::SeqCst),
+            "round {round}: the releaser took the lock back ahead of the client already waiting"
+        );
+        waiter.await.unwrap();
+        g = again;
+    }
+    assert!(g.release().await.unwrap());
 }
 
 /// A release wakes a waiter on another client at once (a notification or a

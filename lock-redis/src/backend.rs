@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use crate::config::RedisLockConfig;
 use crate::core::{ttl_millis, AcquireReply, Core};
-use crate::notify::{Notifier, NotifyNode, Subscription, Timeouts};
+use crate::notify::{Notifier, NotifyNode, Subscription, Timeouts, Wake};
 use crate::primitive::{self, Intent, Primitive};
 use crate::scripts::{owner_token, Keys};
 
@@ -212,6 +212,148 @@ impl RedisLock {
         }
     }
 
+    /// The waiting acquire of the mutex, in arrival order (see
+    /// [`crate::scripts::ACQUIRE_FENCED`]): one owner token for the whole
+    /// wait, a place in the name's queue from the first attempt, and a
+    /// release that hands the lock to us wakes this waiter alone
+    /// ([`Wake::Granted`]), already holding it. Every attempt can be
+    /// repeated safely (one that finds the lock already ours takes it afresh),
+    /// so a lost reply needs no clean-up of its own; giving up (the deadline,
+    /// an error, or this future dropped) leaves the queue and passes on a lock
+    /// handed to us meanwhile.
+    async fn wait_in_queue(
+        &self,
+        req: &LeaseRequest,
+        keys: &Keys,
+        deadline: Instant,
+    ) -> Result<Option<Lease>> {
+        let core = &self.inner.core;
+        let token = owner_token();
+        let ttl_ms = ttl_millis(req.ttl);
+        // A waiter re-tries at least every `max_recheck`; its place outlasts that twice.
+        let lasts_ms = ttl_millis(2 * req.ttl.max(core.config.max_recheck));
+        let leave = {
+            let (core, keys, token) = (core.clone(), keys.clone(), token.clone());
+            let member = format!("{token} {ttl_ms}");
+            CleanupOnDrop::new(async move {
+                if let Err(err) = core.release(&keys, &token, Some(&member)).await {
+                    tracing::debug!(key = %keys.lock, error = %err, "distlock redis: could not leave the queue; the place lapses by itself and a lock handed over meanwhile expires with its TTL");
+                }
+            })
+        };
+        // Subscribed already if other local waiters are; else the first
+        // attempt goes out before the subscription (most find the lock free).
+        let mut sub = self.inner.notifier.subscribe_if_live(&keys.released);
+        if let Some(sub) = &mut sub {
+            sub.expect_grant(&token);
+        }
+        let mut waited = false;
+        loop {
+            if let Some(sub) = &mut sub {
+                sub.before_attempt();
+            }
+            let sent = Instant::now();
+            let reply = self.queue_attempt(keys, &token, ttl_ms, lasts_ms).await;
+            if let Some(sub) = &mut sub {
+                sub.after_attempt();
+            }
+            let (pttl, last_token) = match reply? {
+                (AcquireReply::Acquired(fence), _) => {
+                    leave.disarm();
+                    return Ok(Some(
+                        self.mutex_lease(keys, token, fence, sent, req.ttl, waited),
+                    ));
+                }
+                (AcquireReply::Held(pttl), last_token) => (pttl, last_token),
+            };
+            waited = true;
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(None);
+            }
+            let Some(sub) = &mut sub else {
+                // Subscribe and wait for a node to confirm, then try again: a
+                // hand-over before the confirmation reached nobody, and the
+                // next attempt finds the lock already ours.
+                let mut fresh = self.inner.notifier.subscribe(&keys.released);
+                fresh.expect_grant(&token);
+                let confirm_by = deadline.min(add_saturating(now, core.config.request_timeout));
+                if !fresh.confirmed_by(confirm_by).await {
+                    tracing::debug!(key = %keys.lock, "distlock redis: release channel not confirmed in time; re-checking at the holder's TTL until it is");
+                }
+                sub = Some(fresh);
+                continue;
+            };
+            let wake = sub
+                .wait_until(deadline.min(add_saturating(now, self.recheck_delay(pttl))))
+                .await;
+            if let Wake::Granted(fence) = wake {
+                // A token above the last one the attempt saw: handed to us
+                // after the attempt sent at `sent` ran, so valid from then.
+                // (An older announcement arriving late is void: the lock was
+                // not ours when the attempt ran.)
+                if fence > last_token
+                    && validity(sent, req.ttl).saturating_duration_since(Instant::now())
+                        >= req.ttl / 2
+                {
+                    leave.disarm();
+                    return Ok(Some(
+                        self.mutex_lease(keys, token, fence, sent, req.ttl, true),
+                    ));
+                }
+                // A late announcement, or one that leaves little of the TTL
+                // known: the next attempt decides (and takes it afresh if ours).
+            }
+            tracing::trace!(key = %keys.lock, ?wake, "distlock redis: waiter woke");
+        }
+    }
+
+    /// One attempt of [`wait_in_queue`](Self::wait_in_queue), repeated once
+    /// at once if it fails fast on a broken connection (safe: the attempt is
+    /// idempotent for its owner token).
+    async fn queue_attempt(
+        &self,
+        keys: &Keys,
+        token: &str,
+        ttl_ms: u64,
+        lasts_ms: u64,
+    ) -> Result<(AcquireReply, u64)> {
+        let (core, queued) = (&self.inner.core, Some(lasts_ms));
+        let started = Instant::now();
+        match core.acquire(keys, token, ttl_ms, queued).await {
+            Err(err)
+                if err.kind() == LockErrorKind::Unavailable
+                    && started.elapsed() < core.config.request_timeout =>
+            {
+                tracing::debug!(key = %keys.lock, error = %err, "distlock redis: attempt failed on a broken connection; retrying once");
+                core.acquire(keys, token, ttl_ms, queued).await
+            }
+            other => other,
+        }
+    }
+
+    /// The mutex lease of `token`, granted by a request sent at `sent`.
+    fn mutex_lease(
+        &self,
+        keys: &Keys,
+        token: String,
+        fence: u64,
+        sent: Instant,
+        ttl: Duration,
+        waited: bool,
+    ) -> Lease {
+        let handle = RedisLease {
+            core: self.inner.core.clone(),
+            primitive: Primitive::Mutex,
+            keys: keys.clone(),
+            token,
+        };
+        Lease::new(Box::new(handle), validity(sent, ttl))
+            .with_token(Some(FencingToken::new(fence)))
+            .with_key(keys.lock.clone())
+            .with_contended(waited)
+    }
+
     /// How long to sleep, without a notification, before the next attempt.
     fn recheck_delay(&self, pttl: i64) -> Duration {
         let cap = self.inner.core.config.max_recheck;
@@ -268,7 +410,7 @@ impl LockBackend for RedisLock {
     fn backend_capabilities(&self) -> Capabilities {
         Capabilities::new("redis")
             .with_fencing(Fencing::ServerClock)
-            .with_fifo(false)
+            .with_fifo(true)
             .with_loss_events(false)
             .with_notified_wait(true)
             .with_remote(true)
@@ -288,6 +430,9 @@ impl LockBackend for RedisLock {
     async fn lock(&self, req: &LeaseRequest, deadline: Instant) -> Result<Option<Lease>> {
         let keys = self.keys(&req.name);
         let primitive = Primitive::of(req.mode)?;
+        if primitive == Primitive::Mutex {
+            return self.wait_in_queue(req, &keys, deadline).await;
+        }
         // A caller of the read-write lock that has to wait takes a place in
         // its queue, so that it is served in arrival order between readers
         // and writers; the place goes when it gets in or gives up (in the

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use crate::config::RedisLockConfig;
 use crate::renew::{BatchSender, Batcher, KeyOutcome, RenewItem, Renewed, RENEW_BATCH};
-use crate::scripts::{Keys, Listed, Scripts, ACQUIRE_FENCED, LIST_PAGE, RELEASE};
+use crate::scripts::{Keys, Listed, Scripts, ACQUIRE_FENCED, LIST_PAGE, RELEASE_QUEUED};
 
 /// Delays of the connection manager's reconnection attempts: from this...
 const RECONNECT_MIN_DELAY: Duration = Duration::from_millis(25);
@@ -121,7 +121,7 @@ impl Core {
                 .get_multiplexed_async_connection_with_config(&probe_config)
                 .await?;
             let mut load = redis::pipe();
-            for code in [ACQUIRE_FENCED, RELEASE, RENEW_BATCH, LIST_PAGE] {
+            for code in [ACQUIRE_FENCED, RELEASE_QUEUED, RENEW_BATCH, LIST_PAGE] {
                 load.cmd("SCRIPT").arg("LOAD").arg(code);
             }
             load.query_async::<()>(&mut probe).await?;
@@ -237,44 +237,71 @@ impl Core {
         self.request_raw(what, make()).await
     }
 
-    /// `SET lock token NX PX ttl` and, if set, `INCR` of the fencing counter.
+    /// One mutex attempt ([`ACQUIRE_FENCED`]): the lock for `token`, or
+    /// who holds it and the last token issued (0 when acquired). A caller
+    /// that will wait passes how long its `queued` place lasts (in ms) and
+    /// takes that place if the lock is not free.
     pub(crate) async fn acquire(
         &self,
         keys: &Keys,
         token: &str,
         ttl_ms: u64,
-    ) -> Result<AcquireReply> {
+        queued: Option<u64>,
+    ) -> Result<(AcquireReply, u64)> {
         let mut conn = self.conn.clone();
         let mut call = self.scripts.acquire_fenced.prepare_invoke();
         call.key(&keys.lock)
             .key(&keys.fencing)
+            .key(&keys.queue)
+            .key(&keys.lapse)
+            .key(&keys.released)
             .arg(token)
-            .arg(ttl_ms);
-        let (acquired, value): (i64, i64) = self
+            .arg(ttl_ms)
+            .arg(if queued.is_some() { "1" } else { "" })
+            .arg(queued.unwrap_or(0));
+        let reply: Vec<i64> = self
             .request("acquire", call.invoke_async(&mut conn))
             .await?;
-        match (acquired, u64::try_from(value)) {
-            (1, Ok(fence)) if fence > 0 => Ok(AcquireReply::Acquired(fence)),
-            (1, _) => Err(LockError::new(
-                LockErrorKind::Protocol,
-                format!(
-                    "acquire: the fencing counter {} holds {value}, not a positive count (changed by someone else?)",
-                    keys.fencing
-                ),
+        match reply.as_slice() {
+            [1, fence] => match u64::try_from(*fence) {
+                Ok(fence) if fence > 0 => Ok((AcquireReply::Acquired(fence), 0)),
+                _ => Err(LockError::new(
+                    LockErrorKind::Protocol,
+                    format!(
+                        "acquire: the fencing counter {} holds {fence}, not a positive count (changed by someone else?)",
+                        keys.fencing
+                    ),
+                )),
+            },
+            [0, pttl, last] => Ok((
+                AcquireReply::Held(*pttl),
+                u64::try_from(*last).unwrap_or(0),
             )),
-            (0, _) => Ok(AcquireReply::Held(value)),
-            _ => Err(LockError::new(
+            other => Err(LockError::new(
                 LockErrorKind::Protocol,
-                format!("acquire: unexpected script reply [{acquired}, {value}]"),
+                format!("acquire: unexpected script reply {other:?}"),
             )),
         }
     }
 
-    /// Compare-and-delete, publishing the release. `true` if the key held `token`.
-    pub(crate) async fn release(&self, keys: &Keys, token: &str) -> Result<bool> {
+    /// Compare-and-release ([`RELEASE_QUEUED`]): the lock goes to the first
+    /// waiter, or is deleted. `true` if the key held `token`. A waiter that
+    /// gives up passes its queue member as `leaving`.
+    pub(crate) async fn release(
+        &self,
+        keys: &Keys,
+        token: &str,
+        leaving: Option<&str>,
+    ) -> Result<bool> {
         let mut conn = self.conn.clone();
-        let mut call = self.scripts.release.prepare_invoke();
-        call.key(&keys.lock).key(&keys.released).arg(token);
+        let mut call = self.scripts.release_queued.prepare_invoke();
+        call.key(&keys.lock)
+            .key(&keys.fencing)
+            .key(&keys.queue)
+            .key(&keys.lapse)
+            .key(&keys.released)
+            .arg(token)
+            .arg(leaving.unwrap_or(""));
         let n: i64 = self
             .request("release", call.invoke_async(&mut conn))
             .await?;

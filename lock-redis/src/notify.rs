@@ -25,6 +25,20 @@
 //! recognised by the owner token and dropped. A waiter that was woken but is
 //! dropped before it retried passes the wake-up on.
 //!
+//! A release that hands the lock to a queued waiter publishes
+//! `g <owner token> <fencing token> <ttl ms>`
+//! ([`crate::scripts::RELEASE_QUEUED`]): that wakes only the waiter that
+//! [expects](Subscription::expect_grant) the grant for that owner token, in
+//! whichever process it is, with [`Wake::Granted`]; every other waiter sleeps
+//! on, but no longer than that TTL (if the new holder vanished, its lock
+//! expires then and the next waiter must find out).
+//!
+//! A channel stays subscribed for [`LINGER`] after its last local waiter
+//! left: a client that takes the same name again and again (the usual case
+//! under contention) then finds the subscription confirmed already
+//! ([`Notifier::subscribe_if_live`]) and pays no `SUBSCRIBE`, `UNSUBSCRIBE`
+//! or extra attempt per wait.
+//!
 //! Every node connection is watched with `PING`; any failure (connect,
 //! `SUBSCRIBE`, `PING`, the connection closing) reconnects after a backoff
 //! with jitter that only resets once the connection proved healthy, so a
@@ -50,6 +64,8 @@ const PING_INTERVAL: Duration = Duration::from_secs(5);
 /// How many recent release tokens a channel remembers, to drop the copies
 /// of one release that arrive from several nodes.
 const RECENT_TOKENS: usize = 16;
+/// How long a channel stays subscribed after its last local waiter left.
+pub const LINGER: Duration = Duration::from_millis(100);
 
 fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -98,7 +114,17 @@ struct Shared {
 struct Entry {
     /// Local waiters on this channel.
     refs: usize,
+    /// When the last waiter left (the channel lingers until [`LINGER`] after).
+    idle_since: Option<Instant>,
     state: Arc<ChannelState>,
+}
+
+/// Where a grant for one owner token lands.
+#[derive(Default)]
+struct GrantSlot {
+    /// The fencing token the grant came with.
+    fence: Mutex<Option<u64>>,
+    notify: Notify,
 }
 
 struct ChannelState {
@@ -112,6 +138,10 @@ struct ChannelState {
     confirmations: watch::Sender<u64>,
     /// The last release tokens seen, for dropping duplicates.
     recent: Mutex<VecDeque<Vec<u8>>>,
+    /// The owner tokens local waiters expect a grant for.
+    grants: Mutex<HashMap<String, Arc<GrantSlot>>>,
+    /// The TTL (ms) of the latest hand-over, announced to every waiter.
+    handed: watch::Sender<u64>,
 }
 
 impl ChannelState {
@@ -123,6 +153,20 @@ impl ChannelState {
 impl Shared {
     fn wanted(&self) -> HashSet<String> {
         locked(&self.channels).keys().cloned().collect()
+    }
+
+    /// Forgets the channels nobody waited on for [`LINGER`]; when the next
+    /// of the others stops lingering, if any does.
+    fn sweep(&self) -> Option<Instant> {
+        let mut channels = locked(&self.channels);
+        let now = Instant::now();
+        channels.retain(|_, e| e.refs > 0 || e.idle_since.is_some_and(|t| now < t + LINGER));
+        channels
+            .values()
+            .filter(|e| e.refs == 0)
+            .filter_map(|e| e.idle_since)
+            .min()
+            .map(|t| t + LINGER)
     }
 
     /// Marks each channel live on `node` iff it is in `on_server`, and
@@ -143,6 +187,19 @@ impl Shared {
     fn dispatch(&self, channel: &str, token: &[u8]) {
         let state = locked(&self.channels).get(channel).map(|e| e.state.clone());
         let Some(state) = state else { return };
+        if let Some(grant) = token.strip_prefix(b"g ") {
+            // A hand-over to one waiter: wake it alone, if it is ours.
+            let Some((owner, fence, ttl_ms)) = parse_grant(grant) else {
+                return;
+            };
+            let slot = locked(&state.grants).get(owner).cloned();
+            if let Some(slot) = slot {
+                *locked(&slot.fence) = Some(fence);
+                slot.notify.notify_one();
+            }
+            state.handed.send_replace(ttl_ms);
+            return;
+        }
         if self.nodes > 1 {
             let mut recent = locked(&state.recent);
             if recent.iter().any(|t| t.as_slice() == token) {
@@ -156,6 +213,15 @@ impl Shared {
         state.releases.send_modify(|n| *n += 1);
         state.notify.notify_one();
     }
+}
+
+/// `<owner token> <fencing token> <ttl ms>` of a grant message.
+fn parse_grant(grant: &[u8]) -> Option<(&str, u64, u64)> {
+    let mut parts = std::str::from_utf8(grant).ok()?.split(' ');
+    let owner = parts.next()?;
+    let fence = parts.next()?.parse().ok()?;
+    let ttl_ms = parts.next()?.parse().ok()?;
+    Some((owner, fence, ttl_ms))
 }
 
 impl Notifier {
@@ -204,6 +270,23 @@ impl Notifier {
         self.register(channel, true)
     }
 
+    /// Like [`subscribe`](Notifier::subscribe), but only if the channel is
+    /// confirmed by a node right now (other local waiters wait on it, or
+    /// it lingers after them); `None` otherwise, without subscribing.
+    pub fn subscribe_if_live(&self, channel: &str) -> Option<Subscription> {
+        let state = {
+            let mut channels = locked(&self.shared.channels);
+            let entry = channels.get_mut(channel)?;
+            if !entry.state.is_live() {
+                return None;
+            }
+            entry.refs += 1;
+            entry.idle_since = None;
+            entry.state.clone()
+        };
+        Some(self.subscription(channel, state, false))
+    }
+
     fn register(&self, channel: &str, all: bool) -> Subscription {
         let (state, new) = {
             let mut channels = locked(&self.shared.channels);
@@ -212,29 +295,39 @@ impl Notifier {
                 new = true;
                 Entry {
                     refs: 0,
+                    idle_since: None,
                     state: Arc::new(ChannelState {
                         notify: Notify::new(),
                         releases: watch::channel(0).0,
                         live: Mutex::new(vec![false; self.shared.nodes]),
                         confirmations: watch::channel(0).0,
                         recent: Mutex::new(VecDeque::new()),
+                        grants: Mutex::new(HashMap::new()),
+                        handed: watch::channel(0).0,
                     }),
                 }
             });
             entry.refs += 1;
+            entry.idle_since = None;
             (entry.state.clone(), new)
         };
         if new {
             self.kick_all();
         }
+        self.subscription(channel, state, all)
+    }
+
+    fn subscription(&self, channel: &str, state: Arc<ChannelState>, all: bool) -> Subscription {
         Subscription {
             shared: self.shared.clone(),
             kicks: self.kicks.clone(),
             channel: channel.to_string(),
             confirmations: state.confirmations.subscribe(),
             releases: all.then(|| state.releases.subscribe()),
+            handed: state.handed.subscribe(),
             state,
             woken: false,
+            grant: None,
         }
     }
 }
@@ -244,6 +337,11 @@ impl Notifier {
 pub enum Wake {
     /// A release was published.
     Notified,
+    /// A release handed the lock to the owner token this waiter expects
+    /// (see [`Subscription::expect_grant`]), with this fencing token. Each
+    /// announcement is reported once; the waiter must still check that it
+    /// follows its last attempt (an announcement can arrive late).
+    Granted(u64),
     /// A node (re)confirmed the subscription: a release may have gone unseen.
     Subscribed,
     /// The time given.
@@ -251,7 +349,8 @@ pub enum Wake {
 }
 
 /// One waiter's registration on a channel. Dropping it (never blocking)
-/// unregisters; the last one out unsubscribes in the background.
+/// unregisters; the channel is unsubscribed in the background [`LINGER`]
+/// after the last one left.
 pub struct Subscription {
     shared: Arc<Shared>,
     kicks: Vec<mpsc::UnboundedSender<()>>,
@@ -262,6 +361,10 @@ pub struct Subscription {
     releases: Option<watch::Receiver<u64>>,
     /// Woken by a release and not yet retried: pass the wake-up on if dropped.
     woken: bool,
+    /// The owner token whose grant this waiter expects, and where it lands.
+    grant: Option<(String, Arc<GrantSlot>)>,
+    /// Hand-overs to others (their TTLs), for a waiter expecting a grant.
+    handed: watch::Receiver<u64>,
 }
 
 impl std::fmt::Debug for Subscription {
@@ -294,6 +397,17 @@ impl Subscription {
         }
     }
 
+    /// From now on, a release that hands the lock to `owner` (an owner
+    /// token) wakes this waiter alone with [`Wake::Granted`], and one that
+    /// hands it to another waiter shortens this one's wait to that waiter's
+    /// TTL.
+    pub fn expect_grant(&mut self, owner: &str) {
+        self.handed.borrow_and_update();
+        let slot = Arc::new(GrantSlot::default());
+        locked(&self.state.grants).insert(owner.to_string(), slot.clone());
+        self.grant = Some((owner.to_string(), slot));
+    }
+
     /// Call right before an attempt: a (re)confirmation from now on wakes
     /// the next wait.
     pub fn before_attempt(&mut self) {
@@ -311,6 +425,34 @@ impl Subscription {
     /// Sleeps until a release is published on the channel, a node
     /// (re)confirms the subscription, or `at`.
     pub async fn wait_until(&mut self, at: Instant) -> Wake {
+        if let Some((_, slot)) = &self.grant {
+            if let Some(fence) = locked(&slot.fence).take() {
+                return Wake::Granted(fence);
+            }
+            let (state, confirmations, handed) =
+                (&self.state, &mut self.confirmations, &mut self.handed);
+            let mut at = at;
+            let wake = loop {
+                tokio::select! {
+                    _ = slot.notify.notified() => break match locked(&slot.fence).take() {
+                        Some(fence) => Wake::Granted(fence),
+                        None => Wake::Notified,
+                    },
+                    _ = state.notify.notified() => break Wake::Notified,
+                    _ = confirmed_again(confirmations) => break Wake::Subscribed,
+                    _ = handed_over(handed) => {
+                        // Someone else got it: it is free again by its TTL at the latest.
+                        let ttl = Duration::from_millis(handed.borrow_and_update().saturating_add(1));
+                        at = at.min(lock_core::add_saturating(Instant::now(), ttl));
+                    }
+                    _ = tokio::time::sleep_until(at) => break Wake::Timer,
+                }
+            };
+            if wake == Wake::Notified {
+                self.woken = true;
+            }
+            return wake;
+        }
         let (state, confirmations) = (&self.state, &mut self.confirmations);
         if let Some(releases) = &mut self.releases {
             return tokio::select! {
@@ -328,6 +470,12 @@ impl Subscription {
             self.woken = true;
         }
         wake
+    }
+}
+
+async fn handed_over(rx: &mut watch::Receiver<u64>) {
+    if rx.changed().await.is_err() {
+        std::future::pending::<()>().await;
     }
 }
 
@@ -349,21 +497,24 @@ impl Drop for Subscription {
         if self.woken {
             self.state.notify.notify_one();
         }
+        if let Some((owner, _)) = self.grant.take() {
+            locked(&self.state.grants).remove(&owner);
+        }
         let last = {
             let mut channels = locked(&self.shared.channels);
             match channels.get_mut(&self.channel) {
-                Some(entry) if Arc::ptr_eq(&entry.state, &self.state) && entry.refs > 1 => {
-                    entry.refs -= 1;
-                    false
-                }
                 Some(entry) if Arc::ptr_eq(&entry.state, &self.state) => {
-                    channels.remove(&self.channel);
-                    true
+                    entry.refs = entry.refs.saturating_sub(1);
+                    if entry.refs == 0 {
+                        entry.idle_since = Some(Instant::now());
+                    }
+                    entry.refs == 0
                 }
                 _ => false,
             }
         };
         if last {
+            // The node tasks set their timers to unsubscribe after LINGER.
             for kick in &self.kicks {
                 let _ = kick.send(());
             }
@@ -442,6 +593,7 @@ impl NodeTask {
         let mut healthy = false;
         let mut dirty = true;
         loop {
+            let linger_ends = self.shared.sweep();
             // Take every pending kick: one reconciliation serves them all.
             loop {
                 match self.kicks.try_recv() {
@@ -461,6 +613,7 @@ impl NodeTask {
                     None => return Ended::Shutdown,
                     Some(()) => dirty = true,
                 },
+
                 msg = stream.next() => match msg {
                     Some(msg) => {
                         healthy = true;
@@ -468,6 +621,10 @@ impl NodeTask {
                     }
                     None => return failed("the connection closed".into(), healthy),
                 },
+                _ = tokio::time::sleep_until(linger_ends.unwrap_or_else(Instant::now)), if linger_ends.is_some() => {
+                    // A channel stopped lingering: the sweep at the top drops it.
+                    dirty = true;
+                }
                 _ = tokio::time::sleep(PING_INTERVAL) => {
                     match tokio::time::timeout(t.request, sink.ping::<redis::Value>()).await {
                         Ok(Ok(_)) => healthy = true,

@@ -87,7 +87,7 @@ impl Primitive {
     ) -> Result<AcquireReply> {
         let ttl = ttl_ms.to_string();
         let (acquired, value): (i64, i64) = match self {
-            Self::Mutex => return core.acquire(keys, token, ttl_ms).await,
+            Self::Mutex => return Ok(core.acquire(keys, token, ttl_ms, None).await?.0),
             Self::Read | Self::Write => {
                 let lasts = intent.map(|i| i.lasts_ms.to_string()).unwrap_or_default();
                 let id = intent.map(|i| i.id.as_str()).unwrap_or("");
@@ -153,7 +153,7 @@ impl Primitive {
     /// Removes `token`'s lease and publishes; `false` if it no longer held.
     pub(crate) async fn release(self, core: &Core, keys: &Keys, token: &str) -> Result<bool> {
         let n: i64 = match self {
-            Self::Mutex => return core.release(keys, token).await,
+            Self::Mutex => return core.release(keys, token, None).await,
             Self::Read | Self::Write => {
                 core.eval(
                     "release",

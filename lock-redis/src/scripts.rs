@@ -21,58 +21,6 @@
 use lock_core::LockErrorKind;
 use redis::{ErrorKind, RedisError, Script, ServerErrorKind};
 
-/// Acquire with a fencing token, atomically.
-/// `KEYS[1]` = lock key, `KEYS[2]` = fencing counter key; `ARGV[1]` = owner token, `ARGV[2]` = ttl ms.
-/// Returns `{1, token}` when acquired, `{0, pttl}` when held by someone else
-/// (`pttl` = the holder's remaining ms, -1 if it has no expiry).
-///
-/// The token is `max(counter + 1, the server's clock in microseconds)`, on
-/// every acquisition. The counter alone can go back: a restart without
-/// persistence forgets it, a reload of an RDB snapshot or of an AOF that
-/// lost its last second of writes brings back an older value, a promoted
-/// replica may be behind. The clock does not: every token is at least the
-/// server's clock when it was issued, and can run ahead of the clock only
-/// by the acquisitions that happen within one microsecond (none: a script
-/// runs for several), so the first token after any such loss is above every
-/// token issued before it, as long as the clock of the server issuing tokens
-/// never steps back below the last token issued. Tokens stay below 2^53,
-/// exact in Lua's doubles.
-pub const ACQUIRE_FENCED: &str = r#"
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local n = (tonumber(redis.call('GET', KEYS[2])) or 0) + 1
-  if now > n then n = now end
-  redis.call('SET', KEYS[2], string.format('%.0f', n))
-  return {1, n}
-end
-return {0, redis.call('PTTL', KEYS[1])}
-"#;
-
-/// Compare-and-delete, then notify waiters.
-/// `KEYS[1]` = lock key, `KEYS[2]` = release channel; `ARGV[1]` = owner token.
-/// Returns 1 if the key held our token and was deleted, else 0. The
-/// notification is best effort (`pcall`): a user whose ACL does not allow
-/// the channel still releases, and waiters re-check at the holder's TTL.
-pub const RELEASE: &str = r#"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  redis.pcall('PUBLISH', KEYS[2], ARGV[1])
-  return 1
-end
-return 0
-"#;
-
-/// Compare-and-`PEXPIRE`.
-/// `KEYS[1]` = lock key; `ARGV[1]` = owner token, `ARGV[2]` = ttl ms.
-/// Returns 1 if the key held our token and its TTL was set, else 0.
-pub const EXTEND: &str = r#"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-return 0
-"#;
-
 /// The server's clock in ms, as Lua code defining `now` (shared by the
 /// read-write and permit scripts, which keep each holder's expiry in it).
 macro_rules! now_ms {
@@ -97,6 +45,189 @@ macro_rules! next_fence {
         )
     };
 }
+
+/// The mutex queue's helpers, as Lua code defining `now` (ms),
+/// `next_waiter()` (drops lapsed waiters, returns the first member or nil)
+/// and `hand_to(member)` (the lock to that waiter with its TTL and a new
+/// fencing token, announced on the release channel); needs `t` = `TIME` and
+/// the keys of [`ACQUIRE_FENCED`].
+macro_rules! mutex_queue {
+    () => {
+        concat!(
+            "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n",
+            "local function next_waiter()\n",
+            "  for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)) do\n",
+            "    redis.call('ZREM', KEYS[3], m)\n",
+            "    redis.call('ZREM', KEYS[4], m)\n",
+            "  end\n",
+            "  while true do\n",
+            "    local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]\n",
+            "    if first == nil then return nil end\n",
+            "    if string.match(first, '^%x+ %d+$') then return first end\n",
+            "    redis.call('ZREM', KEYS[3], first)\n",
+            "    redis.call('ZREM', KEYS[4], first)\n",
+            "  end\n",
+            "end\n",
+            "local function hand_to(m)\n",
+            "  local owner, ttl = string.match(m, '^(%x+) (%d+)$')\n",
+            "  redis.call('SET', KEYS[1], owner, 'PX', ttl)\n",
+            "  redis.call('ZREM', KEYS[3], m)\n",
+            "  redis.call('ZREM', KEYS[4], m)\n",
+            next_fence!("KEYS[2]"),
+            "  redis.pcall('PUBLISH', KEYS[5], 'g ' .. owner .. ' ' .. string.format('%.0f', fence) .. ' ' .. ttl)\n",
+            "end\n"
+        )
+    };
+}
+
+/// Mutex acquire with a fencing token, atomically, in arrival order.
+/// `KEYS[1]` = lock key, `KEYS[2]` = fencing counter, `KEYS[3]` = the
+/// waiting queue (`{key} queue`: `<owner token> <ttl ms>` scored by arrival
+/// µs), `KEYS[4]` = when each waiter lapses (`{key} lapse`: the same members
+/// scored by lapse ms), `KEYS[5]` = release channel; `ARGV[1]` = owner
+/// token, `ARGV[2]` = ttl ms, `ARGV[3]` = `1` to take a place in the queue
+/// if the lock is not free ('' for a single try), `ARGV[4]` = how long that
+/// place lasts unless renewed (ms).
+/// Returns `{1, token}` when acquired, `{0, pttl, last}` when held by
+/// someone else (`pttl` = the holder's remaining ms, -1 if it has no
+/// expiry; `last` = the last token issued: a hand-over to this caller
+/// announced with a token up to `last` happened before this attempt and is
+/// void, since the attempt did not find the lock its own).
+///
+/// With nobody queued this is `SET key token NX PX ttl` (the peers' layout).
+/// Otherwise the lock goes in arrival order: a release hands it straight to
+/// the first waiter ([`RELEASE_QUEUED`]), so a releaser that comes back, or
+/// any newcomer, queues behind the waiters instead of racing them. A caller
+/// that finds the lock already holding its own token was handed it (or its
+/// earlier attempt got it and the reply was lost): it is acquired again with
+/// a fresh token and TTL, so an attempt can be repeated safely. A free lock
+/// with someone else first in the queue (its holder expired) is handed to
+/// that waiter.
+///
+/// The token is `max(counter + 1, the server's clock in microseconds)`, on
+/// every acquisition. The counter alone can go back: a restart without
+/// persistence forgets it, a reload of an RDB snapshot or of an AOF that
+/// lost its last second of writes brings back an older value, a promoted
+/// replica may be behind. The clock does not: every token is at least the
+/// server's clock when it was issued, and can run ahead of the clock only
+/// by the acquisitions that happen within one microsecond (none: a script
+/// runs for several), so the first token after any such loss is above every
+/// token issued before it, as long as the clock of the server issuing tokens
+/// never steps back below the last token issued. Tokens stay below 2^53,
+/// exact in Lua's doubles.
+pub const ACQUIRE_FENCED: &str = concat!(
+    r#"
+local t
+local function fenced()
+  t = redis.call('TIME')
+"#,
+    next_fence!("KEYS[2]"),
+    r#"  return fence
+end
+if redis.call('EXISTS', KEYS[3]) == 0 and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return {1, fenced()}
+end
+local me = ARGV[1] .. ' ' .. ARGV[2]
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('ZREM', KEYS[3], me)
+  redis.call('ZREM', KEYS[4], me)
+  return {1, fenced()}
+end
+t = redis.call('TIME')
+"#,
+    mutex_queue!(),
+    r#"
+if not holder then
+  local head = next_waiter()
+  if head == nil or head == me then
+    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+    redis.call('ZREM', KEYS[3], me)
+    redis.call('ZREM', KEYS[4], me)
+    return {1, fenced()}
+  end
+  hand_to(head)
+end
+if ARGV[3] == '1' then
+  local lasts = tonumber(ARGV[4])
+  redis.call('ZADD', KEYS[3], 'NX', tonumber(t[1]) * 1000000 + tonumber(t[2]), me)
+  redis.call('ZADD', KEYS[4], now + lasts, me)
+  for _, k in ipairs({KEYS[3], KEYS[4]}) do
+    if redis.call('PTTL', k) < lasts then redis.call('PEXPIRE', k, lasts) end
+  end
+end
+return {0, redis.call('PTTL', KEYS[1]), tonumber(redis.call('GET', KEYS[2])) or 0}
+"#
+);
+
+/// Compare-and-delete, then notify waiters (the release of `lock-redlock`,
+/// whose nodes keep no queue).
+/// `KEYS[1]` = lock key, `KEYS[2]` = release channel; `ARGV[1]` = owner token.
+/// Returns 1 if the key held our token and was deleted, else 0. The
+/// notification is best effort (`pcall`): a user whose ACL does not allow
+/// the channel still releases, and waiters re-check at the holder's TTL.
+pub const RELEASE: &str = r#"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  redis.pcall('PUBLISH', KEYS[2], ARGV[1])
+  return 1
+end
+return 0
+"#;
+
+/// Mutex release: compare, then hand the lock to the first waiter in the
+/// queue, or delete it if nobody waits.
+/// `KEYS[1]` = lock key, `KEYS[2]` = fencing counter, `KEYS[3]` = queue,
+/// `KEYS[4]` = lapse times, `KEYS[5]` = release channel; `ARGV[1]` = owner
+/// token, `ARGV[2]` = a queue member to remove first ('' for none: a waiter
+/// that gives up passes its own, so that a lock handed to it meanwhile goes
+/// on to the next waiter).
+///
+/// The waiter gets the lock with its own token and TTL and a new fencing
+/// token, and the release publishes `g <its owner token> <fencing token>
+/// <its ttl ms>`, which wakes that waiter alone ([`crate::notify`]) and
+/// tells the others when to re-check at the latest. A release with nobody
+/// waiting publishes the releasing owner token, as [`RELEASE`] does.
+/// Returns 1 if the key held our token, else 0. Publishing is best effort
+/// (`pcall`): a waiter that misses it finds the lock handed to it at its next
+/// attempt.
+pub const RELEASE_QUEUED: &str = concat!(
+    r#"
+if ARGV[2] ~= '' then
+  redis.call('ZREM', KEYS[3], ARGV[2])
+  redis.call('ZREM', KEYS[4], ARGV[2])
+end
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if redis.call('EXISTS', KEYS[3]) == 0 then
+  redis.call('DEL', KEYS[1])
+  redis.pcall('PUBLISH', KEYS[5], ARGV[1])
+  return 1
+end
+local t = redis.call('TIME')
+"#,
+    mutex_queue!(),
+    r#"
+local head = next_waiter()
+if head == nil then
+  redis.call('DEL', KEYS[1])
+  redis.pcall('PUBLISH', KEYS[5], ARGV[1])
+else
+  hand_to(head)
+end
+return 1
+"#
+);
+
+/// Compare-and-`PEXPIRE`.
+/// `KEYS[1]` = lock key; `ARGV[1]` = owner token, `ARGV[2]` = ttl ms.
+/// Returns 1 if the key held our token and its TTL was set, else 0.
+pub const EXTEND: &str = r#"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+"#;
 
 /// Read-write lock acquire, atomically, phase-fair.
 /// `KEYS[1]` = holders hash (`{key} rw`: owner token -> `r <expiry ms>` or
@@ -402,6 +533,8 @@ pub struct Scripts {
     pub acquire_fenced: Script,
     /// See [`RELEASE`].
     pub release: Script,
+    /// See [`RELEASE_QUEUED`].
+    pub release_queued: Script,
     /// See [`EXTEND`].
     pub extend: Script,
     /// See [`LIST_PAGE`].
@@ -429,6 +562,7 @@ impl Default for Scripts {
         Self {
             acquire_fenced: Script::new(ACQUIRE_FENCED),
             release: Script::new(RELEASE),
+            release_queued: Script::new(RELEASE_QUEUED),
             extend: Script::new(EXTEND),
             list_page: Script::new(LIST_PAGE),
             acquire_rw: Script::new(ACQUIRE_RW),
@@ -452,6 +586,10 @@ pub struct Keys {
     pub fencing: String,
     /// The pub/sub channel a release publishes on: `{prefix + name} released`.
     pub released: String,
+    /// The mutex's waiters by arrival: `{prefix + name} queue`.
+    pub queue: String,
+    /// The mutex's waiters by lapse time: `{prefix + name} lapse`.
+    pub lapse: String,
     /// The read-write lock's holders: `{prefix + name} rw`.
     pub rw: String,
     /// The read-write lock's waiters by arrival: `{prefix + name} rw queue`.
@@ -474,6 +612,8 @@ impl Keys {
         Self {
             fencing: Self::aux(&lock, "fencing"),
             released: Self::aux(&lock, "released"),
+            queue: Self::aux(&lock, "queue"),
+            lapse: Self::aux(&lock, "lapse"),
             rw: Self::aux(&lock, "rw"),
             rw_queue: Self::aux(&lock, "rw queue"),
             rw_lapse: Self::aux(&lock, "rw lapse"),

@@ -774,3 +774,108 @@ async fn assert_next_token_above(url: &str, lock: &LockName, last: u64, after: &
     );
     assert!(g.release().await.unwrap());
 }
+
+/// The owner token of the first waiter in `name`'s queue, once one is there.
+async fn first_waiter(server: &RedisServer, name: &LockName) -> String {
+    let queue = lock_redis::Keys::new("", name.as_str()).queue;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        if let RespValue::Array(Some(items)) = cmd(server, &["ZRANGE", &queue, "0", "0"]).await {
+            if let Some(member) = items.first().and_then(|m| m.as_str()) {
+                return member.split(' ').next().unwrap_or_default().to_string();
+            }
+        }
+        assert!(Instant::now() < deadline, "no waiter queued on {name}");
+        sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A hand-over announcement for a waiter that arrives after the waiter's
+/// last attempt found the lock held (a late message from an earlier
+/// hand-over, or a forged one) grants nothing: the waiter keeps waiting
+/// while the holder holds, and gets the lock with a newer token when the
+/// holder really releases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_hand_over_announcement_grants_nothing() {
+    let server = start_server(RedisOptions::default()).await;
+    let (holder, other) = (client(&server.url()).await, client(&server.url()).await);
+    let name = name("late-grant");
+    let held = holder
+        .acquire(&name, &opts(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    let waiting = {
+        let (other, name) = (other.clone(), name.clone());
+        tokio::spawn(async move { other.acquire(&name, &opts(Duration::from_secs(10))).await })
+    };
+    let waiter = first_waiter(&server, &name).await;
+    // Let the waiter subscribe and make its attempt after the subscription.
+    sleep(Duration::from_millis(300)).await;
+    let last = counter(&server, &name).await.expect("a counter");
+    let channel = lock_redis::Keys::new("", name.as_str()).released;
+    let stale = format!("g {waiter} {last} 10000");
+    assert_eq!(
+        cmd(&server, &["PUBLISH", &channel, &stale]).await,
+        RespValue::Int(1),
+        "the waiter's client listens on the channel"
+    );
+    sleep(Duration::from_millis(300)).await;
+    assert!(
+        !waiting.is_finished(),
+        "a stale announcement let the waiter in while the holder holds"
+    );
+    assert!(held.release().await.unwrap());
+    let got = timeout(SLACK, waiting)
+        .await
+        .expect("the release hands the lock over at once")
+        .unwrap()
+        .expect("the waiter gets the lock");
+    assert!(got.fencing_token().unwrap().get() > last as u64);
+    assert!(got.release().await.unwrap());
+}
+
+/// A waiter that vanished after taking its place (no clean-up: a crashed
+/// process) is handed the lock at the next release; the lock expires with
+/// that waiter's TTL and the next live waiter gets it then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_handed_to_a_vanished_waiter_goes_on_after_its_ttl() {
+    let server = start_server(RedisOptions::default()).await;
+    let (holder, other) = (client(&server.url()).await, client(&server.url()).await);
+    let name = name("vanished");
+    let keys = lock_redis::Keys::new("", name.as_str());
+    let held = holder
+        .acquire(&name, &opts(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    // A crashed waiter's place: first in line, asking for 500 ms.
+    let ghost = format!("{:032x} 500", 7u128);
+    assert_eq!(
+        cmd(&server, &["ZADD", &keys.queue, "1", &ghost]).await,
+        RespValue::Int(1)
+    );
+    assert_eq!(
+        cmd(&server, &["ZADD", &keys.lapse, "99999999999999", &ghost]).await,
+        RespValue::Int(1)
+    );
+    let waiting = {
+        let (other, name) = (other.clone(), name.clone());
+        tokio::spawn(async move {
+            let got = other.acquire(&name, &opts(Duration::from_secs(10))).await;
+            (Instant::now(), got)
+        })
+    };
+    sleep(Duration::from_millis(300)).await;
+    let released = Instant::now();
+    assert!(held.release().await.unwrap());
+    let (at, got) = timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("the live waiter got the lock")
+        .unwrap();
+    let got = got.expect("acquire");
+    let after = at - released;
+    assert!(
+        after >= Duration::from_millis(400) && after < Duration::from_millis(500) + SLACK,
+        "the live waiter got the lock {after:?} after the release (the ghost's TTL is 500 ms)"
+    );
+    assert!(got.release().await.unwrap());
+}

@@ -79,9 +79,12 @@ impl Harness for Redis {
     async fn leftovers(&self, name: &LockName) -> Vec<String> {
         let keys = Self::keys(name);
         let mut left = Vec::new();
-        // Holders of every primitive, and the read-write lock's waiters.
+        // Holders of every primitive, and the waiters of the mutex and the
+        // read-write lock.
         for key in [
             &keys.lock,
+            &keys.queue,
+            &keys.lapse,
             &keys.rw,
             &keys.rw_queue,
             &keys.rw_lapse,
@@ -133,7 +136,7 @@ impl Harness for Redis {
 pub fn run(tls: bool) -> ExitCode {
     let expected = Capabilities::new("redis")
         .with_fencing(Fencing::ServerClock)
-        .with_fifo(false)
+        .with_fifo(true)
         .with_loss_events(false)
         .with_notified_wait(true)
         .with_remote(true)
