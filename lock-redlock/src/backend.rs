@@ -93,7 +93,7 @@ impl RedlockLock {
                     &config.tls,
                     config.connect_timeout,
                     config.renew_batching,
-                    config.connect_timeout.max(config.node_timeout),
+                    config.node_timeout,
                 )
             })
             .collect::<Result<Vec<_>>>()?;
@@ -801,12 +801,18 @@ impl LeaseHandle for RedlockLease {
         self.settle().await;
         let n = inner.nodes.len();
         let start = Instant::now();
-        // Each node's renewal waits for its batch (at most `batch_wait`)
-        // before its request goes out; the node timeout counts from then.
+        // Each node's renewal waits for its batch (at most `batch_wait`,
+        // later only if the machine is too busy to run the batch's timer)
+        // before its request goes out, and the node timeout counts from
+        // that send: each node's batch gives up `node_timeout` after it was
+        // sent (see `core::NodeBatch`), so every node has answered or failed
+        // by then. Counting the node timeout from here instead would let a
+        // late timer on a loaded machine fail whole batches of healthy
+        // renewals. `decide_by` is only a backstop; the validity check below
+        // keeps a late quorum from renewing anything. A node that answers
+        // late still applies the extension (the request was sent).
         let batch_wait = inner.config.renew_batching.wait_for(ttl);
-        let decide_by = add_saturating(start, batch_wait + inner.config.node_timeout);
-        // Decide within that; slower nodes still get the extension in the
-        // background (it keeps their key alive).
+        let decide_by = add_saturating(start, batch_wait + inner.background_bound());
         let mut pending = {
             let (key, token) = (self.key.clone(), self.token.clone());
             fan_out(

@@ -87,7 +87,8 @@ pub struct RedlockConfig {
     /// How the renewals of this client's guards are batched, per node: the
     /// renewals that come within a short window go to each node as one
     /// request (`lock-redis`'s batcher, see [`lock_redis::renew`]); a
-    /// renewal's round waits for its batch on top of the node timeout.
+    /// renewal waits for its batch, then `node_timeout` counts from the
+    /// batch's send.
     /// Default: [`RenewBatching::default`] (a 50 ms window, at most 1/50 of
     /// a lease's TTL; at most 256 renewals per request).
     pub renew_batching: RenewBatching,

@@ -114,7 +114,8 @@ where
 
 /// How one node's renewal batches reach it: one `RENEW_BATCH` per batch on
 /// the node's connection, retried once on a fresh connection as every
-/// request to a node is, bounded by `limit` (the round's own bound).
+/// request to a node is, bounded by `limit` (the node timeout) from when
+/// the batch is sent.
 pub(crate) struct NodeBatch {
     conn: ConnectionManager,
     script: Script,
@@ -159,8 +160,9 @@ pub(crate) struct Node {
 }
 
 impl Node {
-    /// A node with a lazy connection (no I/O here); its renewal batches are
-    /// bounded by `batch_limit`. Must run inside a Tokio runtime.
+    /// A node with a lazy connection (no I/O here); each of its renewal
+    /// batches gives up `batch_limit` (the node timeout) after it was sent.
+    /// Must run inside a Tokio runtime.
     pub fn new(
         url: &str,
         tls: &TlsConfig,

@@ -78,10 +78,13 @@ async fn hold(c: &RedlockLock, prefix: &str, n: usize, opts: &AcquireOptions) ->
         .collect()
 }
 
+/// Releases them one after the other (a burst of hundreds of concurrent
+/// releases times out on a loaded machine, which is not what is tested),
+/// each still ours.
 async fn release_all(guards: Vec<LockGuard>) {
-    for ok in join_all(guards.into_iter().map(|g| g.release())).await {
+    for g in guards {
         assert!(
-            ok.expect("release"),
+            g.release().await.expect("release"),
             "a guard was no longer ours at release"
         );
     }
