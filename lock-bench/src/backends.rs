@@ -38,18 +38,31 @@ impl Ours {
         Self { target, opts }
     }
 
+    /// The default batching, or none (a zero window: one request per renewal).
+    fn renew_batching(&self) -> lock_redis::RenewBatching {
+        if self.opts.batch_renewals {
+            lock_redis::RenewBatching::default()
+        } else {
+            lock_redis::RenewBatching::default().window(std::time::Duration::ZERO)
+        }
+    }
+
     async fn client(&self) -> BenchResult<Arc<dyn LockService>> {
         let lock: Arc<dyn LockService> = match &self.target {
             Target::Memory(m) => Arc::new(m.clone()),
             Target::Redis(url) => Arc::new(
-                lock_redis::RedisLock::connect(lock_redis::RedisLockConfig::new(url.clone()))
-                    .await
-                    .map_err(|e| format!("lock-redis connect {url}: {e}"))?,
+                lock_redis::RedisLock::connect(
+                    lock_redis::RedisLockConfig::new(url.clone())
+                        .renew_batching(self.renew_batching()),
+                )
+                .await
+                .map_err(|e| format!("lock-redis connect {url}: {e}"))?,
             ),
             Target::Redlock(urls) => Arc::new(
-                lock_redlock::RedlockLock::connect(lock_redlock::RedlockConfig::new(
-                    urls.iter().cloned(),
-                ))
+                lock_redlock::RedlockLock::connect(
+                    lock_redlock::RedlockConfig::new(urls.iter().cloned())
+                        .renew_batching(self.renew_batching()),
+                )
                 .await
                 .map_err(|e| format!("lock-redlock connect {urls:?}: {e}"))?,
             ),

@@ -30,6 +30,7 @@ mod peers;
 mod plot;
 mod raw;
 mod report;
+mod requests;
 mod run;
 mod servers;
 mod stats;
@@ -167,6 +168,9 @@ fn main() -> ExitCode {
         }
     };
     lock_testbed::set_data_root(args.data_dir.clone());
+    if let Err(e) = requests::install() {
+        eprintln!("lock-bench: {e}; client requests are not counted");
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -143,7 +143,7 @@ impl Profile {
             (
                 "keep-alive".into(),
                 format!(
-                    "guards {:?} on {} sessions, TTL {} (renewed every TTL/3), idle window {}, holding window {}",
+                    "guards {:?} on {} sessions, acquired evenly over one renewal interval (TTL/3), TTL {} (renewed every TTL/3), idle window {}, holding window {}",
                     self.ka_guards,
                     self.ka_sessions,
                     s(self.ka_ttl),
@@ -170,8 +170,18 @@ struct Plan {
     contended: bool,
 }
 
-/// Our backend connected for the keep-alive runs, and its server counter.
-type KeepAlivePlan = (Result<Arc<dyn Connector>, String>, Option<OpsSource>);
+/// Our backend connected for the keep-alive runs, and its counters.
+struct KeepAlivePlan {
+    /// Our backend as a user gets it.
+    conn: Result<Arc<dyn Connector>, String>,
+    /// Where to count server ops.
+    source: Option<OpsSource>,
+    /// Its label in lock-core's request counter.
+    requests: &'static str,
+    /// Redis and Redlock: the same backend with renewal batching off, run
+    /// after each guard count for the comparison in the same run.
+    unbatched: Option<Result<Arc<dyn Connector>, String>>,
+}
 
 /// A backend group: our backend, its raw protocol, its peer.
 struct Group {
@@ -201,6 +211,7 @@ fn groups(args: &Args, profile: &Profile, servers: &Servers) -> Vec<Group> {
         ttl: profile.ttl,
         keep_alive: true,
         session_ttl: None,
+        batch_renewals: true,
     };
     // Keep-alive runs: the session (etcd lease, ZooKeeper session) as short as
     // the guards' TTL, so that it is renewed as often as they are.
@@ -208,6 +219,17 @@ fn groups(args: &Args, profile: &Profile, servers: &Servers) -> Vec<Group> {
         ttl: profile.ka_ttl,
         keep_alive: true,
         session_ttl: Some(profile.ka_ttl),
+        batch_renewals: true,
+    };
+    let ka_unbatched = DistOptions {
+        batch_renewals: false,
+        ..ka_opts.clone()
+    };
+    let plan = |conn, source, requests| KeepAlivePlan {
+        conn,
+        source,
+        requests,
+        unbatched: None,
     };
     let ours =
         |t: &Result<Target, String>, o: &DistOptions| -> Result<Arc<dyn Connector>, String> {
@@ -227,7 +249,7 @@ fn groups(args: &Args, profile: &Profile, servers: &Servers) -> Vec<Group> {
                         connector: ours(&t, &opts),
                         contended: true,
                     }],
-                    keep_alive: Some((ours(&t, &ka_opts), None)),
+                    keep_alive: Some(plan(ours(&t, &ka_opts), None, "memory")),
                     read_heavy: Some(ours(&t, &opts)),
                 });
             }
@@ -251,10 +273,14 @@ fn groups(args: &Args, profile: &Profile, servers: &Servers) -> Vec<Group> {
                             contended: false,
                         },
                     ],
-                    keep_alive: Some((
-                        ours(&t, &ka_opts),
-                        url.ok().map(|u| OpsSource::Redis(vec![u])),
-                    )),
+                    keep_alive: Some(KeepAlivePlan {
+                        unbatched: Some(ours(&t, &ka_unbatched)),
+                        ..plan(
+                            ours(&t, &ka_opts),
+                            url.ok().map(|u| OpsSource::Redis(vec![u])),
+                            "redis",
+                        )
+                    }),
                     read_heavy: Some(ours(&t, &opts)),
                 });
             }
@@ -291,7 +317,14 @@ fn groups(args: &Args, profile: &Profile, servers: &Servers) -> Vec<Group> {
                             contended: true,
                         },
                     ],
-                    keep_alive: Some((ours(&t, &ka_opts), urls.ok().map(OpsSource::Redis))),
+                    keep_alive: Some(KeepAlivePlan {
+                        unbatched: Some(ours(&t, &ka_unbatched)),
+                        ..plan(
+                            ours(&t, &ka_opts),
+                            urls.ok().map(OpsSource::Redis),
+                            "redlock",
+                        )
+                    }),
                     read_heavy: None,
                 });
             }
@@ -321,7 +354,11 @@ fn groups(args: &Args, profile: &Profile, servers: &Servers) -> Vec<Group> {
                             contended: true,
                         },
                     ],
-                    keep_alive: Some((ours(&t, &ka_opts), eps.ok().map(OpsSource::Etcd))),
+                    keep_alive: Some(plan(
+                        ours(&t, &ka_opts),
+                        eps.ok().map(OpsSource::Etcd),
+                        "etcd",
+                    )),
                     read_heavy: Some(ours(&t, &opts)),
                 });
             }
@@ -366,7 +403,11 @@ fn groups(args: &Args, profile: &Profile, servers: &Servers) -> Vec<Group> {
                             contended: true,
                         },
                     ],
-                    keep_alive: Some((ours(&t, &ka_opts), eps.ok().map(OpsSource::Zk))),
+                    keep_alive: Some(plan(
+                        ours(&t, &ka_opts),
+                        eps.ok().map(OpsSource::Zk),
+                        "zookeeper",
+                    )),
                     read_heavy: Some(ours(&t, &opts)),
                 });
             }
@@ -519,11 +560,10 @@ pub async fn run(args: &Args) -> (Report, Servers) {
             });
             bar.inc(1);
         }
-        if let Some((conn, source)) = keep_alive {
+        if let Some(plan) = keep_alive {
             bar.set_message(format!("{backend}: keep-alive"));
             let task = tokio::spawn(measure_keep_alive(
-                conn,
-                source,
+                plan,
                 profile.clone(),
                 run_id.clone(),
                 backend,
@@ -535,6 +575,7 @@ pub async fn run(args: &Args) -> (Report, Servers) {
                     ops_source: None,
                     idle_ops_per_s: None,
                     idle_ops: None,
+                    idle_requests_per_s: None,
                     idle_window_s: profile.ka_idle.as_secs_f64(),
                     ttl_s: profile.ka_ttl.as_secs_f64(),
                     runs: Vec::new(),
@@ -661,25 +702,43 @@ async fn measure_group(
     reports
 }
 
+/// The renewals of the default configuration, in words.
+pub const BATCHED: &str = "default";
+/// The renewals with batching off, in words.
+pub const UNBATCHED: &str = "batching off (one request per renewal)";
+
 async fn measure_keep_alive(
-    conn: Result<Arc<dyn Connector>, String>,
-    source: Option<OpsSource>,
+    plan: KeepAlivePlan,
     profile: Profile,
     run_id: String,
     backend: &'static str,
     bar: ProgressBar,
 ) -> KeepAliveReport {
+    let KeepAlivePlan {
+        conn,
+        source,
+        requests,
+        unbatched,
+    } = plan;
     let mut rep = KeepAliveReport {
         ops_source: source.as_ref().map(|s| s.describe().to_string()),
         idle_ops_per_s: None,
         idle_ops: None,
+        idle_requests_per_s: None,
         idle_window_s: profile.ka_idle.as_secs_f64(),
         ttl_s: profile.ka_ttl.as_secs_f64(),
         runs: Vec::new(),
         error: None,
     };
     let steps = profile.ka_guards.len() as u64;
-    let conn = match conn {
+    let connect = |conn: Result<Arc<dyn Connector>, String>| async move {
+        let conn = conn?;
+        futures::future::join_all((0..profile.ka_sessions).map(|_| conn.connect()))
+            .await
+            .into_iter()
+            .collect::<Result<Vec<Arc<dyn Locker>>, String>>()
+    };
+    let clients = match connect(conn).await {
         Ok(c) => c,
         Err(e) => {
             rep.error = Some(e);
@@ -687,22 +746,22 @@ async fn measure_keep_alive(
             return rep;
         }
     };
-    let clients: Vec<Arc<dyn Locker>> =
-        match futures::future::join_all((0..profile.ka_sessions).map(|_| conn.connect()))
-            .await
-            .into_iter()
-            .collect()
-        {
-            Ok(c) => c,
+    let baseline = match unbatched {
+        Some(conn) => match connect(conn).await {
+            Ok(c) => Some(c),
             Err(e) => {
-                rep.error = Some(e);
+                rep.error = Some(format!("batching off: {e}"));
                 bar.inc(steps);
                 return rep;
             }
-        };
+        },
+        None => None,
+    };
     // Let the sessions settle (first keep-alives, pings), then the idle rate.
     tokio::time::sleep(Duration::from_millis(300)).await;
     if let Some(src) = &source {
+        let before = crate::requests::sent(requests);
+        let t0 = Instant::now();
         match workload::ops_rate(src, profile.ka_idle).await {
             Ok((rate, ops)) => {
                 rep.idle_ops_per_s = Some(rate);
@@ -714,18 +773,28 @@ async fn measure_keep_alive(
                 return rep;
             }
         }
+        if let (Some(b), Some(a)) = (before, crate::requests::sent(requests)) {
+            rep.idle_requests_per_s = Some(crate::stats::rate(a.saturating_sub(b), t0.elapsed()));
+        }
     }
     for &guards in &profile.ka_guards {
         bar.set_message(format!("{backend}: keep-alive with {guards} guards"));
-        let p = KeepAliveParams {
-            guards,
-            creators: profile.ka_creators,
-            window: profile.ka_window,
-            prefix: format!("{run_id}/keepalive/k{guards}"),
-        };
-        match workload::keep_alive(&clients, source.as_ref(), &p).await {
-            Ok(k) => rep.runs.push(k),
-            Err(e) => rep.error = Some(e),
+        let variants = std::iter::once((&clients, BATCHED, "k"))
+            .chain(baseline.as_ref().map(|b| (b, UNBATCHED, "u")));
+        for (clients, renewals, tag) in variants {
+            let p = KeepAliveParams {
+                guards,
+                creators: profile.ka_creators,
+                window: profile.ka_window,
+                spread: profile.ka_ttl / 3,
+                prefix: format!("{run_id}/keepalive/{tag}{guards}"),
+                requests: Some(requests),
+                renewals,
+            };
+            match workload::keep_alive(clients, source.as_ref(), &p).await {
+                Ok(k) => rep.runs.push(k),
+                Err(e) => rep.error = Some(e),
+            }
         }
         bar.inc(1);
     }

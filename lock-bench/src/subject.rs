@@ -81,6 +81,10 @@ pub struct DistOptions {
     /// The client's session length on the session-based backends (etcd lease
     /// TTL, ZooKeeper session timeout); `None` = the backend's default.
     pub session_ttl: Option<Duration>,
+    /// Redis and Redlock: batch the renewals of a client's guards (the
+    /// default); `false` sends each renewal on its own (a zero batching
+    /// window), as every renewal was sent before batching existed.
+    pub batch_renewals: bool,
 }
 
 /// A client of one of our backends.

@@ -290,7 +290,11 @@ pub fn evaluate(backends: &[BackendReport]) -> Vec<Target> {
             .keep_alive
             .iter()
             .flat_map(|k| k.runs.iter())
-            .filter(|r| r.hold_ops_per_s.is_some() && r.errors.is_empty())
+            .filter(|r| {
+                r.hold_ops_per_s.is_some()
+                    && r.errors.is_empty()
+                    && r.renewals == crate::run::BATCHED
+            })
             .collect();
         let small = runs.iter().min_by_key(|r| r.guards);
         let large = runs.iter().max_by_key(|r| r.guards);
@@ -326,6 +330,95 @@ pub fn evaluate(backends: &[BackendReport]) -> Vec<Target> {
             )),
         }
     }
+    // 4b. Client requests per renewal interval grow with nodes x connections,
+    //     not with guards, on every backend (Redis and Redlock batch a
+    //     client's renewals per node).
+    let t4b = format!(
+        "keep-alive client requests per renewal interval grow with (nodes x connections), not guards: requests/s at the larger guard count <= {KEEPALIVE_GROWTH}x the smaller (same sessions)"
+    );
+    for name in remote {
+        let Some(b) = find(backends, name) else {
+            continue;
+        };
+        let ttl_s = b.keep_alive.as_ref().map_or(0.0, |k| k.ttl_s);
+        let runs = |renewals: &str| -> Vec<&crate::workload::KeepAlive> {
+            b.keep_alive
+                .iter()
+                .flat_map(|k| k.runs.iter())
+                .filter(|r| r.errors.is_empty() && r.renewals == renewals)
+                .collect()
+        };
+        let batched = runs(crate::run::BATCHED);
+        let small = batched.iter().min_by_key(|r| r.guards);
+        let large = batched.iter().max_by_key(|r| r.guards);
+        let per_interval =
+            |r: &crate::workload::KeepAlive| r.hold_requests_per_s.unwrap_or(0.0) * ttl_s / 3.0;
+        match (small, large) {
+            (Some(s), Some(l))
+                if l.guards > s.guards
+                    && s.hold_requests.is_some()
+                    && l.hold_requests.is_some() =>
+            {
+                let (so, lo) = (
+                    s.hold_requests_per_s.unwrap_or(0.0),
+                    l.hold_requests_per_s.unwrap_or(0.0),
+                );
+                if so <= 0.0 && lo <= 0.0 {
+                    out.push(target(
+                        &t4b,
+                        name,
+                        "not measured: the backend counts no requests in distlock_requests_total"
+                            .into(),
+                        Status::NotMeasured,
+                    ));
+                } else {
+                    let growth = if so > 0.0 { lo / so } else { f64::INFINITY };
+                    let off = runs(crate::run::UNBATCHED);
+                    let baseline = off
+                        .iter()
+                        .max_by_key(|r| r.guards)
+                        .filter(|r| r.hold_requests_per_s.is_some())
+                        .map(|r| {
+                            format!(
+                                "; batching off: {}/s (n={}), {:.0} per interval with {} guards",
+                                fmt_rate(r.hold_requests_per_s.unwrap_or(0.0)),
+                                r.hold_requests.unwrap_or(0),
+                                per_interval(r),
+                                r.guards
+                            )
+                        })
+                        .unwrap_or_default();
+                    out.push(target(
+                        &t4b,
+                        name,
+                        format!(
+                            "{growth:.2}x for {:.0}x the guards: {:.0} requests per interval ({}/s, n={}, {:.4} per guard per s) with {} guards vs {:.0} ({}/s, n={}, {:.4} per guard per s) with {}, {} sessions{baseline}",
+                            l.guards as f64 / s.guards as f64,
+                            per_interval(l),
+                            fmt_rate(lo),
+                            l.hold_requests.unwrap_or(0),
+                            lo / l.guards.max(1) as f64,
+                            l.guards,
+                            per_interval(s),
+                            fmt_rate(so),
+                            s.hold_requests.unwrap_or(0),
+                            so / s.guards.max(1) as f64,
+                            s.guards,
+                            l.sessions
+                        ),
+                        status(growth <= KEEPALIVE_GROWTH),
+                    ));
+                }
+            }
+            _ => out.push(target(
+                &t4b,
+                name,
+                "not measured".into(),
+                Status::NotMeasured,
+            )),
+        }
+    }
+
     // 6. Contended, fair AND fast: each backend's own bar, with at least
     //    FAIR_SHARE of the hand-offs going to another client.
     for b in backends {

@@ -385,8 +385,19 @@ pub struct KeepAliveParams {
     pub creators: usize,
     /// How long the server counter is read while they are held.
     pub window: Duration,
+    /// The acquisitions are paced over this long (guard i not before
+    /// i/guards of it), so that every guard count starts with its renewals
+    /// spread over the interval as in a process that holds guards taken at
+    /// different times, not all in phase (which would favour a small count
+    /// created in a few ms: its renewals would all fall in the same windows).
+    pub spread: Duration,
     /// Name prefix.
     pub prefix: String,
+    /// The backend's label in [`lock_core::metrics::REQUESTS`], whose client
+    /// requests are counted over the window (`None`: not counted).
+    pub requests: Option<&'static str>,
+    /// How the guards' renewals are sent, in words (for the report).
+    pub renewals: &'static str,
 }
 
 /// The result of a keep-alive run.
@@ -402,6 +413,13 @@ pub struct KeepAlive {
     pub hold_ops_per_s: Option<f64>,
     /// Server operations counted in the window.
     pub hold_ops: Option<u64>,
+    /// Client requests per second while they were held (lock-core's
+    /// `distlock_requests_total` of this backend, measured window).
+    pub hold_requests_per_s: Option<f64>,
+    /// Client requests counted in the window.
+    pub hold_requests: Option<u64>,
+    /// How the renewals were sent (batched, or one request each).
+    pub renewals: String,
     /// The window, s.
     pub window_s: f64,
     /// Resident memory growth of this process per guard, bytes.
@@ -436,7 +454,7 @@ pub async fn keep_alive(
     let mut handles = Vec::new();
     for _ in 0..p.creators.max(1) {
         let (next, held, clients) = (next.clone(), held.clone(), clients.to_vec());
-        let (guards, prefix) = (p.guards, p.prefix.clone());
+        let (guards, prefix, spread) = (p.guards, p.prefix.clone(), p.spread);
         handles.push(tokio::spawn(async move {
             let mut errors = Errors::default();
             loop {
@@ -444,6 +462,8 @@ pub async fn keep_alive(
                 if i >= guards {
                     break;
                 }
+                let not_before = created + spread.mul_f64(i as f64 / guards as f64);
+                tokio::time::sleep_until(tokio::time::Instant::from_std(not_before)).await;
                 let name = format!("{prefix}/g{i}");
                 let locker = &clients[i % clients.len()];
                 match tokio::time::timeout(CYCLE_TIMEOUT, locker.acquire(&name, CYCLE_TIMEOUT / 2))
@@ -487,6 +507,9 @@ pub async fn keep_alive(
         create_s,
         hold_ops_per_s: None,
         hold_ops: None,
+        hold_requests_per_s: None,
+        hold_requests: None,
+        renewals: p.renewals.to_string(),
         window_s: p.window.as_secs_f64(),
         rss_per_guard_bytes: match (rss_before, rss_after) {
             (Some(b), Some(a)) if count > 0 => Some(a.saturating_sub(b) as f64 / count as f64),
@@ -496,6 +519,8 @@ pub async fn keep_alive(
         errors: Errors::default(),
     };
     if errors.is_empty() {
+        let requests_before = p.requests.and_then(crate::requests::sent);
+        let t0 = Instant::now();
         match source {
             Some(src) => match ops_rate(src, p.window).await {
                 Ok((rate, ops)) => {
@@ -505,6 +530,12 @@ pub async fn keep_alive(
                 Err(e) => errors.push(format!("server counter: {e}")),
             },
             None => tokio::time::sleep(p.window).await,
+        }
+        let requests_after = p.requests.and_then(crate::requests::sent);
+        if let (Some(b), Some(a)) = (requests_before, requests_after) {
+            let n = a.saturating_sub(b);
+            result.hold_requests = Some(n);
+            result.hold_requests_per_s = Some(stats::rate(n, t0.elapsed()));
         }
     }
     result.lost = guards.iter().filter(|g| !g.is_held()).count();

@@ -63,7 +63,7 @@ impl RedisLock {
     /// within `config.connect_timeout`, with `Unauthorized` when it rejects
     /// the credentials. Must be called within a tokio runtime.
     pub async fn connect(config: RedisLockConfig) -> Result<RedisLock, LockError> {
-        let core = Arc::new(Core::connect(config).await?);
+        let core = Core::connect(config).await?;
         let notifier = Notifier::start(
             vec![NotifyNode {
                 addr: core.config.redacted_url(),
@@ -513,17 +513,17 @@ struct RedisLease {
 #[async_trait]
 impl LeaseHandle for RedisLease {
     async fn renew(&self, ttl: Duration) -> Result<Renewal> {
-        let start = Instant::now();
-        if self
+        // Batched with this client's other renewals; valid from before
+        // the request that carried it was sent.
+        match self
             .primitive
-            .extend(&self.core, &self.keys, &self.token, ttl_millis(ttl))
+            .renew(&self.core, &self.keys, &self.token, ttl)
             .await?
         {
-            Ok(Renewal::Renewed {
-                valid_until: validity(start, ttl),
-            })
-        } else {
-            Ok(Renewal::Gone)
+            Some(sent) => Ok(Renewal::Renewed {
+                valid_until: validity(sent, ttl),
+            }),
+            None => Ok(Renewal::Gone),
         }
     }
 

@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use lock_core::{check_duration, LockError, TlsConfig};
 
+use crate::renew::RenewBatching;
+
 /// The default server URL: `redis://127.0.0.1:6379/`.
 pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379/";
 /// The default connect timeout: 1 s.
@@ -61,6 +63,12 @@ pub struct RedisLockConfig {
     /// `DEL`) on a lock with a long TTL, and is the re-check period for a key
     /// without expiry. Default: [`DEFAULT_MAX_RECHECK`] (10 s).
     pub max_recheck: Duration,
+    /// How the renewals of this client's guards are batched: those that come
+    /// within a short window go to the server as one request (see
+    /// [`crate::renew`]). Default: [`RenewBatching::default`] (a 50 ms
+    /// window, at most 1/50 of a lease's TTL; at most 256 renewals per
+    /// request).
+    pub renew_batching: RenewBatching,
 }
 
 impl Default for RedisLockConfig {
@@ -72,6 +80,7 @@ impl Default for RedisLockConfig {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             max_recheck: DEFAULT_MAX_RECHECK,
+            renew_batching: RenewBatching::default(),
         }
     }
 }
@@ -115,15 +124,23 @@ impl RedisLockConfig {
         self
     }
 
+    /// Sets [`RedisLockConfig::renew_batching`].
+    pub fn renew_batching(mut self, batching: RenewBatching) -> Self {
+        self.renew_batching = batching;
+        self
+    }
+
     /// Checks the configuration: timeouts in 1 ms ..= [`MAX_TIMEOUT`],
     /// `max_recheck` in 1 ms ..= one day, a key prefix without whitespace or
-    /// control characters. The URL is checked when connecting.
+    /// control characters, the renewal batching's bounds
+    /// ([`RenewBatching::validate`]). The URL is checked when connecting.
     pub fn validate(&self) -> Result<(), LockError> {
         let ms = Duration::from_millis(1);
         check_duration("connect_timeout", self.connect_timeout, ms, MAX_TIMEOUT)?;
         check_duration("request_timeout", self.request_timeout, ms, MAX_TIMEOUT)?;
         check_duration("max_recheck", self.max_recheck, ms, lock_core::MAX_WAIT)?;
         self.tls.validate()?;
+        self.renew_batching.validate()?;
         crate::scripts::check_prefix(&self.key_prefix)
     }
 
@@ -142,6 +159,7 @@ impl fmt::Debug for RedisLockConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("request_timeout", &self.request_timeout)
             .field("max_recheck", &self.max_recheck)
+            .field("renew_batching", &self.renew_batching)
             .finish()
     }
 }

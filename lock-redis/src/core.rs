@@ -3,6 +3,7 @@
 //! function, [`map_error`].
 
 use std::future::Future;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use lock_core::{LockError, LockErrorKind, Result};
@@ -12,7 +13,8 @@ use redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind};
 use tokio::time::Instant;
 
 use crate::config::RedisLockConfig;
-use crate::scripts::{Keys, Listed, Scripts, ACQUIRE_FENCED, EXTEND, LIST_PAGE, RELEASE_QUEUED};
+use crate::renew::{BatchSender, Batcher, KeyOutcome, RenewItem, Renewed, RENEW_BATCH};
+use crate::scripts::{Keys, Listed, Scripts, ACQUIRE_FENCED, LIST_PAGE, RELEASE_QUEUED};
 
 /// Delays of the connection manager's reconnection attempts: from this...
 const RECONNECT_MIN_DELAY: Duration = Duration::from_millis(25);
@@ -21,14 +23,18 @@ const RECONNECT_MAX_DELAY: Duration = Duration::from_secs(1);
 /// Attempts per reconnection round; a later request starts a new round.
 const RECONNECT_ATTEMPTS: usize = 8;
 
-/// Why a request failed, before mapping.
-#[derive(Debug)]
+/// Why a request failed, before mapping (cloned to every renewal of a
+/// failed batch, so that each gets the error its own request would have).
+#[derive(Clone, Debug)]
 pub(crate) enum Failure {
     /// The `redis` crate reported an error.
     Redis(RedisError),
     /// No reply within this long (our own timeout, which also covers the wait
     /// for a reconnection).
     TimedOut(Duration),
+    /// The request's task ended without an answer (the client or the
+    /// runtime shutting down).
+    Abandoned,
 }
 
 /// THE mapping of client failures to [`LockErrorKind`]s; `what` names the
@@ -39,6 +45,12 @@ pub(crate) fn map_error(what: &str, failure: Failure) -> LockError {
             return LockError::new(
                 LockErrorKind::Unavailable,
                 format!("{what}: no reply from Redis within {after:?}"),
+            )
+        }
+        Failure::Abandoned => {
+            return LockError::new(
+                LockErrorKind::Unavailable,
+                format!("{what}: the request ended without an answer (client shutting down?)"),
             )
         }
         Failure::Redis(err) => err,
@@ -59,6 +71,10 @@ pub(crate) struct Core {
     pub(crate) client: redis::Client,
     conn: ConnectionManager,
     scripts: Scripts,
+    /// [`RENEW_BATCH`], the one script every renewal runs in.
+    renew_script: redis::Script,
+    /// This client's renewals, one request per batch (see [`crate::renew`]).
+    renewals: Batcher<BatchOnCore>,
 }
 
 /// What the acquire script answered.
@@ -81,7 +97,7 @@ pub(crate) struct Inspection {
 
 impl Core {
     /// Connects within `config.connect_timeout` and loads the scripts.
-    pub(crate) async fn connect(config: RedisLockConfig) -> Result<Self> {
+    pub(crate) async fn connect(config: RedisLockConfig) -> Result<Arc<Self>> {
         config.validate()?;
         let what = format!("connecting to {}", config.redacted_url());
         let client = crate::tls::open_client(&config.url, &config.tls)?;
@@ -105,7 +121,7 @@ impl Core {
                 .get_multiplexed_async_connection_with_config(&probe_config)
                 .await?;
             let mut load = redis::pipe();
-            for code in [ACQUIRE_FENCED, RELEASE_QUEUED, EXTEND, LIST_PAGE] {
+            for code in [ACQUIRE_FENCED, RELEASE_QUEUED, RENEW_BATCH, LIST_PAGE] {
                 load.cmd("SCRIPT").arg("LOAD").arg(code);
             }
             load.query_async::<()>(&mut probe).await?;
@@ -117,12 +133,17 @@ impl Core {
         match connected {
             Err(_) => Err(map_error(&what, Failure::TimedOut(config.connect_timeout))),
             Ok(Err(e)) => Err(map_error(&what, Failure::Redis(e))),
-            Ok(Ok((conn, scripts))) => Ok(Self {
-                config,
-                client,
-                conn,
-                scripts,
-            }),
+            Ok(Ok((conn, scripts))) => Ok(Arc::new_cyclic(|core| {
+                let renewals = Batcher::new(BatchOnCore(core.clone()), config.renew_batching);
+                Self {
+                    config,
+                    client,
+                    conn,
+                    scripts,
+                    renew_script: redis::Script::new(RENEW_BATCH),
+                    renewals,
+                }
+            })),
         }
     }
 
@@ -131,7 +152,7 @@ impl Core {
     /// dropped connection (see [`Core::request_idempotent`]).
     pub(crate) async fn eval<T: redis::FromRedisValue>(
         &self,
-        what: &str,
+        what: &'static str,
         pick: fn(&Scripts) -> &redis::Script,
         keys: &[&str],
         args: &[&str],
@@ -155,34 +176,65 @@ impl Core {
         }
     }
 
-    /// Runs one request with the request timeout, mapping its failure.
-    async fn request<T>(&self, what: &str, fut: impl Future<Output = RedisResult<T>>) -> Result<T> {
+    /// Runs one request with the request timeout, mapping its failure;
+    /// counts it in [`lock_core::metrics::REQUESTS`] with op `what`.
+    async fn request<T>(
+        &self,
+        what: &'static str,
+        fut: impl Future<Output = RedisResult<T>>,
+    ) -> Result<T> {
+        self.request_raw(what, fut)
+            .await
+            .map_err(|f| map_error(what, f))
+    }
+
+    /// [`Core::request`] without the mapping.
+    async fn request_raw<T>(
+        &self,
+        what: &'static str,
+        fut: impl Future<Output = RedisResult<T>>,
+    ) -> std::result::Result<T, Failure> {
+        lock_core::metrics::count_request("redis", what);
         let limit = self.config.request_timeout;
         match tokio::time::timeout(limit, fut).await {
             Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(map_error(what, Failure::Redis(e))),
-            Err(_) => Err(map_error(what, Failure::TimedOut(limit))),
+            Ok(Err(e)) => Err(Failure::Redis(e)),
+            Err(_) => Err(Failure::TimedOut(limit)),
         }
     }
 
     /// Like [`Core::request`] for an idempotent request: a fast failure on a
     /// broken connection (not a timeout) is retried once, on the connection
     /// the manager is re-establishing meanwhile.
-    async fn request_idempotent<T, F, Fut>(&self, what: &str, make: F) -> Result<T>
+    async fn request_idempotent<T, F, Fut>(&self, what: &'static str, make: F) -> Result<T>
     where
         F: Fn() -> Fut,
         Fut: Future<Output = RedisResult<T>>,
     {
-        let limit = self.config.request_timeout;
-        match tokio::time::timeout(limit, make()).await {
-            Ok(Ok(v)) => return Ok(v),
-            Ok(Err(e)) if (e.is_io_error() || e.is_connection_dropped()) && !e.is_timeout() => {
+        self.request_idempotent_raw(what, make)
+            .await
+            .map_err(|f| map_error(what, f))
+    }
+
+    /// [`Core::request_idempotent`] without the mapping.
+    async fn request_idempotent_raw<T, F, Fut>(
+        &self,
+        what: &'static str,
+        make: F,
+    ) -> std::result::Result<T, Failure>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = RedisResult<T>>,
+    {
+        match self.request_raw(what, make()).await {
+            Err(Failure::Redis(e))
+                if (e.is_io_error() || e.is_connection_dropped()) && !e.is_timeout() =>
+            {
                 tracing::debug!(error = %e, "distlock redis: {what} failed on a broken connection; retrying once");
             }
-            Ok(Err(e)) => return Err(map_error(what, Failure::Redis(e))),
-            Err(_) => return Err(map_error(what, Failure::TimedOut(limit))),
+            other => return other,
         }
-        self.request(what, make()).await
+        self.request_raw(what, make()).await
     }
 
     /// One mutex attempt ([`ACQUIRE_FENCED`]): the lock for `token`, or
@@ -245,18 +297,30 @@ impl Core {
         Ok(n == 1)
     }
 
-    /// Compare-and-`PEXPIRE`. `true` if the key held `token`. Idempotent,
-    /// so retried once after a dropped connection.
-    pub(crate) async fn extend(&self, keys: &Keys, token: &str, ttl_ms: u64) -> Result<bool> {
-        let n: i64 = self
-            .request_idempotent("extend", || {
-                let mut conn = self.conn.clone();
-                let mut call = self.scripts.extend.prepare_invoke();
-                call.key(&keys.lock).arg(token).arg(ttl_ms);
-                async move { call.invoke_async(&mut conn).await }
-            })
-            .await?;
-        Ok(n == 1)
+    /// Renews one lease in this client's next renewal batch (see
+    /// [`crate::renew`]): `Some(sent)` if it is still ours, now for `ttl`
+    /// from `sent` (taken before the request that carried it was sent),
+    /// `None` if it is not. A failed batch is the error this renewal's own
+    /// request would have had: mapped as an `extend`, retryable kinds kept.
+    pub(crate) async fn renew(&self, item: RenewItem) -> Result<Option<Instant>> {
+        match self.renewals.renew(item).await {
+            Ok(Renewed {
+                sent,
+                outcome: KeyOutcome::Extended,
+            }) => Ok(Some(sent)),
+            Ok(Renewed {
+                outcome: KeyOutcome::NotOurs,
+                ..
+            }) => Ok(None),
+            Ok(Renewed {
+                outcome: KeyOutcome::Failed(text),
+                ..
+            }) => Err(map_error(
+                "extend",
+                Failure::Redis(KeyOutcome::error(&text)),
+            )),
+            Err(failure) => Err(map_error("extend", failure)),
+        }
     }
 
     /// The held locks whose names start with `name_prefix`, with their
@@ -317,6 +381,32 @@ fn on_mutex_keys<'a>(script: &'a redis::Script, keys: &Keys) -> redis::ScriptInv
         .key(&keys.lapse)
         .key(&keys.released);
     call
+}
+
+/// How a client's renewal batches reach Redis: one [`RENEW_BATCH`] per
+/// batch through the client's connection, within the request timeout,
+/// retried once after a dropped connection (extending is idempotent), as a
+/// single renewal always was.
+pub(crate) struct BatchOnCore(Weak<Core>);
+
+impl BatchSender for BatchOnCore {
+    type Error = Failure;
+
+    async fn send(&self, items: Vec<RenewItem>) -> std::result::Result<Vec<KeyOutcome>, Failure> {
+        let Some(core) = self.0.upgrade() else {
+            return Err(Failure::Abandoned);
+        };
+        core.request_idempotent_raw("renew", || {
+            let mut conn = core.conn.clone();
+            let (script, items) = (&core.renew_script, &items);
+            async move { crate::renew::send_batch(&mut conn, script, items).await }
+        })
+        .await
+    }
+
+    fn abandoned(&self) -> Failure {
+        Failure::Abandoned
+    }
 }
 
 /// A TTL in whole milliseconds for `PX`/`PEXPIRE`, rounded UP so that the

@@ -6,6 +6,7 @@ mod config;
 mod core;
 pub mod notify;
 mod primitive;
+pub mod renew;
 pub mod scripts;
 mod tls;
 
@@ -14,5 +15,6 @@ pub use config::{
     redact_url, RedisLockConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_RECHECK,
     DEFAULT_REQUEST_TIMEOUT, DEFAULT_URL, MAX_TIMEOUT,
 };
+pub use renew::RenewBatching;
 pub use scripts::Keys;
 pub use tls::open_client;

@@ -2,9 +2,13 @@
 //! which script each operation runs, on which keys. The acquire loop in
 //! [`crate::backend`] is the same for all three; only these calls differ.
 
+use std::time::Duration;
+
 use lock_core::{LockError, LockErrorKind, LockMode, Result};
+use tokio::time::Instant;
 
 use crate::core::{AcquireReply, Core};
+use crate::renew::{LeaseKind, RenewItem};
 use crate::scripts::Keys;
 
 /// Which primitive a lease belongs to.
@@ -121,40 +125,29 @@ impl Primitive {
         }
     }
 
-    /// Moves the expiry of `token`'s lease to now + `ttl_ms`; `false` if
+    /// Renews `token`'s lease for `ttl` in the client's next renewal batch
+    /// (one script for every primitive, see [`crate::renew::RENEW_BATCH`]):
+    /// `Some(sent)` if it still holds, now for `ttl` from `sent`; `None` if
     /// it no longer holds.
-    pub(crate) async fn extend(
+    pub(crate) async fn renew(
         self,
         core: &Core,
         keys: &Keys,
         token: &str,
-        ttl_ms: u64,
-    ) -> Result<bool> {
-        let ttl = ttl_ms.to_string();
-        let n: i64 = match self {
-            Self::Mutex => return core.extend(keys, token, ttl_ms).await,
-            Self::Read | Self::Write => {
-                core.eval(
-                    "extend",
-                    |s| &s.extend_rw,
-                    &[&keys.rw],
-                    &[token, &ttl],
-                    true,
-                )
-                .await?
-            }
-            Self::Permit(_) => {
-                core.eval(
-                    "extend",
-                    |s| &s.extend_permit,
-                    &[&keys.permits],
-                    &[token, &ttl],
-                    true,
-                )
-                .await?
-            }
+        ttl: Duration,
+    ) -> Result<Option<Instant>> {
+        let kind = match self {
+            Self::Mutex => LeaseKind::Mutex,
+            Self::Read | Self::Write => LeaseKind::ReadWrite,
+            Self::Permit(_) => LeaseKind::Permit,
         };
-        Ok(n == 1)
+        core.renew(RenewItem {
+            kind,
+            key: self.server_key(keys).to_string(),
+            token: token.to_string(),
+            ttl,
+        })
+        .await
     }
 
     /// Removes `token`'s lease and publishes; `false` if it no longer held.

@@ -91,7 +91,15 @@ impl RedlockLock {
         let nodes = config
             .nodes
             .iter()
-            .map(|url| Node::new(url, &config.tls, config.connect_timeout))
+            .map(|url| {
+                Node::new(
+                    url,
+                    &config.tls,
+                    config.connect_timeout,
+                    config.renew_batching,
+                    config.node_timeout,
+                )
+            })
             .collect::<Result<Vec<_>>>()?;
         let notifier = Notifier::start(
             nodes
@@ -862,31 +870,44 @@ impl LeaseHandle for RedlockLease {
         }
         self.settle().await;
         let n = inner.nodes.len();
-        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
         let start = Instant::now();
-        let valid_until = validity(start, ttl);
-        // Decide within the node timeout; slower nodes still get the
-        // extension in the background (it keeps their key alive).
-        let decide_by = add_saturating(start, inner.config.node_timeout);
+        // Each node's renewal waits for its batch (at most `batch_wait`,
+        // later only if the machine is too busy to run the batch's timer)
+        // before its request goes out, and the node timeout counts from
+        // that send: each node's batch gives up `node_timeout` after it was
+        // sent (see `core::NodeBatch`), so every node has answered or failed
+        // by then. Counting the node timeout from here instead would let a
+        // late timer on a loaded machine fail whole batches of healthy
+        // renewals. `decide_by` is only a backstop; the validity check below
+        // keeps a late quorum from renewing anything. A node that answers
+        // late still applies the extension (the request was sent).
+        let batch_wait = inner.config.renew_batching.wait_for(ttl);
+        let decide_by = add_saturating(start, batch_wait + inner.background_bound());
         let mut pending = {
             let (key, token) = (self.key.clone(), self.token.clone());
-            fan_out(inner, inner.background_bound(), move |inner, i| {
-                let (key, token) = (key.clone(), token.clone());
-                async move {
-                    inner.nodes[i]
-                        .extend(&inner.scripts, &key, &token, ttl_ms)
-                        .await
-                }
-            })
+            fan_out(
+                inner,
+                batch_wait + inner.background_bound(),
+                move |inner, i| {
+                    let (key, token) = (key.clone(), token.clone());
+                    async move { inner.nodes[i].renew(&key, &token, ttl).await }
+                },
+            )
         };
+        // The earliest send among the nodes that extended: every one of
+        // their keys lasts at least `ttl` from it.
+        let mut earliest: Option<Instant> = None;
         let (mut extended, mut not_ours) = (0, 0);
         let mut failures = Vec::new();
         let mut heard = vec![false; n];
         while let Some((i, r)) = next_by(&mut pending, decide_by).await {
             heard[i] = true;
             match r {
-                Ok(true) => extended += 1,
-                Ok(false) => {
+                Ok(Some(sent)) => {
+                    extended += 1;
+                    earliest = Some(earliest.map_or(sent, |e| e.min(sent)));
+                }
+                Ok(None) => {
                     not_ours += 1;
                     failures.push(NodeFailure {
                         node: inner.nodes[i].addr.clone(),
@@ -898,6 +919,7 @@ impl LeaseHandle for RedlockLease {
             }
             if extended >= inner.quorum {
                 finish_in_background(pending);
+                let valid_until = validity(earliest.unwrap_or(start), ttl);
                 if Instant::now() < valid_until {
                     self.extensions.fetch_add(1, Ordering::Relaxed);
                     return Ok(Renewal::Renewed { valid_until });

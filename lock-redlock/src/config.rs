@@ -4,6 +4,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use lock_core::{check_duration, LockError, Result, TlsConfig};
+use lock_redis::RenewBatching;
 
 /// How a [`crate::RedlockLock`] reaches its nodes and times its rounds.
 ///
@@ -83,6 +84,14 @@ pub struct RedlockConfig {
     /// after a release that published nothing (a foreign client, a plain
     /// `DEL`) on a lock with a long TTL. Default: 10 s.
     pub max_recheck: Duration,
+    /// How the renewals of this client's guards are batched, per node: the
+    /// renewals that come within a short window go to each node as one
+    /// request (`lock-redis`'s batcher, see [`lock_redis::renew`]); a
+    /// renewal waits for its batch, then `node_timeout` counts from the
+    /// batch's send.
+    /// Default: [`RenewBatching::default`] (a 50 ms window, at most 1/50 of
+    /// a lease's TTL; at most 256 renewals per request).
+    pub renew_batching: RenewBatching,
 }
 
 /// The longest connect or node timeout accepted: one hour.
@@ -106,6 +115,7 @@ impl std::fmt::Debug for RedlockConfig {
             .field("retry_jitter", &self.retry_jitter)
             .field("max_extensions", &self.max_extensions)
             .field("max_recheck", &self.max_recheck)
+            .field("renew_batching", &self.renew_batching)
             .finish()
     }
 }
@@ -128,6 +138,7 @@ impl RedlockConfig {
             retry_jitter: Duration::from_millis(45),
             max_extensions: None,
             max_recheck: Duration::from_secs(10),
+            renew_batching: RenewBatching::default(),
         }
     }
 
@@ -180,6 +191,12 @@ impl RedlockConfig {
         self
     }
 
+    /// Sets [`RedlockConfig::renew_batching`].
+    pub fn renew_batching(mut self, batching: RenewBatching) -> Self {
+        self.renew_batching = batching;
+        self
+    }
+
     /// The number of nodes that must agree: `N / 2 + 1`.
     pub fn quorum(&self) -> usize {
         self.nodes.len() / 2 + 1
@@ -188,7 +205,7 @@ impl RedlockConfig {
     /// Checks the configuration: at least one node, every node a valid Redis
     /// address, no node twice, timeouts in 1 ms ..= one hour, retry
     /// delays and `max_recheck` at most a day, a key prefix without
-    /// whitespace or control characters.
+    /// whitespace or control characters, the renewal batching's bounds.
     pub fn validate(&self) -> Result<()> {
         if self.nodes.is_empty() {
             return Err(LockError::invalid(
@@ -231,6 +248,7 @@ impl RedlockConfig {
             ms,
             lock_core::MAX_WAIT,
         )?;
+        self.renew_batching.validate()?;
         lock_redis::scripts::check_prefix(&self.key_prefix)
     }
 }

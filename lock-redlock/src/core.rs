@@ -5,9 +5,11 @@ use std::future::Future;
 use std::time::Duration;
 
 use lock_core::{LockError, LockErrorKind, NodeFailure, NodeFailureReason, Result, TlsConfig};
+use lock_redis::renew::{BatchSender, Batcher, KeyOutcome, RenewBatching, RenewItem, RENEW_BATCH};
 use lock_redis::scripts::Scripts;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{RedisError, RedisResult, Value};
+use redis::{RedisError, RedisResult, Script, Value};
+use tokio::time::Instant;
 
 /// The one place where a `redis` error becomes a distlock error kind (the
 /// mapping shared with `lock-redis`) and a per-node failure reason.
@@ -102,6 +104,64 @@ fn pttl(ms: i64) -> Option<Duration> {
     u64::try_from(ms).ok().map(Duration::from_millis)
 }
 
+/// Runs `op` on `conn`; if the connection was refused or had dropped (a
+/// stale connection, or the node came back), once more on a fresh one. Each
+/// try counts as one request (`op_name`) in [`lock_core::metrics::REQUESTS`].
+/// The caller bounds the whole with the per-node timeout.
+async fn call_on<T, F, Fut>(
+    conn: &ConnectionManager,
+    op_name: &'static str,
+    op: F,
+) -> RedisResult<T>
+where
+    F: Fn(ConnectionManager) -> Fut,
+    Fut: Future<Output = RedisResult<T>>,
+{
+    lock_core::metrics::count_request("redlock", op_name);
+    match op(conn.clone()).await {
+        Err(e) if e.is_connection_refusal() || e.is_connection_dropped() => {
+            lock_core::metrics::count_request("redlock", op_name);
+            op(conn.clone()).await
+        }
+        other => other,
+    }
+}
+
+/// How one node's renewal batches reach it: one `RENEW_BATCH` per batch on
+/// the node's connection, retried once on a fresh connection as every
+/// request to a node is, bounded by `limit` (the node timeout) from when
+/// the batch is sent.
+pub(crate) struct NodeBatch {
+    conn: ConnectionManager,
+    script: Script,
+    limit: Duration,
+}
+
+impl BatchSender for NodeBatch {
+    type Error = RedisError;
+
+    async fn send(&self, items: Vec<RenewItem>) -> RedisResult<Vec<KeyOutcome>> {
+        let request = call_on(&self.conn, "renew", |mut c| {
+            let (script, items) = (&self.script, &items);
+            async move { lock_redis::renew::send_batch(&mut c, script, items).await }
+        });
+        match tokio::time::timeout(self.limit, request).await {
+            Ok(r) => r,
+            Err(_) => Err(RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("renew batch: no answer within {:?}", self.limit),
+            ))),
+        }
+    }
+
+    fn abandoned(&self) -> RedisError {
+        RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::ConnectionAborted,
+            "renew batch: ended without an answer (client shutting down?)",
+        ))
+    }
+}
+
 /// One independent Redis master.
 pub(crate) struct Node {
     /// `host:port`, as errors name it.
@@ -110,11 +170,21 @@ pub(crate) struct Node {
     pub client: redis::Client,
     /// One multiplexed connection, reconnected lazily by the manager.
     conn: ConnectionManager,
+    /// The renewals of this client's leases on this node, one request per batch.
+    renewals: Batcher<NodeBatch>,
 }
 
 impl Node {
-    /// A node with a lazy connection (no I/O here). Must run inside a Tokio runtime.
-    pub fn new(url: &str, tls: &TlsConfig, connect_timeout: Duration) -> Result<Self> {
+    /// A node with a lazy connection (no I/O here); each of its renewal
+    /// batches gives up `batch_limit` (the node timeout) after it was sent.
+    /// Must run inside a Tokio runtime.
+    pub fn new(
+        url: &str,
+        tls: &TlsConfig,
+        connect_timeout: Duration,
+        batching: RenewBatching,
+        batch_limit: Duration,
+    ) -> Result<Self> {
         let client = node_client(url, tls)?;
         let addr = client.get_connection_info().addr().to_string();
         // No retries inside the manager: a node that refuses must fail this
@@ -127,23 +197,29 @@ impl Node {
             .set_response_timeout(None);
         let conn = ConnectionManager::new_lazy_with_config(client.clone(), cfg)
             .map_err(|e| map_error(&format!("node {addr}"), e))?;
-        Ok(Self { addr, client, conn })
+        let renewals = Batcher::new(
+            NodeBatch {
+                conn: conn.clone(),
+                script: Script::new(RENEW_BATCH),
+                limit: batch_limit,
+            },
+            batching,
+        );
+        Ok(Self {
+            addr,
+            client,
+            conn,
+            renewals,
+        })
     }
 
-    /// Runs `op` on the connection; if the connection was refused or had
-    /// dropped (a stale connection, or the node came back), once more on a
-    /// fresh one. The caller bounds the whole with the per-node timeout.
-    async fn call<T, F, Fut>(&self, op: F) -> RedisResult<T>
+    /// [`call_on`] this node's connection.
+    async fn call<T, F, Fut>(&self, op_name: &'static str, op: F) -> RedisResult<T>
     where
         F: Fn(ConnectionManager) -> Fut,
         Fut: Future<Output = RedisResult<T>>,
     {
-        match op(self.conn.clone()).await {
-            Err(e) if e.is_connection_refusal() || e.is_connection_dropped() => {
-                op(self.conn.clone()).await
-            }
-            other => other,
-        }
+        call_on(&self.conn, op_name, op).await
     }
 
     /// `SET key token NX PX ttl`, with `GET` and `PTTL` in the same pipeline
@@ -163,7 +239,7 @@ impl Node {
             .cmd("PTTL")
             .arg(key);
         let (set, value, ms): (Value, Option<String>, i64) = self
-            .call(|mut c| {
+            .call("acquire", |mut c| {
                 let pipe = &pipe;
                 async move { pipe.query_async(&mut c).await }
             })
@@ -178,27 +254,31 @@ impl Node {
         }
     }
 
-    /// Compare-and-`PEXPIRE` (the shared `EXTEND` script): true if the key
-    /// held our token and now has `ttl_ms` left.
-    pub async fn extend(
+    /// Compare-and-`PEXPIRE` of our mutex key in this node's next renewal
+    /// batch: `Some(sent)` if the key held our token and now has `ttl` left
+    /// from `sent` (taken before the request that carried it was sent),
+    /// `None` if it did not. A failed batch is the error this renewal's own
+    /// request would have had.
+    pub async fn renew(
         &self,
-        scripts: &Scripts,
         key: &str,
         token: &str,
-        ttl_ms: u64,
-    ) -> RedisResult<bool> {
-        let n: i64 = self
-            .call(|mut c| async move {
-                scripts
-                    .extend
-                    .key(key)
-                    .arg(token)
-                    .arg(ttl_ms)
-                    .invoke_async(&mut c)
-                    .await
+        ttl: Duration,
+    ) -> RedisResult<Option<Instant>> {
+        let renewed = self
+            .renewals
+            .renew(RenewItem {
+                kind: lock_redis::renew::LeaseKind::Mutex,
+                key: key.to_string(),
+                token: token.to_string(),
+                ttl,
             })
             .await?;
-        Ok(n == 1)
+        match renewed.outcome {
+            KeyOutcome::Extended => Ok(Some(renewed.sent)),
+            KeyOutcome::NotOurs => Ok(None),
+            KeyOutcome::Failed(text) => Err(KeyOutcome::error(&text)),
+        }
     }
 
     /// Compare-and-delete (the shared `RELEASE` script, which also publishes
@@ -213,7 +293,7 @@ impl Node {
         announce: bool,
     ) -> RedisResult<ReleaseReply> {
         let n: i64 = self
-            .call(|mut c| async move {
+            .call("release", |mut c| async move {
                 scripts
                     .release
                     .key(key)
@@ -236,7 +316,7 @@ impl Node {
         let mut pipe = redis::pipe();
         pipe.cmd("GET").arg(key).cmd("PTTL").arg(key);
         let (value, ms): (Option<String>, i64) = self
-            .call(|mut c| {
+            .call("inspect", |mut c| {
                 let pipe = &pipe;
                 async move { pipe.query_async(&mut c).await }
             })
@@ -254,7 +334,7 @@ impl Node {
         key_prefix: &str,
         name_prefix: &str,
     ) -> RedisResult<Vec<lock_redis::scripts::Listed>> {
-        self.call(|mut c| async move {
+        self.call("list", |mut c| async move {
             lock_redis::scripts::list_keys(&mut c, &scripts.list_page, key_prefix, name_prefix)
                 .await
         })
@@ -270,15 +350,15 @@ impl Node {
             .arg(lock_redis::scripts::RELEASE)
             .cmd("SCRIPT")
             .arg("LOAD")
-            .arg(lock_redis::scripts::EXTEND);
+            .arg(RENEW_BATCH);
         let (a, b): (String, String) = self
-            .call(|mut c| {
+            .call("connect", |mut c| {
                 let pipe = &pipe;
                 async move { pipe.query_async(&mut c).await }
             })
             .await?;
         debug_assert_eq!(a, scripts.release.get_hash());
-        debug_assert_eq!(b, scripts.extend.get_hash());
+        debug_assert_eq!(b, Script::new(RENEW_BATCH).get_hash());
         Ok(())
     }
 }
