@@ -257,6 +257,15 @@ impl Notifier {
         }
     }
 
+    /// Whether this client is subscribed to `channel` on node `node` now (a
+    /// release announced there reaches this client too).
+    pub fn is_subscribed_on(&self, channel: &str, node: usize) -> bool {
+        let state = locked(&self.shared.channels)
+            .get(channel)
+            .map(|e| e.state.clone());
+        state.is_some_and(|s| locked(&s.live).get(node).copied().unwrap_or(false))
+    }
+
     /// Registers a waiter on `channel`, woken by a release unless another
     /// local waiter takes that wake-up; the server subscriptions follow in
     /// the background (see [`Subscription::confirmed_by`]).

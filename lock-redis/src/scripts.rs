@@ -167,8 +167,8 @@ return {0, redis.call('PTTL', KEYS[1]), tonumber(redis.call('GET', KEYS[2])) or 
 /// token, `ARGV[2]` = `0` to delete without notifying (the clean-up of a
 /// round that lost to a holder: the lock is not free, so waking the waiters
 /// would only make them try in vain), anything else to notify.
-/// Returns 0 if the key did not hold our token, 2 if it did and was deleted
-/// and the announcement reached at least one client (someone waits), else 1.
+/// Returns 0 if the key did not hold our token, else 1 + the number of
+/// clients the announcement reached (0 when not announced).
 /// The notification is best effort (`pcall`): a user whose ACL does not
 /// allow the channel still releases, and waiters re-check at the holder's TTL.
 pub const RELEASE: &str = r#"
@@ -176,7 +176,7 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
   if ARGV[2] ~= '0' then
     local heard = redis.pcall('PUBLISH', KEYS[2], ARGV[1])
-    if type(heard) == 'number' and heard > 0 then return 2 end
+    if type(heard) == 'number' then return 1 + heard end
   end
   return 1
 end

@@ -976,11 +976,14 @@ impl LeaseHandle for RedlockLease {
         while let Some((i, r)) = next_by(&mut pending, decide_by).await {
             heard[i] = true;
             match r {
-                Ok(ReleaseReply::Listened) => {
+                Ok(ReleaseReply::Deleted { receivers }) => {
                     deleted += 1;
-                    inner.handed_over(&self.key);
+                    // Another client heard it (not only our own subscription).
+                    let ours = u64::from(inner.notifier.is_subscribed_on(&self.channel, i));
+                    if receivers > ours {
+                        inner.handed_over(&self.key);
+                    }
                 }
-                Ok(ReleaseReply::Deleted) => deleted += 1,
                 Ok(ReleaseReply::NotOurs) => not_ours += 1,
                 Err(f) => failures.push(f),
             }

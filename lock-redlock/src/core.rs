@@ -85,10 +85,9 @@ pub(crate) enum SetReply {
 pub(crate) enum ReleaseReply {
     /// The key did not hold our token.
     NotOurs,
-    /// Deleted; nobody listened to the announcement (or none was made).
-    Deleted,
-    /// Deleted, and the announcement reached at least one waiting client.
-    Listened,
+    /// Deleted; the announcement reached this many clients (0 if none
+    /// was made), this one included if it listens on the channel itself.
+    Deleted { receivers: u64 },
 }
 
 /// What a read of the key found on one node.
@@ -283,7 +282,7 @@ impl Node {
 
     /// Compare-and-delete (the shared `RELEASE` script, which also publishes
     /// on the release channel if `announce`): whether the key held our token,
-    /// and whether the announcement reached a waiting client.
+    /// and how many clients the announcement reached.
     pub async fn release(
         &self,
         scripts: &Scripts,
@@ -304,10 +303,9 @@ impl Node {
                     .await
             })
             .await?;
-        Ok(match n {
-            0 => ReleaseReply::NotOurs,
-            2 => ReleaseReply::Listened,
-            _ => ReleaseReply::Deleted,
+        Ok(match u64::try_from(n) {
+            Ok(0) | Err(_) => ReleaseReply::NotOurs,
+            Ok(n) => ReleaseReply::Deleted { receivers: n - 1 },
         })
     }
 
