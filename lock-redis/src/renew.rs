@@ -49,9 +49,11 @@ pub const MAX_RENEW_KEYS: usize = 10_000;
 /// alike. `KEYS[i]` = the key holding lease i (the lock key, `{key} rw` or
 /// `{key} permits`); `ARGV[3i-2]` = its kind (`m` mutex, `r` read-write
 /// lock, `p` permit), `ARGV[3i-1]` = its owner token, `ARGV[3i]` = its TTL
-/// in ms. Each lease is extended exactly as its single-key script does it
-/// ([`crate::scripts::EXTEND`], [`crate::scripts::EXTEND_RW`],
-/// [`crate::scripts::EXTEND_PERMIT`]). Returns one entry per key, in order:
+/// in ms. A mutex lease is extended if the key still holds its token
+/// (`PEXPIRE`); a read-write lease if its entry in the holders hash has not
+/// expired (the entry's expiry moves to now + TTL, the key's TTL to at least
+/// that); a permit likewise in the permits sorted set. Returns one entry per
+/// key, in order:
 /// 1 extended, 0 not ours (gone, expired, another owner), or the error
 /// text of a key whose own commands failed (a key of the wrong type, a key
 /// the ACL denies): one bad key never fails the others.
@@ -190,11 +192,11 @@ impl RenewBatching {
 /// The kind of lease a renewal extends: which part of [`RENEW_BATCH`] runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LeaseKind {
-    /// A mutex: the key holds the owner token ([`crate::scripts::EXTEND`]).
+    /// A mutex: the key holds the owner token (compare-and-`PEXPIRE`).
     Mutex,
-    /// A read or write lease of the read-write lock ([`crate::scripts::EXTEND_RW`]).
+    /// A read or write lease of the read-write lock (`{key} rw`).
     ReadWrite,
-    /// A semaphore permit ([`crate::scripts::EXTEND_PERMIT`]).
+    /// A semaphore permit (`{key} permits`).
     Permit,
 }
 

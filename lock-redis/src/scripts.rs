@@ -226,16 +226,6 @@ return 1
 "#
 );
 
-/// Compare-and-`PEXPIRE`.
-/// `KEYS[1]` = lock key; `ARGV[1]` = owner token, `ARGV[2]` = ttl ms.
-/// Returns 1 if the key held our token and its TTL was set, else 0.
-pub const EXTEND: &str = r#"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-return 0
-"#;
-
 /// Read-write lock acquire, atomically, phase-fair.
 /// `KEYS[1]` = holders hash (`{key} rw`: owner token -> `r <expiry ms>` or
 /// `w <expiry ms>`, in the server's clock), `KEYS[2]` = the waiting queue
@@ -323,25 +313,6 @@ return {0, longest}
 "#
 );
 
-/// Read-write lock extend. `KEYS[1]` = holders hash; `ARGV[1]` = owner
-/// token, `ARGV[2]` = ttl ms. Returns 1 if the token holds the lock (not
-/// expired) and its expiry was moved to now + ttl, else 0.
-pub const EXTEND_RW: &str = concat!(
-    now_ms!(),
-    r#"
-local v = redis.call('HGET', KEYS[1], ARGV[1])
-if not v then return 0 end
-if tonumber(string.sub(v, 3)) <= now then
-  redis.call('HDEL', KEYS[1], ARGV[1])
-  return 0
-end
-local ttl = tonumber(ARGV[2])
-redis.call('HSET', KEYS[1], ARGV[1], string.sub(v, 1, 1) .. ' ' .. string.format('%.0f', now + ttl))
-if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
-return 1
-"#
-);
-
 /// Read-write lock release. `KEYS[1]` = holders hash, `KEYS[2]` = release
 /// channel (`{key} rw released`); `ARGV[1]` = owner token. Returns 1 if the
 /// token held the lock (not expired), else 0; publishes (best effort) when
@@ -412,25 +383,6 @@ end
 redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
 if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
 return {1, fence}
-"#
-);
-
-/// Semaphore extend. `KEYS[1]` = holders; `ARGV[1]` = owner token,
-/// `ARGV[2]` = ttl ms. Returns 1 if the token holds a permit (not expired)
-/// and its expiry was moved to now + ttl, else 0.
-pub const EXTEND_PERMIT: &str = concat!(
-    now_ms!(),
-    r#"
-local exp = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if not exp then return 0 end
-if tonumber(exp) <= now then
-  redis.call('ZREM', KEYS[1], ARGV[1])
-  return 0
-end
-local ttl = tonumber(ARGV[2])
-redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
-if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
-return 1
 "#
 );
 
@@ -542,14 +494,10 @@ pub struct Scripts {
     pub release: Script,
     /// See [`RELEASE_QUEUED`].
     pub release_queued: Script,
-    /// See [`EXTEND`].
-    pub extend: Script,
     /// See [`LIST_PAGE`].
     pub list_page: Script,
     /// See [`ACQUIRE_RW`].
     pub acquire_rw: Script,
-    /// See [`EXTEND_RW`].
-    pub extend_rw: Script,
     /// See [`RELEASE_RW`].
     pub release_rw: Script,
     /// See [`DOWNGRADE_RW`].
@@ -558,8 +506,6 @@ pub struct Scripts {
     pub withdraw_waiter: Script,
     /// See [`ACQUIRE_PERMIT`].
     pub acquire_permit: Script,
-    /// See [`EXTEND_PERMIT`].
-    pub extend_permit: Script,
     /// See [`RELEASE_PERMIT`].
     pub release_permit: Script,
 }
@@ -570,15 +516,12 @@ impl Default for Scripts {
             acquire_fenced: Script::new(ACQUIRE_FENCED),
             release: Script::new(RELEASE),
             release_queued: Script::new(RELEASE_QUEUED),
-            extend: Script::new(EXTEND),
             list_page: Script::new(LIST_PAGE),
             acquire_rw: Script::new(ACQUIRE_RW),
-            extend_rw: Script::new(EXTEND_RW),
             release_rw: Script::new(RELEASE_RW),
             downgrade_rw: Script::new(DOWNGRADE_RW),
             withdraw_waiter: Script::new(WITHDRAW_WAITER),
             acquire_permit: Script::new(ACQUIRE_PERMIT),
-            extend_permit: Script::new(EXTEND_PERMIT),
             release_permit: Script::new(RELEASE_PERMIT),
         }
     }
