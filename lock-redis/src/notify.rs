@@ -25,6 +25,12 @@
 //! recognised by the owner token and dropped. A waiter that was woken but is
 //! dropped before it retried passes the wake-up on.
 //!
+//! Those copies still matter to a waiter whose attempt lost to the very
+//! owner whose release it heard of: the release had reached only some nodes
+//! when it tried. Such a waiter asks to [follow the
+//! copies](Subscription::follow_copies) and is woken by the next one
+//! ([`Wake::Copy`]), instead of sleeping until the holder's TTL.
+//!
 //! A release that hands the lock to a queued waiter publishes
 //! `g <owner token> <fencing token> <ttl ms>`
 //! ([`crate::scripts::RELEASE_QUEUED`]): that wakes only the waiter that
@@ -138,6 +144,8 @@ struct ChannelState {
     confirmations: watch::Sender<u64>,
     /// The last release tokens seen, for dropping duplicates.
     recent: Mutex<VecDeque<Vec<u8>>>,
+    /// Bumped on every copy of a release (from any node, duplicates too).
+    copies: watch::Sender<u64>,
     /// The owner tokens local waiters expect a grant for.
     grants: Mutex<HashMap<String, Arc<GrantSlot>>>,
     /// The TTL (ms) of the latest hand-over, announced to every waiter.
@@ -201,6 +209,7 @@ impl Shared {
             return;
         }
         if self.nodes > 1 {
+            state.copies.send_modify(|n| *n += 1);
             let mut recent = locked(&state.recent);
             if recent.iter().any(|t| t.as_slice() == token) {
                 return;
@@ -311,6 +320,7 @@ impl Notifier {
                         live: Mutex::new(vec![false; self.shared.nodes]),
                         confirmations: watch::channel(0).0,
                         recent: Mutex::new(VecDeque::new()),
+                        copies: watch::channel(0).0,
                         grants: Mutex::new(HashMap::new()),
                         handed: watch::channel(0).0,
                     }),
@@ -334,6 +344,8 @@ impl Notifier {
             confirmations: state.confirmations.subscribe(),
             releases: all.then(|| state.releases.subscribe()),
             handed: state.handed.subscribe(),
+            copies: state.copies.subscribe(),
+            follow_copies: false,
             state,
             woken: false,
             grant: None,
@@ -353,6 +365,9 @@ pub enum Wake {
     Granted(u64),
     /// A node (re)confirmed the subscription: a release may have gone unseen.
     Subscribed,
+    /// Another copy of a release arrived (another node deleted a key), for
+    /// a waiter that [follows the copies](Subscription::follow_copies).
+    Copy,
     /// The time given.
     Timer,
 }
@@ -374,6 +389,10 @@ pub struct Subscription {
     grant: Option<(String, Arc<GrantSlot>)>,
     /// Hand-overs to others (their TTLs), for a waiter expecting a grant.
     handed: watch::Receiver<u64>,
+    /// Copies of releases seen, for a waiter following them.
+    copies: watch::Receiver<u64>,
+    /// The next wait also ends on the next copy of a release.
+    follow_copies: bool,
 }
 
 impl std::fmt::Debug for Subscription {
@@ -421,6 +440,7 @@ impl Subscription {
     /// the next wait.
     pub fn before_attempt(&mut self) {
         self.confirmations.borrow_and_update();
+        self.copies.borrow_and_update();
         if let Some(releases) = &mut self.releases {
             releases.borrow_and_update();
         }
@@ -429,6 +449,24 @@ impl Subscription {
     /// Call right after an attempt, whatever its outcome: the wake-up was used.
     pub fn after_attempt(&mut self) {
         self.woken = false;
+    }
+
+    /// Whether a release by `owner` (an owner token) was announced on the
+    /// channel lately (one of the last few releases, from any node).
+    pub fn was_released(&self, owner: &str) -> bool {
+        locked(&self.state.recent)
+            .iter()
+            .any(|t| t.as_slice() == owner.as_bytes())
+    }
+
+    /// The next [`wait_until`](Subscription::wait_until) also ends, with
+    /// [`Wake::Copy`], on the next copy of a release from any node,
+    /// counting those that arrived since [`before_attempt`](Subscription::before_attempt).
+    /// For a waiter whose attempt lost to an owner whose release it has
+    /// already heard of from some nodes ([`was_released`](Subscription::was_released)):
+    /// the other nodes' deletes are on their way, and each announces itself.
+    pub fn follow_copies(&mut self) {
+        self.follow_copies = true;
     }
 
     /// Sleeps until a release is published on the channel, a node
@@ -448,8 +486,8 @@ impl Subscription {
                         None => Wake::Notified,
                     },
                     _ = state.notify.notified() => break Wake::Notified,
-                    _ = confirmed_again(confirmations) => break Wake::Subscribed,
-                    _ = handed_over(handed) => {
+                    _ = changed(confirmations) => break Wake::Subscribed,
+                    _ = changed(handed) => {
                         // Someone else got it: it is free again by its TTL at the latest.
                         let ttl = Duration::from_millis(handed.borrow_and_update().saturating_add(1));
                         at = at.min(lock_core::add_saturating(Instant::now(), ttl));
@@ -462,17 +500,21 @@ impl Subscription {
             }
             return wake;
         }
-        let (state, confirmations) = (&self.state, &mut self.confirmations);
+        let follow = std::mem::take(&mut self.follow_copies);
+        let (state, confirmations, copies) =
+            (&self.state, &mut self.confirmations, &mut self.copies);
         if let Some(releases) = &mut self.releases {
             return tokio::select! {
-                _ = released_again(releases) => Wake::Notified,
-                _ = confirmed_again(confirmations) => Wake::Subscribed,
+                _ = changed(releases) => Wake::Notified,
+                _ = changed(copies), if follow => Wake::Copy,
+                _ = changed(confirmations) => Wake::Subscribed,
                 _ = tokio::time::sleep_until(at) => Wake::Timer,
             };
         }
         let wake = tokio::select! {
             _ = state.notify.notified() => Wake::Notified,
-            _ = confirmed_again(confirmations) => Wake::Subscribed,
+            _ = changed(copies), if follow => Wake::Copy,
+            _ = changed(confirmations) => Wake::Subscribed,
             _ = tokio::time::sleep_until(at) => Wake::Timer,
         };
         if wake == Wake::Notified {
@@ -482,21 +524,9 @@ impl Subscription {
     }
 }
 
-async fn handed_over(rx: &mut watch::Receiver<u64>) {
+/// Until `rx` changes; never if its notifier is gone (only the timer is left then).
+async fn changed(rx: &mut watch::Receiver<u64>) {
     if rx.changed().await.is_err() {
-        std::future::pending::<()>().await;
-    }
-}
-
-async fn released_again(rx: &mut watch::Receiver<u64>) {
-    if rx.changed().await.is_err() {
-        std::future::pending::<()>().await;
-    }
-}
-
-async fn confirmed_again(rx: &mut watch::Receiver<u64>) {
-    if rx.changed().await.is_err() {
-        // The notifier is gone: only the timer is left.
         std::future::pending::<()>().await;
     }
 }

@@ -245,8 +245,11 @@ fn silent(inner: &Inner, heard: &[bool]) -> Vec<NodeFailure> {
 enum Attempt {
     /// A quorum said yes within the validity.
     Acquired(Lease),
-    /// A quorum holds someone else's token.
-    Held { min_pttl: Option<Duration> },
+    /// A quorum holds someone else's token, `holder`.
+    Held {
+        min_pttl: Option<Duration>,
+        holder: String,
+    },
     /// Enough nodes answered, but the votes are split (racing clients).
     Split,
     /// Too few nodes answered for any quorum; `transient` if some of them
@@ -421,8 +424,11 @@ impl Inner {
         // our keys frees nothing, so it wakes nobody (every waiter would try
         // in vain, and each failed try would wake the others again). After a
         // split vote the lock is free once the keys are gone: announce it.
-        let held_by_one = holders.iter().any(|(_, seen)| *seen >= self.quorum);
-        let announce = !held_by_one;
+        let held_by = holders
+            .into_iter()
+            .find(|(_, seen)| *seen >= self.quorum)
+            .map(|(holder, _)| holder);
+        let announce = held_by.is_none();
         // Where the SET may have landed but we do not know, the delete goes
         // in the background (it follows the SET on that node's connection);
         // where we know we won, it is done before returning.
@@ -470,8 +476,8 @@ impl Inner {
                 ))
                 .with_nodes(failures),
             )
-        } else if held_by_one {
-            Attempt::Held { min_pttl }
+        } else if let Some(holder) = held_by {
+            Attempt::Held { min_pttl, holder }
         } else if answered < self.quorum {
             let transient = failures
                 .iter()
@@ -546,6 +552,8 @@ impl Inner {
         let mut rounds = 0u32;
         let mut sub: Option<Subscription> = None;
         let mut previous: Option<Released> = None;
+        // The holder whose release was still reaching nodes when we tried.
+        let mut late_release_of: Option<String> = None;
         if self.took_turn(&keys.lock) {
             // This client just released the name to waiting clients: let
             // one of them take it (its release, or a split's clean-up, wakes
@@ -608,7 +616,7 @@ impl Inner {
                     contended = true;
                     self.retry_delay()
                 }
-                Attempt::Held { min_pttl } => {
+                Attempt::Held { min_pttl, holder } => {
                     contended = true;
                     let now = Instant::now();
                     if now >= deadline {
@@ -628,8 +636,20 @@ impl Inner {
                     let jitter = rand::rng().random_range(
                         Duration::from_millis(1)..=self.retry_delay().max(Duration::from_millis(1)),
                     );
-                    let until_free =
+                    let mut until_free =
                         (min_pttl.unwrap_or(req.ttl) + jitter).min(self.config.max_recheck);
+                    if s.was_released(&holder) {
+                        // We heard the holder's release from some nodes and
+                        // tried before it reached the others. Their deletes
+                        // are on the way, each announced: wake on the next
+                        // one. All of them are done within the releaser's
+                        // bound, which covers the nodes that do not reach us.
+                        s.follow_copies();
+                        if late_release_of.as_deref() != Some(holder.as_str()) {
+                            until_free = until_free.min(self.background_bound());
+                            late_release_of = Some(holder);
+                        }
+                    }
                     listen = true;
                     if s.is_confirmed() {
                         until_free

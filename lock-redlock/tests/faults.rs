@@ -1031,3 +1031,61 @@ async fn a_releaser_coming_back_lets_the_waiter_go_first() {
     }
     assert!(held.release().await.unwrap());
 }
+
+/// A release reaches the nodes at different times: the waiter hears it from
+/// the first node that deleted the key and tries while the others still hold
+/// the releaser's key, so that try loses to a quorum it is about to lose.
+/// The later nodes' deletes must still wake it (they are copies of a release
+/// already announced), or it sleeps until the holder's TTL (30 s here, with a
+/// 5 s polling backoff): the hand-off stays within a few node round trips.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_release_still_arriving_at_other_nodes_wakes_the_waiter_again() {
+    let set = start_set();
+    let name = lock_name("staggered");
+    // The holder reaches node 0 directly and the others through proxies
+    // that delay each request and reply by 40 ms.
+    let proxies: Vec<Proxy> = set.nodes()[1..]
+        .iter()
+        .map(|n| Proxy::start(n.addr()).unwrap())
+        .collect();
+    for p in &proxies {
+        p.set_latency(Duration::from_millis(40));
+    }
+    let urls = std::iter::once(set.urls()[0].clone()).chain(proxies.iter().map(Proxy::redis_url));
+    let holder =
+        RedlockLock::connect(RedlockConfig::new(urls).node_timeout(Duration::from_millis(500)))
+            .await
+            .unwrap();
+    let waiter = Arc::new(RedlockLock::connect(config(&set)).await.unwrap());
+    let slow_poll = RetryPolicy {
+        min_delay: Duration::from_secs(5),
+        max_delay: Duration::from_secs(5),
+    };
+    let o = opts(Duration::from_secs(30))
+        .wait(Duration::from_secs(20))
+        .retry(slow_poll);
+    let mut handoffs = Vec::new();
+    for round in 0..3 {
+        let g = holder.acquire(&name, &o).await.unwrap();
+        let task = {
+            let (waiter, name, o) = (waiter.clone(), name.clone(), o.clone());
+            tokio::spawn(async move {
+                let g = waiter.acquire(&name, &o).await.expect("waiter");
+                (Instant::now(), g)
+            })
+        };
+        sleep(Duration::from_millis(300)).await;
+        let released = Instant::now();
+        assert!(g.release().await.unwrap());
+        let (got, g2) = timeout(Duration::from_secs(3), task)
+            .await
+            .unwrap_or_else(|_| {
+                panic!("round {round}: the waiter was not woken again by the later deletes")
+            })
+            .unwrap();
+        handoffs.push(got - released);
+        assert!(g2.release().await.unwrap());
+    }
+    println!("hand-off after release: {handoffs:?}");
+    assert!(handoffs.iter().all(|h| *h < SLACK), "{handoffs:?}");
+}
