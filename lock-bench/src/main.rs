@@ -14,8 +14,9 @@
 //!   with a lease + delete; ZooKeeper create ephemeral-sequential + delete);
 //! - peers on the same servers: `rslock`, etcd's Lock RPC, `zookeeper-client`'s
 //!   lock recipe;
-//! - keep-alive cost: server operations per second and client memory per
-//!   guard with many guards held (TTL 3 s, renewed every 1 s).
+//! - keep-alive cost: server operations per second, client requests and
+//!   client memory per guard (live heap, counted by the global allocator)
+//!   with many guards held (TTL 3 s, renewed every 1 s).
 //!
 //! Output: Markdown on stdout, JSON (`target/lock-bench/results.json`), an SVG
 //! of latency percentiles (`target/lock-bench/latency.svg`), a progress bar on
@@ -26,6 +27,7 @@
 //! ```
 
 mod backends;
+mod heap;
 mod peers;
 mod plot;
 mod raw;
@@ -44,6 +46,10 @@ use std::time::Duration;
 
 use clap::builder::PossibleValuesParser;
 use clap::Parser;
+
+/// Counts the live heap, for the client memory held per guard.
+#[global_allocator]
+static ALLOC: heap::Counting = heap::Counting;
 
 /// The command line as typed; [`Cli::resolve`] turns it into [`Args`].
 #[derive(Debug, Parser)]

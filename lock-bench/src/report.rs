@@ -527,22 +527,25 @@ impl Report {
              also counts the commands a script runs as server operations); per renewal interval = \
              requests/s x TTL/3. Renewals \"batching off\" = the same backend with a zero batching window \
              (one request per renewal, as before batching), run right after the default in the same run. \
-             RSS/guard = growth of this process's resident memory while creating them, divided by their number.\n"
+             Heap/guard = growth of this process's live heap (counted by its global allocator) while \
+             creating them, divided by their number: what the client keeps per guard held. RSS/guard = \
+             growth of its resident memory over the same time (lower than the heap when memory freed \
+             by an earlier run is reused).\n"
         );
         let _ = writeln!(
             m,
-            "| backend | renewals | guards | sessions | TTL s | idle ops/s (n ops) | holding ops/s (n ops) | extra ops/s per guard | client requests/s (n) | requests per guard per s | requests per renewal interval | RSS/guard | lost | created in s |"
+            "| backend | renewals | guards | sessions | TTL s | idle ops/s (n ops) | holding ops/s (n ops) | extra ops/s per guard | client requests/s (n) | requests per guard per s | requests per renewal interval | heap/guard | RSS/guard | lost | created in s |"
         );
         let _ = writeln!(
             m,
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
         );
         for b in &self.backends {
             let Some(k) = &b.keep_alive else { continue };
             if let Some(e) = &k.error {
                 let _ = writeln!(
                     m,
-                    "| {} | FAILED: {} | | | | | | | | | | | | |",
+                    "| {} | FAILED: {} | | | | | | | | | | | | | |",
                     b.backend,
                     one_line(e)
                 );
@@ -574,7 +577,7 @@ impl Report {
                     };
                 let _ = writeln!(
                     m,
-                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2} |",
+                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2} |",
                     b.backend,
                     if r.errors.is_empty() {
                         r.renewals.clone()
@@ -595,6 +598,9 @@ impl Report {
                     requests,
                     per_guard_requests,
                     per_interval,
+                    r.heap_per_guard_bytes
+                        .map(|v| format!("{:.2} KiB", v / 1024.0))
+                        .unwrap_or_else(|| "n/a".into()),
                     r.rss_per_guard_bytes
                         .map(|v| format!("{:.1} KiB", v / 1024.0))
                         .unwrap_or_else(|| "n/a".into()),

@@ -25,6 +25,8 @@ pub const REDIS_CONTENDED: f64 = 7_000.0;
 pub const ETCD_CONTENDED: f64 = 800.0;
 /// ...with a hand-off p99 of at most this many ms.
 pub const ETCD_HANDOFF_P99_MS: f64 = 10.0;
+/// Client memory per guard held (live heap), at most this many bytes.
+pub const MEMORY_PER_GUARD: f64 = 2048.0;
 /// Read-heavy run: the writer's p99 wait among readers that each hold for
 /// milliseconds (a writer starved by a stream of readers waits for ever).
 pub const READ_HEAVY_WRITE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
@@ -412,6 +414,42 @@ pub fn evaluate(backends: &[BackendReport]) -> Vec<Target> {
             }
             _ => out.push(target(
                 &t4b,
+                name,
+                "not measured".into(),
+                Status::NotMeasured,
+            )),
+        }
+    }
+
+    // 4c. Client memory per guard at the largest guard count, every remote backend.
+    let t4c = format!(
+        "client memory per guard < {:.0} KiB with the most guards held (live heap growth of the client)",
+        MEMORY_PER_GUARD / 1024.0
+    );
+    for name in remote {
+        let Some(b) = find(backends, name) else {
+            continue;
+        };
+        let largest = b
+            .keep_alive
+            .iter()
+            .flat_map(|k| k.runs.iter())
+            .filter(|r| r.errors.is_empty() && r.renewals == crate::run::BATCHED)
+            .max_by_key(|r| r.guards);
+        match largest.and_then(|r| Some((r, r.heap_per_guard_bytes?))) {
+            Some((r, bytes)) => out.push(target(
+                &t4c,
+                name,
+                format!(
+                    "{:.2} KiB per guard with {} guards on {} sessions",
+                    bytes / 1024.0,
+                    r.guards,
+                    r.sessions
+                ),
+                status(bytes < MEMORY_PER_GUARD),
+            )),
+            None => out.push(target(
+                &t4c,
                 name,
                 "not measured".into(),
                 Status::NotMeasured,

@@ -422,8 +422,12 @@ pub struct KeepAlive {
     pub renewals: String,
     /// The window, s.
     pub window_s: f64,
-    /// Resident memory growth of this process per guard, bytes.
+    /// Resident memory growth of this process per guard, bytes (depends on
+    /// what earlier runs freed, which is reused first).
     pub rss_per_guard_bytes: Option<f64>,
+    /// Live heap growth of this process per guard, bytes: what the client
+    /// keeps for each guard held (counted by the global allocator).
+    pub heap_per_guard_bytes: Option<f64>,
     /// Guards no longer held at the end of the window.
     pub lost: usize,
     /// Failed acquires or releases.
@@ -447,10 +451,12 @@ pub async fn keep_alive(
     source: Option<&OpsSource>,
     p: &KeepAliveParams,
 ) -> BenchResult<KeepAlive> {
+    // The bench's own list of the guards is allocated before counting.
+    let held: Arc<Mutex<Vec<Box<dyn Held>>>> = Arc::new(Mutex::new(Vec::with_capacity(p.guards)));
     let rss_before = rss_bytes();
+    let heap_before = crate::heap::live_bytes();
     let created = Instant::now();
     let next = Arc::new(AtomicUsize::new(0));
-    let held: Arc<Mutex<Vec<Box<dyn Held>>>> = Arc::new(Mutex::new(Vec::with_capacity(p.guards)));
     let mut handles = Vec::new();
     for _ in 0..p.creators.max(1) {
         let (next, held, clients) = (next.clone(), held.clone(), clients.to_vec());
@@ -496,6 +502,7 @@ pub async fn keep_alive(
     }
     let create_s = created.elapsed().as_secs_f64();
     let rss_after = rss_bytes();
+    let heap_after = crate::heap::live_bytes();
     let mut guards: Vec<Box<dyn Held>> = held
         .lock()
         .map(|mut v| std::mem::take(&mut *v))
@@ -515,6 +522,8 @@ pub async fn keep_alive(
             (Some(b), Some(a)) if count > 0 => Some(a.saturating_sub(b) as f64 / count as f64),
             _ => None,
         },
+        heap_per_guard_bytes: (count > 0)
+            .then(|| heap_after.saturating_sub(heap_before).max(0) as f64 / count as f64),
         lost: 0,
         errors: Errors::default(),
     };
