@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,7 +10,7 @@ use std::time::Duration;
 use futures::stream::BoxStream;
 use futures::StreamExt;
 use tokio::sync::{oneshot, watch};
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 use tracing::Instrument;
 
 use crate::backend::{validity, Lease, LeaseEvent, LeaseHandle, LockMode, Renewal};
@@ -619,95 +620,129 @@ impl Keeper {
         });
     }
 
-    async fn run(mut self) {
-        let mut next_renew = self.interval().map(|i| Instant::now() + jittered(i));
-        loop {
-            self.sync_gauges();
-            let live_until = self.current().valid_until();
-            let far = Instant::now() + Duration::from_secs(86_400 * 365);
-            let late_at = self.last_renewal + self.ttl.mul_f64(0.8);
-            tokio::select! {
-                biased;
-                cmd = self.commands.recv() => match cmd {
-                    None => {
-                        self.finish().await.ok();
-                        return;
-                    }
-                    Some(Command::Release(reply)) => {
-                        let result = self.finish().await;
-                        let _ = reply.send(result);
-                        return;
-                    }
-                    Some(Command::Extend(ttl, reply)) => {
-                        let result = self.extend(ttl).await;
-                        if result.is_ok() {
-                            next_renew = self.interval().map(|i| Instant::now() + jittered(i));
+    /// The keeper's life: one task per guard, so its size is the memory
+    /// every guard costs. It is written to stay small: the keeper is
+    /// captured once (an `async fn` taking `self` would keep a second copy),
+    /// one timer serves the validity, the renewal and the late warning, and
+    /// the rare, larger steps (extend, downgrade) are boxed while they run.
+    #[allow(
+        clippy::manual_async_fn,
+        reason = "an `async fn` taking `self` keeps a second copy of the keeper in its state"
+    )]
+    fn run(mut self) -> impl Future<Output = ()> + Send + 'static {
+        async move {
+            let mut next_renew = self.interval().map(|i| Instant::now() + jittered(i));
+            let timer = tokio::time::sleep_until(Instant::now());
+            tokio::pin!(timer);
+            loop {
+                self.sync_gauges();
+                let live_until = self.current().valid_until();
+                let late_at =
+                    (!self.warned_late).then(|| self.last_renewal + self.ttl.mul_f64(0.8));
+                // While the lock is live: the earliest of its end, the next
+                // renewal and the late-renewal warning.
+                let wake_at = live_until.map(|until| {
+                    [next_renew, late_at]
+                        .into_iter()
+                        .flatten()
+                        .fold(until, Instant::min)
+                });
+                if let Some(at) = wake_at {
+                    timer.as_mut().reset(at);
+                }
+                tokio::select! {
+                    biased;
+                    cmd = self.commands.recv() => match cmd {
+                        None => {
+                            self.finish().await.ok();
+                            return;
                         }
-                        let _ = reply.send(result);
-                    }
-                    Some(Command::Downgrade(reply)) => {
-                        match self.downgrade().await {
-                            Ok(lease) => {
-                                let _ = reply.send(Ok(lease));
-                                return;
+                        Some(Command::Release(reply)) => {
+                            let result = self.finish().await;
+                            let _ = reply.send(result);
+                            return;
+                        }
+                        Some(Command::Extend(ttl, reply)) => {
+                            let result = Box::pin(self.extend(ttl)).await;
+                            if result.is_ok() {
+                                next_renew = self.interval().map(|i| Instant::now() + jittered(i));
                             }
-                            Err(err) => {
-                                let _ = reply.send(Err(err));
+                            let _ = reply.send(result);
+                        }
+                        Some(Command::Downgrade(reply)) => {
+                            match Box::pin(self.downgrade()).await {
+                                Ok(lease) => {
+                                    let _ = reply.send(Ok(lease));
+                                    return;
+                                }
+                                Err(err) => {
+                                    let _ = reply.send(Err(err));
+                                }
                             }
                         }
-                    }
-                },
-                changed = self.resumes.changed(), if live_until.is_some() => {
-                    if changed.is_err() {
-                        // The detector is gone (cannot happen: it lives in a static).
-                        self.resumes = clock::resumes();
-                    } else if let Some(at) = self.resumed().await {
-                        next_renew = Some(at);
-                    }
-                }
-                event = next_event(&mut self.events), if self.events.is_some() && live_until.is_some() => {
-                    match event {
-                        None => self.events = None,
-                        Some(LeaseEvent::Suspended { reason }) => self.suspend(reason),
-                        Some(LeaseEvent::Resumed) => {
-                            if self.interval().is_some() {
-                                next_renew = Some(Instant::now());
-                            }
+                    },
+                    changed = self.resumes.changed(), if live_until.is_some() => {
+                        if changed.is_err() {
+                            // The detector is gone (cannot happen: it lives in a static).
+                            self.resumes = clock::resumes();
+                        } else if let Some(at) = self.resumed().await {
+                            next_renew = Some(at);
                         }
-                        Some(LeaseEvent::Lost(cause)) => self.lose(cause).await,
-                        Some(LeaseEvent::Confirmed { valid_until }) => self.confirmed(valid_until),
                     }
-                }
-                _ = tokio::time::sleep_until(live_until.unwrap_or(far)), if live_until.is_some() => {
-                    self.lose(LossCause::Expired).await;
-                }
-                _ = tokio::time::sleep_until(next_renew.unwrap_or(far)), if live_until.is_some() && next_renew.is_some() => {
-                    next_renew = self.renew_once().await;
-                }
-                _ = tokio::time::sleep_until(late_at), if live_until.is_some() && !self.warned_late => {
-                    self.warned_late = true;
-                    metrics::counter!(m::LATE_RENEWALS, "backend" => self.backend).increment(1);
-                    tracing::warn!(
-                        backend = self.backend,
-                        name = %self.name,
-                        held_for = ?self.acquired_at.elapsed(),
-                        ttl = ?self.ttl,
-                        "distlock: guard held past 80% of its ttl without a renewal; it expires unless renewed or extended"
-                    );
+                    event = next_event(&mut self.events), if self.events.is_some() && live_until.is_some() => {
+                        match event {
+                            None => self.events = None,
+                            Some(LeaseEvent::Suspended { reason }) => self.suspend(reason),
+                            Some(LeaseEvent::Resumed) => {
+                                if self.interval().is_some() {
+                                    next_renew = Some(Instant::now());
+                                }
+                            }
+                            Some(LeaseEvent::Lost(cause)) => self.lose(cause).await,
+                            Some(LeaseEvent::Confirmed { valid_until }) => self.confirmed(valid_until),
+                        }
+                    }
+                    _ = &mut timer, if wake_at.is_some() => {
+                        // In this order when several are due: the end of the
+                        // validity, the renewal, the warning.
+                        let now = Instant::now();
+                        if live_until.is_some_and(|until| now >= until) {
+                            self.lose(LossCause::Expired).await;
+                        } else if next_renew.is_some_and(|at| now >= at) {
+                            next_renew = self.renew_once(timer.as_mut()).await;
+                        } else if late_at.is_some_and(|at| now >= at) {
+                            self.warned_late = true;
+                            metrics::counter!(m::LATE_RENEWALS, "backend" => self.backend).increment(1);
+                            tracing::warn!(
+                                backend = self.backend,
+                                name = %self.name,
+                                held_for = ?self.acquired_at.elapsed(),
+                                ttl = ?self.ttl,
+                                "distlock: guard held past 80% of its ttl without a renewal; it expires unless renewed or extended"
+                            );
+                        }
+                    }
                 }
             }
         }
     }
 
     /// One keep-alive renewal; returns when to renew next.
-    async fn renew_once(&mut self) -> Option<Instant> {
+    /// `timer` is the keeper's one timer, which bounds it by the validity.
+    async fn renew_once(&mut self, mut timer: Pin<&mut Sleep>) -> Option<Instant> {
         let interval = self.interval()?;
         self.rebase();
         let valid_until = self.current().valid_until()?;
         let started = Instant::now();
         let mark = SuspendMark::now();
-        match tokio::time::timeout_at(valid_until, self.handle.renew(self.ttl)).await {
-            Err(_elapsed) => {
+        timer.as_mut().reset(valid_until);
+        let renewal = tokio::select! {
+            biased;
+            r = self.handle.renew(self.ttl) => Ok(r),
+            _ = timer => Err(()),
+        };
+        match renewal {
+            Err(()) => {
                 self.lose(LossCause::Expired).await;
                 None
             }
