@@ -119,12 +119,12 @@ impl RedisLock {
         {
             Ok(AcquireReply::Acquired(fence)) => {
                 cleanup.disarm();
-                let server_key = primitive.server_key(keys).to_string();
+                let server_key = primitive.server_key(&keys.lock).into_owned();
                 let handle = RedisLease {
                     core,
                     primitive,
-                    keys: keys.clone(),
-                    token,
+                    lock: keys.lock.as_str().into(),
+                    token: token.into(),
                 };
                 let lease = Lease::new(Box::new(handle), validity(start, req.ttl))
                     .with_token(Some(FencingToken::new(fence)))
@@ -345,8 +345,8 @@ impl RedisLock {
         let handle = RedisLease {
             core: self.inner.core.clone(),
             primitive: Primitive::Mutex,
-            keys: keys.clone(),
-            token,
+            lock: keys.lock.as_str().into(),
+            token: token.into(),
         };
         Lease::new(Box::new(handle), validity(sent, ttl))
             .with_token(Some(FencingToken::new(fence)))
@@ -501,13 +501,21 @@ pub(crate) fn owner_hint(token: &str) -> String {
     format!("{}…", token.get(..8).unwrap_or(token))
 }
 
-/// A granted lease: the primitive, the owner token and the keys, with the
-/// shared connection.
+/// A granted lease: the primitive, the owner token and the lock key, with
+/// the shared connection. Only the lock key is kept (a guard lives long and
+/// there may be many): the other keys derive from it when a release or a
+/// downgrade needs them.
 struct RedisLease {
     core: Arc<Core>,
     primitive: Primitive,
-    keys: Keys,
-    token: String,
+    lock: Box<str>,
+    token: Box<str>,
+}
+
+impl RedisLease {
+    fn keys(&self) -> Keys {
+        Keys::of_lock(self.lock.to_string())
+    }
 }
 
 #[async_trait]
@@ -517,7 +525,7 @@ impl LeaseHandle for RedisLease {
         // the request that carried it was sent.
         match self
             .primitive
-            .renew(&self.core, &self.keys, &self.token, ttl)
+            .renew(&self.core, &self.lock, &self.token, ttl)
             .await?
         {
             Some(sent) => Ok(Renewal::Renewed {
@@ -529,7 +537,7 @@ impl LeaseHandle for RedisLease {
 
     async fn release(&self) -> Result<bool> {
         self.primitive
-            .release(&self.core, &self.keys, &self.token)
+            .release(&self.core, &self.keys(), &self.token)
             .await
     }
 
@@ -544,23 +552,24 @@ impl LeaseHandle for RedisLease {
             ));
         }
         let start = Instant::now();
-        match primitive::downgrade(&self.core, &self.keys, &self.token, ttl_millis(ttl)).await? {
+        let keys = self.keys();
+        match primitive::downgrade(&self.core, &keys, &self.token, ttl_millis(ttl)).await? {
             Some(fence) => {
                 let handle = RedisLease {
                     core: self.core.clone(),
                     primitive: Primitive::Read,
-                    keys: self.keys.clone(),
+                    lock: self.lock.clone(),
                     token: self.token.clone(),
                 };
                 Ok(Lease::new(Box::new(handle), validity(start, ttl))
                     .with_token(Some(FencingToken::new(fence)))
-                    .with_key(self.keys.rw.clone()))
+                    .with_key(keys.rw))
             }
             None => Err(LockError::new(
                 LockErrorKind::Lost,
                 format!(
                     "redis: the write lease on {} expired before the downgrade",
-                    self.keys.rw
+                    keys.rw
                 ),
             )),
         }

@@ -2,6 +2,7 @@
 //! which script each operation runs, on which keys. The acquire loop in
 //! [`crate::backend`] is the same for all three; only these calls differ.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use lock_core::{LockError, LockErrorKind, LockMode, Result};
@@ -66,12 +67,12 @@ impl Primitive {
         matches!(self, Self::Read | Self::Write)
     }
 
-    /// The key that shows the lease on the server.
-    pub(crate) fn server_key(self, keys: &Keys) -> &str {
+    /// The key that shows the lease on the server, from the lock key.
+    pub(crate) fn server_key(self, lock: &str) -> Cow<'_, str> {
         match self {
-            Self::Mutex => &keys.lock,
-            Self::Read | Self::Write => &keys.rw,
-            Self::Permit(_) => &keys.permits,
+            Self::Mutex => Cow::Borrowed(lock),
+            Self::Read | Self::Write => Cow::Owned(Keys::aux(lock, crate::scripts::RW)),
+            Self::Permit(_) => Cow::Owned(Keys::aux(lock, crate::scripts::PERMITS)),
         }
     }
 
@@ -132,7 +133,7 @@ impl Primitive {
     pub(crate) async fn renew(
         self,
         core: &Core,
-        keys: &Keys,
+        lock: &str,
         token: &str,
         ttl: Duration,
     ) -> Result<Option<Instant>> {
@@ -143,7 +144,7 @@ impl Primitive {
         };
         core.renew(RenewItem {
             kind,
-            key: self.server_key(keys).to_string(),
+            key: self.server_key(lock).into_owned(),
             token: token.to_string(),
             ttl,
         })

@@ -554,21 +554,30 @@ pub struct Keys {
     pub permits_released: String,
 }
 
+/// The suffix of the read-write lock's holders key ([`Keys::rw`]).
+pub const RW: &str = "rw";
+/// The suffix of the semaphore's holders key ([`Keys::permits`]).
+pub const PERMITS: &str = "permits";
+
 impl Keys {
     /// The keys of lock `name` under `prefix` (empty for none). `prefix`
     /// must pass [`check_prefix`] (the configurations check it).
     pub fn new(prefix: &str, name: &str) -> Self {
-        let lock = format!("{prefix}{name}");
+        Self::of_lock(format!("{prefix}{name}"))
+    }
+
+    /// The keys that go with the lock key `lock` (`prefix + name`).
+    pub fn of_lock(lock: String) -> Self {
         Self {
             fencing: Self::aux(&lock, "fencing"),
             released: Self::aux(&lock, "released"),
             queue: Self::aux(&lock, "queue"),
             lapse: Self::aux(&lock, "lapse"),
-            rw: Self::aux(&lock, "rw"),
+            rw: Self::aux(&lock, RW),
             rw_queue: Self::aux(&lock, "rw queue"),
             rw_lapse: Self::aux(&lock, "rw lapse"),
             rw_released: Self::aux(&lock, "rw released"),
-            permits: Self::aux(&lock, "permits"),
+            permits: Self::aux(&lock, PERMITS),
             permits_released: Self::aux(&lock, "permits released"),
             lock,
         }
