@@ -6,10 +6,9 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use distlock::{AcquireOptions, GuardState, LockMode, LockName, MultiGuard, Scheme};
+use distlock::{AcquireOptions, GuardState, GuardStates, LockMode, LockName, MultiGuard, Scheme};
 use futures::future::select_all;
 use tokio::process::{Child, Command};
-use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::args::{RunArgs, Wait};
@@ -86,7 +85,7 @@ pub async fn run(args: RunArgs, url_cli: OnCommandLine, mode_cli: ModeOnCommandL
 
     let lost = all.lost();
     tokio::pin!(lost);
-    let mut states: Vec<(LockName, watch::Receiver<GuardState>)> = all
+    let mut states: Vec<(LockName, GuardStates)> = all
         .guards()
         .iter()
         .map(|g| (g.name().clone(), g.subscribe()))
@@ -250,7 +249,7 @@ fn refused(args: &RunArgs, wait: Wait, what: &str, not_taken: NotTaken) -> i32 {
 
 /// The next change of any guard's state: its index, and `false` if that
 /// guard's state can no longer change.
-async fn next_change(states: &mut [(LockName, watch::Receiver<GuardState>)]) -> (usize, bool) {
+async fn next_change(states: &mut [(LockName, GuardStates)]) -> (usize, bool) {
     let changes = states
         .iter_mut()
         .map(|(_, rx)| Box::pin(async move { rx.changed().await.is_ok() }));

@@ -14,11 +14,11 @@ pub use url::{Endpoint, LockUrl, Scheme};
 #[doc(no_inline)]
 pub use lock_core::{
     async_trait, metrics, AcquireOptions, Capabilities, DistributedLock, DistributedLockExt,
-    FencedRegister, Fencing, FencingToken, GuardState, GuardView, KeepAlive, LockError,
-    LockErrorKind, LockGuard, LockMode, LockName, LockService, LockStatus, LossCause, MemoryLock,
-    MultiGuard, NodeFailure, NodeFailureReason, ReadWriteLock, ReadWriteLockExt, Result,
-    RetryPolicy, Semaphore, SemaphoreExt, StaleToken, TlsConfig, TokenFence, MAX_NAME_LEN,
-    MAX_PERMITS, MAX_TTL, MAX_WAIT, MIN_TTL,
+    FencedRegister, Fencing, FencingToken, GuardState, GuardStateRef, GuardStates, GuardView,
+    KeepAlive, LockError, LockErrorKind, LockGuard, LockMode, LockName, LockService, LockStatus,
+    LossCause, MemoryLock, MultiGuard, NodeFailure, NodeFailureReason, ReadWriteLock,
+    ReadWriteLockExt, Result, RetryPolicy, Semaphore, SemaphoreExt, StaleToken, StatesClosed,
+    TlsConfig, TokenFence, MAX_NAME_LEN, MAX_PERMITS, MAX_TTL, MAX_WAIT, MIN_TTL,
 };
 
 /// The whole core crate, including the backend seam ([`lock_core::LockBackend`],

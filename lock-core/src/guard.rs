@@ -10,6 +10,8 @@ use std::time::Duration;
 use futures::stream::BoxStream;
 use futures::StreamExt;
 use tokio::sync::{oneshot, watch};
+
+use crate::guard_states::{GuardStates, Publisher};
 use tokio::time::{Instant, Sleep};
 use tracing::Instrument;
 
@@ -130,7 +132,7 @@ pub struct GuardView {
     mode: LockMode,
     key: Option<Arc<str>>,
     token: Option<FencingToken>,
-    state: watch::Receiver<GuardState>,
+    state: GuardStates,
     /// The suspended time when the published validity was computed
     /// ([`SuspendMark`] in nanoseconds), shared with the keeper.
     mark: Arc<AtomicU64>,
@@ -272,7 +274,7 @@ impl LockGuard {
     pub(crate) fn start(lease: Lease, grant: Grant) -> Self {
         let own_until = lease.valid_until;
         let session_until = lease.session_until;
-        let (state_tx, state_rx) = watch::channel(GuardState::Held {
+        let (state_tx, state_rx) = Publisher::new(GuardState::Held {
             valid_until: session_until.map_or(own_until, |s| s.min(own_until)),
         });
         let mark = Arc::new(AtomicU64::new(grant.mark.as_nanos()));
@@ -361,8 +363,8 @@ impl LockGuard {
         self.view.lost()
     }
 
-    /// A watch of the state, for callers that want every transition.
-    pub fn subscribe(&self) -> watch::Receiver<GuardState> {
+    /// Every state of this guard, for callers that want each transition.
+    pub fn subscribe(&self) -> GuardStates {
         self.view.state.clone()
     }
 
@@ -463,7 +465,7 @@ struct Keeper {
     events: Option<BoxStream<'static, LeaseEvent>>,
     /// Closed by the guard when it is dropped, by this task when it ends.
     commands: Arc<Mailbox<Command>>,
-    state: watch::Sender<GuardState>,
+    state: Publisher,
     /// See [`GuardView::mark`]: the keeper stores the mark of every validity
     /// it publishes (after publishing it, so a racing reader errs early).
     mark: Arc<AtomicU64>,

@@ -41,6 +41,7 @@ mod clock;
 mod error;
 mod fencing;
 mod guard;
+mod guard_states;
 mod lock;
 pub mod mailbox;
 mod memory;
@@ -60,6 +61,7 @@ pub use capabilities::{Capabilities, Fencing};
 pub use error::{LockError, LockErrorKind, NodeFailure, NodeFailureReason, Result};
 pub use fencing::{FencedRegister, FencingToken, StaleToken, TokenFence};
 pub use guard::{GuardState, GuardView, LockGuard, LossCause};
+pub use guard_states::{GuardStateRef, GuardStates, StatesClosed};
 pub use lock::{
     DistributedLock, DistributedLockExt, LockService, ReadWriteLock, ReadWriteLockExt, Semaphore,
     SemaphoreExt,

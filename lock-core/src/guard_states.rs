@@ -1,0 +1,261 @@
+//! A guard's state as its keeper task publishes it and its views read or
+//! await it ([`GuardStates`]).
+//!
+//! This is what tokio's `watch` channel does, kept small on purpose: a
+//! `watch` channel allocates nine wait lists (about 400 bytes) and every
+//! guard has one, where a process may hold ten thousand guards; this one
+//! keeps a single wait list (about 100 bytes).
+
+use std::fmt;
+use std::ops::Deref;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::Notify;
+
+use crate::guard::GuardState;
+
+struct Shared {
+    /// The state and its version (bumped on every change).
+    cell: Mutex<(GuardState, u64)>,
+    /// The publisher is gone (the keeper task ended).
+    closed: AtomicBool,
+    /// Wakes every waiter on a change or on closing.
+    changes: Notify,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, (GuardState, u64)> {
+        self.cell.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The keeper's side: changes the state and wakes the waiters. Dropping it
+/// closes the states ([`GuardStates::changed`] then fails once every change
+/// was seen).
+pub(crate) struct Publisher {
+    shared: Arc<Shared>,
+}
+
+impl Publisher {
+    /// A publisher of `initial`, and the first reader (which has seen it).
+    pub(crate) fn new(initial: GuardState) -> (Self, GuardStates) {
+        let shared = Arc::new(Shared {
+            cell: Mutex::new((initial, 0)),
+            closed: AtomicBool::new(false),
+            changes: Notify::new(),
+        });
+        (
+            Self {
+                shared: shared.clone(),
+            },
+            GuardStates { shared, seen: 0 },
+        )
+    }
+
+    /// The state now.
+    pub(crate) fn borrow(&self) -> GuardStateRef<'_> {
+        GuardStateRef(self.shared.lock())
+    }
+
+    /// Lets `change` edit the state; publishes it if `change` says it changed.
+    pub(crate) fn send_if_modified(&self, change: impl FnOnce(&mut GuardState) -> bool) -> bool {
+        let changed = {
+            let mut cell = self.shared.lock();
+            let changed = change(&mut cell.0);
+            if changed {
+                cell.1 += 1;
+            }
+            changed
+        };
+        if changed {
+            self.shared.changes.notify_waiters();
+        }
+        changed
+    }
+
+    /// Lets `change` edit the state and publishes it.
+    pub(crate) fn send_modify(&self, change: impl FnOnce(&mut GuardState)) {
+        self.send_if_modified(|st| {
+            change(st);
+            true
+        });
+    }
+
+    /// Publishes `state`.
+    pub(crate) fn send_replace(&self, state: GuardState) {
+        self.send_modify(|st| *st = state);
+    }
+}
+
+impl Drop for Publisher {
+    fn drop(&mut self) {
+        self.shared.closed.store(true, Ordering::Release);
+        self.shared.changes.notify_waiters();
+    }
+}
+
+/// Every state one guard goes through, for a caller that wants each
+/// transition ([`crate::LockGuard::subscribe`]): read the state now, or
+/// await the next change. Cheap to clone; each clone keeps its own record
+/// of what it has seen.
+#[derive(Clone)]
+pub struct GuardStates {
+    shared: Arc<Shared>,
+    /// The version this reader has seen.
+    seen: u64,
+}
+
+impl fmt::Debug for GuardStates {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GuardStates")
+            .field("state", &*self.borrow())
+            .finish()
+    }
+}
+
+/// The guard's state, borrowed: hold it briefly (the keeper waits for it to
+/// publish a change, and it cannot be held across an `.await` in a task
+/// that must be `Send`).
+pub struct GuardStateRef<'a>(MutexGuard<'a, (GuardState, u64)>);
+
+impl Deref for GuardStateRef<'_> {
+    type Target = GuardState;
+
+    fn deref(&self) -> &GuardState {
+        &self.0 .0
+    }
+}
+
+impl fmt::Debug for GuardStateRef<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&**self, f)
+    }
+}
+
+/// The guard's keeper task ended (its runtime shut down) and every state it
+/// published was seen: no further change can come.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StatesClosed;
+
+impl fmt::Display for StatesClosed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("the guard's keeper task ended; its state no longer changes")
+    }
+}
+
+impl std::error::Error for StatesClosed {}
+
+impl GuardStates {
+    /// The state now, as published (see [`crate::GuardView::state`] for the
+    /// state with the validity rules applied), without marking it seen.
+    pub fn borrow(&self) -> GuardStateRef<'_> {
+        GuardStateRef(self.shared.lock())
+    }
+
+    /// The state now, marked seen: [`changed`](Self::changed) then waits
+    /// for the next change.
+    pub fn borrow_and_update(&mut self) -> GuardStateRef<'_> {
+        let cell = self.shared.lock();
+        self.seen = cell.1;
+        GuardStateRef(cell)
+    }
+
+    /// Waits until the state changes from the last one seen (at once if it
+    /// already has), and marks it seen. [`StatesClosed`] once the keeper is
+    /// gone and every change was seen.
+    pub async fn changed(&mut self) -> Result<(), StatesClosed> {
+        loop {
+            // Registered before looking, so a change in between still wakes it.
+            let notified = self.shared.changes.notified();
+            let mut notified = std::pin::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let cell = self.shared.lock();
+                if cell.1 != self.seen {
+                    self.seen = cell.1;
+                    return Ok(());
+                }
+            }
+            if self.shared.closed.load(Ordering::Acquire) {
+                return Err(StatesClosed);
+            }
+            notified.await;
+        }
+    }
+
+    /// Waits until the state satisfies `ready` (at once if it does now) and
+    /// returns it, marked seen. [`StatesClosed`] if the keeper is gone first.
+    pub async fn wait_for(
+        &mut self,
+        mut ready: impl FnMut(&GuardState) -> bool,
+    ) -> Result<GuardStateRef<'_>, StatesClosed> {
+        loop {
+            if ready(&self.borrow_and_update()) {
+                break;
+            }
+            self.changed().await?;
+        }
+        Ok(self.borrow_and_update())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn held() -> GuardState {
+        GuardState::Held {
+            valid_until: tokio::time::Instant::now() + Duration::from_secs(5),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_reader_sees_each_change_and_then_the_end() {
+        let (publisher, mut states) = Publisher::new(held());
+        let mut other = states.clone();
+        let waiter = tokio::spawn(async move {
+            other.changed().await.unwrap();
+            other.borrow().clone()
+        });
+        tokio::task::yield_now().await;
+        publisher.send_replace(GuardState::Released);
+        assert_eq!(waiter.await.unwrap(), GuardState::Released);
+        // A change before the wait is not missed.
+        states.changed().await.unwrap();
+        assert_eq!(*states.borrow(), GuardState::Released);
+        // An edit that changes nothing wakes nobody.
+        assert!(!publisher.send_if_modified(|_| false));
+        drop(publisher);
+        assert_eq!(states.changed().await, Err(StatesClosed));
+    }
+
+    #[tokio::test]
+    async fn wait_for_returns_the_matching_state() {
+        let (publisher, mut states) = Publisher::new(held());
+        let task = tokio::spawn(async move {
+            let st = states
+                .wait_for(|s| matches!(s, GuardState::Lost { .. }))
+                .await
+                .map(|r| r.clone());
+            (st, states.wait_for(|_| false).await.map(|r| r.clone()))
+        });
+        publisher.send_replace(GuardState::Suspended {
+            valid_until: tokio::time::Instant::now(),
+            reason: "test".into(),
+        });
+        publisher.send_replace(GuardState::Lost {
+            cause: crate::LossCause::Expired,
+        });
+        drop(publisher);
+        let (lost, end) = task.await.unwrap();
+        assert_eq!(
+            lost,
+            Ok(GuardState::Lost {
+                cause: crate::LossCause::Expired
+            })
+        );
+        assert_eq!(end, Err(StatesClosed));
+    }
+}
