@@ -3,7 +3,6 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -133,9 +132,6 @@ pub struct GuardView {
     key: Option<Arc<str>>,
     token: Option<FencingToken>,
     state: GuardStates,
-    /// The suspended time when the published validity was computed
-    /// ([`SuspendMark`] in nanoseconds), shared with the keeper.
-    mark: Arc<AtomicU64>,
     /// The `distlock.guard` span of this grant.
     span: tracing::Span,
 }
@@ -176,7 +172,7 @@ impl GuardView {
     /// spent suspended counts against the validity.
     pub fn state(&self) -> GuardState {
         let st = self.state.borrow().clone();
-        let mark = SuspendMark::from_nanos(self.mark.load(Ordering::Acquire));
+        let mark = SuspendMark::from_nanos(self.state.mark());
         st.corrected(mark).at(Instant::now())
     }
 
@@ -274,10 +270,12 @@ impl LockGuard {
     pub(crate) fn start(lease: Lease, grant: Grant) -> Self {
         let own_until = lease.valid_until;
         let session_until = lease.session_until;
-        let (state_tx, state_rx) = Publisher::new(GuardState::Held {
-            valid_until: session_until.map_or(own_until, |s| s.min(own_until)),
-        });
-        let mark = Arc::new(AtomicU64::new(grant.mark.as_nanos()));
+        let (state_tx, state_rx) = Publisher::new(
+            GuardState::Held {
+                valid_until: session_until.map_or(own_until, |s| s.min(own_until)),
+            },
+            grant.mark.as_nanos(),
+        );
         let commands = Arc::new(Mailbox::new());
         let token = lease.token.map(|t| t.get());
         let span = tracing::info_span!(
@@ -294,7 +292,6 @@ impl LockGuard {
             events: lease.events,
             commands: commands.clone(),
             state: state_tx,
-            mark: mark.clone(),
             resumes: clock::resumes(),
             ttl: grant.ttl,
             keep_alive: grant.keep_alive,
@@ -316,7 +313,6 @@ impl LockGuard {
                 key: lease.key.map(Arc::from),
                 token: lease.token,
                 state: state_rx,
-                mark,
                 span,
             },
             commands: Commands(commands),
@@ -465,10 +461,9 @@ struct Keeper {
     events: Option<BoxStream<'static, LeaseEvent>>,
     /// Closed by the guard when it is dropped, by this task when it ends.
     commands: Arc<Mailbox<Command>>,
+    /// The published state, with the suspend mark of its validity (stored
+    /// after the state is published, so a racing reader errs early).
     state: Publisher,
-    /// See [`GuardView::mark`]: the keeper stores the mark of every validity
-    /// it publishes (after publishing it, so a racing reader errs early).
-    mark: Arc<AtomicU64>,
     /// Changes after every resume from a machine suspension.
     resumes: watch::Receiver<u64>,
     /// The last successful renewal (or the acquisition).
@@ -578,7 +573,7 @@ impl Keeper {
     /// Applies the suspended time since the last published mark to the
     /// stored bounds and the published state, and moves the mark to now.
     fn rebase(&mut self) {
-        let mark = SuspendMark::from_nanos(self.mark.load(Ordering::Acquire));
+        let mark = SuspendMark::from_nanos(self.state.mark());
         let lost = mark.since();
         if lost.is_zero() {
             return;
@@ -587,8 +582,7 @@ impl Keeper {
         self.session_until = self.session_until.map(|s| clock::corrected(s, mark));
         self.state
             .send_modify(|st| *st = st.clone().corrected(mark));
-        self.mark
-            .store(SuspendMark::now().as_nanos(), Ordering::Release);
+        self.state.set_mark(SuspendMark::now().as_nanos());
     }
 
     /// The machine was suspended: the validity shrinks by the time it was

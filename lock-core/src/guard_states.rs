@@ -8,7 +8,7 @@
 
 use std::fmt;
 use std::ops::Deref;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::Notify;
@@ -22,6 +22,10 @@ struct Shared {
     closed: AtomicBool,
     /// Wakes every waiter on a change or on closing.
     changes: Notify,
+    /// The suspended time (a [`crate::clock::SuspendMark`] in nanoseconds)
+    /// when the published validity was computed: the views correct the
+    /// validity by the suspended time since.
+    mark: AtomicU64,
 }
 
 impl Shared {
@@ -38,12 +42,14 @@ pub(crate) struct Publisher {
 }
 
 impl Publisher {
-    /// A publisher of `initial`, and the first reader (which has seen it).
-    pub(crate) fn new(initial: GuardState) -> (Self, GuardStates) {
+    /// A publisher of `initial`, computed at suspend mark `mark`, and the
+    /// first reader (which has seen it).
+    pub(crate) fn new(initial: GuardState, mark: u64) -> (Self, GuardStates) {
         let shared = Arc::new(Shared {
             cell: Mutex::new((initial, 0)),
             closed: AtomicBool::new(false),
             changes: Notify::new(),
+            mark: AtomicU64::new(mark),
         });
         (
             Self {
@@ -85,6 +91,16 @@ impl Publisher {
     /// Publishes `state`.
     pub(crate) fn send_replace(&self, state: GuardState) {
         self.send_modify(|st| *st = state);
+    }
+
+    /// The suspend mark of the published validity.
+    pub(crate) fn mark(&self) -> u64 {
+        self.shared.mark.load(Ordering::Acquire)
+    }
+
+    /// Sets the suspend mark of the published validity.
+    pub(crate) fn set_mark(&self, mark: u64) {
+        self.shared.mark.store(mark, Ordering::Release);
     }
 }
 
@@ -153,6 +169,11 @@ impl GuardStates {
         GuardStateRef(self.shared.lock())
     }
 
+    /// The suspend mark of the published validity.
+    pub(crate) fn mark(&self) -> u64 {
+        self.shared.mark.load(Ordering::Acquire)
+    }
+
     /// The state now, marked seen: [`changed`](Self::changed) then waits
     /// for the next change.
     pub fn borrow_and_update(&mut self) -> GuardStateRef<'_> {
@@ -213,7 +234,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_reader_sees_each_change_and_then_the_end() {
-        let (publisher, mut states) = Publisher::new(held());
+        let (publisher, mut states) = Publisher::new(held(), 0);
         let mut other = states.clone();
         let waiter = tokio::spawn(async move {
             other.changed().await.unwrap();
@@ -233,7 +254,7 @@ mod tests {
 
     #[tokio::test]
     async fn wait_for_returns_the_matching_state() {
-        let (publisher, mut states) = Publisher::new(held());
+        let (publisher, mut states) = Publisher::new(held(), 0);
         let task = tokio::spawn(async move {
             let st = states
                 .wait_for(|s| matches!(s, GuardState::Lost { .. }))

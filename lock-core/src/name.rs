@@ -2,13 +2,14 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use crate::error::LockError;
 
 /// The longest lock name accepted, in bytes.
 pub const MAX_NAME_LEN: usize = 200;
 
-/// A validated lock name.
+/// A validated lock name. Cheap to clone (the text is shared).
 ///
 /// Rules, chosen so that every backend can use the name as-is as a Redis key,
 /// an etcd key prefix and a ZooKeeper path:
@@ -25,7 +26,7 @@ pub const MAX_NAME_LEN: usize = 200;
 /// assert!(LockName::new("a\nb").is_err());
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct LockName(String);
+pub struct LockName(Arc<str>);
 
 impl LockName {
     /// Validates `name` against the rules above.
@@ -53,7 +54,7 @@ impl LockName {
                 "lock name {name:?} has an empty, '.' or '..' segment, or starts or ends with '/'"
             )));
         }
-        Ok(Self(name))
+        Ok(Self(name.into()))
     }
 
     /// The name as a string slice.
