@@ -554,6 +554,8 @@ pub struct Keys {
     pub permits_released: String,
 }
 
+/// The suffix of the mutex's release channel ([`Keys::released`]).
+pub const RELEASED: &str = "released";
 /// The suffix of the read-write lock's holders key ([`Keys::rw`]).
 pub const RW: &str = "rw";
 /// The suffix of the semaphore's holders key ([`Keys::permits`]).
@@ -570,7 +572,7 @@ impl Keys {
     pub fn of_lock(lock: String) -> Self {
         Self {
             fencing: Self::aux(&lock, "fencing"),
-            released: Self::aux(&lock, "released"),
+            released: Self::aux(&lock, RELEASED),
             queue: Self::aux(&lock, "queue"),
             lapse: Self::aux(&lock, "lapse"),
             rw: Self::aux(&lock, RW),

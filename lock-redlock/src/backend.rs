@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures::future::{BoxFuture, FutureExt, Shared};
 use futures::stream::{FuturesUnordered, StreamExt};
 use lock_core::{
     add_saturating, drift, validity, Capabilities, CleanupOnDrop, Fencing, Lease, LeaseHandle,
@@ -18,6 +17,7 @@ use lock_core::{
 use lock_redis::scripts::{owner_token, Keys, Scripts};
 use rand::Rng;
 use redis::RedisResult;
+use tokio::sync::SetOnce;
 use tokio::time::Instant;
 
 use crate::config::RedlockConfig;
@@ -353,16 +353,18 @@ impl Inner {
                     // Renewals and the release wait for them first, so a
                     // delete never overtakes its node's SET.
                     let settled = (!pending.is_empty()).then(|| {
-                        tokio::spawn(async move { while pending.next().await.is_some() {} })
-                            .map(|_| ())
-                            .boxed()
-                            .shared()
+                        let settled = Arc::new(SetOnce::new());
+                        let done = SetOnDrop(settled.clone());
+                        tokio::spawn(async move {
+                            let _done = done;
+                            while pending.next().await.is_some() {}
+                        });
+                        settled
                     });
                     cleanup.disarm();
                     let handle = RedlockLease {
                         inner: self.clone(),
                         key,
-                        channel,
                         token,
                         extensions: AtomicU32::new(0),
                         settled,
@@ -675,6 +677,16 @@ impl Inner {
     }
 }
 
+/// Sets its flag when dropped: when the task that owns it finishes, or is
+/// cancelled with its runtime (a waiter must not wait for ever then).
+struct SetOnDrop(Arc<SetOnce<()>>);
+
+impl Drop for SetOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.set(());
+    }
+}
+
 /// The background release of the nodes a failed round won.
 struct Released(tokio::task::JoinHandle<()>);
 
@@ -851,19 +863,20 @@ fn owner_hint(token: &str) -> String {
 struct RedlockLease {
     inner: Arc<Inner>,
     key: Arc<str>,
-    channel: Arc<str>,
     token: Arc<str>,
     extensions: AtomicU32,
     /// The acquiring round's requests to its slower nodes, if any were
     /// still on their way when the quorum was reached.
-    settled: Option<Shared<BoxFuture<'static, ()>>>,
+    /// (Set when they are: a guard may live long, so this costs a flag
+    /// and a wait list, not the finished task.)
+    settled: Option<Arc<SetOnce<()>>>,
 }
 
 impl RedlockLease {
     /// Waits until the acquiring round's last requests are answered or timed out.
     async fn settle(&self) {
         if let Some(s) = &self.settled {
-            s.clone().await;
+            s.wait().await;
         }
     }
 }
@@ -978,9 +991,10 @@ impl LeaseHandle for RedlockLease {
         // Decide within the node timeout; slower nodes still get the delete
         // in the background.
         let decide_by = add_saturating(Instant::now(), inner.config.node_timeout);
+        // The release channel, derived from the key (not kept per guard).
+        let channel: Arc<str> = Keys::aux(&self.key, lock_redis::scripts::RELEASED).into();
         let mut pending = {
-            let (key, channel, token) =
-                (self.key.clone(), self.channel.clone(), self.token.clone());
+            let (key, channel, token) = (self.key.clone(), channel.clone(), self.token.clone());
             fan_out(inner, inner.background_bound(), move |inner, i| {
                 let (key, channel, token) = (key.clone(), channel.clone(), token.clone());
                 async move {
@@ -999,7 +1013,7 @@ impl LeaseHandle for RedlockLease {
                 Ok(ReleaseReply::Deleted { receivers }) => {
                     deleted += 1;
                     // Another client heard it (not only our own subscription).
-                    let ours = u64::from(inner.notifier.is_subscribed_on(&self.channel, i));
+                    let ours = u64::from(inner.notifier.is_subscribed_on(&channel, i));
                     if receivers > ours {
                         inner.handed_over(&self.key);
                     }
