@@ -9,8 +9,6 @@ use std::time::Duration;
 use futures::stream::BoxStream;
 use futures::StreamExt;
 use tokio::sync::{oneshot, watch};
-
-use crate::guard_states::{GuardStates, Publisher};
 use tokio::time::{Instant, Sleep};
 use tracing::Instrument;
 
@@ -18,6 +16,7 @@ use crate::backend::{validity, Lease, LeaseEvent, LeaseHandle, LockMode, Renewal
 use crate::clock::{self, SuspendMark};
 use crate::error::{LockError, LockErrorKind, Result};
 use crate::fencing::FencingToken;
+use crate::guard_states::{GuardStates, Publisher};
 use crate::mailbox::Mailbox;
 use crate::metrics as m;
 use crate::name::LockName;

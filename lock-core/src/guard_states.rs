@@ -9,15 +9,17 @@
 use std::fmt;
 use std::ops::Deref;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use tokio::sync::Notify;
 
 use crate::guard::GuardState;
 
 struct Shared {
-    /// The state and its version (bumped on every change).
-    cell: Mutex<(GuardState, u64)>,
+    /// The state and its version (bumped on every change). Read-locked by
+    /// readers, as a `watch` channel does, so that two borrows on one
+    /// thread do not block each other.
+    cell: RwLock<(GuardState, u64)>,
     /// The publisher is gone (the keeper task ended).
     closed: AtomicBool,
     /// Wakes every waiter on a change or on closing.
@@ -29,8 +31,12 @@ struct Shared {
 }
 
 impl Shared {
-    fn lock(&self) -> MutexGuard<'_, (GuardState, u64)> {
-        self.cell.lock().unwrap_or_else(|p| p.into_inner())
+    fn read(&self) -> RwLockReadGuard<'_, (GuardState, u64)> {
+        self.cell.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, (GuardState, u64)> {
+        self.cell.write().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -46,7 +52,7 @@ impl Publisher {
     /// first reader (which has seen it).
     pub(crate) fn new(initial: GuardState, mark: u64) -> (Self, GuardStates) {
         let shared = Arc::new(Shared {
-            cell: Mutex::new((initial, 0)),
+            cell: RwLock::new((initial, 0)),
             closed: AtomicBool::new(false),
             changes: Notify::new(),
             mark: AtomicU64::new(mark),
@@ -61,13 +67,13 @@ impl Publisher {
 
     /// The state now.
     pub(crate) fn borrow(&self) -> GuardStateRef<'_> {
-        GuardStateRef(self.shared.lock())
+        GuardStateRef(self.shared.read())
     }
 
     /// Lets `change` edit the state; publishes it if `change` says it changed.
     pub(crate) fn send_if_modified(&self, change: impl FnOnce(&mut GuardState) -> bool) -> bool {
         let changed = {
-            let mut cell = self.shared.lock();
+            let mut cell = self.shared.write();
             let changed = change(&mut cell.0);
             if changed {
                 cell.1 += 1;
@@ -132,8 +138,8 @@ impl fmt::Debug for GuardStates {
 
 /// The guard's state, borrowed: hold it briefly (the keeper waits for it to
 /// publish a change, and it cannot be held across an `.await` in a task
-/// that must be `Send`).
-pub struct GuardStateRef<'a>(MutexGuard<'a, (GuardState, u64)>);
+/// that must be `Send`), as a `watch` channel's borrow.
+pub struct GuardStateRef<'a>(RwLockReadGuard<'a, (GuardState, u64)>);
 
 impl Deref for GuardStateRef<'_> {
     type Target = GuardState;
@@ -166,7 +172,7 @@ impl GuardStates {
     /// The state now, as published (see [`crate::GuardView::state`] for the
     /// state with the validity rules applied), without marking it seen.
     pub fn borrow(&self) -> GuardStateRef<'_> {
-        GuardStateRef(self.shared.lock())
+        GuardStateRef(self.shared.read())
     }
 
     /// The suspend mark of the published validity.
@@ -177,7 +183,7 @@ impl GuardStates {
     /// The state now, marked seen: [`changed`](Self::changed) then waits
     /// for the next change.
     pub fn borrow_and_update(&mut self) -> GuardStateRef<'_> {
-        let cell = self.shared.lock();
+        let cell = self.shared.read();
         self.seen = cell.1;
         GuardStateRef(cell)
     }
@@ -192,7 +198,7 @@ impl GuardStates {
             let mut notified = std::pin::pin!(notified);
             notified.as_mut().enable();
             {
-                let cell = self.shared.lock();
+                let cell = self.shared.read();
                 if cell.1 != self.seen {
                     self.seen = cell.1;
                     return Ok(());
@@ -250,6 +256,19 @@ mod tests {
         assert!(!publisher.send_if_modified(|_| false));
         drop(publisher);
         assert_eq!(states.changed().await, Err(StatesClosed));
+    }
+
+    #[test]
+    fn two_borrows_on_one_thread_do_not_block_each_other() {
+        let (publisher, states) = Publisher::new(held(), 7);
+        let first = states.borrow();
+        let second = states.clone();
+        assert_eq!(*second.borrow(), *first);
+        assert!(format!("{second:?}").contains("Held"));
+        drop(first);
+        publisher.send_replace(GuardState::Released);
+        assert_eq!(*states.borrow(), GuardState::Released);
+        assert_eq!(states.mark(), 7);
     }
 
     #[tokio::test]

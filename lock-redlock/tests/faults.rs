@@ -75,6 +75,44 @@ fn addr(node: &RedisServer) -> String {
     node.addr().to_string()
 }
 
+/// A 30 s TTL and a 5 s polling backoff, both far longer than a hand-off
+/// by release notification: only the notification explains a fast one.
+fn slow_poll_opts() -> AcquireOptions {
+    let slow_poll = RetryPolicy {
+        min_delay: Duration::from_secs(5),
+        max_delay: Duration::from_secs(5),
+    };
+    opts(Duration::from_secs(30))
+        .wait(Duration::from_secs(20))
+        .retry(slow_poll)
+}
+
+/// One hand-off: `holder` takes `name`, `waiter` waits for it, the holder
+/// releases after `hold`. The time from the release until the waiter held
+/// the lock (it releases it again), or `None` if that took over 3 s.
+async fn handoff(
+    holder: &RedlockLock,
+    waiter: &Arc<RedlockLock>,
+    name: &LockName,
+    o: &AcquireOptions,
+    hold: Duration,
+) -> Option<Duration> {
+    let g = holder.acquire(name, o).await.unwrap();
+    let task = {
+        let (waiter, name, o) = (waiter.clone(), name.clone(), o.clone());
+        tokio::spawn(async move {
+            let g = waiter.acquire(&name, &o).await.expect("waiter");
+            (Instant::now(), g)
+        })
+    };
+    sleep(hold).await;
+    let released = Instant::now();
+    assert!(g.release().await.unwrap());
+    let (got, g2) = timeout(Duration::from_secs(3), task).await.ok()?.unwrap();
+    assert!(g2.release().await.unwrap());
+    Some(got - released)
+}
+
 /// Two of five nodes killed: acquire, release and a fresh client's connect all still work.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_of_five_killed_acquire_still_succeeds() {
@@ -678,35 +716,14 @@ async fn release_wakes_a_waiter_through_the_notification() {
     let holder = RedlockLock::connect(config(&set)).await.unwrap();
     let waiter = Arc::new(RedlockLock::connect(config(&set)).await.unwrap());
     let name = lock_name("handoff");
-    let slow_poll = RetryPolicy {
-        min_delay: Duration::from_secs(5),
-        max_delay: Duration::from_secs(5),
-    };
-    let o = opts(Duration::from_secs(30))
-        .wait(Duration::from_secs(20))
-        .retry(slow_poll);
+    let o = slow_poll_opts();
     let mut handoffs = Vec::new();
     for round in 0..6 {
         if round == 3 {
             set.node_mut(0).kill().unwrap();
         }
-        let g = holder.acquire(&name, &o).await.unwrap();
-        let task = {
-            let (waiter, name, o) = (waiter.clone(), name.clone(), o.clone());
-            tokio::spawn(async move {
-                let g = waiter.acquire(&name, &o).await.expect("waiter");
-                (Instant::now(), g)
-            })
-        };
-        sleep(Duration::from_millis(200)).await;
-        let released = Instant::now();
-        assert!(g.release().await.unwrap());
-        let (got, g2) = timeout(Duration::from_secs(3), task)
-            .await
-            .expect("waiter not woken")
-            .unwrap();
-        handoffs.push(got - released);
-        assert!(g2.release().await.unwrap());
+        let waited = handoff(&holder, &waiter, &name, &o, Duration::from_millis(200)).await;
+        handoffs.push(waited.unwrap_or_else(|| panic!("round {round}: waiter not woken")));
     }
     println!("hand-off after release: {handoffs:?}");
     assert!(handoffs.iter().all(|h| *h < SLACK), "{handoffs:?}");
@@ -1057,34 +1074,13 @@ async fn a_release_still_arriving_at_other_nodes_wakes_the_waiter_again() {
             .await
             .unwrap();
     let waiter = Arc::new(RedlockLock::connect(config(&set)).await.unwrap());
-    let slow_poll = RetryPolicy {
-        min_delay: Duration::from_secs(5),
-        max_delay: Duration::from_secs(5),
-    };
-    let o = opts(Duration::from_secs(30))
-        .wait(Duration::from_secs(20))
-        .retry(slow_poll);
+    let o = slow_poll_opts();
     let mut handoffs = Vec::new();
     for round in 0..3 {
-        let g = holder.acquire(&name, &o).await.unwrap();
-        let task = {
-            let (waiter, name, o) = (waiter.clone(), name.clone(), o.clone());
-            tokio::spawn(async move {
-                let g = waiter.acquire(&name, &o).await.expect("waiter");
-                (Instant::now(), g)
-            })
-        };
-        sleep(Duration::from_millis(300)).await;
-        let released = Instant::now();
-        assert!(g.release().await.unwrap());
-        let (got, g2) = timeout(Duration::from_secs(3), task)
-            .await
-            .unwrap_or_else(|_| {
-                panic!("round {round}: the waiter was not woken again by the later deletes")
-            })
-            .unwrap();
-        handoffs.push(got - released);
-        assert!(g2.release().await.unwrap());
+        let waited = handoff(&holder, &waiter, &name, &o, Duration::from_millis(300)).await;
+        handoffs.push(waited.unwrap_or_else(|| {
+            panic!("round {round}: the waiter was not woken again by the later deletes")
+        }));
     }
     println!("hand-off after release: {handoffs:?}");
     assert!(handoffs.iter().all(|h| *h < SLACK), "{handoffs:?}");
