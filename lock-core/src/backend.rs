@@ -219,7 +219,7 @@ pub struct Lease {
     pub events: Option<BoxStream<'static, LeaseEvent>>,
     /// Where the lease lives on the server (the etcd key, the ZooKeeper node
     /// path, the Redis key), for operators and tools; `None` if not told.
-    pub key: Option<String>,
+    pub key: Option<Arc<str>>,
 }
 
 impl Lease {
@@ -237,7 +237,7 @@ impl Lease {
     }
 
     /// Sets where the lease lives on the server (see [`Lease::key`]).
-    pub fn with_key(mut self, key: impl Into<String>) -> Self {
+    pub fn with_key(mut self, key: impl Into<Arc<str>>) -> Self {
         self.key = Some(key.into());
         self
     }

@@ -309,7 +309,7 @@ impl LockGuard {
             view: GuardView {
                 name: grant.name,
                 mode: grant.mode,
-                key: lease.key.map(Arc::from),
+                key: lease.key,
                 token: lease.token,
                 state: state_rx,
                 span,

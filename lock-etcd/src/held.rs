@@ -105,7 +105,7 @@ pub(crate) fn grant(
 /// at or before `rev` was of an older key of the same name).
 fn key_events(
     watch: WatchHandle,
-    key: String,
+    key: Arc<str>,
     rev: i64,
     lost: Arc<AtomicBool>,
 ) -> BoxStream<'static, LeaseEvent> {
@@ -205,11 +205,11 @@ impl LeaseHandle for EtcdLease {
         let sent = Sent::now();
         let txn = Txn::new()
             .when([
-                Compare::create_revision(key.clone(), CompareOp::Equal, self.rev),
-                Compare::value(key.clone(), CompareOp::Equal, WRITE),
+                Compare::create_revision(&*key, CompareOp::Equal, self.rev),
+                Compare::value(&*key, CompareOp::Equal, WRITE),
             ])
             .and_then([TxnOp::put(
-                key.clone(),
+                &*key,
                 READ,
                 Some(PutOptions::new().with_lease(lease)),
             )]);

@@ -23,7 +23,9 @@ use crate::session::Session;
 pub(crate) struct OurKey {
     pub(crate) client: Arc<EtcdClient>,
     pub(crate) session: Arc<Session>,
-    pub(crate) key: String,
+    /// Shared with the guard's view and its watch (a guard may live long,
+    /// and there may be many).
+    pub(crate) key: Arc<str>,
     /// Its create revision, once known.
     pub(crate) rev: Option<i64>,
     permit: Option<NamePermit>,
@@ -41,7 +43,7 @@ impl OurKey {
         Self {
             client,
             session,
-            key,
+            key: key.into(),
             rev: None,
             permit,
             armed: true,
@@ -63,7 +65,7 @@ impl OurKey {
         let guard = self.guard();
         let txn = Txn::new()
             .when([guard.clone()])
-            .and_then([TxnOp::delete(self.key.clone(), None)]);
+            .and_then([TxnOp::delete(&*self.key, None)]);
         match self
             .client
             .call("delete a contender key", txn_call(&txn))
@@ -76,7 +78,7 @@ impl OurKey {
                 tokio::spawn(delete_until_done(
                     self.client.clone(),
                     self.session.clone(),
-                    self.key.clone(),
+                    self.key.to_string(),
                     guard,
                     self.permit.take(),
                 ));
@@ -89,8 +91,8 @@ impl OurKey {
     /// the lease (a key of this name on our lease is ours).
     fn guard(&self) -> Compare {
         match self.rev {
-            Some(rev) => Compare::create_revision(self.key.clone(), CompareOp::Equal, rev),
-            None => Compare::lease(self.key.clone(), CompareOp::Equal, self.session.id()),
+            Some(rev) => Compare::create_revision(&*self.key, CompareOp::Equal, rev),
+            None => Compare::lease(&*self.key, CompareOp::Equal, self.session.id()),
         }
     }
 }
@@ -103,7 +105,7 @@ impl Drop for OurKey {
         let cleanup = delete_until_done(
             self.client.clone(),
             self.session.clone(),
-            self.key.clone(),
+            self.key.to_string(),
             self.guard(),
             self.permit.take(),
         );
