@@ -75,9 +75,11 @@ pub(crate) async fn grant(
     }
     let session_events = live.hub.register().map_err(|_| ended())?;
     let flags = Arc::new(Flags::default());
+    // One copy of the path, shared by the lease, its watch and the view.
+    let shared_path: Arc<str> = path.into();
     let own = futures::stream::once(watch_own_node(
         Arc::downgrade(session),
-        path.to_string(),
+        shared_path.clone(),
         flags.clone(),
         watcher,
     ))
@@ -85,14 +87,14 @@ pub(crate) async fn grant(
     let handle = ZkLease {
         session: session.clone(),
         nodes: nodes.clone(),
-        path: path.to_string(),
+        path: shared_path.clone(),
         flags,
     };
     let token = u64::try_from(czxid).ok().map(FencingToken::new);
     Ok(Lease::new(Box::new(handle), valid_until)
         .with_session_until(session_until)
         .with_token(token)
-        .with_key(path)
+        .with_key(shared_path)
         .with_events(futures::stream::select(session_events, own).boxed()))
 }
 
@@ -102,7 +104,7 @@ pub(crate) async fn grant(
 /// Data changes re-arm the watch.
 async fn watch_own_node(
     session: Weak<Session>,
-    path: String,
+    path: Arc<str>,
     flags: Arc<Flags>,
     mut watcher: Option<zk::OneshotWatcher>,
 ) -> bool {
@@ -152,7 +154,7 @@ async fn watch_own_node(
 struct ZkLease {
     session: Arc<Session>,
     nodes: Arc<Nodes>,
-    path: String,
+    path: Arc<str>,
     flags: Arc<Flags>,
 }
 
