@@ -31,6 +31,13 @@
 //! copies](Subscription::follow_copies) and is woken by the next one
 //! ([`Wake::Copy`]), instead of sleeping until the holder's TTL.
 //!
+//! Redlock's nodes keep a line of waiters instead
+//! ([`crate::scripts::ACQUIRE_IN_LINE`]): a release with someone in line
+//! publishes `n <owner token> <wait id>`, which wakes only the waiter that
+//! [expects](Subscription::expect_grant) that wait id (it is its turn on
+//! every node), in whichever process it is; copies from several nodes are
+//! dropped as above.
+//!
 //! A release that hands the lock to a queued waiter publishes
 //! `g <owner token> <fencing token> <ttl ms>`
 //! ([`crate::scripts::RELEASE_QUEUED`]): that wakes only the waiter that
@@ -125,11 +132,13 @@ struct Entry {
     state: Arc<ChannelState>,
 }
 
-/// Where a grant for one owner token lands.
+/// Where a grant for one owner token (or a turn for one wait id) lands.
 #[derive(Default)]
 struct GrantSlot {
     /// The fencing token the grant came with.
     fence: Mutex<Option<u64>>,
+    /// The owner token of the release that made it this waiter's turn.
+    turn_of: Mutex<Option<String>>,
     notify: Notify,
 }
 
@@ -142,8 +151,9 @@ struct ChannelState {
     live: Mutex<Vec<bool>>,
     /// Bumped whenever a node (re)confirms the subscription.
     confirmations: watch::Sender<u64>,
-    /// The last release tokens seen, for dropping duplicates.
-    recent: Mutex<VecDeque<Vec<u8>>>,
+    /// The last release messages seen, each with how many nodes sent it,
+    /// for dropping duplicates.
+    recent: Mutex<VecDeque<(Vec<u8>, usize)>>,
     /// Bumped on every copy of a release (from any node, duplicates too).
     copies: watch::Sender<u64>,
     /// The owner tokens local waiters expect a grant for.
@@ -192,10 +202,10 @@ impl Shared {
         }
     }
 
-    fn dispatch(&self, channel: &str, token: &[u8]) {
+    fn dispatch(&self, channel: &str, message: &[u8]) {
         let state = locked(&self.channels).get(channel).map(|e| e.state.clone());
         let Some(state) = state else { return };
-        if let Some(grant) = token.strip_prefix(b"g ") {
+        if let Some(grant) = message.strip_prefix(b"g ") {
             // A hand-over to one waiter: wake it alone, if it is ours.
             let Some((owner, fence, ttl_ms)) = parse_grant(grant) else {
                 return;
@@ -211,17 +221,37 @@ impl Shared {
         if self.nodes > 1 {
             state.copies.send_modify(|n| *n += 1);
             let mut recent = locked(&state.recent);
-            if recent.iter().any(|t| t.as_slice() == token) {
+            if let Some((_, seen)) = recent.iter_mut().find(|(t, _)| t.as_slice() == message) {
+                *seen += 1;
                 return;
             }
             if recent.len() == RECENT_TOKENS {
                 recent.pop_front();
             }
-            recent.push_back(token.to_vec());
+            recent.push_back((message.to_vec(), 1));
         }
         state.releases.send_modify(|n| *n += 1);
-        state.notify.notify_one();
+        match message.strip_prefix(b"n ") {
+            // The turn of one waiter in the nodes' line: wake it alone, if
+            // it is ours; the others sleep on.
+            Some(turn) => {
+                let Some((owner, wait_id)) = parse_turn(turn) else {
+                    return;
+                };
+                let slot = locked(&state.grants).get(wait_id).cloned();
+                if let Some(slot) = slot {
+                    *locked(&slot.turn_of) = Some(owner.to_string());
+                    slot.notify.notify_one();
+                }
+            }
+            None => state.notify.notify_one(),
+        }
     }
+}
+
+/// `<owner token or -> <wait id>` of a turn message.
+fn parse_turn(turn: &[u8]) -> Option<(&str, &str)> {
+    std::str::from_utf8(turn).ok()?.split_once(' ')
 }
 
 /// `<owner token> <fencing token> <ttl ms>` of a grant message.
@@ -428,7 +458,9 @@ impl Subscription {
     /// From now on, a release that hands the lock to `owner` (an owner
     /// token) wakes this waiter alone with [`Wake::Granted`], and one that
     /// hands it to another waiter shortens this one's wait to that waiter's
-    /// TTL.
+    /// TTL. For a waiter in the Redlock nodes' line, `owner` is its wait id:
+    /// a release that makes it the first in line wakes it alone
+    /// ([`Wake::Notified`]).
     pub fn expect_grant(&mut self, owner: &str) {
         self.handed.borrow_and_update();
         let slot = Arc::new(GrantSlot::default());
@@ -454,9 +486,51 @@ impl Subscription {
     /// Whether a release by `owner` (an owner token) was announced on the
     /// channel lately (one of the last few releases, from any node).
     pub fn was_released(&self, owner: &str) -> bool {
+        self.copies_of(owner) > 0
+    }
+
+    /// How many nodes announced the release by `owner` lately.
+    fn copies_of(&self, owner: &str) -> usize {
+        let owner = owner.as_bytes();
         locked(&self.state.recent)
             .iter()
-            .any(|t| t.as_slice() == owner.as_bytes())
+            .filter(|(t, _)| {
+                t.as_slice() == owner
+                    || t.strip_prefix(b"n ")
+                        .and_then(|turn| turn.strip_prefix(owner))
+                        .is_some_and(|rest| rest.starts_with(b" "))
+            })
+            .map(|(_, seen)| seen)
+            .sum()
+    }
+
+    /// After a wake-up that made it this waiter's turn in the nodes' line:
+    /// waits until `n` nodes (at most as many as this client is subscribed
+    /// on) announced the release that did, or `until`. A release reaches
+    /// the nodes at about the same time, but its announcements arrive one by
+    /// one; a round sent at the first would still find the key on the
+    /// nodes whose delete is on its way, and fail.
+    pub async fn turn_reached(&mut self, n: usize, until: Instant) {
+        let Some((_, slot)) = &self.grant else { return };
+        let Some(owner) = locked(&slot.turn_of).take() else {
+            return;
+        };
+        if owner == "-" {
+            // A waiter left the line; no release is on its way.
+            return;
+        }
+        let live = locked(&self.state.live).iter().filter(|l| **l).count();
+        let n = n.min(live).max(1);
+        loop {
+            self.copies.borrow_and_update();
+            if self.copies_of(&owner) >= n {
+                return;
+            }
+            tokio::select! {
+                _ = changed(&mut self.copies) => {}
+                _ = tokio::time::sleep_until(until) => return,
+            }
+        }
     }
 
     /// The next [`wait_until`](Subscription::wait_until) also ends, with
@@ -476,8 +550,13 @@ impl Subscription {
             if let Some(fence) = locked(&slot.fence).take() {
                 return Wake::Granted(fence);
             }
-            let (state, confirmations, handed) =
-                (&self.state, &mut self.confirmations, &mut self.handed);
+            let follow = std::mem::take(&mut self.follow_copies);
+            let (state, confirmations, handed, copies) = (
+                &self.state,
+                &mut self.confirmations,
+                &mut self.handed,
+                &mut self.copies,
+            );
             let mut at = at;
             let wake = loop {
                 tokio::select! {
@@ -486,6 +565,7 @@ impl Subscription {
                         None => Wake::Notified,
                     },
                     _ = state.notify.notified() => break Wake::Notified,
+                    _ = changed(copies), if follow => break Wake::Copy,
                     _ = changed(confirmations) => break Wake::Subscribed,
                     _ = changed(handed) => {
                         // Someone else got it: it is free again by its TTL at the latest.

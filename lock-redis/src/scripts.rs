@@ -161,26 +161,158 @@ return {0, redis.call('PTTL', KEYS[1]), tonumber(redis.call('GET', KEYS[2])) or 
 "#
 );
 
-/// Compare-and-delete, then notify waiters (the release of `lock-redlock`,
-/// whose nodes keep no queue).
-/// `KEYS[1]` = lock key, `KEYS[2]` = release channel; `ARGV[1]` = owner
+/// Lua code defining `now` (the server's clock in ms) and dropping the
+/// lapsed places of the Redlock line `KEYS[n]` (arrival) / `KEYS[m]`
+/// (lapse times); see [`ACQUIRE_IN_LINE`].
+macro_rules! drop_lapsed {
+    ($line:literal, $lapse:literal) => {
+        concat!(
+            now_ms!(),
+            "for _, m in ipairs(redis.call('ZRANGEBYSCORE', ",
+            $lapse,
+            ", '-inf', now)) do\n",
+            "  redis.call('ZREM', ",
+            $line,
+            ", m)\n",
+            "  redis.call('ZREM', ",
+            $lapse,
+            ", m)\n",
+            "end\n"
+        )
+    };
+}
+
+/// Redlock acquire on one node, in line (the waiters' arrival order, the
+/// same on every node).
+/// `KEYS[1]` = lock key, `KEYS[2]` = the line (`{key} line`: wait ids
+/// scored by the waiter's arrival in µs of its own clock, so that every node
+/// sorts the same waiters the same way), `KEYS[3]` = when each place lapses
+/// (`{key} line lapse`: the same wait ids scored by this node's ms);
+/// `ARGV[1]` = owner token, `ARGV[2]` = ttl ms, `ARGV[3]` = the caller's wait
+/// id ('' for a single try, which never takes a place), `ARGV[4]` = its
+/// arrival score, `ARGV[5]` = how long its place lasts unless it tries again
+/// (ms).
+///
+/// With nobody in line this is `SET key token NX PX ttl` (the peers'
+/// layout). A free lock with a line goes only to the first in line: anyone
+/// else, the client that just released it included, takes its place behind
+/// (a single try just fails), so a release is the turn of the longest
+/// waiter on every node. The key already holding our token (a repeated
+/// attempt whose first reply was lost) counts as won.
+/// Returns `{1}` when the key is ours, `{0, pttl, holder}` otherwise:
+/// `holder` is the owner token holding the key (`pttl` its remaining ms,
+/// -1 without expiry), or `line <wait id>` when the lock is free for the
+/// first in line (`pttl` = when its place lapses, in ms).
+pub const ACQUIRE_IN_LINE: &str = concat!(
+    r#"
+local lined = redis.call('EXISTS', KEYS[2]) == 1
+if not lined and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return {1}
+end
+local holder = redis.call('GET', KEYS[1])
+local function leave()
+  if ARGV[3] ~= '' then
+    redis.call('ZREM', KEYS[2], ARGV[3])
+    redis.call('ZREM', KEYS[3], ARGV[3])
+  end
+end
+if holder == ARGV[1] then
+  leave()
+  return {1}
+end
+"#,
+    drop_lapsed!("KEYS[2]", "KEYS[3]"),
+    r#"
+local function join()
+  if ARGV[3] == '' then return end
+  local lasts = tonumber(ARGV[5])
+  redis.call('ZADD', KEYS[2], 'NX', ARGV[4], ARGV[3])
+  redis.call('ZADD', KEYS[3], now + lasts, ARGV[3])
+  for _, k in ipairs({KEYS[2], KEYS[3]}) do
+    if redis.call('PTTL', k) < lasts then redis.call('PEXPIRE', k, lasts) end
+  end
+end
+if not holder then
+  -- First in line: ahead of the current head by arrival (a waiter whose
+  -- place here was taken by its own last round comes back to it).
+  local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+  local head, mine = first[1], tonumber(ARGV[4])
+  if head == nil or head == ARGV[3] or (ARGV[3] ~= '' and
+      (mine < tonumber(first[2]) or (mine == tonumber(first[2]) and ARGV[3] < head))) then
+    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+    leave()
+    return {1}
+  end
+  join()
+  local lapse = tonumber(redis.call('ZSCORE', KEYS[3], head)) or now
+  return {0, math.max(lapse - now, 0), 'line ' .. head}
+end
+join()
+return {0, redis.call('PTTL', KEYS[1]), holder}
+"#
+);
+
+/// Compare-and-delete, then notify waiters (the release of `lock-redlock`).
+/// `KEYS[1]` = lock key, `KEYS[2]` = release channel, `KEYS[3]` = the line,
+/// `KEYS[4]` = its lapse times (see [`ACQUIRE_IN_LINE`]); `ARGV[1]` = owner
 /// token, `ARGV[2]` = `0` to delete without notifying (the clean-up of a
 /// round that lost to a holder: the lock is not free, so waking the waiters
-/// would only make them try in vain), anything else to notify.
+/// would only make them try in vain), anything else to notify; `ARGV[3]`,
+/// `ARGV[4]`, `ARGV[5]` = the wait id, arrival and place duration of a
+/// waiter whose failed round is cleaned up ('' for none): it gets back the
+/// place its round's win here took, in the same step, so that it stays
+/// first in line if it was.
+/// The announcement is `n <owner token> <wait id>` when someone is in line
+/// (it wakes that waiter alone: the lock is its turn), else the owner
+/// token (it wakes one waiter of each client).
 /// Returns 0 if the key did not hold our token, else 1 + the number of
 /// clients the announcement reached (0 when not announced).
 /// The notification is best effort (`pcall`): a user whose ACL does not
 /// allow the channel still releases, and waiters re-check at the holder's TTL.
-pub const RELEASE: &str = r#"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  if ARGV[2] ~= '0' then
-    local heard = redis.pcall('PUBLISH', KEYS[2], ARGV[1])
-    if type(heard) == 'number' then return 1 + heard end
+pub const RELEASE: &str = concat!(
+    r#"
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+if ARGV[3] ~= '' then
+"#,
+    now_ms!(),
+    r#"
+  local lasts = tonumber(ARGV[5])
+  redis.call('ZADD', KEYS[3], 'NX', ARGV[4], ARGV[3])
+  redis.call('ZADD', KEYS[4], now + lasts, ARGV[3])
+  for _, k in ipairs({KEYS[3], KEYS[4]}) do
+    if redis.call('PTTL', k) < lasts then redis.call('PEXPIRE', k, lasts) end
   end
-  return 1
 end
-return 0
+if ARGV[2] == '0' then return 1 end
+local message = ARGV[1]
+if redis.call('EXISTS', KEYS[3]) == 1 then
+"#,
+    drop_lapsed!("KEYS[3]", "KEYS[4]"),
+    r#"
+  local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+  if head then message = 'n ' .. ARGV[1] .. ' ' .. head end
+end
+local heard = redis.pcall('PUBLISH', KEYS[2], message)
+if type(heard) == 'number' then return 1 + heard end
+return 1
+"#
+);
+
+/// A Redlock waiter leaves the line of one node (it got the lock elsewhere,
+/// gave up, or failed). `KEYS` as for [`RELEASE`]; `ARGV[1]` = its wait id.
+/// If it was first in line and the lock is free, the next in line is told
+/// (`n - <wait id>`): the turn passes on instead of waiting for the lapse.
+/// Returns 1 if it was in line, else 0.
+pub const LEAVE_LINE: &str = r#"
+local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+redis.call('ZREM', KEYS[4], ARGV[1])
+if redis.call('ZREM', KEYS[3], ARGV[1]) == 0 then return 0 end
+if first == ARGV[1] and redis.call('EXISTS', KEYS[1]) == 0 then
+  local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+  if head then redis.pcall('PUBLISH', KEYS[2], 'n - ' .. head) end
+end
+return 1
 "#;
 
 /// Mutex release: compare, then hand the lock to the first waiter in the
@@ -492,6 +624,10 @@ pub struct Scripts {
     pub acquire_fenced: Script,
     /// See [`RELEASE`].
     pub release: Script,
+    /// See [`ACQUIRE_IN_LINE`].
+    pub acquire_in_line: Script,
+    /// See [`LEAVE_LINE`].
+    pub leave_line: Script,
     /// See [`RELEASE_QUEUED`].
     pub release_queued: Script,
     /// See [`LIST_PAGE`].
@@ -515,6 +651,8 @@ impl Default for Scripts {
         Self {
             acquire_fenced: Script::new(ACQUIRE_FENCED),
             release: Script::new(RELEASE),
+            acquire_in_line: Script::new(ACQUIRE_IN_LINE),
+            leave_line: Script::new(LEAVE_LINE),
             release_queued: Script::new(RELEASE_QUEUED),
             list_page: Script::new(LIST_PAGE),
             acquire_rw: Script::new(ACQUIRE_RW),
@@ -556,6 +694,10 @@ pub struct Keys {
 
 /// The suffix of the mutex's release channel ([`Keys::released`]).
 pub const RELEASED: &str = "released";
+/// The suffix of a Redlock lock's line of waiters (see [`ACQUIRE_IN_LINE`]).
+pub const LINE: &str = "line";
+/// The suffix of the lapse times of a Redlock lock's line.
+pub const LINE_LAPSE: &str = "line lapse";
 /// The suffix of the read-write lock's holders key ([`Keys::rw`]).
 pub const RW: &str = "rw";
 /// The suffix of the semaphore's holders key ([`Keys::permits`]).

@@ -1,6 +1,5 @@
 //! [`RedlockLock`]: the Redlock algorithm behind the `lock-core` seam.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -14,19 +13,25 @@ use lock_core::{
     LeaseRequest, LockBackend, LockError, LockErrorKind, LockName, LockStatus, NodeFailure,
     NodeFailureReason, Renewal, Result,
 };
-use lock_redis::scripts::{owner_token, Keys, Scripts};
+use lock_redis::scripts::{owner_token, Scripts};
 use rand::Rng;
 use redis::RedisResult;
 use tokio::sync::SetOnce;
 use tokio::time::Instant;
 
 use crate::config::RedlockConfig;
-use crate::core::{self, Node, ReleaseReply, SetReply};
-use lock_redis::notify::{Notifier, NotifyNode, Subscription, Timeouts, Wake};
+use crate::core::{self, NameKeys, Node, Place, ReleaseReply, SetReply};
+use lock_redis::notify::{Notifier, NotifyNode, Timeouts, Wake};
 
 /// What [`RedlockLock`] guarantees, as [`lock_core::DistributedLock::capabilities`] reports it.
 pub const FAULT_TOLERANCE: &str =
     "a minority of N nodes down or partitioned; unsafe under clock jumps and process pauses";
+
+/// How long a waiter whose turn it is waits for the release that made it
+/// so to be announced by a quorum of nodes before its round: the deletes
+/// reach the nodes at about the same time, and a round sent after the first
+/// announcement alone often finds the key still on the others.
+const TURN_GRACE: Duration = Duration::from_millis(2);
 
 /// A Redlock client over N independent Redis masters.
 ///
@@ -45,9 +50,6 @@ pub(crate) struct Inner {
     config: RedlockConfig,
     scripts: Scripts,
     notifier: Notifier,
-    /// Keys this client released lately while others were waiting (see
-    /// [`Inner::took_turn`]), with when.
-    handed_over: std::sync::Mutex<HashMap<Arc<str>, Instant>>,
 }
 
 impl fmt::Debug for RedlockLock {
@@ -121,7 +123,6 @@ impl RedlockLock {
                 config,
                 scripts: Scripts::default(),
                 notifier,
-                handed_over: std::sync::Mutex::new(HashMap::new()),
             }),
         })
     }
@@ -143,7 +144,7 @@ impl RedlockLock {
 
     /// The Redis key of lock `name` on every node (the prefix plus the name).
     pub fn key_of(&self, name: &LockName) -> String {
-        self.inner.keys(name).lock
+        self.inner.keys(name).key.to_string()
     }
 
     /// Connects to every node (loading the shared scripts); `Ok` if a quorum answered.
@@ -250,8 +251,11 @@ enum Attempt {
         min_pttl: Option<Duration>,
         holder: String,
     },
-    /// Enough nodes answered, but the votes are split (racing clients).
-    Split,
+    /// Enough nodes answered, but the votes are split (racing clients, or
+    /// a release still on its way to some nodes); `holders` = the other
+    /// owner tokens seen (or `line <wait id>` where the key was free for
+    /// the first in line).
+    Split { holders: Vec<String> },
     /// Too few nodes answered for any quorum; `transient` if some of them
     /// only timed out (slow, paused or overloaded, rather than refusing).
     NoQuorum { err: LockError, transient: bool },
@@ -260,33 +264,14 @@ enum Attempt {
 }
 
 impl Inner {
-    /// Whether this client released `key` within the last
-    /// [`Inner::turn_bound`] while others waited for it (and forgets it):
-    /// then its next acquire of the same name lets a waiter have its turn
-    /// first instead of racing it.
-    fn took_turn(&self, key: &str) -> bool {
-        let mut handed = self.handed_over.lock().unwrap_or_else(|p| p.into_inner());
-        handed
-            .remove(key)
-            .is_some_and(|at| at.elapsed() < self.turn_bound())
+    fn keys(&self, name: &LockName) -> Arc<NameKeys> {
+        NameKeys::of(format!("{}{}", self.config.key_prefix, name.as_str()).into())
     }
 
-    /// Records that a release of `key` reached waiting clients.
-    fn handed_over(&self, key: &Arc<str>) {
-        let bound = self.turn_bound();
-        let mut handed = self.handed_over.lock().unwrap_or_else(|p| p.into_inner());
-        handed.retain(|_, at| at.elapsed() < bound);
-        handed.insert(key.clone(), Instant::now());
-    }
-
-    /// How long a releaser lets the woken waiters have their turn: two node
-    /// timeouts (a waiter's round takes at most one).
-    fn turn_bound(&self) -> Duration {
-        self.config.node_timeout.saturating_mul(2)
-    }
-
-    fn keys(&self, name: &LockName) -> Keys {
-        Keys::new(&self.config.key_prefix, name.as_str())
+    /// How long a waiter's place in the nodes' line lasts unless it tries
+    /// again: twice the longest it sleeps between attempts.
+    fn place_lasts(&self, ttl: Duration) -> Duration {
+        ttl.max(self.config.max_recheck).saturating_mul(2)
     }
 
     /// How long a request that must reach its node (a release, an
@@ -302,30 +287,40 @@ impl Inner {
     }
 
     /// One Redlock round: `SET key token NX PX ttl` on every node in
-    /// parallel. Held if a quorum said yes before the validity
-    /// (`start + ttl - drift`) ran out; otherwise every node that did not
-    /// answer "taken" gets a compare-and-delete, including those that timed
-    /// out (their `SET` may have landed; the delete follows it on the same
-    /// connection). Dropping the future mid-round releases in the background.
-    async fn attempt(self: &Arc<Self>, keys: &Keys, ttl: Duration) -> (Attempt, Option<Released>) {
+    /// parallel, in line ([`lock_redis::scripts::ACQUIRE_IN_LINE`]: a
+    /// waiter passes its `place`, and a node with a line gives its free key
+    /// only to the first in it). Held if a quorum said yes before the
+    /// validity (`start + ttl - drift`) ran out; otherwise every node that did
+    /// not answer "taken" gets a compare-and-delete, including those that
+    /// timed out (their `SET` may have landed; the delete follows it on the
+    /// same connection). Dropping the future mid-round releases in the
+    /// background.
+    async fn attempt(
+        self: &Arc<Self>,
+        keys: &Arc<NameKeys>,
+        ttl: Duration,
+        place: Option<&Arc<Place>>,
+    ) -> (Attempt, Option<Released>) {
         let token: Arc<str> = owner_token().into();
-        let key: Arc<str> = keys.lock.as_str().into();
-        let channel: Arc<str> = keys.released.as_str().into();
+        let key = &keys.key;
         let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
         let limit = self.config.node_timeout;
         let cleanup = CleanupOnDrop::new(release_everywhere(
             self.clone(),
-            key.clone(),
-            channel.clone(),
+            keys.clone(),
             token.clone(),
         ));
         let start = Instant::now();
         let valid_until = validity(start, ttl);
         let mut pending = {
-            let (key, token) = (key.clone(), token.clone());
+            let (keys, token, place) = (keys.clone(), token.clone(), place.cloned());
             fan_out(self, limit, move |inner, i| {
-                let (key, token) = (key.clone(), token.clone());
-                async move { inner.nodes[i].set_nx(&key, &token, ttl_ms).await }
+                let (keys, token, place) = (keys.clone(), token.clone(), place.clone());
+                async move {
+                    inner.nodes[i]
+                        .acquire(&inner.scripts, &keys, &token, ttl_ms, place.as_deref())
+                        .await
+                }
             })
         };
         let n = self.nodes.len();
@@ -351,26 +346,42 @@ impl Inner {
                     // background (each within the node timeout): their yes
                     // adds redundancy, so the lease survives more failures.
                     // Renewals and the release wait for them first, so a
-                    // delete never overtakes its node's SET.
+                    // delete never overtakes its node's SET. A waiter's
+                    // place stays in line where it did not win: it leaves
+                    // those lines.
+                    if let Some(place) = place {
+                        let lost: Vec<usize> = (0..n)
+                            .filter(|&i| !matches!(results[i], Some(Ok(SetReply::Won)) | None))
+                            .collect();
+                        self.leave_line_on(lost, keys, place);
+                    }
                     let settled = (!pending.is_empty()).then(|| {
                         let settled = Arc::new(SetOnce::new());
                         let done = SetOnDrop(settled.clone());
+                        let (inner, keys, place) = (self.clone(), keys.clone(), place.cloned());
                         tokio::spawn(async move {
                             let _done = done;
-                            while pending.next().await.is_some() {}
+                            let mut lost = Vec::new();
+                            while let Some((i, r)) = pending.next().await {
+                                if !matches!(r, Ok(SetReply::Won)) {
+                                    lost.push(i);
+                                }
+                            }
+                            if let Some(place) = place {
+                                inner.leave_line_on(lost, &keys, &place);
+                            }
                         });
                         settled
                     });
                     cleanup.disarm();
                     let handle = RedlockLease {
                         inner: self.clone(),
-                        key,
+                        key: key.clone(),
                         token,
                         extensions: AtomicU32::new(0),
                         settled,
                     };
-                    let lease =
-                        Lease::new(Box::new(handle), valid_until).with_key(keys.lock.clone());
+                    let lease = Lease::new(Box::new(handle), valid_until).with_key(key.clone());
                     return (Attempt::Acquired(lease), None);
                 }
                 break;
@@ -427,20 +438,21 @@ impl Inner {
         // in vain, and each failed try would wake the others again). After a
         // split vote the lock is free once the keys are gone: announce it.
         let held_by = holders
-            .into_iter()
+            .iter()
             .find(|(_, seen)| *seen >= self.quorum)
-            .map(|(holder, _)| holder);
+            .map(|(holder, _)| holder.clone());
         let announce = held_by.is_none();
         // Where the SET may have landed but we do not know, the delete goes
         // in the background (it follows the SET on that node's connection);
         // where we know we won, it is done before returning.
+        // A waiter's place goes back into the lines its wins took it from.
         if !unknown.is_empty() {
-            let (inner, key, channel, token) =
-                (self.clone(), key.clone(), channel.clone(), token.clone());
+            let (inner, keys, token, place) =
+                (self.clone(), keys.clone(), token.clone(), place.cloned());
             tokio::spawn(async move {
                 let wait = inner.background_bound();
                 inner
-                    .release_on(&unknown, &key, &channel, &token, wait, announce)
+                    .release_on(&unknown, &keys, &token, wait, announce, place.as_ref())
                     .await
             });
         }
@@ -450,11 +462,11 @@ impl Inner {
         // hang, the release goes on in the background and a waiting caller
         // awaits it before its next round (see `Released`).
         let mut released = (!ours.is_empty()).then(|| {
-            let inner = self.clone();
-            let (key, channel, token) = (key.clone(), channel.clone(), token.clone());
+            let (inner, keys, token, place) =
+                (self.clone(), keys.clone(), token.clone(), place.cloned());
             Released(tokio::spawn(async move {
                 inner
-                    .release_on(&ours, &key, &channel, &token, limit, announce)
+                    .release_on(&ours, &keys, &token, limit, announce, place.as_ref())
                     .await
             }))
         });
@@ -493,34 +505,37 @@ impl Inner {
                 transient,
             }
         } else {
-            Attempt::Split
+            Attempt::Split {
+                holders: holders.into_iter().map(|(holder, _)| holder).collect(),
+            }
         };
         (outcome, released)
     }
 
     /// Compare-and-delete of `token` on the nodes `which`, in parallel,
-    /// announced on the release channel if `announce`; waits up to `wait`,
+    /// announced on the release channel if `announce`, putting a waiter's
+    /// `rejoin` place back into their lines; waits up to `wait`,
     /// then lets the slower ones go on in the background (each bounded by
     /// [`Inner::background_bound`]). Outcomes are only logged: a key that
     /// could not be deleted expires with its TTL.
     async fn release_on(
         self: &Arc<Self>,
         which: &[usize],
-        key: &Arc<str>,
-        channel: &Arc<str>,
+        keys: &Arc<NameKeys>,
         token: &Arc<str>,
         wait: Duration,
         announce: bool,
+        rejoin: Option<&Arc<Place>>,
     ) {
         let decide_by = add_saturating(Instant::now(), wait);
         let limit = self.background_bound();
         let mut pending: FuturesUnordered<_> = which
             .iter()
             .map(|&i| {
-                let (inner, key, channel, token) = (self.clone(), key.clone(), channel.clone(), token.clone());
+                let (inner, keys, token, rejoin) = (self.clone(), keys.clone(), token.clone(), rejoin.cloned());
                 async move {
                     let node = &inner.nodes[i];
-                    match tokio::time::timeout(limit, node.release(&inner.scripts, &key, &channel, &token, announce)).await {
+                    match tokio::time::timeout(limit, node.release(&inner.scripts, &keys, &token, announce, rejoin.as_deref())).await {
                         Ok(Ok(_)) => {}
                         Ok(Err(e)) => {
                             tracing::debug!(node = %node.addr, error = %e, "redlock: clean-up release failed; the key expires with its TTL")
@@ -536,46 +551,76 @@ impl Inner {
         finish_in_background(pending);
     }
 
+    /// Takes `place` out of the line on the nodes `which`, in the
+    /// background (each request bounded by [`Inner::background_bound`]).
+    /// A place that cannot be removed lapses by itself.
+    fn leave_line_on(
+        self: &Arc<Self>,
+        which: Vec<usize>,
+        keys: &Arc<NameKeys>,
+        place: &Arc<Place>,
+    ) {
+        if which.is_empty() {
+            return;
+        }
+        let (inner, keys, place) = (self.clone(), keys.clone(), place.clone());
+        tokio::spawn(async move {
+            let limit = inner.background_bound();
+            let pending: FuturesUnordered<_> = which
+                .into_iter()
+                .map(|i| {
+                    let node = &inner.nodes[i];
+                    let leave = node.leave_line(&inner.scripts, &keys, &place.id);
+                    async move {
+                        match tokio::time::timeout(limit, leave).await {
+                            Ok(Ok(())) => {}
+                            Ok(Err(e)) => tracing::debug!(node = %node.addr, error = %e, "redlock: could not leave the line; the place lapses by itself"),
+                            Err(_) => tracing::debug!(node = %node.addr, "redlock: leaving the line timed out; the place lapses by itself"),
+                        }
+                    }
+                })
+                .collect();
+            pending.collect::<()>().await;
+        });
+    }
+
     /// The waiting acquire: rounds until the lock is ours or `deadline`,
-    /// woken by release notifications (see [`lock_redis::notify`]),
-    /// re-checking at the holder's remaining TTL (at most every
-    /// `max_recheck`), retrying split votes after a random delay. A round
-    /// starts only before the deadline, so the call returns within its wait
-    /// plus one node timeout.
+    /// with one place in the nodes' line for the whole wait (so a free lock
+    /// is the turn of the longest waiter, and a client that just released
+    /// it queues behind the others), woken when a release makes it the first
+    /// in line (see [`lock_redis::notify`]), re-checking at the holder's
+    /// remaining TTL (at most every `max_recheck`), retrying split votes
+    /// after a random delay. A round starts only before the deadline, so the
+    /// call returns within its wait plus one node timeout. Giving up (the
+    /// deadline, an error, or this future dropped) leaves the line in the
+    /// background.
     async fn lock(
         self: &Arc<Self>,
         req: &LeaseRequest,
         deadline: Instant,
     ) -> Result<Option<Lease>> {
         let keys = self.keys(&req.name);
+        let place = Arc::new(Place::new(self.place_lasts(req.ttl)));
+        let leave = {
+            let (inner, keys, place) = (self.clone(), keys.clone(), place.clone());
+            CleanupOnDrop::new(async move {
+                inner.leave_line_on((0..inner.nodes.len()).collect(), &keys, &place);
+            })
+        };
         let mut contended = false;
         let mut slow_rounds = 0u32;
         let mut silent_rounds = 0u32;
         let mut rounds = 0u32;
-        let mut sub: Option<Subscription> = None;
+        // Subscribed already if other local waiters are (or were lately):
+        // then a release after our first round reaches us. Else the first
+        // round goes out before the subscription (most find the lock free).
+        let mut sub = self.notifier.subscribe_if_live(&keys.channel);
+        if let Some(s) = sub.as_mut() {
+            s.expect_grant(&place.id);
+        }
         let mut previous: Option<Released> = None;
         // The holder whose release was still reaching nodes when we tried.
         let mut late_release_of: Option<String> = None;
-        if self.took_turn(&keys.lock) {
-            // This client just released the name to waiting clients: let
-            // one of them take it (its release, or a split's clean-up, wakes
-            // us) rather than race it with a round of our own now.
-            let mut s = self.notifier.subscribe(&keys.released);
-            let turn_ends = deadline.min(add_saturating(Instant::now(), self.turn_bound()));
-            if s.confirmed_by(turn_ends).await {
-                loop {
-                    s.before_attempt();
-                    // More nodes confirming the subscription change nothing here.
-                    let why = s.wait_until(turn_ends).await;
-                    if why != Wake::Subscribed {
-                        tracing::trace!(key = %keys.lock, ?why, "redlock: a waiter had its turn");
-                        break;
-                    }
-                }
-            }
-            contended = true;
-            sub = Some(s);
-        }
         loop {
             if let Some(released) = previous.take() {
                 // Our keys of the last round must be gone before the next
@@ -585,18 +630,19 @@ impl Inner {
             if let Some(sub) = sub.as_mut() {
                 sub.before_attempt();
             }
-            let (outcome, released) = self.attempt(&keys, req.ttl).await;
+            let (outcome, released) = self.attempt(&keys, req.ttl, Some(&place)).await;
             previous = released;
             if let Some(sub) = sub.as_mut() {
                 sub.after_attempt();
             }
             rounds = rounds.saturating_add(1);
-            // Only a held lock waits for a release notification; after a
-            // split vote the racers' own clean-up releases would wake them
-            // all at once, and the random delay is what separates them.
             let mut listen = false;
             let delay = match outcome {
-                Attempt::Acquired(lease) => return Ok(Some(lease.with_contended(contended))),
+                Attempt::Acquired(lease) => {
+                    // The round left the lines where it did not win.
+                    leave.disarm();
+                    return Ok(Some(lease.with_contended(contended)));
+                }
                 Attempt::NoQuorum { err, transient } => {
                     // A majority that timed out once may be a hiccup: one
                     // more round if time is left; nodes that refuse are
@@ -614,8 +660,26 @@ impl Inner {
                     }
                     self.retry_delay()
                 }
-                Attempt::Split => {
+                Attempt::Split { holders } => {
                     contended = true;
+                    // The line decides who goes next: the racers' clean-up
+                    // announces the first in line, which wakes it alone; the
+                    // random delay only bounds the wait. A split against
+                    // a release still reaching some nodes ends with its
+                    // next copy.
+                    match sub.as_mut() {
+                        Some(s) => {
+                            if !holders.is_empty() && holders.iter().all(|h| s.was_released(h)) {
+                                s.follow_copies();
+                            }
+                            listen = s.is_confirmed();
+                        }
+                        None => {
+                            let mut s = self.notifier.subscribe(&keys.channel);
+                            s.expect_grant(&place.id);
+                            sub = Some(s);
+                        }
+                    }
                     self.retry_delay()
                 }
                 Attempt::Held { min_pttl, holder } => {
@@ -628,7 +692,8 @@ impl Inner {
                         // Subscribe, wait for a node to confirm, then try
                         // again at once: a release between the round and the
                         // subscription published to nobody.
-                        let mut s = self.notifier.subscribe(&keys.released);
+                        let mut s = self.notifier.subscribe(&keys.channel);
+                        s.expect_grant(&place.id);
                         let confirm_by =
                             deadline.min(add_saturating(now, self.config.node_timeout));
                         s.confirmed_by(confirm_by).await;
@@ -669,7 +734,12 @@ impl Inner {
             match sub.as_mut() {
                 Some(s) if listen => {
                     let why = s.wait_until(wake).await;
-                    tracing::trace!(key = %keys.lock, ?why, "redlock: waiter woke");
+                    tracing::trace!(key = %keys.key, ?why, "redlock: waiter woke");
+                    if why == Wake::Notified {
+                        // Our turn: go once the release freed a quorum.
+                        let by = add_saturating(Instant::now(), TURN_GRACE).min(deadline);
+                        s.turn_reached(self.quorum, by).await;
+                    }
                 }
                 _ => tokio::time::sleep_until(wake).await,
             }
@@ -699,11 +769,11 @@ impl Released {
 
 /// Compare-and-delete of `token` on every node; the background clean-up of
 /// a round whose future was dropped.
-async fn release_everywhere(inner: Arc<Inner>, key: Arc<str>, channel: Arc<str>, token: Arc<str>) {
+async fn release_everywhere(inner: Arc<Inner>, keys: Arc<NameKeys>, token: Arc<str>) {
     let all: Vec<usize> = (0..inner.nodes.len()).collect();
     let wait = inner.background_bound();
     inner
-        .release_on(&all, &key, &channel, &token, wait, true)
+        .release_on(&all, &keys, &token, wait, true, None)
         .await;
 }
 
@@ -712,22 +782,23 @@ impl LockBackend for RedlockLock {
     fn backend_capabilities(&self) -> Capabilities {
         Capabilities::new("redlock")
             .with_fencing(Fencing::None)
-            .with_fifo(false)
+            .with_fifo(true)
             .with_loss_events(false)
             .with_notified_wait(true)
             .with_remote(true)
             .with_fault_tolerance(FAULT_TOLERANCE)
     }
 
-    /// One round, within one node timeout: held by someone else or a split
-    /// vote between racing clients is `None`; too few answers or a quorum
+    /// One round, within one node timeout: held by someone else, free but
+    /// the turn of a waiter in line, or a split vote between racing clients
+    /// is `None`; too few answers or a quorum
     /// past the validity is an error. A failed round that won some nodes
     /// removes its keys from them before returning (within one more node
     /// timeout), so that it leaves nothing for the next try to trip over.
     async fn try_lock(&self, req: &LeaseRequest) -> Result<Option<Lease>> {
         let inner = &self.inner;
         let keys = inner.keys(&req.name);
-        let (outcome, released) = inner.attempt(&keys, req.ttl).await;
+        let (outcome, released) = inner.attempt(&keys, req.ttl, None).await;
         if let Some(released) = released {
             released
                 .wait(add_saturating(Instant::now(), inner.config.node_timeout))
@@ -735,7 +806,7 @@ impl LockBackend for RedlockLock {
         }
         match outcome {
             Attempt::Acquired(lease) => Ok(Some(lease)),
-            Attempt::Held { .. } | Attempt::Split => Ok(None),
+            Attempt::Held { .. } | Attempt::Split { .. } => Ok(None),
             Attempt::NoQuorum { err, .. } | Attempt::TooSlow(err) => Err(err),
         }
     }
@@ -746,7 +817,7 @@ impl LockBackend for RedlockLock {
 
     async fn inspect(&self, name: &LockName) -> Result<LockStatus> {
         let inner = &self.inner;
-        let key: Arc<str> = inner.keys(name).lock.into();
+        let key = inner.keys(name).key.clone();
         let mut pending = fan_out(inner, inner.config.node_timeout, {
             let key = key.clone();
             move |inner, i| {
@@ -991,15 +1062,15 @@ impl LeaseHandle for RedlockLease {
         // Decide within the node timeout; slower nodes still get the delete
         // in the background.
         let decide_by = add_saturating(Instant::now(), inner.config.node_timeout);
-        // The release channel, derived from the key (not kept per guard).
-        let channel: Arc<str> = Keys::aux(&self.key, lock_redis::scripts::RELEASED).into();
+        // The channel and line, derived from the key (not kept per guard).
+        let keys = NameKeys::of(self.key.clone());
         let mut pending = {
-            let (key, channel, token) = (self.key.clone(), channel.clone(), self.token.clone());
+            let token = self.token.clone();
             fan_out(inner, inner.background_bound(), move |inner, i| {
-                let (key, channel, token) = (key.clone(), channel.clone(), token.clone());
+                let (keys, token) = (keys.clone(), token.clone());
                 async move {
                     inner.nodes[i]
-                        .release(&inner.scripts, &key, &channel, &token, true)
+                        .release(&inner.scripts, &keys, &token, true, None)
                         .await
                 }
             })
@@ -1010,14 +1081,7 @@ impl LeaseHandle for RedlockLease {
         while let Some((i, r)) = next_by(&mut pending, decide_by).await {
             heard[i] = true;
             match r {
-                Ok(ReleaseReply::Deleted { receivers }) => {
-                    deleted += 1;
-                    // Another client heard it (not only our own subscription).
-                    let ours = u64::from(inner.notifier.is_subscribed_on(&channel, i));
-                    if receivers > ours {
-                        inner.handed_over(&self.key);
-                    }
-                }
+                Ok(ReleaseReply::Deleted) => deleted += 1,
                 Ok(ReleaseReply::NotOurs) => not_ours += 1,
                 Err(f) => failures.push(f),
             }

@@ -2,11 +2,12 @@
 //! sends to it, and the ONE function that maps `redis` errors to distlock's.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::{LockError, LockErrorKind, NodeFailure, NodeFailureReason, Result, TlsConfig};
 use lock_redis::renew::{BatchSender, Batcher, KeyOutcome, RenewBatching, RenewItem, RENEW_BATCH};
-use lock_redis::scripts::Scripts;
+use lock_redis::scripts::{Keys, Scripts, ACQUIRE_IN_LINE, LEAVE_LINE, LINE, LINE_LAPSE, RELEASED};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{RedisError, RedisResult, Script, Value};
 use tokio::time::Instant;
@@ -85,9 +86,58 @@ pub(crate) enum SetReply {
 pub(crate) enum ReleaseReply {
     /// The key did not hold our token.
     NotOurs,
-    /// Deleted; the announcement reached this many clients (0 if none
-    /// was made), this one included if it listens on the channel itself.
-    Deleted { receivers: u64 },
+    /// Deleted (and announced, if asked).
+    Deleted,
+}
+
+/// One lock's keys, the same on every node: the key, its release channel
+/// and its line of waiters (see [`ACQUIRE_IN_LINE`]).
+#[derive(Debug)]
+pub(crate) struct NameKeys {
+    pub key: Arc<str>,
+    pub channel: Arc<str>,
+    pub line: Arc<str>,
+    pub lapse: Arc<str>,
+}
+
+impl NameKeys {
+    /// The keys that go with the lock key `key`.
+    pub fn of(key: Arc<str>) -> Arc<Self> {
+        Arc::new(Self {
+            channel: Keys::aux(&key, RELEASED).into(),
+            line: Keys::aux(&key, LINE).into(),
+            lapse: Keys::aux(&key, LINE_LAPSE).into(),
+            key,
+        })
+    }
+}
+
+/// A waiting call's place in the nodes' line: the same wait id and arrival
+/// on every node, so that every node puts the same waiters in the same
+/// order.
+#[derive(Debug)]
+pub(crate) struct Place {
+    /// A random id (32 hex digits), for this call only.
+    pub id: String,
+    /// When the call began, in µs of this machine's clock since the Unix
+    /// epoch (an order between waiters, not a time bound).
+    pub arrival_us: u64,
+    /// How long a place lasts on a node unless the waiter tries again.
+    pub lasts_ms: u64,
+}
+
+impl Place {
+    /// A new place that lasts `lasts` after each attempt.
+    pub fn new(lasts: Duration) -> Self {
+        let arrival_us = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+        Self {
+            id: lock_redis::scripts::owner_token(),
+            arrival_us,
+            lasts_ms: u64::try_from(lasts.as_millis()).unwrap_or(u64::MAX).max(1),
+        }
+    }
 }
 
 /// What a read of the key found on one node.
@@ -221,35 +271,44 @@ impl Node {
         call_on(&self.conn, op_name, op).await
     }
 
-    /// `SET key token NX PX ttl`, with `GET` and `PTTL` in the same pipeline
-    /// (one round trip): `GET` recognises our own token when a retried `SET`
-    /// finds the key its first try had set; `PTTL` tells waiters when to
-    /// re-check.
-    pub async fn set_nx(&self, key: &str, token: &str, ttl_ms: u64) -> RedisResult<SetReply> {
-        let mut pipe = redis::pipe();
-        pipe.cmd("SET")
-            .arg(key)
-            .arg(token)
-            .arg("NX")
-            .arg("PX")
-            .arg(ttl_ms)
-            .cmd("GET")
-            .arg(key)
-            .cmd("PTTL")
-            .arg(key);
-        let (set, value, ms): (Value, Option<String>, i64) = self
-            .call("acquire", |mut c| {
-                let pipe = &pipe;
-                async move { pipe.query_async(&mut c).await }
+    /// One attempt on this node ([`ACQUIRE_IN_LINE`]): `SET key token NX PX
+    /// ttl` while nobody is in line, else the key only for the first in
+    /// line; a waiter (`place`) takes or keeps its place in line when it
+    /// does not get the key. The key already holding our token (a retried
+    /// request whose first reply was lost) counts as won.
+    pub async fn acquire(
+        &self,
+        scripts: &Scripts,
+        keys: &NameKeys,
+        token: &str,
+        ttl_ms: u64,
+        place: Option<&Place>,
+    ) -> RedisResult<SetReply> {
+        let reply: Vec<Value> = self
+            .call("acquire", |mut c| async move {
+                let mut call = scripts.acquire_in_line.key(&*keys.key);
+                call.key(&*keys.line)
+                    .key(&*keys.lapse)
+                    .arg(token)
+                    .arg(ttl_ms);
+                match place {
+                    Some(p) => call.arg(&p.id).arg(p.arrival_us).arg(p.lasts_ms),
+                    None => call.arg("").arg(0).arg(0),
+                };
+                call.invoke_async(&mut c).await
             })
             .await?;
-        if !matches!(set, Value::Nil) || value.as_deref() == Some(token) {
-            Ok(SetReply::Won)
-        } else {
-            Ok(SetReply::Taken {
-                pttl: pttl(ms),
-                holder: value,
-            })
+        match reply.as_slice() {
+            [Value::Int(1)] => Ok(SetReply::Won),
+            [Value::Int(0), Value::Int(ms), holder] => Ok(SetReply::Taken {
+                pttl: pttl(*ms),
+                holder: redis::from_redis_value_ref(holder).ok(),
+            }),
+            other => Err(RedisError::from((
+                redis::ErrorKind::Parse,
+                "unexpected acquire reply",
+                format!("{other:?}"),
+            ))),
         }
     }
 
@@ -281,32 +340,60 @@ impl Node {
     }
 
     /// Compare-and-delete (the shared `RELEASE` script, which also publishes
-    /// on the release channel if `announce`): whether the key held our token,
-    /// and how many clients the announcement reached.
+    /// on the release channel if `announce`): whether the key held our token.
+    /// The clean-up of a waiter's failed round passes its place (`rejoin`),
+    /// which its win here had taken out of the line.
     pub async fn release(
         &self,
         scripts: &Scripts,
-        key: &str,
-        channel: &str,
+        keys: &NameKeys,
         token: &str,
         announce: bool,
+        rejoin: Option<&Place>,
     ) -> RedisResult<ReleaseReply> {
         let n: i64 = self
             .call("release", |mut c| async move {
-                scripts
-                    .release
-                    .key(key)
-                    .key(channel)
+                let mut call = scripts.release.key(&*keys.key);
+                call.key(&*keys.channel)
+                    .key(&*keys.line)
+                    .key(&*keys.lapse)
                     .arg(token)
-                    .arg(if announce { "1" } else { "0" })
-                    .invoke_async(&mut c)
-                    .await
+                    .arg(if announce { "1" } else { "0" });
+                match rejoin {
+                    Some(p) => call.arg(&p.id).arg(p.arrival_us).arg(p.lasts_ms),
+                    None => call.arg("").arg(0).arg(0),
+                };
+                call.invoke_async(&mut c).await
             })
             .await?;
-        Ok(match u64::try_from(n) {
-            Ok(0) | Err(_) => ReleaseReply::NotOurs,
-            Ok(n) => ReleaseReply::Deleted { receivers: n - 1 },
+        Ok(if n > 0 {
+            ReleaseReply::Deleted
+        } else {
+            ReleaseReply::NotOurs
         })
+    }
+
+    /// Leaves this node's line ([`LEAVE_LINE`]), passing the turn on if it
+    /// was ours.
+    pub async fn leave_line(
+        &self,
+        scripts: &Scripts,
+        keys: &NameKeys,
+        wait_id: &str,
+    ) -> RedisResult<()> {
+        self.call("leave line", |mut c| async move {
+            scripts
+                .leave_line
+                .key(&*keys.key)
+                .key(&*keys.channel)
+                .key(&*keys.line)
+                .key(&*keys.lapse)
+                .arg(wait_id)
+                .invoke_async::<i64>(&mut c)
+                .await
+        })
+        .await
+        .map(drop)
     }
 
     /// `GET` and `PTTL` of the key.
@@ -348,8 +435,14 @@ impl Node {
             .arg(lock_redis::scripts::RELEASE)
             .cmd("SCRIPT")
             .arg("LOAD")
-            .arg(RENEW_BATCH);
-        let (a, b): (String, String) = self
+            .arg(RENEW_BATCH)
+            .cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(ACQUIRE_IN_LINE)
+            .cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(LEAVE_LINE);
+        let (a, b, c, d): (String, String, String, String) = self
             .call("connect", |mut c| {
                 let pipe = &pipe;
                 async move { pipe.query_async(&mut c).await }
@@ -357,6 +450,8 @@ impl Node {
             .await?;
         debug_assert_eq!(a, scripts.release.get_hash());
         debug_assert_eq!(b, Script::new(RENEW_BATCH).get_hash());
+        debug_assert_eq!(c, scripts.acquire_in_line.get_hash());
+        debug_assert_eq!(d, scripts.leave_line.get_hash());
         Ok(())
     }
 }

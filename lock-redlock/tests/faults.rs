@@ -1,7 +1,8 @@
 //! Redlock under node faults, each test on its own five Redis servers:
 //! killed and paused nodes, keys left by failed or cancelled rounds, validity
 //! accounting with slow replies, extension with a minority and a majority
-//! gone, the extension cap, notified waiting, and contention.
+//! gone, the extension cap, notified waiting, the nodes' line of waiters,
+//! and contention.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -930,15 +931,17 @@ async fn a_decided_round_does_not_wait_for_silent_nodes() {
     }
 }
 
-/// `SET` commands a node has run so far (`INFO commandstats`).
-fn set_calls(node: &RedisServer) -> u64 {
+/// How many times `node` has run `command` so far (`INFO commandstats`;
+/// commands run by scripts count too).
+fn calls(node: &RedisServer, command: &str) -> u64 {
     tokio::task::block_in_place(|| {
         let info = node
             .cmd(&["INFO", "commandstats"])
             .unwrap_or_else(|e| panic!("INFO on {}: {e}", node.addr()));
         let text = info.as_str().unwrap_or_default().to_string();
+        let prefix = format!("cmdstat_{command}:calls=");
         text.lines()
-            .find_map(|l| l.strip_prefix("cmdstat_set:calls="))
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
             .and_then(|rest| rest.split(',').next())
             .and_then(|n| n.parse().ok())
             .unwrap_or(0)
@@ -971,7 +974,8 @@ async fn a_round_lost_to_a_holder_wakes_no_waiter() {
     };
     // The waiter's first round (and its round once subscribed) are done.
     sleep(Duration::from_millis(500)).await;
-    let before = set_calls(&set.nodes()[0]);
+    // Every acquisition round runs one script per node.
+    let before = calls(&set.nodes()[0], "evalsha");
     // The racer wins nodes 3 and 4, loses to the holder, cleans up.
     assert!(racer
         .try_acquire(&name, &opts(ttl))
@@ -985,7 +989,7 @@ async fn a_round_lost_to_a_holder_wakes_no_waiter() {
         );
     }
     sleep(Duration::from_millis(300)).await;
-    let rounds = set_calls(&set.nodes()[0]) - before;
+    let rounds = calls(&set.nodes()[0], "evalsha") - before;
     assert_eq!(
         rounds, 1,
         "only the racer's round reached node 0: the clean-up of a round lost to a holder woke the waiter into a round in vain"
@@ -1084,4 +1088,143 @@ async fn a_release_still_arriving_at_other_nodes_wakes_the_waiter_again() {
     }
     println!("hand-off after release: {handoffs:?}");
     assert!(handoffs.iter().all(|h| *h < SLACK), "{handoffs:?}");
+}
+
+/// A release wakes only the first in line, in whichever client it waits:
+/// the other waiting clients run no round (no herd across processes), and
+/// the lock goes to the clients in the order they started waiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_release_wakes_only_the_first_in_line() {
+    const WAITERS: usize = 3;
+    let set = start_set();
+    let name = lock_name("first-in-line");
+    let ttl = Duration::from_secs(10);
+    let holder = RedlockLock::connect(config(&set)).await.unwrap();
+    let mut held = holder.acquire(&name, &opts(ttl)).await.unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    for i in 0..WAITERS {
+        let client = RedlockLock::connect(config(&set)).await.unwrap();
+        let (name, tx) = (name.clone(), tx.clone());
+        tokio::spawn(async move {
+            let o = opts(ttl).wait(Duration::from_secs(20));
+            let got = client.acquire(&name, &o).await;
+            let _ = tx.send((i, got));
+        });
+        // Each one waits (subscribed, in line) before the next starts.
+        sleep(Duration::from_millis(300)).await;
+    }
+    let node = &set.nodes()[0];
+    for expected in 0..WAITERS {
+        let before = calls(node, "get");
+        assert!(held.release().await.unwrap());
+        let (i, got) = timeout(SLACK, rx.recv())
+            .await
+            .unwrap_or_else(|_| panic!("hand-off {expected}: nobody got the lock"))
+            .unwrap();
+        assert_eq!(i, expected, "the lock went to the longest waiter");
+        held = got.unwrap();
+        sleep(Duration::from_millis(200)).await;
+        // The release reads the key once; so does the round of the first
+        // in line. Any other waiter woken would have run a round too.
+        let reads = calls(node, "get") - before;
+        assert_eq!(
+            reads, 2,
+            "hand-off {expected}: only the first in line ran a round after the release"
+        );
+    }
+    assert!(held.release().await.unwrap());
+}
+
+/// A waiter that gives up (its wait runs out, or its future is dropped)
+/// leaves the line on every node: a single try after the holder's release
+/// gets the lock at once instead of waiting for the place to lapse.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_waiter_that_gives_up_leaves_the_line() {
+    let set = start_set();
+    let name = lock_name("gives-up");
+    let ttl = Duration::from_secs(10);
+    let (holder, waiter) = (
+        RedlockLock::connect(config(&set)).await.unwrap(),
+        RedlockLock::connect(config(&set)).await.unwrap(),
+    );
+    let line = format!("{{{}}} line", holder.key_of(&name));
+    let held = holder.acquire(&name, &opts(ttl)).await.unwrap();
+    let short = opts(ttl).wait(Duration::from_millis(300));
+    let err = waiter
+        .acquire(&name, &short)
+        .await
+        .expect_err("held lock granted");
+    assert_eq!(err.kind(), LockErrorKind::Timeout, "{err}");
+    let dropped = {
+        let (waiter, name) = (waiter.clone(), name.clone());
+        tokio::spawn(async move { waiter.acquire(&name, &opts(ttl)).await })
+    };
+    sleep(Duration::from_millis(300)).await;
+    let in_line = |node: &RedisServer| {
+        tokio::task::block_in_place(|| node.cmd(&["ZCARD", &line]).unwrap().as_int())
+    };
+    assert!(
+        set.nodes().iter().all(|n| in_line(n) == Some(1)),
+        "the waiting acquire is in line on every node"
+    );
+    dropped.abort();
+    let _ = dropped.await;
+    sleep(SLACK).await;
+    assert!(
+        set.nodes().iter().all(|n| in_line(n) == Some(0)),
+        "both waiters left the line on every node"
+    );
+    assert!(held.release().await.unwrap());
+    let again = waiter.try_acquire(&name, &opts(ttl)).await.unwrap();
+    assert!(again.is_some(), "a single try gets the free lock at once");
+}
+
+/// The place of a waiter that vanished without leaving (its process
+/// died) lapses: the free lock goes to the next in line, or to a single
+/// try, once it has.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_vanished_waiters_place_lapses() {
+    let set = start_set();
+    let name = lock_name("vanished");
+    let client = RedlockLock::connect(config(&set)).await.unwrap();
+    let key = client.key_of(&name);
+    let (line, lapse) = (format!("{{{key}}} line"), format!("{{{key}}} line lapse"));
+    // A place first in line on every node, lapsing in 400 ms by each node's clock.
+    for node in set.nodes() {
+        let placed = tokio::task::block_in_place(|| {
+            node.cmd(&[
+                "EVAL",
+                "local t = redis.call('TIME')
+                 redis.call('ZADD', KEYS[1], 1, 'vanished')
+                 return redis.call('ZADD', KEYS[2], t[1] * 1000 + math.floor(t[2] / 1000) + 400, 'vanished')",
+                "2",
+                &line,
+                &lapse,
+            ])
+            .unwrap()
+        });
+        assert_eq!(placed.as_int(), Some(1), "{placed:?}");
+    }
+    let ttl = Duration::from_secs(10);
+    assert!(
+        client
+            .try_acquire(&name, &opts(ttl))
+            .await
+            .unwrap()
+            .is_none(),
+        "the free lock is the turn of the first in line"
+    );
+    let started = Instant::now();
+    let got = client
+        .acquire(&name, &opts(ttl).wait(Duration::from_secs(5)))
+        .await;
+    assert!(
+        got.is_ok(),
+        "the lock is had once the place lapsed: {got:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_millis(400) + SLACK,
+        "got it {:?} after the place lapsed",
+        started.elapsed()
+    );
 }

@@ -121,7 +121,7 @@ impl Harness for Redlock {
 pub fn run(tls: bool) -> ExitCode {
     let expected = Capabilities::new("redlock")
         .with_fencing(Fencing::None)
-        .with_fifo(false)
+        .with_fifo(true)
         .with_loss_events(false)
         .with_notified_wait(true)
         .with_remote(true)
