@@ -1,37 +1,23 @@
 //! A granted lease: our node, the watch on it, and the handle the core
 //! renews and releases.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::StreamExt;
 use lock_core::{
-    validity, FencingToken, Lease, LeaseEvent, LeaseHandle, LockError, LossCause, Renewal, Result,
-    SessionStatus,
+    validity, FencingToken, Lease, LeaseHandle, LockError, Renewal, Result, SessionStatus,
 };
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use crate::error::{lock_error, Failure};
 use crate::node;
+use crate::own::{Flags, OwnNode};
 use crate::queue::{Contender, Created, Nodes};
 use crate::session::{Retired, Session};
-
-/// How long after a grant the watch on our node is set (when the grant did
-/// not set it already): a guard released sooner never costs a request for
-/// it, and a deletion by someone else in that time is noticed when it is set.
-const OWN_WATCH_AFTER: Duration = Duration::from_millis(50);
-
-/// A guard's flags, shared with the watch on its node.
-#[derive(Default)]
-struct Flags {
-    /// Released (or being released) by its owner: a deletion is ours.
-    released: AtomicBool,
-    /// The node was deleted by someone else.
-    gone: AtomicBool,
-}
 
 /// The lease of our node `created` on `session`: its token is the node's
 /// czxid (from the create's reply, or read when the node was found after a
@@ -39,7 +25,7 @@ struct Flags {
 /// the request that showed it ours was sent), its session validity what the
 /// session vouches for now. Its events are the session's (through the hub)
 /// and the watch on the node, so a deletion by someone else is
-/// `Lost(NotOwner)`; that watch is set [`OWN_WATCH_AFTER`] the grant by the
+/// `Lost(NotOwner)` ([`OwnNode`]); that watch is set shortly after the grant by the
 /// guard's keeper polling the event stream, not on the acquire's path (a
 /// node deleted before it is set is found missing then).
 pub(crate) async fn grant(
@@ -77,13 +63,12 @@ pub(crate) async fn grant(
     let flags = Arc::new(Flags::default());
     // One copy of the path, shared by the lease, its watch and the view.
     let shared_path: Arc<str> = path.into();
-    let own = futures::stream::once(watch_own_node(
+    let own = OwnNode::new(
         Arc::downgrade(session),
         shared_path.clone(),
         flags.clone(),
         watcher,
-    ))
-    .filter_map(|lost| std::future::ready(lost.then_some(LeaseEvent::Lost(LossCause::NotOwner))));
+    );
     let handle = ZkLease {
         session: session.clone(),
         nodes: nodes.clone(),
@@ -96,58 +81,6 @@ pub(crate) async fn grant(
         .with_token(token)
         .with_key(shared_path)
         .with_events(futures::stream::select(session_events, own).boxed()))
-}
-
-/// Watches our own node while the guard lives; `true` once someone else
-/// deleted it (`Lost(NotOwner)`), `false` when there is nothing more to
-/// watch (released by us, session gone: the hub reports session ends).
-/// Data changes re-arm the watch.
-async fn watch_own_node(
-    session: Weak<Session>,
-    path: Arc<str>,
-    flags: Arc<Flags>,
-    mut watcher: Option<zk::OneshotWatcher>,
-) -> bool {
-    let lost = |flags: &Flags| {
-        if flags.released.load(Ordering::SeqCst) {
-            return false;
-        }
-        flags.gone.store(true, Ordering::SeqCst);
-        tracing::warn!(%path, "lock-zk: our lock node was deleted by someone else");
-        true
-    };
-    if watcher.is_none() {
-        tokio::time::sleep(OWN_WATCH_AFTER).await;
-    }
-    loop {
-        let armed = match watcher.take() {
-            Some(w) => w,
-            None => loop {
-                if flags.released.load(Ordering::SeqCst) {
-                    return false;
-                }
-                let Some(s) = session.upgrade() else {
-                    return false;
-                };
-                // Boxed: the request's state is large and short-lived, and
-                // would otherwise double what every guard holds for its life.
-                match Box::pin(s.watch(&path, s.bound())).await {
-                    Ok(Some((_, w))) => break w,
-                    Ok(None) => return lost(&flags),
-                    Err(_) if !s.is_live() => return false,
-                    Err(_) => {
-                        drop(s);
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
-                }
-            },
-        };
-        match armed.changed().await.event_type {
-            zk::EventType::NodeDeleted => return lost(&flags),
-            zk::EventType::Session => return false,
-            _ => {}
-        }
-    }
 }
 
 /// The lease handle of one guard: its node's exact path on its session.
@@ -163,8 +96,7 @@ impl Drop for ZkLease {
         // The core always releases before dropping; should a lease be dropped
         // unreleased anyway (a runtime shutting down), delete its node if a
         // runtime is still there, or it stays until the session ends.
-        let unreleased =
-            !self.flags.released.load(Ordering::SeqCst) && !self.flags.gone.load(Ordering::SeqCst);
+        let unreleased = !self.flags.released() && !self.flags.gone();
         if unreleased && self.session.is_live() {
             if let Ok(rt) = tokio::runtime::Handle::try_current() {
                 let (session, path) = (self.session.clone(), self.path.clone());
@@ -184,7 +116,7 @@ impl LeaseHandle for ZkLease {
     /// session's, which the hub sends as [`LeaseEvent::Confirmed`] after
     /// every answered heartbeat.
     async fn renew(&self, ttl: Duration) -> Result<Renewal> {
-        if self.flags.gone.load(Ordering::SeqCst) {
+        if self.flags.gone() {
             return Ok(Renewal::Gone);
         }
         let live = &self.session.live;
@@ -214,7 +146,7 @@ impl LeaseHandle for ZkLease {
         if self.flags.released.swap(true, Ordering::SeqCst) {
             return Ok(false);
         }
-        if self.flags.gone.load(Ordering::SeqCst) {
+        if self.flags.gone() {
             return Ok(false);
         }
         match self.session.delete(&self.path, self.session.bound()).await {
@@ -242,7 +174,7 @@ impl LeaseHandle for ZkLease {
                 self.path
             )));
         };
-        if self.flags.gone.load(Ordering::SeqCst) {
+        if self.flags.gone() {
             return Err(LockError::new(
                 lock_core::LockErrorKind::Lost,
                 format!("{} was deleted by someone else", self.path),

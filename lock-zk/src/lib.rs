@@ -8,6 +8,7 @@ mod lease;
 mod list;
 mod monitor;
 mod node;
+mod own;
 mod queue;
 mod semaphore;
 mod session;
