@@ -182,6 +182,38 @@ macro_rules! drop_lapsed {
     };
 }
 
+/// Lua code taking (or renewing) a place in the Redlock line `$line`
+/// (lapse times `$lapse`): wait id `$id`, arrival `$arrival`, lasting
+/// `$lasts` ms from `now`; see [`ACQUIRE_IN_LINE`].
+macro_rules! take_place {
+    ($line:literal, $lapse:literal, $id:literal, $arrival:literal, $lasts:literal) => {
+        concat!(
+            "local lasts = tonumber(",
+            $lasts,
+            ")\n",
+            "redis.call('ZADD', ",
+            $line,
+            ", 'NX', ",
+            $arrival,
+            ", ",
+            $id,
+            ")\n",
+            "redis.call('ZADD', ",
+            $lapse,
+            ", now + lasts, ",
+            $id,
+            ")\n",
+            "for _, k in ipairs({",
+            $line,
+            ", ",
+            $lapse,
+            "}) do\n",
+            "  if redis.call('PTTL', k) < lasts then redis.call('PEXPIRE', k, lasts) end\n",
+            "end\n"
+        )
+    };
+}
+
 /// Redlock acquire on one node, in line (the waiters' arrival order, the
 /// same on every node).
 /// `KEYS[1]` = lock key, `KEYS[2]` = the line (`{key} line`: wait ids
@@ -225,13 +257,9 @@ end
     r#"
 local function join()
   if ARGV[3] == '' then return end
-  local lasts = tonumber(ARGV[5])
-  redis.call('ZADD', KEYS[2], 'NX', ARGV[4], ARGV[3])
-  redis.call('ZADD', KEYS[3], now + lasts, ARGV[3])
-  for _, k in ipairs({KEYS[2], KEYS[3]}) do
-    if redis.call('PTTL', k) < lasts then redis.call('PEXPIRE', k, lasts) end
-  end
-end
+"#,
+    take_place!("KEYS[2]", "KEYS[3]", "ARGV[3]", "ARGV[4]", "ARGV[5]"),
+    r#"end
 if not holder then
   -- First in line: ahead of the current head by arrival (a waiter whose
   -- place here was taken by its own last round comes back to it).
@@ -276,14 +304,8 @@ redis.call('DEL', KEYS[1])
 if ARGV[3] ~= '' then
 "#,
     now_ms!(),
-    r#"
-  local lasts = tonumber(ARGV[5])
-  redis.call('ZADD', KEYS[3], 'NX', ARGV[4], ARGV[3])
-  redis.call('ZADD', KEYS[4], now + lasts, ARGV[3])
-  for _, k in ipairs({KEYS[3], KEYS[4]}) do
-    if redis.call('PTTL', k) < lasts then redis.call('PEXPIRE', k, lasts) end
-  end
-end
+    take_place!("KEYS[3]", "KEYS[4]", "ARGV[3]", "ARGV[4]", "ARGV[5]"),
+    r#"end
 if ARGV[2] == '0' then return 1 end
 local message = ARGV[1]
 if redis.call('EXISTS', KEYS[3]) == 1 then

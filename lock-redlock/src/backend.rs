@@ -600,7 +600,10 @@ impl Inner {
         deadline: Instant,
     ) -> Result<Option<Lease>> {
         let keys = self.keys(&req.name);
-        let place = Arc::new(Place::new(self.place_lasts(req.ttl)));
+        // A place outlasts the deadline by the round then in flight and
+        // the leaving of the line after it.
+        let slack = self.config.node_timeout + self.background_bound();
+        let place = Arc::new(Place::new(deadline, self.place_lasts(req.ttl), slack));
         let leave = {
             let (inner, keys, place) = (self.clone(), keys.clone(), place.clone());
             CleanupOnDrop::new(async move {

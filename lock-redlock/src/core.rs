@@ -5,7 +5,9 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{LockError, LockErrorKind, NodeFailure, NodeFailureReason, Result, TlsConfig};
+use lock_core::{
+    add_saturating, LockError, LockErrorKind, NodeFailure, NodeFailureReason, Result, TlsConfig,
+};
 use lock_redis::renew::{BatchSender, Batcher, KeyOutcome, RenewBatching, RenewItem, RENEW_BATCH};
 use lock_redis::scripts::{Keys, Scripts, ACQUIRE_IN_LINE, LEAVE_LINE, LINE, LINE_LAPSE, RELEASED};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -122,21 +124,42 @@ pub(crate) struct Place {
     /// When the call began, in µs of this machine's clock since the Unix
     /// epoch (an order between waiters, not a time bound).
     pub arrival_us: u64,
-    /// How long a place lasts on a node unless the waiter tries again.
-    pub lasts_ms: u64,
+    /// When the waiting call gives up.
+    pub deadline: Instant,
+    /// How long a place lasts on a node unless the waiter tries again, at
+    /// most.
+    pub lasts: Duration,
+    /// What a place outlasts the deadline by.
+    pub slack: Duration,
 }
 
 impl Place {
-    /// A new place that lasts `lasts` after each attempt.
-    pub fn new(lasts: Duration) -> Self {
+    /// A new place for a call that waits until `deadline` and tries again
+    /// at least every `lasts / 2`; each attempt keeps the place `lasts`
+    /// longer, but not past `deadline + slack`.
+    pub fn new(deadline: Instant, lasts: Duration, slack: Duration) -> Self {
         let arrival_us = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
         Self {
             id: lock_redis::scripts::owner_token(),
             arrival_us,
-            lasts_ms: u64::try_from(lasts.as_millis()).unwrap_or(u64::MAX).max(1),
+            deadline,
+            lasts,
+            slack,
         }
+    }
+
+    /// How long a place taken or renewed now lasts, in ms: `lasts`, but
+    /// not past the call's deadline (plus `slack`). A waiter that gave up
+    /// and could not leave the line (a node it could not reach) then holds
+    /// no one up for longer than it would have waited.
+    pub fn lasts_ms(&self) -> u64 {
+        let left =
+            add_saturating(self.deadline, self.slack).saturating_duration_since(Instant::now());
+        u64::try_from(self.lasts.min(left).as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1)
     }
 }
 
@@ -292,7 +315,7 @@ impl Node {
                     .arg(token)
                     .arg(ttl_ms);
                 match place {
-                    Some(p) => call.arg(&p.id).arg(p.arrival_us).arg(p.lasts_ms),
+                    Some(p) => call.arg(&p.id).arg(p.arrival_us).arg(p.lasts_ms()),
                     None => call.arg("").arg(0).arg(0),
                 };
                 call.invoke_async(&mut c).await
@@ -360,7 +383,7 @@ impl Node {
                     .arg(token)
                     .arg(if announce { "1" } else { "0" });
                 match rejoin {
-                    Some(p) => call.arg(&p.id).arg(p.arrival_us).arg(p.lasts_ms),
+                    Some(p) => call.arg(&p.id).arg(p.arrival_us).arg(p.lasts_ms()),
                     None => call.arg("").arg(0).arg(0),
                 };
                 call.invoke_async(&mut c).await
