@@ -1228,3 +1228,51 @@ async fn a_vanished_waiters_place_lapses() {
         started.elapsed()
     );
 }
+
+/// A waiter that gives up while it cannot reach the nodes (so it cannot
+/// leave the line) holds no one up for longer than it would have waited:
+/// its place lapses with its deadline, not with the place's full duration
+/// (twice the re-check bound, 20 s by default).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_waiter_cut_off_holds_no_one_up_past_its_deadline() {
+    let set = start_set();
+    let name = lock_name("cut-off-waiter");
+    let ttl = Duration::from_secs(10);
+    let holder = RedlockLock::connect(config(&set)).await.unwrap();
+    let held = holder.acquire(&name, &opts(ttl)).await.unwrap();
+    let proxies: Vec<Proxy> = set
+        .nodes()
+        .iter()
+        .map(|n| Proxy::start(n.addr()).unwrap())
+        .collect();
+    let cut_off = RedlockLock::connect(
+        RedlockConfig::new(proxies.iter().map(Proxy::redis_url)).node_timeout(NODE_TIMEOUT),
+    )
+    .await
+    .unwrap();
+    let wait = Duration::from_millis(800);
+    let waiting = {
+        let (cut_off, name) = (cut_off.clone(), name.clone());
+        tokio::spawn(async move { cut_off.acquire(&name, &opts(ttl).wait(wait)).await })
+    };
+    // In line on every node, then unreachable until it has given up.
+    sleep(Duration::from_millis(300)).await;
+    proxies.iter().for_each(Proxy::cut);
+    let gave_up = waiting.await.unwrap();
+    assert!(gave_up.is_err(), "the cut-off waiter gave up");
+    let started = Instant::now();
+    assert!(held.release().await.unwrap());
+    let next = RedlockLock::connect(config(&set)).await.unwrap();
+    let got = next.acquire(&name, &opts(ttl)).await;
+    assert!(got.is_ok(), "the next caller got the lock: {got:?}");
+    // Its place outlasts the deadline by one node timeout and the time to
+    // leave (the connect timeout here), and the next caller re-checks at
+    // most that much later again.
+    let bound = Duration::from_secs(2) + SLACK;
+    assert!(
+        started.elapsed() < bound,
+        "the next caller waited {:?} for the gone waiter's place",
+        started.elapsed()
+    );
+    drop(proxies);
+}
