@@ -77,9 +77,8 @@ pub(crate) fn grant(
         .register()
         .map_err(|cause| LockError::new(LockErrorKind::Lost, format!("etcd: {cause}")))?;
     let lost = Arc::new(AtomicBool::new(false));
-    let watch = own.unwrap_or_else(|| {
-        watcher.watch(ours.key.as_bytes(), false, false, Some(confirmed_at + 1))
-    });
+    let watch = own
+        .unwrap_or_else(|| watcher.watch(ours.key.clone(), false, false, Some(confirmed_at + 1)));
     let key_watch = watch.id();
     let key_events = key_events(watch, ours.key.clone(), rev, lost.clone());
     let events: BoxStream<'static, LeaseEvent> =

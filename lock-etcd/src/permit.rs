@@ -9,15 +9,31 @@ use std::sync::{Arc, Mutex as StdMutex, MutexGuard};
 use tokio::sync::OwnedMutexGuard;
 use tokio::time::Instant;
 
-/// One lock of turns per name in use.
+/// The turns of one name: who holds it, who waits, in order.
+type NameTurns = Arc<tokio::sync::Mutex<()>>;
+
+/// One lock of turns per name in use. A name is kept once, shared by its
+/// entry and by whoever holds or waits for its turn (a held guard keeps its
+/// permit for as long as it lives, and there may be many).
 #[derive(Default)]
 pub(crate) struct Turns {
-    names: StdMutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    names: StdMutex<HashMap<Arc<str>, NameTurns>>,
 }
 
 impl Turns {
-    fn names(&self) -> MutexGuard<'_, HashMap<String, Arc<tokio::sync::Mutex<()>>>> {
+    fn names(&self) -> MutexGuard<'_, HashMap<Arc<str>, NameTurns>> {
         self.names.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The name's entry, made if it has none: its shared name and its turns.
+    fn entry(&self, name: &str) -> (Arc<str>, NameTurns) {
+        let mut names = self.names();
+        if let Some((name, turns)) = names.get_key_value(name) {
+            return (name.clone(), turns.clone());
+        }
+        let (name, turns): (Arc<str>, NameTurns) = (name.into(), NameTurns::default());
+        names.insert(name.clone(), turns.clone());
+        (name, turns)
     }
 
     /// Takes the turn for `name`: at once, or waiting (FIFO) until `deadline`
@@ -27,10 +43,11 @@ impl Turns {
         name: &str,
         deadline: Option<Instant>,
     ) -> Option<(NamePermit, bool)> {
+        let (name, mutex) = self.entry(name);
         let interest = Interest {
             turns: self.clone(),
-            name: name.to_string(),
-            mutex: Some(self.names().entry(name.to_string()).or_default().clone()),
+            name,
+            mutex: Some(mutex),
         };
         let mutex = interest.mutex.clone()?;
         if let Ok(guard) = mutex.clone().try_lock_owned() {
@@ -60,7 +77,7 @@ impl Turns {
 /// A reference to a name's turns that tidies up when dropped.
 struct Interest {
     turns: Arc<Turns>,
-    name: String,
+    name: Arc<str>,
     mutex: Option<Arc<tokio::sync::Mutex<()>>>,
 }
 
@@ -70,7 +87,7 @@ impl Interest {
         NamePermit {
             guard: Some(guard),
             turns: self.turns.clone(),
-            name: std::mem::take(&mut self.name),
+            name: self.name.clone(),
         }
     }
 }
@@ -87,7 +104,7 @@ impl Drop for Interest {
 pub(crate) struct NamePermit {
     guard: Option<OwnedMutexGuard<()>>,
     turns: Arc<Turns>,
-    name: String,
+    name: Arc<str>,
 }
 
 impl Drop for NamePermit {

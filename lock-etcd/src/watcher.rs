@@ -60,7 +60,8 @@ pub(crate) enum WatchEvent {
 /// What to watch.
 #[derive(Clone, Debug)]
 struct Spec {
-    key: Vec<u8>,
+    /// Shared with the owner where it has one (a held key's name).
+    key: Arc<[u8]>,
     prefix: bool,
     with_puts: bool,
 }
@@ -133,7 +134,7 @@ impl Watcher {
     /// at the creation.
     pub(crate) fn watch(
         &self,
-        key: &[u8],
+        key: impl Into<Arc<[u8]>>,
         prefix: bool,
         with_puts: bool,
         from: Option<i64>,
@@ -147,7 +148,7 @@ impl Watcher {
                 id,
                 Registration {
                     spec: Spec {
-                        key: key.to_vec(),
+                        key: key.into(),
                         prefix,
                         with_puts,
                     },
@@ -248,7 +249,7 @@ fn create_request(id: i64, reg: &Registration) -> (Vec<u8>, WatchOptions) {
     if reg.resume_from > 0 {
         opts = opts.with_start_revision(reg.resume_from);
     }
-    (reg.spec.key.clone(), opts)
+    (reg.spec.key.to_vec(), opts)
 }
 
 struct Conn {
