@@ -2,38 +2,36 @@
 //! client share one session lease, so two of them on one name would share
 //! one etcd key (`NAME/<lease>`, as etcd's own layout has it). They take
 //! turns here first, FIFO.
+//!
+//! A name whose turn is taken costs one entry and its name, shared with the
+//! permit (a held guard keeps its permit for as long as it lives, and there
+//! may be many); a queue exists only while someone waits. The turn passes
+//! from its holder straight to the first waiter still waiting, so nobody
+//! who comes later gets in first.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex as StdMutex, MutexGuard};
 
-use tokio::sync::OwnedMutexGuard;
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-/// The turns of one name: who holds it, who waits, in order.
-type NameTurns = Arc<tokio::sync::Mutex<()>>;
-
-/// One lock of turns per name in use. A name is kept once, shared by its
-/// entry and by whoever holds or waits for its turn (a held guard keeps its
-/// permit for as long as it lives, and there may be many).
+/// The names whose turn is taken, and who waits for them, in order.
 #[derive(Default)]
 pub(crate) struct Turns {
-    names: StdMutex<HashMap<Arc<str>, NameTurns>>,
+    state: StdMutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    taken: HashSet<Arc<str>>,
+    /// Only names with someone waiting; each waiter is handed the turn
+    /// through its channel.
+    waiting: HashMap<Arc<str>, VecDeque<oneshot::Sender<()>>>,
 }
 
 impl Turns {
-    fn names(&self) -> MutexGuard<'_, HashMap<Arc<str>, NameTurns>> {
-        self.names.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// The name's entry, made if it has none: its shared name and its turns.
-    fn entry(&self, name: &str) -> (Arc<str>, NameTurns) {
-        let mut names = self.names();
-        if let Some((name, turns)) = names.get_key_value(name) {
-            return (name.clone(), turns.clone());
-        }
-        let (name, turns): (Arc<str>, NameTurns) = (name.into(), NameTurns::default());
-        names.insert(name.clone(), turns.clone());
-        (name, turns)
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Takes the turn for `name`: at once, or waiting (FIFO) until `deadline`
@@ -43,74 +41,116 @@ impl Turns {
         name: &str,
         deadline: Option<Instant>,
     ) -> Option<(NamePermit, bool)> {
-        let (name, mutex) = self.entry(name);
-        let interest = Interest {
-            turns: self.clone(),
-            name,
-            mutex: Some(mutex),
+        let (mut waiter, deadline) = {
+            let mut st = self.state();
+            let Some(taken) = st.taken.get(name).cloned() else {
+                let name: Arc<str> = name.into();
+                st.taken.insert(name.clone());
+                return Some((self.permit(name), false));
+            };
+            let deadline = deadline?;
+            let (tx, rx) = oneshot::channel();
+            st.waiting.entry(taken.clone()).or_default().push_back(tx);
+            let waiter = Waiter {
+                turns: self.clone(),
+                name: taken,
+                rx,
+            };
+            (waiter, deadline)
         };
-        let mutex = interest.mutex.clone()?;
-        if let Ok(guard) = mutex.clone().try_lock_owned() {
-            return Some((interest.into_permit(guard), false));
-        }
-        let deadline = deadline?;
-        match tokio::time::timeout_at(deadline, mutex.lock_owned()).await {
-            Ok(guard) => Some((interest.into_permit(guard), true)),
-            Err(_) => None,
+        match tokio::time::timeout_at(deadline, &mut waiter.rx).await {
+            Ok(Ok(())) => {
+                let name = waiter.take();
+                Some((self.permit(name), true))
+            }
+            // The deadline passed: a turn handed over meanwhile goes on to
+            // the next when the waiter is dropped. (Its channel never closes
+            // unsent while it waits.)
+            Err(_) | Ok(Err(_)) => None,
         }
     }
 
-    /// Forgets `name` when nobody holds or waits for it.
-    fn tidy(&self, name: &str) {
-        let mut names = self.names();
-        if names.get(name).is_some_and(|m| Arc::strong_count(m) == 1) {
-            names.remove(name);
+    fn permit(self: &Arc<Self>, name: Arc<str>) -> NamePermit {
+        NamePermit {
+            turns: self.clone(),
+            name,
         }
+    }
+
+    /// Gives the turn of `name` to the first one still waiting, or frees it.
+    fn pass(&self, name: &str) {
+        let mut st = self.state();
+        let st = &mut *st;
+        if let Some(queue) = st.waiting.get_mut(name) {
+            while let Some(next) = queue.pop_front() {
+                if next.send(()).is_ok() {
+                    if queue.is_empty() {
+                        st.waiting.remove(name);
+                    }
+                    return;
+                }
+            }
+            st.waiting.remove(name);
+        }
+        st.taken.remove(name);
     }
 
     #[cfg(test)]
     fn is_empty(&self) -> bool {
-        self.names().is_empty()
+        let st = self.state();
+        st.taken.is_empty() && st.waiting.is_empty()
     }
 }
 
-/// A reference to a name's turns that tidies up when dropped.
-struct Interest {
+/// One waiting for a name's turn. Dropped without the turn (its deadline
+/// passed, or its acquisition was dropped), it leaves the queue, and a
+/// turn handed to it meanwhile goes on to the next.
+struct Waiter {
     turns: Arc<Turns>,
     name: Arc<str>,
-    mutex: Option<Arc<tokio::sync::Mutex<()>>>,
+    rx: oneshot::Receiver<()>,
 }
 
-impl Interest {
-    fn into_permit(mut self, guard: OwnedMutexGuard<()>) -> NamePermit {
-        self.mutex = None;
-        NamePermit {
-            guard: Some(guard),
-            turns: self.turns.clone(),
-            name: self.name.clone(),
-        }
+impl Waiter {
+    /// The name, once the turn is ours (nothing left to undo).
+    fn take(mut self) -> Arc<str> {
+        // A closed, emptied channel: the drop below finds nothing to pass on.
+        self.rx.close();
+        self.name.clone()
     }
 }
 
-impl Drop for Interest {
+impl Drop for Waiter {
     fn drop(&mut self) {
-        if self.mutex.take().is_some() {
-            self.turns.tidy(&self.name);
+        let handed = {
+            // Under the lock the turn is handed over: it either reached us
+            // already or will not be handed to us.
+            let mut st = self.turns.state();
+            self.rx.close();
+            let handed = self.rx.try_recv().is_ok();
+            if let Some(queue) = st.waiting.get_mut(&*self.name) {
+                queue.retain(|tx| !tx.is_closed());
+                if queue.is_empty() {
+                    st.waiting.remove(&*self.name);
+                }
+            }
+            handed
+        };
+        if handed {
+            self.turns.pass(&self.name);
         }
     }
 }
 
 /// This client's turn on one name, until dropped.
 pub(crate) struct NamePermit {
-    guard: Option<OwnedMutexGuard<()>>,
     turns: Arc<Turns>,
     name: Arc<str>,
 }
 
 impl Drop for NamePermit {
     fn drop(&mut self) {
-        self.guard.take();
-        self.turns.tidy(&self.name);
+        self.turns.pass(&self.name);
     }
 }
 
@@ -152,6 +192,28 @@ mod tests {
             t.await.unwrap();
         }
         assert_eq!(*order.lock().unwrap(), vec![0, 1, 2]);
+        assert!(q.is_empty(), "an entry was left behind");
+    }
+
+    #[tokio::test]
+    async fn a_dropped_waiter_passes_on_a_turn_handed_to_it() {
+        let q = Arc::new(Turns::default());
+        let (first, _) = q.enter("n", None).await.unwrap();
+        let far = Some(Instant::now() + Duration::from_secs(5));
+        // The turn is handed to the first waiter, which never takes it.
+        let mut dropped = Box::pin(q.enter("n", far));
+        assert!(futures::poll!(&mut dropped).is_pending());
+        let next = tokio::spawn({
+            let q = q.clone();
+            async move { q.enter("n", far).await }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        drop(first);
+        drop(dropped);
+        let (p, waited) = next.await.unwrap().expect("the turn went on");
+        assert!(waited);
+        assert!(q.enter("n", None).await.is_none(), "still taken");
+        drop(p);
         assert!(q.is_empty(), "an entry was left behind");
     }
 }
