@@ -3,15 +3,17 @@
 //! one etcd key (`NAME/<lease>`, as etcd's own layout has it). They take
 //! turns here first, FIFO.
 //!
-//! A name whose turn is taken costs one entry and its name, shared with the
-//! permit (a held guard keeps its permit for as long as it lives, and there
-//! may be many); a queue exists only while someone waits. The turn passes
+//! A name whose turn is taken costs one entry, which shares the lock name's
+//! allocation with the request and the guard (a held guard keeps its permit
+//! for as long as it lives, and there may be many); a queue exists only
+//! while someone waits. The turn passes
 //! from its holder straight to the first waiter still waiting, so nobody
 //! who comes later gets in first.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex as StdMutex, MutexGuard};
 
+use lock_core::LockName;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
@@ -23,10 +25,10 @@ pub(crate) struct Turns {
 
 #[derive(Default)]
 struct State {
-    taken: HashSet<Arc<str>>,
+    taken: HashSet<LockName>,
     /// Only names with someone waiting; each waiter is handed the turn
     /// through its channel.
-    waiting: HashMap<Arc<str>, VecDeque<oneshot::Sender<()>>>,
+    waiting: HashMap<LockName, VecDeque<oneshot::Sender<()>>>,
 }
 
 impl Turns {
@@ -38,15 +40,14 @@ impl Turns {
     /// (`None`: no waiting). Returns whether it had to wait.
     pub(crate) async fn enter(
         self: &Arc<Self>,
-        name: &str,
+        name: &LockName,
         deadline: Option<Instant>,
     ) -> Option<(NamePermit, bool)> {
         let (mut waiter, deadline) = {
             let mut st = self.state();
             let Some(taken) = st.taken.get(name).cloned() else {
-                let name: Arc<str> = name.into();
                 st.taken.insert(name.clone());
-                return Some((self.permit(name), false));
+                return Some((self.permit(name.clone()), false));
             };
             let deadline = deadline?;
             let (tx, rx) = oneshot::channel();
@@ -70,7 +71,7 @@ impl Turns {
         }
     }
 
-    fn permit(self: &Arc<Self>, name: Arc<str>) -> NamePermit {
+    fn permit(self: &Arc<Self>, name: LockName) -> NamePermit {
         NamePermit {
             turns: self.clone(),
             name,
@@ -78,7 +79,7 @@ impl Turns {
     }
 
     /// Gives the turn of `name` to the first one still waiting, or frees it.
-    fn pass(&self, name: &str) {
+    fn pass(&self, name: &LockName) {
         let mut st = self.state();
         let st = &mut *st;
         if let Some(queue) = st.waiting.get_mut(name) {
@@ -107,13 +108,13 @@ impl Turns {
 /// turn handed to it meanwhile goes on to the next.
 struct Waiter {
     turns: Arc<Turns>,
-    name: Arc<str>,
+    name: LockName,
     rx: oneshot::Receiver<()>,
 }
 
 impl Waiter {
     /// The name, once the turn is ours (nothing left to undo).
-    fn take(mut self) -> Arc<str> {
+    fn take(mut self) -> LockName {
         // A closed, emptied channel: the drop below finds nothing to pass on.
         self.rx.close();
         self.name.clone()
@@ -128,10 +129,10 @@ impl Drop for Waiter {
             let mut st = self.turns.state();
             self.rx.close();
             let handed = self.rx.try_recv().is_ok();
-            if let Some(queue) = st.waiting.get_mut(&*self.name) {
+            if let Some(queue) = st.waiting.get_mut(&self.name) {
                 queue.retain(|tx| !tx.is_closed());
                 if queue.is_empty() {
-                    st.waiting.remove(&*self.name);
+                    st.waiting.remove(&self.name);
                 }
             }
             handed
@@ -145,7 +146,7 @@ impl Drop for Waiter {
 /// This client's turn on one name, until dropped.
 pub(crate) struct NamePermit {
     turns: Arc<Turns>,
-    name: Arc<str>,
+    name: LockName,
 }
 
 impl Drop for NamePermit {
@@ -159,13 +160,17 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    fn n() -> LockName {
+        LockName::new("n").unwrap()
+    }
+
     #[tokio::test]
     async fn turns_are_fifo_and_tidy_up() {
         let q = Arc::new(Turns::default());
-        let (first, waited) = q.enter("n", None).await.unwrap();
+        let (first, waited) = q.enter(&n(), None).await.unwrap();
         assert!(!waited);
         assert!(
-            q.enter("n", None).await.is_none(),
+            q.enter(&n(), None).await.is_none(),
             "a single attempt must not wait"
         );
         let order = Arc::new(StdMutex::new(Vec::new()));
@@ -174,7 +179,7 @@ mod tests {
             let (q, order) = (q.clone(), order.clone());
             tasks.push(tokio::spawn(async move {
                 let (p, waited) = q
-                    .enter("n", Some(Instant::now() + Duration::from_secs(5)))
+                    .enter(&n(), Some(Instant::now() + Duration::from_secs(5)))
                     .await
                     .unwrap();
                 assert!(waited);
@@ -184,7 +189,7 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let timed_out = q
-            .enter("n", Some(Instant::now() + Duration::from_millis(10)))
+            .enter(&n(), Some(Instant::now() + Duration::from_millis(10)))
             .await;
         assert!(timed_out.is_none());
         drop(first);
@@ -198,21 +203,22 @@ mod tests {
     #[tokio::test]
     async fn a_dropped_waiter_passes_on_a_turn_handed_to_it() {
         let q = Arc::new(Turns::default());
-        let (first, _) = q.enter("n", None).await.unwrap();
+        let (first, _) = q.enter(&n(), None).await.unwrap();
         let far = Some(Instant::now() + Duration::from_secs(5));
         // The turn is handed to the first waiter, which never takes it.
-        let mut dropped = Box::pin(q.enter("n", far));
+        let name = n();
+        let mut dropped = Box::pin(q.enter(&name, far));
         assert!(futures::poll!(&mut dropped).is_pending());
         let next = tokio::spawn({
             let q = q.clone();
-            async move { q.enter("n", far).await }
+            async move { q.enter(&n(), far).await }
         });
         tokio::time::sleep(Duration::from_millis(20)).await;
         drop(first);
         drop(dropped);
         let (p, waited) = next.await.unwrap().expect("the turn went on");
         assert!(waited);
-        assert!(q.enter("n", None).await.is_none(), "still taken");
+        assert!(q.enter(&n(), None).await.is_none(), "still taken");
         drop(p);
         assert!(q.is_empty(), "an entry was left behind");
     }
