@@ -172,7 +172,7 @@ impl EtcdLock {
         let mut turn = None;
         let mut contended = false;
         if queue.kind == Kind::Mutex {
-            match inner.turns.enter(&queue.prefix, deadline).await {
+            match inner.turns.enter(&req.name, deadline).await {
                 Some((permit, waited)) => {
                     turn = Some(permit);
                     contended = waited;

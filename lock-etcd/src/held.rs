@@ -1,18 +1,20 @@
 //! A granted lock: [`EtcdLease`], its handle for the core, and the events
 //! that tell its guard about the session and about our key.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::pin::Pin;
 use std::sync::{Arc, Mutex as StdMutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use crate::deletion::Deletion;
 use crate::key::OurKey;
 use crate::layout::{READ, WRITE};
 use crate::queue::{header_revision, txn_call};
-use crate::watcher::{WatchEvent, WatchHandle, Watcher};
+use crate::watcher::{KeyWatch, WatchHandle, Watcher};
 use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
-use futures::stream::{self, BoxStream};
-use lock_core::session::Sent;
+use futures::Stream;
+use lock_core::session::{Sent, SessionEvents};
 use lock_core::{
     FencingToken, Lease, LeaseEvent, LeaseHandle, LockError, LockErrorKind, LockMode, LossCause,
     Renewal, Result,
@@ -24,11 +26,9 @@ pub(crate) struct EtcdLease {
     ours: StdMutex<Option<OurKey>>,
     rev: i64,
     mode: LockMode,
-    watcher: Watcher,
-    /// Our key was deleted (watched), so the lock is not ours any more.
-    lost: Arc<AtomicBool>,
-    /// The watch on our key (in the guard's events).
-    key_watch: i64,
+    /// The watch on our key: whether it was deleted (then the lock is not
+    /// ours any more), shared with the guard's events.
+    watch: KeyWatch,
 }
 
 /// How a grant was confirmed: the fencing token, the revision at which
@@ -76,65 +76,65 @@ pub(crate) fn grant(
         .session
         .register()
         .map_err(|cause| LockError::new(LockErrorKind::Lost, format!("etcd: {cause}")))?;
-    let lost = Arc::new(AtomicBool::new(false));
-    let watch = own.unwrap_or_else(|| {
-        watcher.watch(ours.key.as_bytes(), false, false, Some(confirmed_at + 1))
-    });
-    let key_watch = watch.id();
-    let key_events = key_events(watch, ours.key.clone(), rev, lost.clone());
-    let events: BoxStream<'static, LeaseEvent> =
-        Box::pin(stream::select(session_events, key_events));
+    let watch = match own {
+        Some(own) => own.into_key_watch(ours.key.as_bytes(), rev),
+        None => watcher.watch_key(ours.key.clone(), rev, confirmed_at + 1),
+    };
+    let events = Events {
+        session: Some(session_events),
+        key: Some(watch.deletion().clone()),
+    };
     let key = ours.key.clone();
     let handle = EtcdLease {
         ours: StdMutex::new(Some(ours)),
         rev,
         mode,
-        watcher: watcher.clone(),
-        lost,
-        key_watch,
+        watch,
     };
     Ok(Lease::new(Box::new(handle), sent.validity(ttl))
         .with_session_until(session_until)
         .with_token(Some(FencingToken::new(token)))
         .with_contended(contended)
         .with_key(key)
-        .with_events(events))
+        .with_events(Box::pin(events)))
 }
 
-/// `Lost(NotOwner)` when our key, created at `rev`, is deleted (a deletion
-/// at or before `rev` was of an older key of the same name).
-fn key_events(
-    watch: WatchHandle,
-    key: Arc<str>,
-    rev: i64,
-    lost: Arc<AtomicBool>,
-) -> BoxStream<'static, LeaseEvent> {
-    Box::pin(stream::unfold(Some(watch), move |watch| {
-        let lost = lost.clone();
-        let key = key.clone();
-        async move {
-            let mut watch = watch?;
-            loop {
-                match watch.next().await {
-                    Some(WatchEvent::Deleted { revision, .. }) if revision > rev => {
-                        tracing::debug!(%key, "distlock etcd: our key was deleted; lock lost");
-                        lost.store(true, Ordering::SeqCst);
-                        return Some((LeaseEvent::Lost(LossCause::NotOwner), None));
-                    }
-                    Some(WatchEvent::Lost { reason }) => {
-                        // Its history was compacted: we cannot tell whether
-                        // the key was deleted meanwhile; the guard must not
-                        // count on it.
-                        tracing::warn!(%key, %reason, "distlock etcd: the watch on our key is lost");
-                        lost.store(true, Ordering::SeqCst);
-                        return Some((LeaseEvent::Lost(LossCause::NotOwner), None));
-                    }
-                    Some(_) => continue,
-                    None => return None,
+/// A guard's events: the session's news, and `Lost(NotOwner)` once our key
+/// is gone (deleted after its creation, or its watch lost). Ends when both
+/// have ended. One small struct, polled in place.
+struct Events {
+    session: Option<SessionEvents>,
+    key: Option<Arc<Deletion>>,
+}
+
+impl Stream for Events {
+    type Item = LeaseEvent;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<LeaseEvent>> {
+        let this = &mut *self;
+        if let Some(key) = &this.key {
+            match key.poll_gone(cx) {
+                Poll::Ready(true) => {
+                    this.key = None;
+                    return Poll::Ready(Some(LeaseEvent::Lost(LossCause::NotOwner)));
                 }
+                Poll::Ready(false) => this.key = None,
+                Poll::Pending => {}
             }
         }
-    }))
+        if let Some(session) = &mut this.session {
+            match Pin::new(session).poll_next(cx) {
+                Poll::Ready(Some(event)) => return Poll::Ready(Some(event)),
+                Poll::Ready(None) => this.session = None,
+                Poll::Pending => {}
+            }
+        }
+        if this.key.is_none() && this.session.is_none() {
+            Poll::Ready(None)
+        } else {
+            Poll::Pending
+        }
+    }
 }
 
 impl EtcdLease {
@@ -156,7 +156,7 @@ impl LeaseHandle for EtcdLease {
     /// watch stream was down (it resumes from the revision it had reached).
     async fn renew(&self, ttl: Duration) -> Result<Renewal> {
         let sent = Sent::now();
-        if self.lost.load(Ordering::SeqCst) {
+        if self.watch.deletion().is_gone() {
             return Ok(Renewal::Gone);
         }
         let state = self.with_ours(|o| (o.session.is_ended(), o.session.is_suspended()));
@@ -181,7 +181,7 @@ impl LeaseHandle for EtcdLease {
     async fn release(&self) -> Result<bool> {
         let ours = self.ours.lock().unwrap_or_else(|p| p.into_inner()).take();
         if ours.is_some() {
-            self.watcher.cancel(self.key_watch);
+            self.watch.cancel();
         }
         match ours {
             Some(ours) => ours.remove().await.map(|(was_ours, _turn)| was_ours),
@@ -229,7 +229,7 @@ impl LeaseHandle for EtcdLease {
             .ok_or_else(|| LockError::new(LockErrorKind::NotHeld, "etcd: already released"))?;
         grant(
             ours,
-            &self.watcher,
+            self.watch.watcher(),
             None,
             LockMode::Read,
             Confirmed {

@@ -4,6 +4,7 @@
 mod backend;
 mod client;
 mod config;
+mod deletion;
 mod held;
 mod key;
 mod layout;

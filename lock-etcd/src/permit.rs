@@ -2,98 +2,156 @@
 //! client share one session lease, so two of them on one name would share
 //! one etcd key (`NAME/<lease>`, as etcd's own layout has it). They take
 //! turns here first, FIFO.
+//!
+//! A name whose turn is taken costs one entry, which shares the lock name's
+//! allocation with the request and the guard (a held guard keeps its permit
+//! for as long as it lives, and there may be many); a queue exists only
+//! while someone waits. The turn passes
+//! from its holder straight to the first waiter still waiting, so nobody
+//! who comes later gets in first.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex as StdMutex, MutexGuard};
 
-use tokio::sync::OwnedMutexGuard;
+use lock_core::LockName;
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-/// One lock of turns per name in use.
+/// The names whose turn is taken, and who waits for them, in order.
 #[derive(Default)]
 pub(crate) struct Turns {
-    names: StdMutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    state: StdMutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    taken: HashSet<LockName>,
+    /// Only names with someone waiting; each waiter is handed the turn
+    /// through its channel.
+    waiting: HashMap<LockName, VecDeque<oneshot::Sender<()>>>,
 }
 
 impl Turns {
-    fn names(&self) -> MutexGuard<'_, HashMap<String, Arc<tokio::sync::Mutex<()>>>> {
-        self.names.lock().unwrap_or_else(|p| p.into_inner())
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Takes the turn for `name`: at once, or waiting (FIFO) until `deadline`
     /// (`None`: no waiting). Returns whether it had to wait.
     pub(crate) async fn enter(
         self: &Arc<Self>,
-        name: &str,
+        name: &LockName,
         deadline: Option<Instant>,
     ) -> Option<(NamePermit, bool)> {
-        let interest = Interest {
-            turns: self.clone(),
-            name: name.to_string(),
-            mutex: Some(self.names().entry(name.to_string()).or_default().clone()),
+        let (mut waiter, deadline) = {
+            let mut st = self.state();
+            let Some(taken) = st.taken.get(name).cloned() else {
+                st.taken.insert(name.clone());
+                return Some((self.permit(name.clone()), false));
+            };
+            let deadline = deadline?;
+            let (tx, rx) = oneshot::channel();
+            st.waiting.entry(taken.clone()).or_default().push_back(tx);
+            let waiter = Waiter {
+                turns: self.clone(),
+                name: taken,
+                rx,
+            };
+            (waiter, deadline)
         };
-        let mutex = interest.mutex.clone()?;
-        if let Ok(guard) = mutex.clone().try_lock_owned() {
-            return Some((interest.into_permit(guard), false));
-        }
-        let deadline = deadline?;
-        match tokio::time::timeout_at(deadline, mutex.lock_owned()).await {
-            Ok(guard) => Some((interest.into_permit(guard), true)),
-            Err(_) => None,
+        match tokio::time::timeout_at(deadline, &mut waiter.rx).await {
+            Ok(Ok(())) => {
+                let name = waiter.take();
+                Some((self.permit(name), true))
+            }
+            // The deadline passed: a turn handed over meanwhile goes on to
+            // the next when the waiter is dropped. (Its channel never closes
+            // unsent while it waits.)
+            Err(_) | Ok(Err(_)) => None,
         }
     }
 
-    /// Forgets `name` when nobody holds or waits for it.
-    fn tidy(&self, name: &str) {
-        let mut names = self.names();
-        if names.get(name).is_some_and(|m| Arc::strong_count(m) == 1) {
-            names.remove(name);
+    fn permit(self: &Arc<Self>, name: LockName) -> NamePermit {
+        NamePermit {
+            turns: self.clone(),
+            name,
         }
+    }
+
+    /// Gives the turn of `name` to the first one still waiting, or frees it.
+    fn pass(&self, name: &LockName) {
+        let mut st = self.state();
+        let st = &mut *st;
+        if let Some(queue) = st.waiting.get_mut(name) {
+            while let Some(next) = queue.pop_front() {
+                if next.send(()).is_ok() {
+                    if queue.is_empty() {
+                        st.waiting.remove(name);
+                    }
+                    return;
+                }
+            }
+            st.waiting.remove(name);
+        }
+        st.taken.remove(name);
     }
 
     #[cfg(test)]
     fn is_empty(&self) -> bool {
-        self.names().is_empty()
+        let st = self.state();
+        st.taken.is_empty() && st.waiting.is_empty()
     }
 }
 
-/// A reference to a name's turns that tidies up when dropped.
-struct Interest {
+/// One waiting for a name's turn. Dropped without the turn (its deadline
+/// passed, or its acquisition was dropped), it leaves the queue, and a
+/// turn handed to it meanwhile goes on to the next.
+struct Waiter {
     turns: Arc<Turns>,
-    name: String,
-    mutex: Option<Arc<tokio::sync::Mutex<()>>>,
+    name: LockName,
+    rx: oneshot::Receiver<()>,
 }
 
-impl Interest {
-    fn into_permit(mut self, guard: OwnedMutexGuard<()>) -> NamePermit {
-        self.mutex = None;
-        NamePermit {
-            guard: Some(guard),
-            turns: self.turns.clone(),
-            name: std::mem::take(&mut self.name),
-        }
+impl Waiter {
+    /// The name, once the turn is ours (nothing left to undo).
+    fn take(mut self) -> LockName {
+        // A closed, emptied channel: the drop below finds nothing to pass on.
+        self.rx.close();
+        self.name.clone()
     }
 }
 
-impl Drop for Interest {
+impl Drop for Waiter {
     fn drop(&mut self) {
-        if self.mutex.take().is_some() {
-            self.turns.tidy(&self.name);
+        let handed = {
+            // Under the lock the turn is handed over: it either reached us
+            // already or will not be handed to us.
+            let mut st = self.turns.state();
+            self.rx.close();
+            let handed = self.rx.try_recv().is_ok();
+            if let Some(queue) = st.waiting.get_mut(&self.name) {
+                queue.retain(|tx| !tx.is_closed());
+                if queue.is_empty() {
+                    st.waiting.remove(&self.name);
+                }
+            }
+            handed
+        };
+        if handed {
+            self.turns.pass(&self.name);
         }
     }
 }
 
 /// This client's turn on one name, until dropped.
 pub(crate) struct NamePermit {
-    guard: Option<OwnedMutexGuard<()>>,
     turns: Arc<Turns>,
-    name: String,
+    name: LockName,
 }
 
 impl Drop for NamePermit {
     fn drop(&mut self) {
-        self.guard.take();
-        self.turns.tidy(&self.name);
+        self.turns.pass(&self.name);
     }
 }
 
@@ -102,13 +160,17 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    fn n() -> LockName {
+        LockName::new("n").unwrap()
+    }
+
     #[tokio::test]
     async fn turns_are_fifo_and_tidy_up() {
         let q = Arc::new(Turns::default());
-        let (first, waited) = q.enter("n", None).await.unwrap();
+        let (first, waited) = q.enter(&n(), None).await.unwrap();
         assert!(!waited);
         assert!(
-            q.enter("n", None).await.is_none(),
+            q.enter(&n(), None).await.is_none(),
             "a single attempt must not wait"
         );
         let order = Arc::new(StdMutex::new(Vec::new()));
@@ -117,7 +179,7 @@ mod tests {
             let (q, order) = (q.clone(), order.clone());
             tasks.push(tokio::spawn(async move {
                 let (p, waited) = q
-                    .enter("n", Some(Instant::now() + Duration::from_secs(5)))
+                    .enter(&n(), Some(Instant::now() + Duration::from_secs(5)))
                     .await
                     .unwrap();
                 assert!(waited);
@@ -127,7 +189,7 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let timed_out = q
-            .enter("n", Some(Instant::now() + Duration::from_millis(10)))
+            .enter(&n(), Some(Instant::now() + Duration::from_millis(10)))
             .await;
         assert!(timed_out.is_none());
         drop(first);
@@ -135,6 +197,29 @@ mod tests {
             t.await.unwrap();
         }
         assert_eq!(*order.lock().unwrap(), vec![0, 1, 2]);
+        assert!(q.is_empty(), "an entry was left behind");
+    }
+
+    #[tokio::test]
+    async fn a_dropped_waiter_passes_on_a_turn_handed_to_it() {
+        let q = Arc::new(Turns::default());
+        let (first, _) = q.enter(&n(), None).await.unwrap();
+        let far = Some(Instant::now() + Duration::from_secs(5));
+        // The turn is handed to the first waiter, which never takes it.
+        let name = n();
+        let mut dropped = Box::pin(q.enter(&name, far));
+        assert!(futures::poll!(&mut dropped).is_pending());
+        let next = tokio::spawn({
+            let q = q.clone();
+            async move { q.enter(&n(), far).await }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        drop(first);
+        drop(dropped);
+        let (p, waited) = next.await.unwrap().expect("the turn went on");
+        assert!(waited);
+        assert!(q.enter(&n(), None).await.is_none(), "still taken");
+        drop(p);
         assert!(q.is_empty(), "an entry was left behind");
     }
 }

@@ -443,7 +443,9 @@ impl QueueOps {
                 LockMode::Read => (blocked.key.clone(), false, true),
                 _ => (blocked.key.clone(), false, false),
             };
-            let mut watch = self.watcher.watch(&watched, prefix, with_puts, None);
+            let mut watch = self
+                .watcher
+                .watch(watched.as_slice(), prefix, with_puts, None);
             let watch_limit = deadline.min(Instant::now() + self.client.request_timeout());
             match watch.created(watch_limit).await {
                 Ok(_) => {}

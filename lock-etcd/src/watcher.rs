@@ -1,7 +1,7 @@
 //! One gRPC watch stream per client, carrying every watch of the client
 //! (waiters watching the key ahead, guards watching their own key), as Go's
-//! clientv3 does: a guard costs the client a map entry and a channel, not a
-//! stream.
+//! clientv3 does: a guard costs the client a map entry and a flag (its
+//! [`KeyWatch`] keeps only whether the key is gone), not a stream.
 //!
 //! Each watch has an id of our own and remembers the revision it has seen
 //! up to. When the stream fails (the member went away, lost its leader: every
@@ -26,6 +26,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::client::{EtcdClient, Failure};
+use crate::deletion::Deletion;
 
 /// What a watch reports to its owner.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -60,9 +61,29 @@ pub(crate) enum WatchEvent {
 /// What to watch.
 #[derive(Clone, Debug)]
 struct Spec {
-    key: Vec<u8>,
+    /// Shared with the owner where it has one (a held key's name).
+    key: Arc<[u8]>,
     prefix: bool,
     with_puts: bool,
+}
+
+/// Where a watch's events go.
+enum Sink {
+    /// Every event, queued for a [`WatchHandle`].
+    Mail(Arc<Mailbox<WatchEvent>>),
+    /// Only whether the key is gone, for a [`KeyWatch`].
+    Deletion(Arc<Deletion>),
+}
+
+impl Sink {
+    fn post(&self, key: &[u8], event: WatchEvent) {
+        match self {
+            Sink::Mail(mail) => {
+                let _ = mail.post(event);
+            }
+            Sink::Deletion(gone) => gone.note(key, &event),
+        }
+    }
 }
 
 struct Registration {
@@ -71,12 +92,15 @@ struct Registration {
     resume_from: i64,
     /// Whether [`WatchEvent::Created`] was sent.
     announced: bool,
-    mail: Arc<Mailbox<WatchEvent>>,
+    sink: Sink,
 }
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        self.mail.close();
+        match &self.sink {
+            Sink::Mail(mail) => mail.close(),
+            Sink::Deletion(gone) => gone.end(),
+        }
     }
 }
 
@@ -133,12 +157,36 @@ impl Watcher {
     /// at the creation.
     pub(crate) fn watch(
         &self,
-        key: &[u8],
+        key: impl Into<Arc<[u8]>>,
         prefix: bool,
         with_puts: bool,
         from: Option<i64>,
     ) -> WatchHandle {
         let mail = Arc::new(Mailbox::new());
+        let spec = Spec {
+            key: key.into(),
+            prefix,
+            with_puts,
+        };
+        let ticket = self.register(spec, from, Sink::Mail(mail.clone()));
+        WatchHandle { ticket, mail }
+    }
+
+    /// Watches the deletion of a held key, created at revision `created`,
+    /// from revision `from` on: a [`KeyWatch`], which keeps only whether
+    /// the key is gone.
+    pub(crate) fn watch_key(&self, key: impl Into<Arc<[u8]>>, created: i64, from: i64) -> KeyWatch {
+        let gone = Arc::new(Deletion::new(created));
+        let spec = Spec {
+            key: key.into(),
+            prefix: false,
+            with_puts: false,
+        };
+        let ticket = self.register(spec, Some(from), Sink::Deletion(gone.clone()));
+        KeyWatch { ticket, gone }
+    }
+
+    fn register(&self, spec: Spec, from: Option<i64>, sink: Sink) -> Ticket {
         let id = {
             let mut st = self.inner.state();
             st.next_id += 1;
@@ -146,22 +194,17 @@ impl Watcher {
             st.watches.insert(
                 id,
                 Registration {
-                    spec: Spec {
-                        key: key.to_vec(),
-                        prefix,
-                        with_puts,
-                    },
+                    spec,
                     resume_from: from.unwrap_or(0),
                     announced: false,
-                    mail: mail.clone(),
+                    sink,
                 },
             );
             id
         };
         let _ = self.inner.cmds.send(Cmd::Create(id));
-        WatchHandle {
+        Ticket {
             id,
-            mail,
             watcher: self.clone(),
         }
     }
@@ -184,17 +227,42 @@ impl Watcher {
     }
 }
 
-/// One watch; dropping it cancels it.
-pub(crate) struct WatchHandle {
+/// A watch's place in its [`Watcher`]; dropping it cancels the watch.
+struct Ticket {
     id: i64,
-    mail: Arc<Mailbox<WatchEvent>>,
     watcher: Watcher,
 }
 
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        self.watcher.cancel(self.id);
+    }
+}
+
+/// One watch; dropping it cancels it.
+pub(crate) struct WatchHandle {
+    ticket: Ticket,
+    mail: Arc<Mailbox<WatchEvent>>,
+}
+
 impl WatchHandle {
-    /// The watch's id in its [`Watcher`].
-    pub(crate) fn id(&self) -> i64 {
-        self.id
+    /// Keeps watching its key (`key`), created at revision `created`, as a
+    /// [`KeyWatch`], without a gap (every event routed to this watch so far
+    /// counts): for a waiter whose key is now held.
+    pub(crate) fn into_key_watch(self, key: &[u8], created: i64) -> KeyWatch {
+        let WatchHandle { ticket, mail } = self;
+        let gone = Arc::new(Deletion::new(created));
+        let mut st = ticket.watcher.inner.state();
+        // Events are routed under the state's lock: none is missed.
+        while let Some(event) = mail.try_recv() {
+            gone.note(key, &event);
+        }
+        match st.watches.get_mut(&ticket.id) {
+            Some(reg) => reg.sink = Sink::Deletion(gone.clone()),
+            None => gone.end(),
+        }
+        drop(st);
+        KeyWatch { ticket, gone }
     }
 
     /// The next event; `None` if the client is gone.
@@ -231,9 +299,28 @@ impl WatchHandle {
     }
 }
 
-impl Drop for WatchHandle {
-    fn drop(&mut self) {
-        self.watcher.cancel(self.id);
+/// The watch of a held key ([`Watcher::watch_key`]); dropping it cancels it.
+pub(crate) struct KeyWatch {
+    ticket: Ticket,
+    gone: Arc<Deletion>,
+}
+
+impl KeyWatch {
+    /// Whether the key is gone, shared with whoever waits for it.
+    pub(crate) fn deletion(&self) -> &Arc<Deletion> {
+        &self.gone
+    }
+
+    /// The watcher it is on.
+    pub(crate) fn watcher(&self) -> &Watcher {
+        &self.ticket.watcher
+    }
+
+    /// Ends the watch now, as dropping it would: for an owner about to
+    /// delete the key itself, so that the server does not send that
+    /// deletion back.
+    pub(crate) fn cancel(&self) {
+        self.ticket.watcher.cancel(self.ticket.id);
     }
 }
 
@@ -248,7 +335,7 @@ fn create_request(id: i64, reg: &Registration) -> (Vec<u8>, WatchOptions) {
     if reg.resume_from > 0 {
         opts = opts.with_start_revision(reg.resume_from);
     }
-    (reg.spec.key.clone(), opts)
+    (reg.spec.key.to_vec(), opts)
 }
 
 struct Conn {
@@ -418,7 +505,7 @@ fn route(inner: &Inner, resp: WatchResponse) {
         } else {
             format!("the server cancelled it: {}", resp.cancel_reason())
         };
-        let _ = reg.mail.post(WatchEvent::Lost { reason });
+        reg.sink.post(&reg.spec.key, WatchEvent::Lost { reason });
         st.watches.remove(&id);
         return;
     }
@@ -428,9 +515,12 @@ fn route(inner: &Inner, resp: WatchResponse) {
         }
         if !reg.announced {
             reg.announced = true;
-            let _ = reg.mail.post(WatchEvent::Created {
-                revision: header_rev,
-            });
+            reg.sink.post(
+                &reg.spec.key,
+                WatchEvent::Created {
+                    revision: header_rev,
+                },
+            );
         }
     }
     for ev in resp.events() {
@@ -446,7 +536,7 @@ fn route(inner: &Inner, resp: WatchResponse) {
                 value: kv.value().to_vec(),
             },
         };
-        let _ = reg.mail.post(event);
+        reg.sink.post(&reg.spec.key, event);
     }
     if !resp.created() && resp.events().is_empty() && header_rev > 0 {
         // A progress notification: everything up to the header was sent.
