@@ -5,7 +5,8 @@
 //! session-based backends, a queue of session events; etcd keeps one per
 //! watch. A tokio `mpsc` channel allocates a block of 32 slots up front
 //! (more than a kilobyte for these items), which at 10,000 guards is most of
-//! a client's memory. A mailbox allocates only while items are queued.
+//! a client's memory. A mailbox keeps one item in place and allocates only
+//! while more than one is queued.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -26,15 +27,44 @@ pub struct Mailbox<T> {
 }
 
 struct Mail<T> {
-    items: VecDeque<T>,
+    /// The next item: most mailboxes never hold more than one at a time,
+    /// and this one costs no allocation.
+    first: Option<T>,
+    /// The items after it, in order; its buffer is given back once drained.
+    rest: VecDeque<T>,
     closed: bool,
+}
+
+impl<T> Mail<T> {
+    fn len(&self) -> usize {
+        usize::from(self.first.is_some()) + self.rest.len()
+    }
+
+    fn push(&mut self, item: T) {
+        if self.first.is_none() {
+            self.first = Some(item);
+        } else {
+            self.rest.push_back(item);
+        }
+    }
+
+    fn pop(&mut self) -> Option<T> {
+        let next = self.first.take()?;
+        self.first = self.rest.pop_front();
+        if self.rest.is_empty() && self.rest.capacity() > 0 {
+            // Give back what a burst made it grow to.
+            self.rest = VecDeque::new();
+        }
+        Some(next)
+    }
 }
 
 impl<T> Default for Mailbox<T> {
     fn default() -> Self {
         Self {
             mail: Mutex::new(Mail {
-                items: VecDeque::new(),
+                first: None,
+                rest: VecDeque::new(),
                 closed: false,
             }),
             waker: AtomicWaker::new(),
@@ -46,7 +76,7 @@ impl<T> fmt::Debug for Mailbox<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mail = self.mail();
         f.debug_struct("Mailbox")
-            .field("queued", &mail.items.len())
+            .field("queued", &mail.len())
             .field("closed", &mail.closed)
             .finish()
     }
@@ -70,7 +100,7 @@ impl<T> Mailbox<T> {
             if mail.closed {
                 return Err(item);
             }
-            mail.items.push_back(item);
+            mail.push(item);
         }
         self.waker.wake();
         Ok(())
@@ -89,7 +119,7 @@ impl<T> Mailbox<T> {
         let dropped = {
             let mut mail = self.mail();
             mail.closed = true;
-            std::mem::take(&mut mail.items)
+            (mail.first.take(), std::mem::take(&mut mail.rest))
         };
         drop(dropped);
         self.waker.wake();
@@ -127,14 +157,8 @@ impl<T> Mailbox<T> {
     /// `Some(item)`, `Some(None)` once closed and empty, `None` if empty.
     fn take(&self) -> Option<Option<T>> {
         let mut mail = self.mail();
-        match mail.items.pop_front() {
-            Some(item) => {
-                if mail.items.is_empty() && mail.items.capacity() > 4 {
-                    // Give back what a burst made it grow to.
-                    mail.items.shrink_to_fit();
-                }
-                Some(Some(item))
-            }
+        match mail.pop() {
+            Some(item) => Some(Some(item)),
             None if mail.closed => Some(None),
             None => None,
         }
@@ -173,6 +197,22 @@ mod tests {
             .expect("woken")
             .unwrap();
         assert_eq!(got, Some("x"));
+    }
+
+    #[tokio::test]
+    async fn keeps_order_across_the_slot_and_the_rest() {
+        let mb = Mailbox::new();
+        for i in 0..3 {
+            assert!(mb.post(i).is_ok());
+        }
+        assert_eq!(mb.try_recv(), Some(0));
+        assert!(mb.post(3).is_ok());
+        for i in 1..4 {
+            assert_eq!(mb.try_recv(), Some(i));
+        }
+        assert_eq!(mb.try_recv(), None);
+        assert!(mb.post(4).is_ok());
+        assert_eq!(mb.try_recv(), Some(4));
     }
 
     #[tokio::test]

@@ -214,6 +214,36 @@ macro_rules! take_place {
     };
 }
 
+/// The value of a Redlock key reserved for the first in line: `line ` and
+/// its wait id (see [`ACQUIRE_IN_LINE`]).
+pub const RESERVED_FOR: &str = "line ";
+
+/// Lua code that hands a free Redlock key to the first in line `KEYS[$line]`
+/// (after [`drop_lapsed!`]): the key `$key` holds `line <wait id>` for as
+/// long as that waiter's place lasts (it expires with the place), and `head`
+/// is that wait id; with nobody in line the key is deleted and `head` is nil.
+macro_rules! reserve_for_head {
+    ($key:literal, $line:literal, $lapse:literal) => {
+        concat!(
+            "local head = redis.call('ZRANGE', ",
+            $line,
+            ", 0, 0)[1]\n",
+            "if head then\n",
+            "  local lapse = tonumber(redis.call('ZSCORE', ",
+            $lapse,
+            ", head)) or now\n",
+            "  redis.call('SET', ",
+            $key,
+            ", 'line ' .. head, 'PX', math.max(lapse - now, 1))\n",
+            "else\n",
+            "  redis.call('DEL', ",
+            $key,
+            ")\n",
+            "end\n"
+        )
+    };
+}
+
 /// Redlock acquire on one node, in line (the waiters' arrival order, the
 /// same on every node).
 /// `KEYS[1]` = lock key, `KEYS[2]` = the line (`{key} line`: wait ids
@@ -226,19 +256,23 @@ macro_rules! take_place {
 /// (ms).
 ///
 /// With nobody in line this is `SET key token NX PX ttl` (the peers'
-/// layout). A free lock with a line goes only to the first in line: anyone
-/// else, the client that just released it included, takes its place behind
-/// (a single try just fails), so a release is the turn of the longest
-/// waiter on every node. The key already holding our token (a repeated
-/// attempt whose first reply was lost) counts as won.
+/// layout). A release with someone in line does not free the key: it
+/// reserves it for the first in line ([`RELEASE`]: the key holds
+/// `line <wait id>`), so a plain `SET NX` (a newcomer's first try, a peer
+/// client) cannot take it; this script gives a reserved key to its waiter,
+/// and a free key with a line only to the first in it. Anyone else, the
+/// client that just released included, takes its place behind (a single
+/// try just fails), so a release is the turn of the longest waiter on every
+/// node. The key already holding our token (a repeated attempt whose first
+/// reply was lost) counts as won. A reservation for a waiter whose place
+/// lapsed is dropped.
 /// Returns `{1}` when the key is ours, `{0, pttl, holder}` otherwise:
 /// `holder` is the owner token holding the key (`pttl` its remaining ms,
-/// -1 without expiry), or `line <wait id>` when the lock is free for the
-/// first in line (`pttl` = when its place lapses, in ms).
+/// -1 without expiry), or `line <wait id>` when the lock is the turn of
+/// another waiter (`pttl` = until its place lapses, in ms).
 pub const ACQUIRE_IN_LINE: &str = concat!(
     r#"
-local lined = redis.call('EXISTS', KEYS[2]) == 1
-if not lined and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+if redis.call('EXISTS', KEYS[2]) == 0 and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return {1}
 end
 local holder = redis.call('GET', KEYS[1])
@@ -260,6 +294,17 @@ local function join()
 "#,
     take_place!("KEYS[2]", "KEYS[3]", "ARGV[3]", "ARGV[4]", "ARGV[5]"),
     r#"end
+if holder and string.sub(holder, 1, 5) == 'line ' then
+  local waiter = string.sub(holder, 6)
+  if ARGV[3] ~= '' and waiter == ARGV[3] then
+    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+    leave()
+    return {1}
+  end
+  if not redis.call('ZSCORE', KEYS[2], waiter) then
+    holder = nil
+  end
+end
 if not holder then
   -- First in line: ahead of the current head by arrival (a waiter whose
   -- place here was taken by its own last round comes back to it).
@@ -273,6 +318,7 @@ if not holder then
   end
   join()
   local lapse = tonumber(redis.call('ZSCORE', KEYS[3], head)) or now
+  redis.call('SET', KEYS[1], 'line ' .. head, 'PX', math.max(lapse - now, 1))
   return {0, math.max(lapse - now, 0), 'line ' .. head}
 end
 join()
@@ -283,16 +329,18 @@ return {0, redis.call('PTTL', KEYS[1]), holder}
 /// Compare-and-delete, then notify waiters (the release of `lock-redlock`).
 /// `KEYS[1]` = lock key, `KEYS[2]` = release channel, `KEYS[3]` = the line,
 /// `KEYS[4]` = its lapse times (see [`ACQUIRE_IN_LINE`]); `ARGV[1]` = owner
-/// token, `ARGV[2]` = `0` to delete without notifying (the clean-up of a
+/// token, `ARGV[2]` = `0` to release without notifying (the clean-up of a
 /// round that lost to a holder: the lock is not free, so waking the waiters
 /// would only make them try in vain), anything else to notify; `ARGV[3]`,
 /// `ARGV[4]`, `ARGV[5]` = the wait id, arrival and place duration of a
 /// waiter whose failed round is cleaned up ('' for none): it gets back the
 /// place its round's win here took, in the same step, so that it stays
 /// first in line if it was.
-/// The announcement is `n <owner token> <wait id>` when someone is in line
-/// (it wakes that waiter alone: the lock is its turn), else the owner
-/// token (it wakes one waiter of each client).
+/// With someone in line the key is reserved for the first in line (it holds
+/// `line <wait id>` until that place lapses) and the announcement is
+/// `n <owner token> <wait id>`, which wakes that waiter alone: the lock is
+/// its turn. With nobody in line the key is deleted and the announcement
+/// is the owner token (it wakes one waiter of each client).
 /// Returns 0 if the key did not hold our token, else 1 + the number of
 /// clients the announcement reached (0 when not announced).
 /// The notification is best effort (`pcall`): a user whose ACL does not
@@ -300,21 +348,26 @@ return {0, redis.call('PTTL', KEYS[1]), holder}
 pub const RELEASE: &str = concat!(
     r#"
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('DEL', KEYS[1])
-if ARGV[3] ~= '' then
-"#,
-    now_ms!(),
-    take_place!("KEYS[3]", "KEYS[4]", "ARGV[3]", "ARGV[4]", "ARGV[5]"),
-    r#"end
-if ARGV[2] == '0' then return 1 end
-local message = ARGV[1]
-if redis.call('EXISTS', KEYS[3]) == 1 then
+if redis.call('EXISTS', KEYS[3]) == 0 and ARGV[3] == '' then
+  redis.call('DEL', KEYS[1])
+  if ARGV[2] == '0' then return 1 end
+  local heard = redis.pcall('PUBLISH', KEYS[2], ARGV[1])
+  if type(heard) == 'number' then return 1 + heard end
+  return 1
+end
 "#,
     drop_lapsed!("KEYS[3]", "KEYS[4]"),
     r#"
-  local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
-  if head then message = 'n ' .. ARGV[1] .. ' ' .. head end
-end
+if ARGV[3] ~= '' then
+"#,
+    take_place!("KEYS[3]", "KEYS[4]", "ARGV[3]", "ARGV[4]", "ARGV[5]"),
+    r#"end
+"#,
+    reserve_for_head!("KEYS[1]", "KEYS[3]", "KEYS[4]"),
+    r#"
+if ARGV[2] == '0' then return 1 end
+local message = ARGV[1]
+if head then message = 'n ' .. ARGV[1] .. ' ' .. head end
 local heard = redis.pcall('PUBLISH', KEYS[2], message)
 if type(heard) == 'number' then return 1 + heard end
 return 1
@@ -323,19 +376,26 @@ return 1
 
 /// A Redlock waiter leaves the line of one node (it got the lock elsewhere,
 /// gave up, or failed). `KEYS` as for [`RELEASE`]; `ARGV[1]` = its wait id.
-/// If it was first in line and the lock is free, the next in line is told
-/// (`n - <wait id>`): the turn passes on instead of waiting for the lapse.
+/// If it was its turn (first in line while the lock was free, or the key
+/// reserved for it), the turn passes on: the key is reserved for the next
+/// in line, who is told (`n - <wait id>`), or freed if nobody waits.
 /// Returns 1 if it was in line, else 0.
-pub const LEAVE_LINE: &str = r#"
+pub const LEAVE_LINE: &str = concat!(
+    r#"
 local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
 redis.call('ZREM', KEYS[4], ARGV[1])
 if redis.call('ZREM', KEYS[3], ARGV[1]) == 0 then return 0 end
-if first == ARGV[1] and redis.call('EXISTS', KEYS[1]) == 0 then
-  local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+local holder = redis.call('GET', KEYS[1])
+if holder == 'line ' .. ARGV[1] or (first == ARGV[1] and not holder) then
+"#,
+    drop_lapsed!("KEYS[3]", "KEYS[4]"),
+    reserve_for_head!("KEYS[1]", "KEYS[3]", "KEYS[4]"),
+    r#"
   if head then redis.pcall('PUBLISH', KEYS[2], 'n - ' .. head) end
 end
 return 1
-"#;
+"#
+);
 
 /// Mutex release: compare, then hand the lock to the first waiter in the
 /// queue, or delete it if nobody waits.

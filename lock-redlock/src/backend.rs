@@ -13,7 +13,7 @@ use lock_core::{
     LeaseRequest, LockBackend, LockError, LockErrorKind, LockName, LockStatus, NodeFailure,
     NodeFailureReason, Renewal, Result,
 };
-use lock_redis::scripts::{owner_token, Scripts};
+use lock_redis::scripts::{owner_token, Scripts, RESERVED_FOR};
 use rand::Rng;
 use redis::RedisResult;
 use tokio::sync::SetOnce;
@@ -242,6 +242,18 @@ fn silent(inner: &Inner, heard: &[bool]) -> Vec<NodeFailure> {
         .collect()
 }
 
+/// How a round asks each node for the key.
+#[derive(Clone)]
+enum Ask {
+    /// A plain `SET NX` ([`Node::set_nx`]): the first round of a call that
+    /// saw no contention on the name lately (no other waiter of this client
+    /// on it). A key reserved for a waiter in line is not free to it.
+    Plain,
+    /// The line's script ([`Node::acquire`]): as a waiter in its place, or
+    /// (`None`) as a single try that respects the line.
+    InLine(Option<Arc<Place>>),
+}
+
 /// What one round of `SET NX` on all nodes came to.
 enum Attempt {
     /// A quorum said yes within the validity.
@@ -299,8 +311,13 @@ impl Inner {
         self: &Arc<Self>,
         keys: &Arc<NameKeys>,
         ttl: Duration,
-        place: Option<&Arc<Place>>,
+        ask: Ask,
     ) -> (Attempt, Option<Released>) {
+        let place = match &ask {
+            Ask::InLine(place) => place.clone(),
+            Ask::Plain => None,
+        };
+        let place = place.as_ref();
         let token: Arc<str> = owner_token().into();
         let key = &keys.key;
         let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
@@ -313,13 +330,18 @@ impl Inner {
         let start = Instant::now();
         let valid_until = validity(start, ttl);
         let mut pending = {
-            let (keys, token, place) = (keys.clone(), token.clone(), place.cloned());
+            let (keys, token) = (keys.clone(), token.clone());
             fan_out(self, limit, move |inner, i| {
-                let (keys, token, place) = (keys.clone(), token.clone(), place.clone());
+                let (keys, token, ask) = (keys.clone(), token.clone(), ask.clone());
                 async move {
-                    inner.nodes[i]
-                        .acquire(&inner.scripts, &keys, &token, ttl_ms, place.as_deref())
-                        .await
+                    let node = &inner.nodes[i];
+                    match ask {
+                        Ask::Plain => node.set_nx(&keys.key, &token, ttl_ms).await,
+                        Ask::InLine(place) => {
+                            node.acquire(&inner.scripts, &keys, &token, ttl_ms, place.as_deref())
+                                .await
+                        }
+                    }
                 }
             })
         };
@@ -633,7 +655,15 @@ impl Inner {
             if let Some(sub) = sub.as_mut() {
                 sub.before_attempt();
             }
-            let (outcome, released) = self.attempt(&keys, req.ttl, Some(&place)).await;
+            // A first round with no sign of contention is a plain `SET NX`;
+            // from the second on, or with other waiters of ours on the
+            // name, the round takes (or keeps) our place in line.
+            let ask = if rounds == 0 && sub.is_none() {
+                Ask::Plain
+            } else {
+                Ask::InLine(Some(place.clone()))
+            };
+            let (outcome, released) = self.attempt(&keys, req.ttl, ask).await;
             previous = released;
             if let Some(sub) = sub.as_mut() {
                 sub.after_attempt();
@@ -801,7 +831,7 @@ impl LockBackend for RedlockLock {
     async fn try_lock(&self, req: &LeaseRequest) -> Result<Option<Lease>> {
         let inner = &self.inner;
         let keys = inner.keys(&req.name);
-        let (outcome, released) = inner.attempt(&keys, req.ttl, None).await;
+        let (outcome, released) = inner.attempt(&keys, req.ttl, Ask::InLine(None)).await;
         if let Some(released) = released {
             released
                 .wait(add_saturating(Instant::now(), inner.config.node_timeout))
@@ -848,7 +878,8 @@ impl LockBackend for RedlockLock {
         // Held if one token is on a quorum of nodes.
         let mut best: Option<(&str, usize, Option<Duration>)> = None;
         for p in &peeks {
-            let Some(v) = p.value.as_deref() else {
+            // A key reserved for the first in line holds no one's lock.
+            let Some(v) = p.value.as_deref().filter(|v| !v.starts_with(RESERVED_FOR)) else {
                 continue;
             };
             if best.is_some_and(|(b, _, _)| b == v) {

@@ -294,11 +294,45 @@ impl Node {
         call_on(&self.conn, op_name, op).await
     }
 
-    /// One attempt on this node ([`ACQUIRE_IN_LINE`]): `SET key token NX PX
-    /// ttl` while nobody is in line, else the key only for the first in
-    /// line; a waiter (`place`) takes or keeps its place in line when it
-    /// does not get the key. The key already holding our token (a retried
-    /// request whose first reply was lost) counts as won.
+    /// `SET key token NX PX ttl`, with `GET` and `PTTL` in the same pipeline
+    /// (one round trip, no script): the first round of a call that saw no
+    /// contention lately. A key reserved for a waiter in line is not free to
+    /// it. `GET` recognises our own token when a retried `SET` finds the key
+    /// its first try had set; `PTTL` tells waiters when to re-check.
+    pub async fn set_nx(&self, key: &str, token: &str, ttl_ms: u64) -> RedisResult<SetReply> {
+        let mut pipe = redis::pipe();
+        pipe.cmd("SET")
+            .arg(key)
+            .arg(token)
+            .arg("NX")
+            .arg("PX")
+            .arg(ttl_ms)
+            .cmd("GET")
+            .arg(key)
+            .cmd("PTTL")
+            .arg(key);
+        let (set, value, ms): (Value, Option<String>, i64) = self
+            .call("acquire", |mut c| {
+                let pipe = &pipe;
+                async move { pipe.query_async(&mut c).await }
+            })
+            .await?;
+        if !matches!(set, Value::Nil) || value.as_deref() == Some(token) {
+            Ok(SetReply::Won)
+        } else {
+            Ok(SetReply::Taken {
+                pttl: pttl(ms),
+                holder: value,
+            })
+        }
+    }
+
+    /// One attempt on this node in line ([`ACQUIRE_IN_LINE`]): `SET key
+    /// token NX PX ttl` while nobody is in line, else the key only for the
+    /// first in line (or the waiter it is reserved for); a waiter (`place`)
+    /// takes or keeps its place in line when it does not get the key. The
+    /// key already holding our token (a retried request whose first reply
+    /// was lost) counts as won.
     pub async fn acquire(
         &self,
         scripts: &Scripts,

@@ -974,6 +974,12 @@ async fn a_round_lost_to_a_holder_wakes_no_waiter() {
     };
     // The waiter's first round (and its round once subscribed) are done.
     sleep(Duration::from_millis(500)).await;
+    // Nodes 3 and 4 forget the waiter's place and the key reserved for it
+    // there (as a restart without persistence would).
+    let (line, lapse) = (format!("{{{key}}} line"), format!("{{{key}}} line lapse"));
+    for node in &set.nodes()[3..] {
+        tokio::task::block_in_place(|| node.cmd(&["DEL", &key, &line, &lapse]).unwrap());
+    }
     // Every acquisition round runs one script per node.
     let before = calls(&set.nodes()[0], "evalsha");
     // The racer wins nodes 3 and 4, loses to the holder, cleans up.
