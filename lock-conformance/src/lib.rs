@@ -49,6 +49,7 @@ pub use async_trait::async_trait;
 pub use lock_testbed as testbed;
 
 mod cases;
+pub mod many;
 mod memory;
 pub mod model;
 

@@ -56,14 +56,10 @@ async fn kill_and_restart(mut server: RedisServer) -> RedisServer {
 }
 
 async fn cmd(server: &RedisServer, args: &[&str]) -> RespValue {
-    let addr = server.addr();
-    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-    blocking(move || {
-        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-        lock_testbed::resp_command(addr, &refs, Duration::from_secs(2))
-            .unwrap_or_else(|e| panic!("{args:?}: {e}"))
-    })
-    .await
+    server
+        .cmd_async(args)
+        .await
+        .unwrap_or_else(|e| panic!("{args:?}: {e}"))
 }
 
 /// The fencing counter of `name` on `server`.

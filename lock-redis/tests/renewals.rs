@@ -9,11 +9,10 @@
 use std::time::Duration;
 
 use futures::future::join_all;
-use lock_core::{
-    AcquireOptions, DistributedLock, GuardState, LockErrorKind, LockGuard, LockName, LossCause,
-};
+use lock_conformance::many::{hold, release_all};
+use lock_core::{AcquireOptions, GuardState, LockErrorKind, LockGuard, LossCause};
 use lock_redis::{RedisLock, RedisLockConfig, RenewBatching};
-use lock_testbed::{unique_name, Proxy, RedisServer, RespValue};
+use lock_testbed::{Proxy, RedisServer, RespValue};
 use tokio::time::{sleep, timeout, Instant};
 
 /// Allowance for scheduling on a busy 2-core machine.
@@ -31,26 +30,19 @@ async fn start_server() -> RedisServer {
 }
 
 async fn cmd(server: &RedisServer, args: &[&str]) -> RespValue {
-    let addr = server.addr();
-    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-    blocking(move || {
-        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-        lock_testbed::resp_command(addr, &refs, Duration::from_secs(2))
-            .unwrap_or_else(|e| panic!("{args:?}: {e}"))
-    })
-    .await
+    server
+        .cmd_async(args)
+        .await
+        .unwrap_or_else(|e| panic!("{args:?}: {e}"))
 }
 
-/// `EVALSHA` calls the server has run so far (`INFO commandstats`): every
-/// renewal request is one, and nothing else runs while the tests count.
+/// `EVALSHA` calls the server has run so far: every renewal request is one,
+/// and nothing else runs while the tests count.
 async fn evalsha_calls(server: &RedisServer) -> u64 {
-    let info = cmd(server, &["INFO", "commandstats"]).await;
-    let text = info.as_str().expect("INFO answers text").to_string();
-    text.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
+    server
+        .calls_async("evalsha")
+        .await
+        .expect("INFO commandstats")
 }
 
 /// The remaining ms of `key` (-2: gone).
@@ -69,30 +61,6 @@ async fn client(url: &str, batching: RenewBatching) -> RedisLock {
     )
     .await
     .unwrap_or_else(|e| panic!("connect to {url}: {e}"))
-}
-
-/// `n` guards on distinct names, taken concurrently.
-async fn hold(c: &RedisLock, prefix: &str, n: usize, opts: &AcquireOptions) -> Vec<LockGuard> {
-    let names: Vec<LockName> = (0..n)
-        .map(|i| LockName::new(format!("{}-{i}", unique_name(prefix))).unwrap())
-        .collect();
-    join_all(names.iter().map(|name| c.acquire(name, opts)))
-        .await
-        .into_iter()
-        .map(|g| g.expect("acquire"))
-        .collect()
-}
-
-/// Releases them one after the other (a burst of hundreds of concurrent
-/// releases times out on a loaded machine, which is not what is tested),
-/// each still ours.
-async fn release_all(guards: Vec<LockGuard>) {
-    for g in guards {
-        assert!(
-            g.release().await.expect("release"),
-            "a guard was no longer ours at release"
-        );
-    }
 }
 
 /// How many renewal requests `guards` cause over `window`, counted by the server.

@@ -931,21 +931,10 @@ async fn a_decided_round_does_not_wait_for_silent_nodes() {
     }
 }
 
-/// How many times `node` has run `command` so far (`INFO commandstats`;
-/// commands run by scripts count too).
+/// How many times `node` has run `command` so far (scripts' commands too).
 fn calls(node: &RedisServer, command: &str) -> u64 {
-    tokio::task::block_in_place(|| {
-        let info = node
-            .cmd(&["INFO", "commandstats"])
-            .unwrap_or_else(|e| panic!("INFO on {}: {e}", node.addr()));
-        let text = info.as_str().unwrap_or_default().to_string();
-        let prefix = format!("cmdstat_{command}:calls=");
-        text.lines()
-            .find_map(|l| l.strip_prefix(prefix.as_str()))
-            .and_then(|rest| rest.split(',').next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0)
-    })
+    tokio::task::block_in_place(|| node.calls(command))
+        .unwrap_or_else(|e| panic!("INFO on {}: {e}", node.addr()))
 }
 
 /// A round that wins a minority against a holder with a quorum deletes its

@@ -8,12 +8,11 @@
 use std::time::Duration;
 
 use futures::future::join_all;
-use lock_core::{
-    AcquireOptions, DistributedLock, GuardState, LockErrorKind, LockGuard, LockName, LossCause,
-};
+use lock_conformance::many::{hold, release_all};
+use lock_core::{AcquireOptions, GuardState, LockErrorKind, LockGuard, LossCause};
 use lock_redis::RenewBatching;
 use lock_redlock::{RedlockConfig, RedlockLock};
-use lock_testbed::{unique_name, Proxy, RedisServer, RedisSet, RespValue};
+use lock_testbed::{Proxy, RedisServer, RedisSet, RespValue};
 use tokio::time::{sleep, timeout, Instant};
 
 /// Extra time allowed on top of every bound checked here (a loaded 2-core machine).
@@ -32,14 +31,9 @@ async fn start_set() -> RedisSet {
 }
 
 async fn cmd(node: &RedisServer, args: &[&str]) -> RespValue {
-    let addr = node.addr();
-    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-    blocking(move || {
-        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-        lock_testbed::resp_command(addr, &refs, Duration::from_secs(2))
-            .unwrap_or_else(|e| panic!("{args:?}: {e}"))
-    })
-    .await
+    node.cmd_async(args)
+        .await
+        .unwrap_or_else(|e| panic!("{args:?}: {e}"))
 }
 
 /// `EVALSHA` calls each node has run so far: every renewal request is one,
@@ -47,14 +41,10 @@ async fn cmd(node: &RedisServer, args: &[&str]) -> RespValue {
 async fn evalsha_calls(set: &RedisSet) -> Vec<u64> {
     let mut out = Vec::new();
     for node in set.nodes() {
-        let info = cmd(node, &["INFO", "commandstats"]).await;
-        let text = info.as_str().expect("INFO answers text").to_string();
         out.push(
-            text.lines()
-                .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-                .and_then(|rest| rest.split(',').next())
-                .and_then(|n| n.parse().ok())
-                .unwrap_or(0),
+            node.calls_async("evalsha")
+                .await
+                .expect("INFO commandstats"),
         );
     }
     out
@@ -65,29 +55,6 @@ async fn requests_over(set: &RedisSet, window: Duration) -> Vec<u64> {
     sleep(window).await;
     let after = evalsha_calls(set).await;
     after.iter().zip(before).map(|(a, b)| a - b).collect()
-}
-
-async fn hold(c: &RedlockLock, prefix: &str, n: usize, opts: &AcquireOptions) -> Vec<LockGuard> {
-    let names: Vec<LockName> = (0..n)
-        .map(|i| LockName::new(format!("{}-{i}", unique_name(prefix))).unwrap())
-        .collect();
-    join_all(names.iter().map(|name| c.acquire(name, opts)))
-        .await
-        .into_iter()
-        .map(|g| g.expect("acquire"))
-        .collect()
-}
-
-/// Releases them one after the other (a burst of hundreds of concurrent
-/// releases times out on a loaded machine, which is not what is tested),
-/// each still ours.
-async fn release_all(guards: Vec<LockGuard>) {
-    for g in guards {
-        assert!(
-            g.release().await.expect("release"),
-            "a guard was no longer ours at release"
-        );
-    }
 }
 
 /// 500 guards held by one client cost each node at most one renewal request

@@ -438,6 +438,32 @@ impl RedisServer {
         resp_command(self.addr, args, CMD_TIMEOUT)
     }
 
+    /// [`cmd`](Self::cmd) from async code: the call runs on tokio's blocking
+    /// pool, not on a runtime worker.
+    pub async fn cmd_async(&self, args: &[&str]) -> Result<RespValue, TestbedError> {
+        let addr = self.addr;
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        tokio::task::spawn_blocking(move || {
+            let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+            resp_command(addr, &refs, CMD_TIMEOUT)
+        })
+        .await
+        .map_err(|e| TestbedError::protocol(format!("a command on {addr}"), e.to_string()))?
+    }
+
+    /// How many times this server has run `command` (lower case, e.g.
+    /// `evalsha`) so far, by `INFO commandstats`; commands run by scripts
+    /// count too. 0 if it never ran.
+    pub fn calls(&self, command: &str) -> Result<u64, TestbedError> {
+        command_calls(self.addr, &self.cmd(&["INFO", "commandstats"])?, command)
+    }
+
+    /// [`calls`](Self::calls) from async code.
+    pub async fn calls_async(&self, command: &str) -> Result<u64, TestbedError> {
+        let info = self.cmd_async(&["INFO", "commandstats"]).await?;
+        command_calls(self.addr, &info, command)
+    }
+
     /// Premature expiry: `PEXPIRE key 1` on this node, then wait 2 ms so the key is gone
     /// when this returns. An error if the key does not exist on this node.
     pub fn expire_now(&self, key: &str) -> Result<(), TestbedError> {
@@ -530,4 +556,18 @@ impl RedisSet {
     pub fn is_empty(&self) -> bool {
         self.nodes.is_empty()
     }
+}
+
+/// The `calls=` count of `command` in an `INFO commandstats` reply of `addr`.
+fn command_calls(addr: SocketAddr, info: &RespValue, command: &str) -> Result<u64, TestbedError> {
+    let text = info.as_str().ok_or_else(|| {
+        TestbedError::protocol(format!("INFO commandstats on {addr}"), format!("{info:?}"))
+    })?;
+    let prefix = format!("cmdstat_{command}:calls=");
+    Ok(text
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0))
 }
