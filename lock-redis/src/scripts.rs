@@ -218,14 +218,15 @@ macro_rules! take_place {
 /// its wait id (see [`ACQUIRE_IN_LINE`]).
 pub const RESERVED_FOR: &str = "line ";
 
-/// Lua code that hands a free Redlock key to the first in line `KEYS[$line]`
-/// (after [`drop_lapsed!`]): the key `$key` holds `line <wait id>` for as
-/// long as that waiter's place lasts (it expires with the place), and `head`
-/// is that wait id; with nobody in line the key is deleted and `head` is nil.
+/// Lua code that hands a free Redlock key to the first in line `$line`
+/// (after [`drop_lapsed!`], which defines `now`): the key `$key` holds
+/// `line <wait id>` for as long as that waiter's place lasts (it expires
+/// with the place), and the local `head` (declared by the caller) is set to
+/// that wait id; with nobody in line the key is deleted and `head` is nil.
 macro_rules! reserve_for_head {
     ($key:literal, $line:literal, $lapse:literal) => {
         concat!(
-            "local head = redis.call('ZRANGE', ",
+            "head = redis.call('ZRANGE', ",
             $line,
             ", 0, 0)[1]\n",
             "if head then\n",
@@ -317,9 +318,10 @@ if not holder then
     return {1}
   end
   join()
-  local lapse = tonumber(redis.call('ZSCORE', KEYS[3], head)) or now
-  redis.call('SET', KEYS[1], 'line ' .. head, 'PX', math.max(lapse - now, 1))
-  return {0, math.max(lapse - now, 0), 'line ' .. head}
+"#,
+    reserve_for_head!("KEYS[1]", "KEYS[2]", "KEYS[3]"),
+    r#"
+  return {0, redis.call('PTTL', KEYS[1]), 'line ' .. head}
 end
 join()
 return {0, redis.call('PTTL', KEYS[1]), holder}
@@ -348,23 +350,20 @@ return {0, redis.call('PTTL', KEYS[1]), holder}
 pub const RELEASE: &str = concat!(
     r#"
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+local head
 if redis.call('EXISTS', KEYS[3]) == 0 and ARGV[3] == '' then
   redis.call('DEL', KEYS[1])
-  if ARGV[2] == '0' then return 1 end
-  local heard = redis.pcall('PUBLISH', KEYS[2], ARGV[1])
-  if type(heard) == 'number' then return 1 + heard end
-  return 1
-end
+else
 "#,
     drop_lapsed!("KEYS[3]", "KEYS[4]"),
     r#"
-if ARGV[3] ~= '' then
+  if ARGV[3] ~= '' then
 "#,
     take_place!("KEYS[3]", "KEYS[4]", "ARGV[3]", "ARGV[4]", "ARGV[5]"),
-    r#"end
+    r#"  end
 "#,
     reserve_for_head!("KEYS[1]", "KEYS[3]", "KEYS[4]"),
-    r#"
+    r#"end
 if ARGV[2] == '0' then return 1 end
 local message = ARGV[1]
 if head then message = 'n ' .. ARGV[1] .. ' ' .. head end
@@ -387,6 +386,7 @@ redis.call('ZREM', KEYS[4], ARGV[1])
 if redis.call('ZREM', KEYS[3], ARGV[1]) == 0 then return 0 end
 local holder = redis.call('GET', KEYS[1])
 if holder == 'line ' .. ARGV[1] or (first == ARGV[1] and not holder) then
+  local head
 "#,
     drop_lapsed!("KEYS[3]", "KEYS[4]"),
     reserve_for_head!("KEYS[1]", "KEYS[3]", "KEYS[4]"),

@@ -21,7 +21,7 @@ use tokio::time::Instant;
 
 use crate::config::RedlockConfig;
 use crate::core::{self, NameKeys, Node, Place, ReleaseReply, SetReply};
-use lock_redis::notify::{Notifier, NotifyNode, Timeouts, Wake};
+use lock_redis::notify::{Notifier, NotifyNode, Subscription, Timeouts, Wake};
 
 /// What [`RedlockLock`] guarantees, as [`lock_core::DistributedLock::capabilities`] reports it.
 pub const FAULT_TOLERANCE: &str =
@@ -281,7 +281,8 @@ impl Inner {
     }
 
     /// How long a waiter's place in the nodes' line lasts unless it tries
-    /// again: twice the longest it sleeps between attempts.
+    /// again: twice the longest it sleeps between attempts (re-checks come
+    /// at most every `max_recheck`), and never less than twice the TTL.
     fn place_lasts(&self, ttl: Duration) -> Duration {
         ttl.max(self.config.max_recheck).saturating_mul(2)
     }
@@ -375,7 +376,13 @@ impl Inner {
                         let lost: Vec<usize> = (0..n)
                             .filter(|&i| !matches!(results[i], Some(Ok(SetReply::Won)) | None))
                             .collect();
-                        self.leave_line_on(lost, keys, place);
+                        if !lost.is_empty() {
+                            tokio::spawn(self.clone().leave_line(
+                                lost,
+                                keys.clone(),
+                                place.clone(),
+                            ));
+                        }
                     }
                     let settled = (!pending.is_empty()).then(|| {
                         let settled = Arc::new(SetOnce::new());
@@ -390,7 +397,7 @@ impl Inner {
                                 }
                             }
                             if let Some(place) = place {
-                                inner.leave_line_on(lost, &keys, &place);
+                                inner.leave_line(lost, keys, place).await;
                             }
                         });
                         settled
@@ -573,37 +580,39 @@ impl Inner {
         finish_in_background(pending);
     }
 
-    /// Takes `place` out of the line on the nodes `which`, in the
-    /// background (each request bounded by [`Inner::background_bound`]).
-    /// A place that cannot be removed lapses by itself.
-    fn leave_line_on(
-        self: &Arc<Self>,
+    /// Takes `place` out of the line on the nodes `which`, in parallel,
+    /// each request bounded by [`Inner::background_bound`]. A place that
+    /// cannot be removed lapses by itself.
+    async fn leave_line(
+        self: Arc<Self>,
         which: Vec<usize>,
-        keys: &Arc<NameKeys>,
-        place: &Arc<Place>,
+        keys: Arc<NameKeys>,
+        place: Arc<Place>,
     ) {
-        if which.is_empty() {
-            return;
-        }
-        let (inner, keys, place) = (self.clone(), keys.clone(), place.clone());
-        tokio::spawn(async move {
-            let limit = inner.background_bound();
-            let pending: FuturesUnordered<_> = which
-                .into_iter()
-                .map(|i| {
-                    let node = &inner.nodes[i];
-                    let leave = node.leave_line(&inner.scripts, &keys, &place.id);
-                    async move {
-                        match tokio::time::timeout(limit, leave).await {
-                            Ok(Ok(())) => {}
-                            Ok(Err(e)) => tracing::debug!(node = %node.addr, error = %e, "redlock: could not leave the line; the place lapses by itself"),
-                            Err(_) => tracing::debug!(node = %node.addr, "redlock: leaving the line timed out; the place lapses by itself"),
-                        }
+        let limit = self.background_bound();
+        let pending: FuturesUnordered<_> = which
+            .into_iter()
+            .map(|i| {
+                let node = &self.nodes[i];
+                let leave = node.leave_line(&self.scripts, &keys, &place.id);
+                async move {
+                    match tokio::time::timeout(limit, leave).await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => tracing::debug!(node = %node.addr, error = %e, "redlock: could not leave the line; the place lapses by itself"),
+                        Err(_) => tracing::debug!(node = %node.addr, "redlock: leaving the line timed out; the place lapses by itself"),
                     }
-                })
-                .collect();
-            pending.collect::<()>().await;
-        });
+                }
+            })
+            .collect();
+        pending.collect::<()>().await;
+    }
+
+    /// A subscription to `keys`' release channel that a release making
+    /// `place` the first in line wakes alone.
+    fn subscribe_for(&self, keys: &NameKeys, place: &Place) -> Subscription {
+        let mut s = self.notifier.subscribe(&keys.channel);
+        s.expect_grant(&place.id);
+        s
     }
 
     /// The waiting acquire: rounds until the lock is ours or `deadline`,
@@ -626,12 +635,11 @@ impl Inner {
         // the leaving of the line after it.
         let slack = self.config.node_timeout + self.background_bound();
         let place = Arc::new(Place::new(deadline, self.place_lasts(req.ttl), slack));
-        let leave = {
-            let (inner, keys, place) = (self.clone(), keys.clone(), place.clone());
-            CleanupOnDrop::new(async move {
-                inner.leave_line_on((0..inner.nodes.len()).collect(), &keys, &place);
-            })
-        };
+        let leave = CleanupOnDrop::new(self.clone().leave_line(
+            (0..self.nodes.len()).collect(),
+            keys.clone(),
+            place.clone(),
+        ));
         let mut contended = false;
         let mut slow_rounds = 0u32;
         let mut silent_rounds = 0u32;
@@ -707,11 +715,7 @@ impl Inner {
                             }
                             listen = s.is_confirmed();
                         }
-                        None => {
-                            let mut s = self.notifier.subscribe(&keys.channel);
-                            s.expect_grant(&place.id);
-                            sub = Some(s);
-                        }
+                        None => sub = Some(self.subscribe_for(&keys, &place)),
                     }
                     self.retry_delay()
                 }
@@ -725,8 +729,7 @@ impl Inner {
                         // Subscribe, wait for a node to confirm, then try
                         // again at once: a release between the round and the
                         // subscription published to nobody.
-                        let mut s = self.notifier.subscribe(&keys.channel);
-                        s.expect_grant(&place.id);
+                        let mut s = self.subscribe_for(&keys, &place);
                         let confirm_by =
                             deadline.min(add_saturating(now, self.config.node_timeout));
                         s.confirmed_by(confirm_by).await;

@@ -124,13 +124,11 @@ pub(crate) struct Place {
     /// When the call began, in µs of this machine's clock since the Unix
     /// epoch (an order between waiters, not a time bound).
     pub arrival_us: u64,
-    /// When the waiting call gives up.
-    pub deadline: Instant,
     /// How long a place lasts on a node unless the waiter tries again, at
     /// most.
     pub lasts: Duration,
-    /// What a place outlasts the deadline by.
-    pub slack: Duration,
+    /// No place lasts past this: the call's deadline and a little slack.
+    pub until: Instant,
 }
 
 impl Place {
@@ -138,25 +136,33 @@ impl Place {
     /// at least every `lasts / 2`; each attempt keeps the place `lasts`
     /// longer, but not past `deadline + slack`.
     pub fn new(deadline: Instant, lasts: Duration, slack: Duration) -> Self {
+        let until = add_saturating(deadline, slack);
         let arrival_us = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
         Self {
             id: lock_redis::scripts::owner_token(),
             arrival_us,
-            deadline,
             lasts,
-            slack,
+            until,
         }
+    }
+
+    /// The three script arguments of `place` (wait id, arrival, how long
+    /// the place lasts from now), or `'', 0, 0` for none.
+    fn add_args(call: &mut redis::ScriptInvocation<'_>, place: Option<&Place>) {
+        match place {
+            Some(p) => call.arg(&p.id).arg(p.arrival_us).arg(p.lasts_ms()),
+            None => call.arg("").arg(0).arg(0),
+        };
     }
 
     /// How long a place taken or renewed now lasts, in ms: `lasts`, but
     /// not past the call's deadline (plus `slack`). A waiter that gave up
     /// and could not leave the line (a node it could not reach) then holds
     /// no one up for longer than it would have waited.
-    pub fn lasts_ms(&self) -> u64 {
-        let left =
-            add_saturating(self.deadline, self.slack).saturating_duration_since(Instant::now());
+    fn lasts_ms(&self) -> u64 {
+        let left = self.until.saturating_duration_since(Instant::now());
         u64::try_from(self.lasts.min(left).as_millis())
             .unwrap_or(u64::MAX)
             .max(1)
@@ -348,10 +354,7 @@ impl Node {
                     .key(&*keys.lapse)
                     .arg(token)
                     .arg(ttl_ms);
-                match place {
-                    Some(p) => call.arg(&p.id).arg(p.arrival_us).arg(p.lasts_ms()),
-                    None => call.arg("").arg(0).arg(0),
-                };
+                Place::add_args(&mut call, place);
                 call.invoke_async(&mut c).await
             })
             .await?;
@@ -416,10 +419,7 @@ impl Node {
                     .key(&*keys.lapse)
                     .arg(token)
                     .arg(if announce { "1" } else { "0" });
-                match rejoin {
-                    Some(p) => call.arg(&p.id).arg(p.arrival_us).arg(p.lasts_ms()),
-                    None => call.arg("").arg(0).arg(0),
-                };
+                Place::add_args(&mut call, rejoin);
                 call.invoke_async(&mut c).await
             })
             .await?;

@@ -1093,7 +1093,9 @@ async fn a_release_wakes_only_the_first_in_line() {
     const WAITERS: usize = 3;
     let set = start_set();
     let name = lock_name("first-in-line");
-    let ttl = Duration::from_secs(10);
+    // Long enough that no guard renews (a renewal reads the key too) while
+    // the test counts reads.
+    let ttl = Duration::from_secs(60);
     let holder = RedlockLock::connect(config(&set)).await.unwrap();
     let mut held = holder.acquire(&name, &opts(ttl)).await.unwrap();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
