@@ -12,8 +12,8 @@ use lock_core::{
 };
 use tokio::time::Instant;
 
+use crate::client::{ttl_millis, AcquireReply, Client};
 use crate::config::RedisLockConfig;
-use crate::core::{ttl_millis, AcquireReply, Core};
 use crate::notify::{Notifier, NotifyNode, Subscription, Timeouts, Wake};
 use crate::primitive::{self, Intent, Primitive};
 use crate::scripts::{owner_token, Keys};
@@ -34,14 +34,14 @@ pub struct RedisLock {
 }
 
 struct Inner {
-    core: Arc<Core>,
+    client: Arc<Client>,
     notifier: Notifier,
 }
 
 impl fmt::Debug for RedisLock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisLock")
-            .field("config", &self.inner.core.config)
+            .field("config", &self.inner.client.config)
             .finish_non_exhaustive()
     }
 }
@@ -63,30 +63,30 @@ impl RedisLock {
     /// within `config.connect_timeout`, with `Unauthorized` when it rejects
     /// the credentials. Must be called within a tokio runtime.
     pub async fn connect(config: RedisLockConfig) -> Result<RedisLock, LockError> {
-        let core = Core::connect(config).await?;
+        let client = Client::connect(config).await?;
         let notifier = Notifier::start(
             vec![NotifyNode {
-                addr: core.config.redacted_url(),
-                client: core.client.clone(),
+                addr: client.config.redacted_url(),
+                client: client.redis.clone(),
             }],
             Timeouts {
-                connect: core.config.connect_timeout,
-                request: core.config.request_timeout,
+                connect: client.config.connect_timeout,
+                request: client.config.request_timeout,
             },
         );
         Ok(RedisLock {
-            inner: Arc::new(Inner { core, notifier }),
+            inner: Arc::new(Inner { client, notifier }),
         })
     }
 
     /// The configuration this client was connected with.
     pub fn config(&self) -> &RedisLockConfig {
-        &self.inner.core.config
+        &self.inner.client.config
     }
 
     /// The Redis keys of lock `name` (lock key, fencing counter, release channel).
     pub fn keys(&self, name: &LockName) -> Keys {
-        Keys::new(&self.inner.core.config.key_prefix, name.as_str())
+        Keys::new(&self.inner.client.config.key_prefix, name.as_str())
     }
 
     /// One attempt: the primitive's acquire script with a fresh owner
@@ -97,7 +97,7 @@ impl RedisLock {
         keys: &Keys,
         intent: Option<&Intent>,
     ) -> Result<Attempt> {
-        let core = self.inner.core.clone();
+        let client = self.inner.client.clone();
         let primitive = Primitive::of(req.mode)?;
         let token = owner_token();
         let start = Instant::now();
@@ -107,21 +107,21 @@ impl RedisLock {
         // (compare-and-delete with our token) in the background rather than
         // leave a phantom lock held until its TTL.
         let cleanup = CleanupOnDrop::new(release_lost_acquire(
-            core.clone(),
+            client.clone(),
             primitive,
             keys.clone(),
             token.clone(),
             start + req.ttl,
         ));
         match primitive
-            .acquire(&core, keys, &token, ttl_millis(req.ttl), intent)
+            .acquire(&client, keys, &token, ttl_millis(req.ttl), intent)
             .await
         {
             Ok(AcquireReply::Acquired(fence)) => {
                 cleanup.disarm();
                 let server_key = primitive.server_key(&keys.lock).into_owned();
                 let handle = RedisLease {
-                    core,
+                    client,
                     primitive,
                     lock: keys.lock.as_str().into(),
                     token: token.into(),
@@ -157,7 +157,7 @@ impl RedisLock {
         match self.attempt(req, keys, intent).await {
             Err(err)
                 if err.kind() == LockErrorKind::Unavailable
-                    && started.elapsed() < self.inner.core.config.request_timeout =>
+                    && started.elapsed() < self.inner.client.config.request_timeout =>
             {
                 tracing::debug!(key = %keys.lock, error = %err, "distlock redis: attempt failed on a broken connection; retrying once");
                 self.attempt(req, keys, intent).await
@@ -188,7 +188,7 @@ impl RedisLock {
         let mut sub = self.subscribe(primitive, keys);
         let confirm_by = deadline.min(add_saturating(
             Instant::now(),
-            self.inner.core.config.request_timeout,
+            self.inner.client.config.request_timeout,
         ));
         if !sub.confirmed_by(confirm_by).await {
             tracing::debug!(key = %keys.lock, "distlock redis: release channel not confirmed in time; re-checking at the holder's TTL until it is");
@@ -227,16 +227,16 @@ impl RedisLock {
         keys: &Keys,
         deadline: Instant,
     ) -> Result<Option<Lease>> {
-        let core = &self.inner.core;
+        let client = &self.inner.client;
         let token = owner_token();
         let ttl_ms = ttl_millis(req.ttl);
         // A waiter re-tries at least every `max_recheck`; its place outlasts that twice.
-        let lasts_ms = ttl_millis(2 * req.ttl.max(core.config.max_recheck));
+        let lasts_ms = ttl_millis(2 * req.ttl.max(client.config.max_recheck));
         let leave = {
-            let (core, keys, token) = (core.clone(), keys.clone(), token.clone());
+            let (client, keys, token) = (client.clone(), keys.clone(), token.clone());
             let member = format!("{token} {ttl_ms}");
             CleanupOnDrop::new(async move {
-                if let Err(err) = core.release(&keys, &token, Some(&member)).await {
+                if let Err(err) = client.release(&keys, &token, Some(&member)).await {
                     tracing::debug!(key = %keys.lock, error = %err, "distlock redis: could not leave the queue; the place lapses by itself and a lock handed over meanwhile expires with its TTL");
                 }
             })
@@ -277,7 +277,7 @@ impl RedisLock {
                 // next attempt finds the lock already ours.
                 let mut fresh = self.inner.notifier.subscribe(&keys.released);
                 fresh.expect_grant(&token);
-                let confirm_by = deadline.min(add_saturating(now, core.config.request_timeout));
+                let confirm_by = deadline.min(add_saturating(now, client.config.request_timeout));
                 if !fresh.confirmed_by(confirm_by).await {
                     tracing::debug!(key = %keys.lock, "distlock redis: release channel not confirmed in time; re-checking at the holder's TTL until it is");
                 }
@@ -318,15 +318,15 @@ impl RedisLock {
         ttl_ms: u64,
         lasts_ms: u64,
     ) -> Result<(AcquireReply, u64)> {
-        let (core, queued) = (&self.inner.core, Some(lasts_ms));
+        let (client, queued) = (&self.inner.client, Some(lasts_ms));
         let started = Instant::now();
-        match core.acquire(keys, token, ttl_ms, queued).await {
+        match client.acquire(keys, token, ttl_ms, queued).await {
             Err(err)
                 if err.kind() == LockErrorKind::Unavailable
-                    && started.elapsed() < core.config.request_timeout =>
+                    && started.elapsed() < client.config.request_timeout =>
             {
                 tracing::debug!(key = %keys.lock, error = %err, "distlock redis: attempt failed on a broken connection; retrying once");
-                core.acquire(keys, token, ttl_ms, queued).await
+                client.acquire(keys, token, ttl_ms, queued).await
             }
             other => other,
         }
@@ -343,7 +343,7 @@ impl RedisLock {
         waited: bool,
     ) -> Lease {
         let handle = RedisLease {
-            core: self.inner.core.clone(),
+            client: self.inner.client.clone(),
             primitive: Primitive::Mutex,
             lock: keys.lock.as_str().into(),
             token: token.into(),
@@ -356,7 +356,7 @@ impl RedisLock {
 
     /// How long to sleep, without a notification, before the next attempt.
     fn recheck_delay(&self, pttl: i64) -> Duration {
-        let cap = self.inner.core.config.max_recheck;
+        let cap = self.inner.client.config.max_recheck;
         match u64::try_from(pttl) {
             // The key expires after `pttl` ms: try right after.
             Ok(ms) => Duration::from_millis(ms.saturating_add(1)).min(cap),
@@ -378,7 +378,7 @@ impl RedisLock {
 /// The background compare-and-delete after an acquire whose reply was lost:
 /// tried until it gets an answer, or until the key would have expired anyway.
 async fn release_lost_acquire(
-    core: Arc<Core>,
+    client: Arc<Client>,
     primitive: Primitive,
     keys: Keys,
     token: String,
@@ -386,7 +386,7 @@ async fn release_lost_acquire(
 ) {
     let mut delay = Duration::from_millis(25);
     loop {
-        match primitive.release(&core, &keys, &token).await {
+        match primitive.release(&client, &keys, &token).await {
             Ok(true) => {
                 tracing::info!(key = %keys.lock, "distlock redis: removed a lock taken by an acquire whose reply was lost");
                 return;
@@ -440,12 +440,12 @@ impl LockBackend for RedisLock {
         // twice the longest time between two of its attempts.
         let intent = matches!(primitive, Primitive::Read | Primitive::Write).then(|| Intent {
             id: owner_token(),
-            lasts_ms: ttl_millis(2 * req.ttl.max(self.inner.core.config.max_recheck)),
+            lasts_ms: ttl_millis(2 * req.ttl.max(self.inner.client.config.max_recheck)),
         });
         let withdraw = intent.clone().map(|intent| {
-            let (core, keys) = (self.inner.core.clone(), keys.clone());
+            let (client, keys) = (self.inner.client.clone(), keys.clone());
             CleanupOnDrop::new(async move {
-                if let Err(err) = primitive::withdraw(&core, &keys, primitive, &intent).await {
+                if let Err(err) = primitive::withdraw(&client, &keys, primitive, &intent).await {
                     tracing::debug!(key = %keys.rw, error = %err, "distlock redis: could not leave the read-write queue; the place lapses by itself");
                 }
             })
@@ -462,7 +462,7 @@ impl LockBackend for RedisLock {
 
     async fn inspect(&self, name: &LockName) -> Result<LockStatus> {
         let keys = self.keys(name);
-        let seen = self.inner.core.inspect(&keys).await?;
+        let seen = self.inner.client.inspect(&keys).await?;
         let ttl_remaining = u64::try_from(seen.pttl).ok().map(Duration::from_millis);
         Ok(LockStatus::new(seen.pttl != -2)
             .with_token(seen.counter.filter(|c| *c > 0).map(FencingToken::new))
@@ -474,10 +474,10 @@ impl LockBackend for RedisLock {
     /// owner is the first 8 digits of the holder's token (the whole token
     /// would let anyone release the lock).
     async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<(LockName, LockStatus)>> {
-        let key_prefix = &self.inner.core.config.key_prefix;
+        let key_prefix = &self.inner.client.config.key_prefix;
         let mut out: Vec<(LockName, LockStatus)> = self
             .inner
-            .core
+            .client
             .list(prefix)
             .await?
             .into_iter()
@@ -506,7 +506,7 @@ pub(crate) fn owner_hint(token: &str) -> String {
 /// there may be many): the other keys derive from it when a release or a
 /// downgrade needs them.
 struct RedisLease {
-    core: Arc<Core>,
+    client: Arc<Client>,
     primitive: Primitive,
     lock: Box<str>,
     token: Box<str>,
@@ -525,7 +525,7 @@ impl LeaseHandle for RedisLease {
         // the request that carried it was sent.
         match self
             .primitive
-            .renew(&self.core, &self.lock, &self.token, ttl)
+            .renew(&self.client, &self.lock, &self.token, ttl)
             .await?
         {
             Some(sent) => Ok(Renewal::Renewed {
@@ -537,7 +537,7 @@ impl LeaseHandle for RedisLease {
 
     async fn release(&self) -> Result<bool> {
         self.primitive
-            .release(&self.core, &self.keys(), &self.token)
+            .release(&self.client, &self.keys(), &self.token)
             .await
     }
 
@@ -553,10 +553,10 @@ impl LeaseHandle for RedisLease {
         }
         let start = Instant::now();
         let keys = self.keys();
-        match primitive::downgrade(&self.core, &keys, &self.token, ttl_millis(ttl)).await? {
+        match primitive::downgrade(&self.client, &keys, &self.token, ttl_millis(ttl)).await? {
             Some(fence) => {
                 let handle = RedisLease {
-                    core: self.core.clone(),
+                    client: self.client.clone(),
                     primitive: Primitive::Read,
                     lock: self.lock.clone(),
                     token: self.token.clone(),

@@ -2,8 +2,8 @@
 #![deny(missing_docs)]
 
 mod backend;
+mod client;
 mod config;
-mod core;
 pub mod notify;
 mod primitive;
 pub mod renew;

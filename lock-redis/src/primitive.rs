@@ -8,7 +8,7 @@ use std::time::Duration;
 use lock_core::{LockError, LockErrorKind, LockMode, Result};
 use tokio::time::Instant;
 
-use crate::core::{AcquireReply, Core};
+use crate::client::{AcquireReply, Client};
 use crate::renew::{LeaseKind, RenewItem};
 use crate::scripts::Keys;
 
@@ -80,7 +80,7 @@ impl Primitive {
     /// read-write lock that will wait passes its place (`intent`).
     pub(crate) async fn acquire(
         self,
-        core: &Core,
+        client: &Client,
         keys: &Keys,
         token: &str,
         ttl_ms: u64,
@@ -88,29 +88,31 @@ impl Primitive {
     ) -> Result<AcquireReply> {
         let ttl = ttl_ms.to_string();
         let (acquired, value): (i64, i64) = match self {
-            Self::Mutex => return Ok(core.acquire(keys, token, ttl_ms, None).await?.0),
+            Self::Mutex => return Ok(client.acquire(keys, token, ttl_ms, None).await?.0),
             Self::Read | Self::Write => {
                 let lasts = intent.map(|i| i.lasts_ms.to_string()).unwrap_or_default();
                 let id = intent.map(|i| i.id.as_str()).unwrap_or("");
                 let side = if self == Self::Write { "w" } else { "r" };
-                core.eval(
-                    "acquire",
-                    |s| &s.acquire_rw,
-                    &[&keys.rw, &keys.rw_queue, &keys.fencing, &keys.rw_lapse],
-                    &[token, &ttl, side, id, &lasts],
-                    false,
-                )
-                .await?
+                client
+                    .eval(
+                        "acquire",
+                        |s| &s.acquire_rw,
+                        &[&keys.rw, &keys.rw_queue, &keys.fencing, &keys.rw_lapse],
+                        &[token, &ttl, side, id, &lasts],
+                        false,
+                    )
+                    .await?
             }
             Self::Permit(permits) => {
-                core.eval(
-                    "acquire",
-                    |s| &s.acquire_permit,
-                    &[&keys.permits, &keys.fencing],
-                    &[token, &ttl, &permits.to_string()],
-                    false,
-                )
-                .await?
+                client
+                    .eval(
+                        "acquire",
+                        |s| &s.acquire_permit,
+                        &[&keys.permits, &keys.fencing],
+                        &[token, &ttl, &permits.to_string()],
+                        false,
+                    )
+                    .await?
             }
         };
         match (acquired, u64::try_from(value)) {
@@ -132,7 +134,7 @@ impl Primitive {
     /// it no longer holds.
     pub(crate) async fn renew(
         self,
-        core: &Core,
+        client: &Client,
         lock: &str,
         token: &str,
         ttl: Duration,
@@ -142,38 +144,41 @@ impl Primitive {
             Self::Read | Self::Write => LeaseKind::ReadWrite,
             Self::Permit(_) => LeaseKind::Permit,
         };
-        core.renew(RenewItem {
-            kind,
-            key: self.server_key(lock).into_owned(),
-            token: token.to_string(),
-            ttl,
-        })
-        .await
+        client
+            .renew(RenewItem {
+                kind,
+                key: self.server_key(lock).into_owned(),
+                token: token.to_string(),
+                ttl,
+            })
+            .await
     }
 
     /// Removes `token`'s lease and publishes; `false` if it no longer held.
-    pub(crate) async fn release(self, core: &Core, keys: &Keys, token: &str) -> Result<bool> {
+    pub(crate) async fn release(self, client: &Client, keys: &Keys, token: &str) -> Result<bool> {
         let n: i64 = match self {
-            Self::Mutex => return core.release(keys, token, None).await,
+            Self::Mutex => return client.release(keys, token, None).await,
             Self::Read | Self::Write => {
-                core.eval(
-                    "release",
-                    |s| &s.release_rw,
-                    &[&keys.rw, &keys.rw_released],
-                    &[token],
-                    false,
-                )
-                .await?
+                client
+                    .eval(
+                        "release",
+                        |s| &s.release_rw,
+                        &[&keys.rw, &keys.rw_released],
+                        &[token],
+                        false,
+                    )
+                    .await?
             }
             Self::Permit(_) => {
-                core.eval(
-                    "release",
-                    |s| &s.release_permit,
-                    &[&keys.permits, &keys.permits_released],
-                    &[token],
-                    false,
-                )
-                .await?
+                client
+                    .eval(
+                        "release",
+                        |s| &s.release_permit,
+                        &[&keys.permits, &keys.permits_released],
+                        &[token],
+                        false,
+                    )
+                    .await?
             }
         };
         Ok(n == 1)
@@ -183,12 +188,12 @@ impl Primitive {
 /// Turns `token`'s write lease into a read lease for `ttl_ms`, in place;
 /// the read lease's new fencing token, or `None` if the write lease is gone.
 pub(crate) async fn downgrade(
-    core: &Core,
+    client: &Client,
     keys: &Keys,
     token: &str,
     ttl_ms: u64,
 ) -> Result<Option<u64>> {
-    let (done, fence): (i64, i64) = core
+    let (done, fence): (i64, i64) = client
         .eval(
             "downgrade",
             |s| &s.downgrade_rw,
@@ -210,7 +215,7 @@ pub(crate) async fn downgrade(
 /// A waiter of the read-write lock gives up its place, and the waiters
 /// behind it are told.
 pub(crate) async fn withdraw(
-    core: &Core,
+    client: &Client,
     keys: &Keys,
     side: Primitive,
     intent: &Intent,
@@ -220,7 +225,7 @@ pub(crate) async fn withdraw(
         if side == Primitive::Write { "w" } else { "r" },
         intent.id
     );
-    let _: i64 = core
+    let _: i64 = client
         .eval(
             "withdraw a waiter",
             |s| &s.withdraw_waiter,

@@ -452,7 +452,7 @@ pub async fn send_batch<C: redis::aio::ConnectionLike + Send>(
         call.key(&item.key)
             .arg(item.kind.code())
             .arg(&item.token)
-            .arg(crate::core::ttl_millis(item.ttl));
+            .arg(crate::client::ttl_millis(item.ttl));
     }
     let reply: Vec<Value> = call.invoke_async(conn).await?;
     parse_reply(reply, items.len())

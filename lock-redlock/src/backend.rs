@@ -20,7 +20,7 @@ use tokio::sync::SetOnce;
 use tokio::time::Instant;
 
 use crate::config::RedlockConfig;
-use crate::core::{self, NameKeys, Node, Place, ReleaseReply, SetReply};
+use crate::node::{self, NameKeys, Node, Place, ReleaseReply, SetReply};
 use lock_redis::notify::{Notifier, NotifyNode, Subscription, Timeouts, Wake};
 
 /// What [`RedlockLock`] guarantees, as [`lock_core::DistributedLock::capabilities`] reports it.
@@ -200,8 +200,8 @@ where
             async move {
                 let outcome = match tokio::time::timeout(limit, request).await {
                     Ok(Ok(v)) => Ok(v),
-                    Ok(Err(e)) => Err(core::failed(&inner.nodes[i], &e)),
-                    Err(_) => Err(core::timed_out(&inner.nodes[i], limit)),
+                    Ok(Err(e)) => Err(node::failed(&inner.nodes[i], &e)),
+                    Err(_) => Err(node::timed_out(&inner.nodes[i], limit)),
                 };
                 (i, outcome)
             }
@@ -238,7 +238,7 @@ fn silent(inner: &Inner, heard: &[bool]) -> Vec<NodeFailure> {
         .iter()
         .enumerate()
         .filter(|(_, h)| !**h)
-        .map(|(i, _)| core::timed_out(&inner.nodes[i], inner.config.node_timeout))
+        .map(|(i, _)| node::timed_out(&inner.nodes[i], inner.config.node_timeout))
         .collect()
 }
 
@@ -1016,7 +1016,7 @@ impl LeaseHandle for RedlockLease {
         // later only if the machine is too busy to run the batch's timer)
         // before its request goes out, and the node timeout counts from
         // that send: each node's batch gives up `node_timeout` after it was
-        // sent (see `core::NodeBatch`), so every node has answered or failed
+        // sent (see `node::NodeBatch`), so every node has answered or failed
         // by then. Counting the node timeout from here instead would let a
         // late timer on a loaded machine fail whole batches of healthy
         // renewals. `decide_by` is only a backstop; the validity check below

@@ -214,7 +214,7 @@ impl RedlockConfig {
         }
         let mut seen = HashSet::new();
         for url in &self.nodes {
-            let info = crate::core::node_client(url, &self.tls)?;
+            let info = crate::node::node_client(url, &self.tls)?;
             let addr = info.get_connection_info().addr().to_string();
             if !seen.insert(addr.clone()) {
                 return Err(LockError::invalid(format!(

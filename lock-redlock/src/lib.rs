@@ -3,7 +3,7 @@
 
 mod backend;
 mod config;
-mod core;
+mod node;
 
 pub use backend::{RedlockLock, FAULT_TOLERANCE};
 pub use config::RedlockConfig;

@@ -66,15 +66,16 @@ pub(crate) fn map_error(what: &str, failure: Failure) -> LockError {
 }
 
 /// The connection and the scripts, shared by a client, its clones and its guards.
-pub(crate) struct Core {
+pub(crate) struct Client {
     pub(crate) config: RedisLockConfig,
-    pub(crate) client: redis::Client,
+    /// The `redis` crate's client (for the notifier's own connection).
+    pub(crate) redis: redis::Client,
     conn: ConnectionManager,
     scripts: Scripts,
     /// [`RENEW_BATCH`], the one script every renewal runs in.
     renew_script: redis::Script,
     /// This client's renewals, one request per batch (see [`crate::renew`]).
-    renewals: Batcher<BatchOnCore>,
+    renewals: Batcher<BatchOnClient>,
 }
 
 /// What the acquire script answered.
@@ -95,7 +96,7 @@ pub(crate) struct Inspection {
     pub(crate) counter: Option<u64>,
 }
 
-impl Core {
+impl Client {
     /// Connects within `config.connect_timeout` and loads the scripts.
     pub(crate) async fn connect(config: RedisLockConfig) -> Result<Arc<Self>> {
         config.validate()?;
@@ -133,11 +134,11 @@ impl Core {
         match connected {
             Err(_) => Err(map_error(&what, Failure::TimedOut(config.connect_timeout))),
             Ok(Err(e)) => Err(map_error(&what, Failure::Redis(e))),
-            Ok(Ok((conn, scripts))) => Ok(Arc::new_cyclic(|core| {
-                let renewals = Batcher::new(BatchOnCore(core.clone()), config.renew_batching);
+            Ok(Ok((conn, scripts))) => Ok(Arc::new_cyclic(|this| {
+                let renewals = Batcher::new(BatchOnClient(this.clone()), config.renew_batching);
                 Self {
                     config,
-                    client,
+                    redis: client,
                     conn,
                     scripts,
                     renew_script: redis::Script::new(RENEW_BATCH),
@@ -149,7 +150,7 @@ impl Core {
 
     /// Runs `script` (picked from the loaded scripts) with `keys` and
     /// `args` as one request; `idempotent` ones are retried once after a
-    /// dropped connection (see [`Core::request_idempotent`]).
+    /// dropped connection (see [`Client::request_idempotent`]).
     pub(crate) async fn eval<T: redis::FromRedisValue>(
         &self,
         what: &'static str,
@@ -188,7 +189,7 @@ impl Core {
             .map_err(|f| map_error(what, f))
     }
 
-    /// [`Core::request`] without the mapping.
+    /// [`Client::request`] without the mapping.
     async fn request_raw<T>(
         &self,
         what: &'static str,
@@ -203,7 +204,7 @@ impl Core {
         }
     }
 
-    /// Like [`Core::request`] for an idempotent request: a fast failure on a
+    /// Like [`Client::request`] for an idempotent request: a fast failure on a
     /// broken connection (not a timeout) is retried once, on the connection
     /// the manager is re-establishing meanwhile.
     async fn request_idempotent<T, F, Fut>(&self, what: &'static str, make: F) -> Result<T>
@@ -216,7 +217,7 @@ impl Core {
             .map_err(|f| map_error(what, f))
     }
 
-    /// [`Core::request_idempotent`] without the mapping.
+    /// [`Client::request_idempotent`] without the mapping.
     async fn request_idempotent_raw<T, F, Fut>(
         &self,
         what: &'static str,
@@ -387,21 +388,22 @@ fn on_mutex_keys<'a>(script: &'a redis::Script, keys: &Keys) -> redis::ScriptInv
 /// batch through the client's connection, within the request timeout,
 /// retried once after a dropped connection (extending is idempotent), as a
 /// single renewal always was.
-pub(crate) struct BatchOnCore(Weak<Core>);
+pub(crate) struct BatchOnClient(Weak<Client>);
 
-impl BatchSender for BatchOnCore {
+impl BatchSender for BatchOnClient {
     type Error = Failure;
 
     async fn send(&self, items: Vec<RenewItem>) -> std::result::Result<Vec<KeyOutcome>, Failure> {
-        let Some(core) = self.0.upgrade() else {
+        let Some(client) = self.0.upgrade() else {
             return Err(Failure::Abandoned);
         };
-        core.request_idempotent_raw("renew", || {
-            let mut conn = core.conn.clone();
-            let (script, items) = (&core.renew_script, &items);
-            async move { crate::renew::send_batch(&mut conn, script, items).await }
-        })
-        .await
+        client
+            .request_idempotent_raw("renew", || {
+                let mut conn = client.conn.clone();
+                let (script, items) = (&client.renew_script, &items);
+                async move { crate::renew::send_batch(&mut conn, script, items).await }
+            })
+            .await
     }
 
     fn abandoned(&self) -> Failure {
