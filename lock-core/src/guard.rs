@@ -3,6 +3,7 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -246,20 +247,89 @@ pub struct LockGuard {
     commands: Commands,
 }
 
-/// The guard's side of its keeper's command queue: dropping it (the guard
-/// dropped) closes the queue, which makes the keeper release and exit.
-struct Commands(Arc<Mailbox<Command>>);
+/// The guard's side of its link to the keeper: dropping it (the guard
+/// dropped) closes the command queue, which makes the keeper release and
+/// exit (or only exit, once the guard took the release over).
+struct Commands(Arc<Link>);
 
 impl Commands {
     /// Hands `cmd` to the keeper; gives it back if the keeper is gone.
     fn send(&self, cmd: Command) -> std::result::Result<(), Command> {
-        self.0.post(cmd)
+        self.0.commands.post(cmd)
     }
 }
 
 impl Drop for Commands {
     fn drop(&mut self) {
-        self.0.close();
+        self.0.commands.close();
+    }
+}
+
+/// What a guard and its keeper share: the keeper's command queue, the
+/// lease, the published state, and whose turn it is to act on the lease.
+///
+/// The keeper acts (renews, reacts to session news, extends, releases) in
+/// turns; between them it is idle. A release that finds it idle is done in
+/// the caller's task, and the keeper then ends without touching the lease:
+/// a release costs the caller no hop to the keeper's task and back, which
+/// on a busy runtime is two thread wake-ups. A release that finds the
+/// keeper busy queues behind its turn, as before.
+struct Link {
+    commands: Mailbox<Command>,
+    /// [`IDLE`], [`KEEPER_ACTS`], [`GUARD_RELEASES`] or [`KEEPER_ENDED`].
+    turn: AtomicU8,
+    handle: Box<dyn LeaseHandle>,
+    /// The published state, with the suspend mark of its validity (stored
+    /// after the state is published, so a racing reader errs early).
+    state: Publisher,
+    backend: &'static str,
+    acquired_at: Instant,
+}
+
+/// The keeper waits; either side may take the next turn.
+const IDLE: u8 = 0;
+/// The keeper is acting on the lease.
+const KEEPER_ACTS: u8 = 1;
+/// The guard is releasing in its own task; the keeper never acts again.
+const GUARD_RELEASES: u8 = 2;
+/// The keeper task is gone.
+const KEEPER_ENDED: u8 = 3;
+
+impl Link {
+    fn take_turn(&self, who: u8) -> bool {
+        self.turn
+            .compare_exchange(IDLE, who, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// The keeper's turn ends; the guard may take the next.
+    fn keeper_idles(&self) {
+        let _ = self
+            .turn
+            .compare_exchange(KEEPER_ACTS, IDLE, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    fn record_hold(&self) {
+        metrics::histogram!(m::HOLD_DURATION, "backend" => self.backend)
+            .record(self.acquired_at.elapsed().as_secs_f64());
+    }
+}
+
+/// A release made in the caller's task that is cancelled before the
+/// server answered (its future dropped) goes on in the background, as a
+/// release by the keeper would: the lock is not left to its TTL.
+struct ReleaseUnlessDone(Option<Arc<Link>>);
+
+impl Drop for ReleaseUnlessDone {
+    fn drop(&mut self) {
+        let Some(link) = self.0.take() else { return };
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                if let Err(err) = link.handle.release().await {
+                    tracing::debug!(backend = link.backend, error = %err, "distlock: background release failed; the lock expires with its TTL");
+                }
+            });
+        }
     }
 }
 
@@ -275,7 +345,6 @@ impl LockGuard {
             },
             grant.mark.as_nanos(),
         );
-        let commands = Arc::new(Mailbox::new());
         let token = lease.token.map(|t| t.get());
         let span = tracing::info_span!(
             "distlock.guard",
@@ -286,17 +355,21 @@ impl LockGuard {
         );
         metrics::gauge!(m::HELD, "backend" => grant.backend).increment(1.0);
         let now = Instant::now();
-        let keeper = Keeper {
+        let link = Arc::new(Link {
+            commands: Mailbox::new(),
+            turn: AtomicU8::new(IDLE),
             handle: lease.handle,
-            events: lease.events,
-            commands: commands.clone(),
             state: state_tx,
+            backend: grant.backend,
+            acquired_at: now,
+        });
+        let keeper = Keeper {
+            link: link.clone(),
+            events: lease.events,
             resumes: clock::resumes(),
             ttl: grant.ttl,
             keep_alive: grant.keep_alive,
-            backend: grant.backend,
             name: grant.name.clone(),
-            acquired_at: now,
             last_renewal: now,
             warned_late: false,
             gauged: Gauged::Held,
@@ -314,7 +387,7 @@ impl LockGuard {
                 state: state_rx,
                 span,
             },
-            commands: Commands(commands),
+            commands: Commands(link),
         }
     }
 
@@ -387,12 +460,35 @@ impl LockGuard {
 
     /// Releases the lock. `Ok(true)` if it was still ours, `Ok(false)` if it
     /// had already been lost (so a later holder's lock was left alone).
+    ///
+    /// Dropping the returned future before it completes does not leave the
+    /// lock behind: the release goes on in the background.
     pub async fn release(self) -> Result<bool> {
-        let (tx, rx) = oneshot::channel();
-        if self.commands.send(Command::Release(tx)).is_err() {
+        let link = self.commands.0.clone();
+        if !link.take_turn(GUARD_RELEASES) {
+            // The keeper is acting on the lease (or gone): it releases once
+            // its turn ends.
+            let (tx, rx) = oneshot::channel();
+            if self.commands.send(Command::Release(tx)).is_err() {
+                return Ok(false);
+            }
+            return rx.await.unwrap_or(Ok(false));
+        }
+        // The keeper was idle and never acts again: release here, as its
+        // `finish` would. Dropping the guard lets the keeper task end.
+        let LockGuard { view, commands } = self;
+        drop(commands);
+        let published = link.state.borrow().clone();
+        if matches!(published, GuardState::Lost { .. } | GuardState::Released) {
             return Ok(false);
         }
-        rx.await.unwrap_or(Ok(false))
+        link.record_hold();
+        let expired = view.state().valid_until().is_none();
+        link.state.send_replace(GuardState::Released);
+        let mut pending = ReleaseUnlessDone(Some(link.clone()));
+        let released = link.handle.release().instrument(view.span).await;
+        pending.0 = None;
+        released_outcome(released, expired, link.backend, &view.name)
     }
 
     /// Hands the lease to the backend's downgrade (write -> read) and ends
@@ -456,13 +552,10 @@ enum Gauged {
 /// The background task behind a guard. It owns the lease handle; dropping the
 /// guard closes its command channel, which makes it release and exit.
 struct Keeper {
-    handle: Box<dyn LeaseHandle>,
+    /// Shared with the guard. Its command queue is closed by the guard when
+    /// it is dropped, by this task when it ends.
+    link: Arc<Link>,
     events: Option<BoxStream<'static, LeaseEvent>>,
-    /// Closed by the guard when it is dropped, by this task when it ends.
-    commands: Arc<Mailbox<Command>>,
-    /// The published state, with the suspend mark of its validity (stored
-    /// after the state is published, so a racing reader errs early).
-    state: Publisher,
     /// Changes after every resume from a machine suspension.
     resumes: watch::Receiver<u64>,
     /// The last successful renewal (or the acquisition).
@@ -473,9 +566,7 @@ struct Keeper {
     gauged: Gauged,
     ttl: Duration,
     keep_alive: KeepAlive,
-    backend: &'static str,
     name: LockName,
-    acquired_at: Instant,
     /// The lock was lost and its server state already removed.
     given_up: bool,
     /// Validity from the acquisition or the last renewal.
@@ -501,12 +592,12 @@ impl Keeper {
     }
 
     fn current(&self) -> GuardState {
-        self.state.borrow().clone()
+        self.link.state.borrow().clone()
     }
 
     /// Moves this guard between the held and suspended gauges (or off both).
     fn sync_gauges(&mut self) {
-        let now = match *self.state.borrow() {
+        let now = match *self.link.state.borrow() {
             GuardState::Held { .. } => Gauged::Held,
             GuardState::Suspended { .. } => Gauged::Suspended,
             _ => Gauged::Ended,
@@ -518,7 +609,7 @@ impl Keeper {
         if now == self.gauged {
             return;
         }
-        let backend = self.backend;
+        let backend = self.link.backend;
         if self.gauged == Gauged::Suspended {
             metrics::gauge!(m::SUSPENDED, "backend" => backend).decrement(1.0);
         }
@@ -545,7 +636,9 @@ impl Keeper {
         self.warned_late = false;
         self.own_until = clock::corrected(own_until, mark);
         let valid_until = self.effective_until();
-        self.state.send_replace(GuardState::Held { valid_until });
+        self.link
+            .state
+            .send_replace(GuardState::Held { valid_until });
         valid_until
     }
 
@@ -557,7 +650,7 @@ impl Keeper {
         let could_have_set = clock::corrected(validity(sent, ttl), mark);
         self.own_until = self.own_until.min(could_have_set);
         let valid_until = self.effective_until();
-        self.state.send_if_modified(|st| match st {
+        self.link.state.send_if_modified(|st| match st {
             GuardState::Held { .. } | GuardState::Suspended { .. } => {
                 *st = GuardState::Suspended {
                     valid_until,
@@ -572,16 +665,17 @@ impl Keeper {
     /// Applies the suspended time since the last published mark to the
     /// stored bounds and the published state, and moves the mark to now.
     fn rebase(&mut self) {
-        let mark = SuspendMark::from_nanos(self.state.mark());
+        let mark = SuspendMark::from_nanos(self.link.state.mark());
         let lost = mark.since();
         if lost.is_zero() {
             return;
         }
         self.own_until = clock::corrected(self.own_until, mark);
         self.session_until = self.session_until.map(|s| clock::corrected(s, mark));
-        self.state
+        self.link
+            .state
             .send_modify(|st| *st = st.clone().corrected(mark));
-        self.state.set_mark(SuspendMark::now().as_nanos());
+        self.link.state.set_mark(SuspendMark::now().as_nanos());
     }
 
     /// The machine was suspended: the validity shrinks by the time it was
@@ -606,7 +700,7 @@ impl Keeper {
         self.warned_late = false;
         self.session_until = Some(until);
         let valid_until = self.effective_until();
-        self.state.send_if_modified(|st| match st {
+        self.link.state.send_if_modified(|st| match st {
             GuardState::Held { .. } | GuardState::Suspended { .. } => {
                 *st = GuardState::Held { valid_until };
                 true
@@ -645,59 +739,66 @@ impl Keeper {
                 if let Some(at) = wake_at {
                     timer.as_mut().reset(at);
                 }
-                tokio::select! {
+                let wake = tokio::select! {
                     biased;
-                    cmd = self.commands.recv() => match cmd {
-                        None => {
-                            self.finish().await.ok();
-                            return;
+                    cmd = self.link.commands.recv() => Wake::Command(cmd),
+                    changed = self.resumes.changed(), if live_until.is_some() => Wake::Resumed(changed.is_ok()),
+                    event = next_event(&mut self.events), if self.events.is_some() && live_until.is_some() => Wake::Event(event),
+                    _ = &mut timer, if wake_at.is_some() => Wake::Timer,
+                };
+                if !self.link.take_turn(KEEPER_ACTS) {
+                    // The guard released the lock itself.
+                    return;
+                }
+                match wake {
+                    Wake::Command(None) => {
+                        self.finish().await.ok();
+                        return;
+                    }
+                    Wake::Command(Some(Command::Release(reply))) => {
+                        let result = self.finish().await;
+                        let _ = reply.send(result);
+                        return;
+                    }
+                    Wake::Command(Some(Command::Extend(ttl, reply))) => {
+                        let result = Box::pin(self.extend(ttl)).await;
+                        if result.is_ok() {
+                            next_renew = self.interval().map(|i| Instant::now() + jittered(i));
                         }
-                        Some(Command::Release(reply)) => {
-                            let result = self.finish().await;
-                            let _ = reply.send(result);
-                            return;
-                        }
-                        Some(Command::Extend(ttl, reply)) => {
-                            let result = Box::pin(self.extend(ttl)).await;
-                            if result.is_ok() {
-                                next_renew = self.interval().map(|i| Instant::now() + jittered(i));
+                        let _ = reply.send(result);
+                    }
+                    Wake::Command(Some(Command::Downgrade(reply))) => {
+                        match Box::pin(self.downgrade()).await {
+                            Ok(lease) => {
+                                let _ = reply.send(Ok(lease));
+                                return;
                             }
-                            let _ = reply.send(result);
-                        }
-                        Some(Command::Downgrade(reply)) => {
-                            match Box::pin(self.downgrade()).await {
-                                Ok(lease) => {
-                                    let _ = reply.send(Ok(lease));
-                                    return;
-                                }
-                                Err(err) => {
-                                    let _ = reply.send(Err(err));
-                                }
+                            Err(err) => {
+                                let _ = reply.send(Err(err));
                             }
                         }
-                    },
-                    changed = self.resumes.changed(), if live_until.is_some() => {
-                        if changed.is_err() {
-                            // The detector is gone (cannot happen: it lives in a static).
-                            self.resumes = clock::resumes();
-                        } else if let Some(at) = self.resumed().await {
+                    }
+                    Wake::Resumed(false) => {
+                        // The detector is gone (cannot happen: it lives in a static).
+                        self.resumes = clock::resumes();
+                    }
+                    Wake::Resumed(true) => {
+                        if let Some(at) = self.resumed().await {
                             next_renew = Some(at);
                         }
                     }
-                    event = next_event(&mut self.events), if self.events.is_some() && live_until.is_some() => {
-                        match event {
-                            None => self.events = None,
-                            Some(LeaseEvent::Suspended { reason }) => self.suspend(reason),
-                            Some(LeaseEvent::Resumed) => {
-                                if self.interval().is_some() {
-                                    next_renew = Some(Instant::now());
-                                }
-                            }
-                            Some(LeaseEvent::Lost(cause)) => self.lose(cause).await,
-                            Some(LeaseEvent::Confirmed { valid_until }) => self.confirmed(valid_until),
+                    Wake::Event(None) => self.events = None,
+                    Wake::Event(Some(LeaseEvent::Suspended { reason })) => self.suspend(reason),
+                    Wake::Event(Some(LeaseEvent::Resumed)) => {
+                        if self.interval().is_some() {
+                            next_renew = Some(Instant::now());
                         }
                     }
-                    _ = &mut timer, if wake_at.is_some() => {
+                    Wake::Event(Some(LeaseEvent::Lost(cause))) => self.lose(cause).await,
+                    Wake::Event(Some(LeaseEvent::Confirmed { valid_until })) => {
+                        self.confirmed(valid_until)
+                    }
+                    Wake::Timer => {
                         // In this order when several are due: the end of the
                         // validity, the renewal, the warning.
                         let now = Instant::now();
@@ -707,17 +808,19 @@ impl Keeper {
                             next_renew = self.renew_once(timer.as_mut()).await;
                         } else if late_at.is_some_and(|at| now >= at) {
                             self.warned_late = true;
-                            metrics::counter!(m::LATE_RENEWALS, "backend" => self.backend).increment(1);
+                            metrics::counter!(m::LATE_RENEWALS, "backend" => self.link.backend)
+                                .increment(1);
                             tracing::warn!(
-                                backend = self.backend,
+                                backend = self.link.backend,
                                 name = %self.name,
-                                held_for = ?self.acquired_at.elapsed(),
+                                held_for = ?self.link.acquired_at.elapsed(),
                                 ttl = ?self.ttl,
                                 "distlock: guard held past 80% of its ttl without a renewal; it expires unless renewed or extended"
                             );
                         }
                     }
                 }
+                self.link.keeper_idles();
             }
         }
     }
@@ -733,7 +836,7 @@ impl Keeper {
         timer.as_mut().reset(valid_until);
         let renewal = tokio::select! {
             biased;
-            r = self.handle.renew(self.ttl) => Ok(r),
+            r = self.link.handle.renew(self.ttl) => Ok(r),
             _ = timer => Err(()),
         };
         match renewal {
@@ -750,7 +853,7 @@ impl Keeper {
                 None
             }
             Ok(Err(err)) => {
-                tracing::warn!(backend = self.backend, name = %self.name, error = %err, "distlock: renewal failed; guard suspended");
+                tracing::warn!(backend = self.link.backend, name = %self.name, error = %err, "distlock: renewal failed; guard suspended");
                 self.unknown_renewal(started, self.ttl, mark, err.to_string());
                 // Retry sooner than the regular interval, but do not spin.
                 Some(Instant::now() + jittered(interval / 3).max(Duration::from_millis(10)))
@@ -778,7 +881,7 @@ impl Keeper {
         };
         let started = Instant::now();
         let mark = SuspendMark::now();
-        match tokio::time::timeout_at(valid_until, self.handle.renew(ttl)).await {
+        match tokio::time::timeout_at(valid_until, self.link.handle.renew(ttl)).await {
             Err(_elapsed) => {
                 self.lose(LossCause::Expired).await;
                 Err(LockError::new(
@@ -824,23 +927,23 @@ impl Keeper {
             _ => {}
         }
         let mark = SuspendMark::now();
-        let lease = self.handle.downgrade(self.ttl).await?;
-        self.record_hold();
-        self.state.send_replace(GuardState::Released);
+        let lease = self.link.handle.downgrade(self.ttl).await?;
+        self.link.record_hold();
+        self.link.state.send_replace(GuardState::Released);
         self.given_up = true;
         let grant = Grant {
             name: self.name.clone(),
             mode: LockMode::Read,
             ttl: self.ttl,
             keep_alive: self.keep_alive,
-            backend: self.backend,
+            backend: self.link.backend,
             mark,
         };
         Ok((lease, grant))
     }
 
     fn suspend(&mut self, reason: String) {
-        self.state.send_if_modified(|st| match st {
+        self.link.state.send_if_modified(|st| match st {
             GuardState::Held { valid_until } | GuardState::Suspended { valid_until, .. } => {
                 *st = GuardState::Suspended {
                     valid_until: *valid_until,
@@ -861,14 +964,14 @@ impl Keeper {
         ) {
             return;
         }
-        tracing::warn!(backend = self.backend, name = %self.name, %cause, "distlock: lock lost");
-        metrics::counter!(m::LOSSES, "backend" => self.backend, "cause" => cause.label())
+        tracing::warn!(backend = self.link.backend, name = %self.name, %cause, "distlock: lock lost");
+        metrics::counter!(m::LOSSES, "backend" => self.link.backend, "cause" => cause.label())
             .increment(1);
-        self.record_hold();
-        self.state.send_replace(GuardState::Lost { cause });
+        self.link.record_hold();
+        self.link.state.send_replace(GuardState::Lost { cause });
         self.events = None;
-        if let Err(err) = self.handle.release().await {
-            tracing::debug!(backend = self.backend, name = %self.name, error = %err, "distlock: clean-up after loss failed; the server expires it");
+        if let Err(err) = self.link.handle.release().await {
+            tracing::debug!(backend = self.link.backend, name = %self.name, error = %err, "distlock: clean-up after loss failed; the server expires it");
         }
         self.given_up = true;
     }
@@ -879,34 +982,42 @@ impl Keeper {
         if self.given_up || matches!(state, GuardState::Lost { .. } | GuardState::Released) {
             return Ok(false);
         }
-        self.record_hold();
+        self.link.record_hold();
         let expired = state.at(Instant::now()).valid_until().is_none();
-        self.state.send_replace(GuardState::Released);
-        let released = self.handle.release().await;
-        match released {
-            // Past its validity the lock may have been re-granted: even if the key
-            // was still ours, report that we no longer held it safely.
-            Ok(was_ours) => Ok(was_ours && !expired),
-            Err(err) => {
-                tracing::warn!(backend = self.backend, name = %self.name, error = %err, "distlock: release failed; the lock expires with its TTL");
-                Err(err)
-            }
-        }
-    }
-
-    fn record_hold(&self) {
-        metrics::histogram!(m::HOLD_DURATION, "backend" => self.backend)
-            .record(self.acquired_at.elapsed().as_secs_f64());
+        self.link.state.send_replace(GuardState::Released);
+        let released = self.link.handle.release().await;
+        released_outcome(released, expired, self.link.backend, &self.name)
     }
 }
 
 impl Drop for Keeper {
     fn drop(&mut self) {
+        self.link.turn.store(KEEPER_ENDED, Ordering::Release);
         // Commands sent too late get their reply channel closed.
-        self.commands.close_and_clear();
+        self.link.commands.close_and_clear();
+        // Views learn that no change comes any more.
+        self.link.state.close();
         // Every exit (release, loss, downgrade, a runtime shutting down) ends
         // the guard's place in the gauges.
         self.set_gauged(Gauged::Ended);
+    }
+}
+
+/// What a release reports: `Ok(true)` only if the lock was still ours and
+/// within its validity (past it, the lock may have been granted again, so
+/// it was not held safely even if the server still had our key).
+fn released_outcome(
+    released: Result<bool>,
+    expired: bool,
+    backend: &'static str,
+    name: &LockName,
+) -> Result<bool> {
+    match released {
+        Ok(was_ours) => Ok(was_ours && !expired),
+        Err(err) => {
+            tracing::warn!(backend, name = %name, error = %err, "distlock: release failed; the lock expires with its TTL");
+            Err(err)
+        }
     }
 }
 
@@ -916,6 +1027,15 @@ impl Drop for Keeper {
 fn jittered(period: Duration) -> Duration {
     use rand::Rng;
     period.mul_f64(rand::rng().random_range(0.75..=1.0))
+}
+
+/// What woke the keeper.
+enum Wake {
+    Command(Option<Command>),
+    /// The machine resumed from a suspension (`false`: the detector is gone).
+    Resumed(bool),
+    Event(Option<LeaseEvent>),
+    Timer,
 }
 
 async fn next_event(events: &mut Option<BoxStream<'static, LeaseEvent>>) -> Option<LeaseEvent> {

@@ -110,10 +110,18 @@ impl Publisher {
     }
 }
 
-impl Drop for Publisher {
-    fn drop(&mut self) {
+impl Publisher {
+    /// No change comes any more: [`GuardStates::changed`] fails once every
+    /// change was seen. Also done when the publisher is dropped.
+    pub(crate) fn close(&self) {
         self.shared.closed.store(true, Ordering::Release);
         self.shared.changes.notify_waiters();
+    }
+}
+
+impl Drop for Publisher {
+    fn drop(&mut self) {
+        self.close();
     }
 }
 

@@ -23,13 +23,22 @@ enum Answer {
     Gone,
     Fail,
     Hang,
+    /// Renewed after [`SLOW`].
+    Slow,
 }
+
+/// How long a [`Answer::Slow`] renewal or a slow release takes.
+const SLOW: Duration = Duration::from_millis(150);
 
 #[derive(Default)]
 struct Script {
     answers: Mutex<VecDeque<Answer>>,
     renewals: AtomicUsize,
     releases: AtomicUsize,
+    /// Releases that got to the end (a slow one can be cancelled first).
+    releases_done: AtomicUsize,
+    /// Releases take [`SLOW`].
+    slow_release: std::sync::atomic::AtomicBool,
     events: Mutex<Option<mpsc::UnboundedSender<LeaseEvent>>>,
 }
 
@@ -56,11 +65,21 @@ impl LeaseHandle for Scripted {
                 std::future::pending::<()>().await;
                 unreachable!()
             }
+            Answer::Slow => {
+                tokio::time::sleep(SLOW).await;
+                Ok(Renewal::Renewed {
+                    valid_until: Instant::now() + ttl,
+                })
+            }
         }
     }
 
     async fn release(&self) -> Result<bool> {
         self.0.releases.fetch_add(1, Ordering::SeqCst);
+        if self.0.slow_release.load(Ordering::SeqCst) {
+            tokio::time::sleep(SLOW).await;
+        }
+        self.0.releases_done.fetch_add(1, Ordering::SeqCst);
         Ok(true)
     }
 }
@@ -254,6 +273,64 @@ async fn dropping_the_guard_releases_in_the_background() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     panic!("dropped guard never released");
+}
+
+#[tokio::test]
+async fn a_release_cancelled_before_the_answer_still_releases() {
+    let (script, backend) = setup(&[]);
+    script.slow_release.store(true, Ordering::SeqCst);
+    let g = backend
+        .acquire(&name(), &AcquireOptions::new().ttl(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    let states = g.subscribe();
+    // The caller gives up on the release long before the server answers.
+    let gave_up = tokio::time::timeout(Duration::from_millis(20), g.release()).await;
+    assert!(gave_up.is_err(), "the release took {SLOW:?}");
+    assert_eq!(*states.borrow(), GuardState::Released);
+    // It goes on in the background all the same: the lock is not left to its TTL.
+    let deadline = Instant::now() + SLOW * 4;
+    while script.releases_done.load(Ordering::SeqCst) == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the cancelled release never completed"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(SLOW * 2).await;
+    assert_eq!(script.releases_done.load(Ordering::SeqCst), 1);
+    assert_eq!(script.renewals.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn a_release_during_a_renewal_waits_for_it_and_releases_once() {
+    let (script, backend) = setup(&[Answer::Slow]);
+    let ttl = Duration::from_millis(600);
+    let g = backend
+        .acquire(&name(), &AcquireOptions::new().ttl(ttl))
+        .await
+        .unwrap();
+    // The first renewal starts at 1/4..1/3 of the TTL and takes SLOW.
+    while script.renewals.load(Ordering::SeqCst) == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let started = Instant::now();
+    assert!(
+        g.release().await.unwrap(),
+        "still ours: the renewal succeeded"
+    );
+    assert!(
+        started.elapsed() >= SLOW / 2,
+        "the release waited for the renewal in flight ({:?})",
+        started.elapsed()
+    );
+    tokio::time::sleep(ttl).await;
+    assert_eq!(script.releases.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        script.renewals.load(Ordering::SeqCst),
+        1,
+        "no renewal after the release"
+    );
 }
 
 #[tokio::test]
