@@ -232,7 +232,7 @@ impl EtcdLock {
                         ops.wait_in_line(&session, &queue, key, rev, req.mode, line, deadline)
                             .await?
                     } else {
-                        ops.wait_turn(&session, &queue, key, rev, req.mode, line.blocker, deadline)
+                        ops.wait_turn(&session, &queue, key, rev, req.mode, line, deadline)
                             .await?
                     };
                     match turn_came {

@@ -10,7 +10,7 @@ use crate::deletion::Deletion;
 use crate::key::OurKey;
 use crate::layout::{READ, WRITE};
 use crate::queue::{header_revision, txn_call};
-use crate::watcher::{KeyWatch, WatchHandle, Watcher};
+use crate::watcher::{KeyWatch, QueueWatch, Watcher};
 use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 use futures::Stream;
@@ -46,7 +46,7 @@ pub(crate) struct Confirmed {
 pub(crate) fn grant(
     ours: OurKey,
     watcher: &Watcher,
-    own: Option<WatchHandle>,
+    own: Option<QueueWatch>,
     mode: LockMode,
     confirmed: Confirmed,
     ttl: Duration,

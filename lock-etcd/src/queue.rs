@@ -3,14 +3,16 @@
 //!
 //! Waiting never starts a watch in the past (a watch whose start revision is
 //! already behind the store is caught up by etcd's unsynced-watcher loop,
-//! which runs every 100 ms): a watch is created at the current revision, and
-//! the queue is read again only if the store moved on between the last read
-//! and the watch's creation. A deletion after the watch's revision arrives
-//! on the watch; one before it is seen by the read.
+//! which runs every 100 ms): a waiter joins its queue's shared watch
+//! ([`Watcher::queue_watch`]), which covers everything after a known
+//! revision, and the queue is read again only if the store moved on
+//! between the last read and that revision. A deletion after it arrives on
+//! the watch; one before it is seen by the read.
 //!
 //! Where every contender ahead blocks (a mutex, a writer), the wait is a line
-//! ([`QueueOps::wait_in_line`]): we watch our own key, the contender just
-//! ahead (the blocker) and the one ahead of it. That nothing is ahead of the
+//! ([`QueueOps::wait_in_line`]): we wait for the deletion of our own key, of
+//! the contender just ahead (the blocker) or of the one ahead of it; the
+//! others' are ignored. That nothing is ahead of the
 //! blocker is a fact that stays true (a key created later is behind us), so
 //! once a read has shown it, the blocker's deletion alone tells us that the
 //! lock is ours: the hand-off costs the releaser's delete and no read. The
@@ -38,7 +40,7 @@ use tokio::time::Instant;
 use crate::client::EtcdClient;
 use crate::layout::{blocker, value_of, Contender, Kind, Queue, WRITE};
 use crate::session::Session;
-use crate::watcher::{WatchEvent, WatchHandle, Watcher};
+use crate::watcher::{QueueWatch, WatchEvent, Watcher};
 
 /// How many keys ahead one read looks at before it pages further.
 const PAGE: i64 = 64;
@@ -82,12 +84,12 @@ pub(crate) enum Placed {
 /// How a wait for our turn ended.
 pub(crate) enum Turn {
     /// Nothing blocks us any more, as of revision `at`, learnt by a request
-    /// sent (or an event received) at `sent`; `own` is a watch on our key
-    /// that has covered it since before `at`, if the wait had one.
+    /// sent (or an event received) at `sent`; `own` is the queue's watch,
+    /// which has covered our key since before `at`, if the wait had one.
     Mine {
         at: i64,
         sent: Sent,
-        own: Option<WatchHandle>,
+        own: Option<QueueWatch>,
     },
     /// The deadline passed first.
     Deadline,
@@ -278,65 +280,50 @@ impl QueueOps {
         deadline: Instant,
     ) -> Result<Turn> {
         debug_assert!(in_line(mode));
-        // Watches resumed on a new stream after this may deliver events out
-        // of order across watches: then a read decides, never the order.
-        let stream = self.watcher.generation();
-        let mut own = Watched::new(&self.watcher, key.as_bytes());
-        let mut blocker = Watched::new(&self.watcher, &line.blocker.key);
-        let mut next: Option<Watched> = None;
+        let mut watch = self.watcher.queue_watch(queue.prefix.as_bytes(), false);
+        // The revision after which every event reaches us, once known.
+        let mut covers: Option<i64> = None;
         loop {
             if session.is_ended() {
                 return Ok(Turn::Requeue("the session lease expired"));
             }
-            // Watch what the last read saw.
-            if blocker.key != line.blocker.key {
-                blocker = Watched::new(&self.watcher, &line.blocker.key);
-            }
-            next = match (line.next.take(), next.take()) {
-                (Some(c), Some(w)) if w.key == c.key => Some(w),
-                (Some(c), _) => Some(Watched::new(&self.watcher, &c.key)),
-                (None, _) => None,
-            };
-            // Each watch covers everything after its creation; the read must
-            // be at least that recent.
-            let limit = deadline.min(Instant::now() + self.client.request_timeout());
-            let mut need = line.at;
-            for w in [Some(&mut own), Some(&mut blocker), next.as_mut()]
-                .into_iter()
-                .flatten()
-            {
-                match w.created(limit).await {
-                    Ok(c) => need = need.max(c),
-                    Err(_) if Instant::now() >= deadline => return Ok(Turn::Deadline),
-                    Err(e) => return Err(e),
+            let from = match covers {
+                Some(c) => c,
+                None => {
+                    let limit = deadline.min(Instant::now() + self.client.request_timeout());
+                    match watch.created(limit).await {
+                        Ok(c) => *covers.insert(c),
+                        Err(_) if Instant::now() >= deadline => return Ok(Turn::Deadline),
+                        Err(e) => return Err(e),
+                    }
                 }
-            }
-            let trigger = if need > line.at {
-                // The store moved on between the read and the watches.
-                need
+            };
+            let trigger = if from > line.at {
+                // The store moved on between the read and what the watch
+                // covers: read again.
+                from
             } else {
-                match self
-                    .sleep(&mut own, &mut blocker, next.as_mut(), &line, deadline)
-                    .await?
-                {
+                match sleep(&mut watch, key.as_bytes(), &line, deadline).await? {
                     Woken::Deadline => return Ok(Turn::Deadline),
                     Woken::OursGone => return Ok(Turn::Requeue("our contender key disappeared")),
-                    Woken::BlockerGone { revision }
-                        if line.blocker_first
-                            && stream == self.watcher.generation()
-                            && own.still_there(line.at, &self.watcher) =>
-                    {
+                    Woken::BlockerGone { revision } if line.blocker_first => {
                         // Nothing was ahead of the blocker, nothing can be
-                        // put ahead of us, our key is there: ours.
+                        // put ahead of us, and our key is there: a deletion
+                        // of it would have come first, since one watch
+                        // passes on its events in revision order.
                         return Ok(Turn::Mine {
                             at: revision,
                             sent: Sent::now(),
-                            own: Some(own.watch),
+                            own: Some(watch),
                         });
                     }
                     Woken::BlockerGone { revision } | Woken::NextGone { revision } => revision,
-                    // Wait for the new watch, then read if the store moved.
-                    Woken::Recreated => continue,
+                    Woken::Lost => {
+                        // Events may have been missed: join anew, read again.
+                        watch = self.watcher.queue_watch(queue.prefix.as_bytes(), false);
+                        covers = None;
+                        continue;
+                    }
                 }
             };
             let sent = Sent::now();
@@ -356,7 +343,7 @@ impl QueueOps {
                     return Ok(Turn::Mine {
                         at,
                         sent,
-                        own: Some(own.watch),
+                        own: Some(watch),
                     })
                 }
                 Position::Blocked(l) => line = l,
@@ -364,61 +351,8 @@ impl QueueOps {
         }
     }
 
-    /// Sleeps until one of the watched keys is deleted after the read at
-    /// `line.at` (or a watch had to be re-created, or the deadline).
-    async fn sleep(
-        &self,
-        own: &mut Watched,
-        blocker: &mut Watched,
-        mut next: Option<&mut Watched>,
-        line: &Line,
-        deadline: Instant,
-    ) -> Result<Woken> {
-        loop {
-            let next_event = async {
-                match next.as_mut() {
-                    Some(w) => w.watch.next().await,
-                    None => std::future::pending().await,
-                }
-            };
-            let (which, event) = tokio::select! {
-                biased;
-                e = own.watch.next() => (0, e),
-                e = blocker.watch.next() => (1, e),
-                e = next_event => (2, e),
-                _ = tokio::time::sleep_until(deadline) => return Ok(Woken::Deadline),
-            };
-            match event {
-                None => return Err(LockError::unavailable("etcd: the client is gone")),
-                Some(WatchEvent::Lost { reason }) => {
-                    // Events may have been missed: watch again, read again.
-                    tracing::debug!(%reason, "distlock etcd: a watch of a waiter was lost; watching again");
-                    match which {
-                        0 => own.renew(&self.watcher),
-                        1 => blocker.renew(&self.watcher),
-                        _ => {
-                            if let Some(w) = next.as_mut() {
-                                w.renew(&self.watcher)
-                            }
-                        }
-                    }
-                    return Ok(Woken::Recreated);
-                }
-                Some(WatchEvent::Deleted { revision, .. }) if revision > line.at => {
-                    return Ok(match which {
-                        0 => Woken::OursGone,
-                        1 => Woken::BlockerGone { revision },
-                        _ => Woken::NextGone { revision },
-                    })
-                }
-                // Older news (the read already saw it), creations, puts.
-                Some(_) => {}
-            }
-        }
-    }
-
     /// Waits, herd-free, until nothing ahead blocks our key (created at
-    /// `rev`), or `deadline`. `blocked` is what blocked it last.
+    /// `rev`), or `deadline`. `line` is what the last read saw.
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn wait_turn(
         &self,
@@ -427,78 +361,63 @@ impl QueueOps {
         key: &str,
         rev: i64,
         mode: LockMode,
-        mut blocked: Contender,
+        line: Line,
         deadline: Instant,
     ) -> Result<Turn> {
         debug_assert!(!in_line(mode));
+        // What must change before we can hold: the blocker's deletion (a
+        // reader: also its downgrade to read, a put; a permit: any deletion
+        // in the queue).
+        let permit = matches!(mode, LockMode::Permit { .. });
+        let with_puts = mode == LockMode::Read;
+        let prefix = queue.prefix.as_bytes();
+        let mut watch = self.watcher.queue_watch(prefix, with_puts);
+        let (mut blocked, mut at) = (line.blocker, line.at);
         loop {
             if session.is_ended() {
                 return Ok(Turn::Requeue("the session lease expired"));
             }
-            // Watch, from now, what must change before we can hold: the
-            // blocker's deletion (a reader also its downgrade to read; a
-            // permit any deletion in the queue).
-            let (watched, prefix, with_puts) = match mode {
-                LockMode::Permit { .. } => (queue.prefix.as_bytes().to_vec(), true, false),
-                LockMode::Read => (blocked.key.clone(), false, true),
-                _ => (blocked.key.clone(), false, false),
-            };
-            let mut watch = self
-                .watcher
-                .watch(watched.as_slice(), prefix, with_puts, None);
             let watch_limit = deadline.min(Instant::now() + self.client.request_timeout());
-            match watch.created(watch_limit).await {
-                Ok(_) => {}
+            let covers = match watch.created(watch_limit).await {
+                Ok(c) => c,
                 Err(_) if Instant::now() >= deadline => return Ok(Turn::Deadline),
                 Err(e) => return Err(e),
-            }
-            // Read again now that the watch covers everything after its
-            // creation.
-            let sent = Sent::now();
-            let position = match self
-                .bounded(deadline, self.position(queue, key, rev, mode, None))
-                .await?
-            {
-                Some(p) => p,
-                None => return Ok(Turn::Deadline),
             };
-            match position {
-                Position::Gone => return Ok(Turn::Requeue("our contender key disappeared")),
-                Position::Held { at } => {
-                    return Ok(Turn::Mine {
-                        at,
-                        sent,
-                        own: None,
-                    })
-                }
-                Position::Blocked(line)
-                    if !matches!(mode, LockMode::Permit { .. })
-                        && line.blocker.key != blocked.key =>
-                {
-                    // Something else blocks us now: watch that instead.
-                    blocked = line.blocker;
-                    continue;
-                }
-                Position::Blocked(_) => {}
-            }
-            // Sleep until the watched thing changes (or the watch is lost, or
-            // the session ends, or the deadline).
-            loop {
+            // The revision the next read must be at least as recent as
+            // (`None`: the leader's, for a put whose revision is unknown).
+            let fresh = if covers > at {
+                // The store moved on between the read and what the watch
+                // covers: read again.
+                Some(covers)
+            } else {
                 let event = tokio::select! {
                     event = watch.next() => event,
                     _ = tokio::time::sleep_until(deadline) => return Ok(Turn::Deadline),
                 };
                 match event {
-                    Some(WatchEvent::Deleted { .. }) | Some(WatchEvent::Lost { .. }) | None => {
-                        break
+                    None => return Err(LockError::unavailable("etcd: the client is gone")),
+                    Some(WatchEvent::Lost { reason }) => {
+                        tracing::debug!(%reason, "distlock etcd: the queue watch of a waiter was lost; watching again");
+                        watch = self.watcher.queue_watch(prefix, with_puts);
+                        continue;
                     }
-                    Some(WatchEvent::Put { value, .. }) if value != WRITE.as_bytes() => break,
-                    Some(_) => {}
+                    Some(WatchEvent::Deleted { key: k, revision })
+                        if revision > at && (permit || k == blocked.key) =>
+                    {
+                        Some(revision)
+                    }
+                    Some(WatchEvent::Put { key: k, value })
+                        if k == blocked.key && value != WRITE.as_bytes() =>
+                    {
+                        None
+                    }
+                    // Older news, other contenders, creations.
+                    Some(_) => continue,
                 }
-            }
+            };
             let sent = Sent::now();
             let position = match self
-                .bounded(deadline, self.position(queue, key, rev, mode, None))
+                .bounded(deadline, self.position(queue, key, rev, mode, fresh))
                 .await?
             {
                 Some(p) => p,
@@ -513,7 +432,7 @@ impl QueueOps {
                         own: None,
                     })
                 }
-                Position::Blocked(line) => blocked = line.blocker,
+                Position::Blocked(line) => (blocked, at) = (line.blocker, line.at),
             }
         }
     }
@@ -542,59 +461,47 @@ enum Woken {
     NextGone {
         revision: i64,
     },
-    /// A watch was lost and made anew: read again.
-    Recreated,
+    /// The watch was lost: events may have been missed.
+    Lost,
 }
 
-/// A watch on one key's deletions, and the revision it was created at.
-struct Watched {
-    key: Vec<u8>,
-    watch: WatchHandle,
-    created: Option<i64>,
-}
-
-impl Watched {
-    fn new(watcher: &Watcher, key: &[u8]) -> Self {
-        Self {
-            key: key.to_vec(),
-            watch: watcher.watch(key, false, false, None),
-            created: None,
-        }
-    }
-
-    /// A new watch on the same key, replacing a lost one.
-    fn renew(&mut self, watcher: &Watcher) {
-        *self = Self::new(watcher, &self.key);
-    }
-
-    /// The revision it was created at, waiting for it until `limit`.
-    async fn created(&mut self, limit: Instant) -> Result<i64> {
-        if let Some(c) = self.created {
-            return Ok(c);
-        }
-        let c = self.watch.created(limit).await?;
-        self.created = Some(c);
-        Ok(c)
-    }
-
-    /// Whether no deletion of the key after revision `after` has arrived
-    /// yet (the events already routed to this watch; never waits). Its
-    /// events arrive in revision order with those of the other watches of a
-    /// waiter while the stream they were created on lives, so a deletion of
-    /// our key before the blocker's is here by the time the blocker's is.
-    /// A lost watch is made anew (and the answer is no: read).
-    fn still_there(&mut self, after: i64, watcher: &Watcher) -> bool {
-        while let Some(event) = self.watch.try_next() {
-            match event {
-                WatchEvent::Deleted { revision, .. } if revision > after => return false,
-                WatchEvent::Lost { .. } => {
-                    self.renew(watcher);
-                    return false;
-                }
-                _ => {}
+/// Sleeps until our key (`own`), the blocker or the contender ahead of it
+/// is deleted after the read at `line.at` (or the watch is lost, or the
+/// deadline).
+async fn sleep(
+    watch: &mut QueueWatch,
+    own: &[u8],
+    line: &Line,
+    deadline: Instant,
+) -> Result<Woken> {
+    let next = line.next.as_ref().map(|c| c.key.as_slice());
+    loop {
+        let event = tokio::select! {
+            biased;
+            e = watch.next() => e,
+            _ = tokio::time::sleep_until(deadline) => return Ok(Woken::Deadline),
+        };
+        match event {
+            None => return Err(LockError::unavailable("etcd: the client is gone")),
+            Some(WatchEvent::Lost { reason }) => {
+                tracing::debug!(%reason, "distlock etcd: the queue watch of a waiter was lost; watching again");
+                return Ok(Woken::Lost);
             }
+            Some(WatchEvent::Deleted { key, revision }) if revision > line.at => {
+                if key == own {
+                    return Ok(Woken::OursGone);
+                }
+                if key == line.blocker.key {
+                    return Ok(Woken::BlockerGone { revision });
+                }
+                if Some(key.as_slice()) == next {
+                    return Ok(Woken::NextGone { revision });
+                }
+            }
+            // Older news (the read already saw it), other contenders,
+            // creations, puts.
+            Some(_) => {}
         }
-        true
     }
 }
 

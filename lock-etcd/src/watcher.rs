@@ -10,11 +10,27 @@
 //! had reached, so no event is lost and nobody else has to re-read anything.
 //! Only a watch whose history was compacted meanwhile is reported lost, to
 //! its owner alone.
+//!
+//! Waiters do not create a watch per wait: the waiters and guards of one
+//! queue on this client share one watch of the queue's prefix
+//! ([`Watcher::queue_watch`]), kept for [`LINGER`] after its last user
+//! leaves. A watch created "from now" can start in etcd's slow catch-up
+//! path: the server turns "now" into the revision it read just before
+//! registering the watch, and a write that lands in between leaves the
+//! watch behind the store, to be caught up by a loop that runs every
+//! 100 ms. Under contention that happens to a fraction of new watches,
+//! and each time a hand-off waits up to 100 ms. A shared watch pays that at
+//! most once, when it is first created, and then stays in step with the
+//! store while the queue is busy.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, MutexGuard};
 use std::time::Duration;
+
+/// How long a shared queue watch is kept after its last waiter or guard
+/// left: a contender that comes back within it (as the contenders of a busy
+/// lock do) finds the watch created and in step with the store.
+pub(crate) const LINGER: Duration = Duration::from_secs(2);
 
 use etcd_client::{
     EventType, WatchFilterType, WatchOptions, WatchRequestSender, WatchResponse,
@@ -69,19 +85,57 @@ struct Spec {
 
 /// Where a watch's events go.
 enum Sink {
-    /// Every event, queued for a [`WatchHandle`].
-    Mail(Arc<Mailbox<WatchEvent>>),
-    /// Only whether the key is gone, for a [`KeyWatch`].
+    /// Only whether the key is gone, for a [`KeyWatch`] of its own.
     Deletion(Arc<Deletion>),
+    /// The waiters and guards of one queue ([`Watcher::queue_watch`]).
+    Shared(Shared),
+}
+
+/// The users of a shared queue watch.
+struct Shared {
+    subs: Vec<(u64, Sub)>,
+    /// When the last user left: the watch ends [`LINGER`] later unless
+    /// another comes.
+    idle_since: Option<Instant>,
+}
+
+/// One user of a shared queue watch.
+enum Sub {
+    /// A waiter: every event.
+    Mail(Arc<Mailbox<WatchEvent>>),
+    /// A guard that waited for its lock: whether its key is gone.
+    Key(Arc<[u8]>, Arc<Deletion>),
+}
+
+impl Sub {
+    fn post(&self, event: &WatchEvent) {
+        match self {
+            Sub::Mail(mail) => {
+                let _ = mail.post(event.clone());
+            }
+            Sub::Key(key, gone) => note_key(gone, key, event),
+        }
+    }
+}
+
+/// Takes in `event` of a queue's watch for the guard of `key`.
+fn note_key(gone: &Deletion, key: &[u8], event: &WatchEvent) {
+    match event {
+        WatchEvent::Deleted { key: k, .. } if k.as_slice() == key => gone.note(key, event),
+        WatchEvent::Lost { .. } => gone.note(key, event),
+        _ => {}
+    }
 }
 
 impl Sink {
     fn post(&self, key: &[u8], event: WatchEvent) {
         match self {
-            Sink::Mail(mail) => {
-                let _ = mail.post(event);
-            }
             Sink::Deletion(gone) => gone.note(key, &event),
+            Sink::Shared(shared) => {
+                for (_, sub) in &shared.subs {
+                    sub.post(&event);
+                }
+            }
         }
     }
 }
@@ -98,8 +152,15 @@ struct Registration {
 impl Drop for Registration {
     fn drop(&mut self) {
         match &self.sink {
-            Sink::Mail(mail) => mail.close(),
             Sink::Deletion(gone) => gone.end(),
+            Sink::Shared(shared) => {
+                for (_, sub) in &shared.subs {
+                    match sub {
+                        Sub::Mail(mail) => mail.close(),
+                        Sub::Key(_, gone) => gone.end(),
+                    }
+                }
+            }
         }
     }
 }
@@ -108,21 +169,49 @@ impl Drop for Registration {
 struct State {
     next_id: i64,
     watches: HashMap<i64, Registration>,
+    /// The shared watch of each queue prefix (and whether it wants puts).
+    shared: HashMap<(Arc<[u8]>, bool), i64>,
+    next_sub: u64,
+}
+
+impl State {
+    /// Ends the shared watches idle for [`LINGER`] at `now`; returns their
+    /// ids (to cancel on the stream) and when the next one is due.
+    fn expire_idle(&mut self, now: Instant) -> (Vec<i64>, Option<Instant>) {
+        let mut expired = Vec::new();
+        let mut next: Option<Instant> = None;
+        for (id, reg) in &self.watches {
+            if let Sink::Shared(Shared {
+                idle_since: Some(since),
+                ..
+            }) = &reg.sink
+            {
+                let due = *since + LINGER;
+                if due <= now {
+                    expired.push(*id);
+                } else {
+                    next = Some(next.map_or(due, |n| n.min(due)));
+                }
+            }
+        }
+        for id in &expired {
+            self.watches.remove(id);
+        }
+        self.shared.retain(|_, id| !expired.contains(id));
+        (expired, next)
+    }
 }
 
 enum Cmd {
     Create(i64),
     Cancel(i64),
+    /// A shared watch lost its last user.
+    Idle,
 }
 
 struct Inner {
     state: StdMutex<State>,
     cmds: mpsc::UnboundedSender<Cmd>,
-    /// How many times watches were resumed on a new stream. They resume from
-    /// their revision, possibly through etcd's catch-up path, so their events
-    /// no longer arrive in one revision order across watches: a waiter that
-    /// relies on that order checks this first.
-    generation: AtomicU64,
 }
 
 impl Inner {
@@ -144,32 +233,91 @@ impl Watcher {
         let inner = Arc::new(Inner {
             state: StdMutex::new(State::default()),
             cmds,
-            generation: AtomicU64::new(0),
         });
         tokio::spawn(run(Arc::downgrade(&inner), client, rx));
         Self { inner }
     }
 
-    /// Watches the deletions (and, `with_puts`, the puts) of `key` (or of
-    /// every key under it, with `prefix`) from revision `from` on (`None`:
-    /// from its creation, which never lands in etcd's slow catch-up path).
-    /// The first event is [`WatchEvent::Created`] with the store's revision
-    /// at the creation.
-    pub(crate) fn watch(
-        &self,
-        key: impl Into<Arc<[u8]>>,
-        prefix: bool,
-        with_puts: bool,
-        from: Option<i64>,
-    ) -> WatchHandle {
+    /// Joins the shared watch of the deletions (and, `with_puts`, the
+    /// puts) of every key under `prefix`, creating it if this client has
+    /// none. The first event is [`WatchEvent::Created`] with the revision
+    /// after which every event reaches this user: the watch's creation, or,
+    /// for a watch already there, the last revision it had passed on.
+    pub(crate) fn queue_watch(&self, prefix: &[u8], with_puts: bool) -> QueueWatch {
         let mail = Arc::new(Mailbox::new());
-        let spec = Spec {
-            key: key.into(),
-            prefix,
-            with_puts,
+        let mut st = self.inner.state();
+        st.next_sub += 1;
+        let sub = st.next_sub;
+        let key: Arc<[u8]> = prefix.into();
+        let existing = st.shared.get(&(key.clone(), with_puts)).copied();
+        let joined = existing.and_then(|id| {
+            let reg = st.watches.get_mut(&id)?;
+            let Sink::Shared(shared) = &mut reg.sink else {
+                return None;
+            };
+            shared.subs.push((sub, Sub::Mail(mail.clone())));
+            shared.idle_since = None;
+            if reg.announced {
+                let _ = mail.post(WatchEvent::Created {
+                    revision: reg.resume_from - 1,
+                });
+            }
+            Some(id)
+        });
+        let id = match joined {
+            Some(id) => id,
+            None => {
+                st.next_id += 1;
+                let id = st.next_id;
+                st.watches.insert(
+                    id,
+                    Registration {
+                        spec: Spec {
+                            key: key.clone(),
+                            prefix: true,
+                            with_puts,
+                        },
+                        resume_from: 0,
+                        announced: false,
+                        sink: Sink::Shared(Shared {
+                            subs: vec![(sub, Sub::Mail(mail.clone()))],
+                            idle_since: None,
+                        }),
+                    },
+                );
+                st.shared.insert((key, with_puts), id);
+                let _ = self.inner.cmds.send(Cmd::Create(id));
+                id
+            }
         };
-        let ticket = self.register(spec, from, Sink::Mail(mail.clone()));
-        WatchHandle { ticket, mail }
+        drop(st);
+        QueueWatch {
+            member: Member {
+                watcher: self.clone(),
+                id,
+                sub,
+            },
+            mail,
+            covers: None,
+        }
+    }
+
+    /// Leaves shared watch `id` as user `sub`.
+    fn leave(&self, id: i64, sub: u64) {
+        let mut st = self.inner.state();
+        let Some(Registration {
+            sink: Sink::Shared(shared),
+            ..
+        }) = st.watches.get_mut(&id)
+        else {
+            return;
+        };
+        let before = shared.subs.len();
+        shared.subs.retain(|(s, _)| *s != sub);
+        if shared.subs.len() < before && shared.subs.is_empty() {
+            shared.idle_since = Some(Instant::now());
+            let _ = self.inner.cmds.send(Cmd::Idle);
+        }
     }
 
     /// Watches the deletion of a held key, created at revision `created`,
@@ -183,7 +331,10 @@ impl Watcher {
             with_puts: false,
         };
         let ticket = self.register(spec, Some(from), Sink::Deletion(gone.clone()));
-        KeyWatch { ticket, gone }
+        KeyWatch {
+            place: Place::Own(ticket),
+            gone,
+        }
     }
 
     fn register(&self, spec: Spec, from: Option<i64>, sink: Sink) -> Ticket {
@@ -219,12 +370,6 @@ impl Watcher {
             let _ = self.inner.cmds.send(Cmd::Cancel(id));
         }
     }
-
-    /// How many times watches were resumed on a new stream so far (their
-    /// events may arrive out of revision order across watches, for a while).
-    pub(crate) fn generation(&self) -> u64 {
-        self.inner.generation.load(Ordering::SeqCst)
-    }
 }
 
 /// A watch's place in its [`Watcher`]; dropping it cancels the watch.
@@ -239,30 +384,57 @@ impl Drop for Ticket {
     }
 }
 
-/// One watch; dropping it cancels it.
-pub(crate) struct WatchHandle {
-    ticket: Ticket,
-    mail: Arc<Mailbox<WatchEvent>>,
+/// One user's place in a shared queue watch; dropping it leaves the watch.
+struct Member {
+    watcher: Watcher,
+    id: i64,
+    sub: u64,
 }
 
-impl WatchHandle {
-    /// Keeps watching its key (`key`), created at revision `created`, as a
-    /// [`KeyWatch`], without a gap (every event routed to this watch so far
+impl Drop for Member {
+    fn drop(&mut self) {
+        self.watcher.leave(self.id, self.sub);
+    }
+}
+
+/// A waiter's view of its queue's shared watch ([`Watcher::queue_watch`]):
+/// the events routed to the watch since it joined, in revision order.
+pub(crate) struct QueueWatch {
+    member: Member,
+    mail: Arc<Mailbox<WatchEvent>>,
+    /// The revision after which every event reaches this waiter, once known.
+    covers: Option<i64>,
+}
+
+impl QueueWatch {
+    /// Keeps watching `key`, our key created at revision `created`, as a
+    /// [`KeyWatch`], without a gap (every event routed to this waiter so far
     /// counts): for a waiter whose key is now held.
     pub(crate) fn into_key_watch(self, key: &[u8], created: i64) -> KeyWatch {
-        let WatchHandle { ticket, mail } = self;
+        let QueueWatch { member, mail, .. } = self;
         let gone = Arc::new(Deletion::new(created));
-        let mut st = ticket.watcher.inner.state();
+        let key: Arc<[u8]> = key.into();
+        let mut st = member.watcher.inner.state();
         // Events are routed under the state's lock: none is missed.
         while let Some(event) = mail.try_recv() {
-            gone.note(key, &event);
+            note_key(&gone, &key, &event);
         }
-        match st.watches.get_mut(&ticket.id) {
-            Some(reg) => reg.sink = Sink::Deletion(gone.clone()),
+        let place = match st.watches.get_mut(&member.id) {
+            Some(Registration {
+                sink: Sink::Shared(shared),
+                ..
+            }) => shared.subs.iter_mut().find(|(s, _)| *s == member.sub),
+            _ => None,
+        };
+        match place {
+            Some((_, sub)) => *sub = Sub::Key(key, gone.clone()),
             None => gone.end(),
         }
         drop(st);
-        KeyWatch { ticket, gone }
+        KeyWatch {
+            place: Place::Shared(member),
+            gone,
+        }
     }
 
     /// The next event; `None` if the client is gone.
@@ -270,18 +442,19 @@ impl WatchHandle {
         self.mail.recv().await
     }
 
-    /// The next event if one is already here (never waits); `None` also if
-    /// the client is gone.
-    pub(crate) fn try_next(&mut self) -> Option<WatchEvent> {
-        self.mail.try_recv()
-    }
-
-    /// Waits for the watch's creation until `deadline`: the revision it
-    /// starts after. An `Unavailable` error if it is not created in time.
+    /// Waits for the watch's creation until `deadline` (at once after the
+    /// first time): the revision after which every event reaches this
+    /// waiter. An `Unavailable` error if it is not created in time.
     pub(crate) async fn created(&mut self, deadline: Instant) -> Result<i64> {
+        if let Some(c) = self.covers {
+            return Ok(c);
+        }
         loop {
             match tokio::time::timeout_at(deadline, self.mail.recv()).await {
-                Ok(Some(WatchEvent::Created { revision })) => return Ok(revision),
+                Ok(Some(WatchEvent::Created { revision })) => {
+                    self.covers = Some(revision);
+                    return Ok(revision);
+                }
                 Ok(Some(WatchEvent::Lost { reason })) => {
                     return Err(LockError::unavailable(format!(
                         "etcd: a watch failed: {reason}"
@@ -299,9 +472,17 @@ impl WatchHandle {
     }
 }
 
-/// The watch of a held key ([`Watcher::watch_key`]); dropping it cancels it.
+/// Where a [`KeyWatch`] gets its events.
+enum Place {
+    /// A watch of the key alone.
+    Own(Ticket),
+    /// The key's queue watch, shared.
+    Shared(Member),
+}
+
+/// The watch of a held key; dropping it ends it.
 pub(crate) struct KeyWatch {
-    ticket: Ticket,
+    place: Place,
     gone: Arc<Deletion>,
 }
 
@@ -313,14 +494,21 @@ impl KeyWatch {
 
     /// The watcher it is on.
     pub(crate) fn watcher(&self) -> &Watcher {
-        &self.ticket.watcher
+        match &self.place {
+            Place::Own(ticket) => &ticket.watcher,
+            Place::Shared(member) => &member.watcher,
+        }
     }
 
-    /// Ends the watch now, as dropping it would: for an owner about to
-    /// delete the key itself, so that the server does not send that
-    /// deletion back.
+    /// Stops listening now, as dropping it would: for an owner about to
+    /// delete the key itself. A watch of the key alone is cancelled, so
+    /// that the server does not send that deletion back; a shared one goes
+    /// on for the queue's waiters.
     pub(crate) fn cancel(&self) {
-        self.ticket.watcher.cancel(self.ticket.id);
+        match &self.place {
+            Place::Own(ticket) => ticket.watcher.cancel(ticket.id),
+            Place::Shared(member) => member.watcher.leave(member.id, member.sub),
+        }
     }
 }
 
@@ -353,6 +541,8 @@ async fn run(
 ) {
     let mut conn: Option<Conn> = None;
     let mut retry = Duration::from_millis(50);
+    // When the next idle shared watch is due to end.
+    let mut sweep: Option<Instant> = None;
     loop {
         let Some(me) = inner.upgrade() else { return };
         if conn.is_none() {
@@ -365,6 +555,7 @@ async fn run(
             };
             let Some((first_id, (key, opts))) = first else {
                 drop(me);
+                sweep = None;
                 // Nothing to watch: wait for a command.
                 if cmds.recv().await.is_none() {
                     return;
@@ -373,9 +564,6 @@ async fn run(
             };
             match open(&client, key, opts).await {
                 Ok(mut c) => {
-                    if me.state().watches.values().any(|reg| reg.announced) {
-                        me.generation.fetch_add(1, Ordering::SeqCst);
-                    }
                     // Every other watch, from where it was.
                     let rest: Vec<(Vec<u8>, WatchOptions)> = {
                         let st = me.state();
@@ -395,9 +583,11 @@ async fn run(
                         }
                     }
                     if ok {
-                        // Commands queued meanwhile are covered by the re-creation.
+                        // Commands queued meanwhile are covered by the
+                        // re-creation; idle shared watches are looked at now.
                         while cmds.try_recv().is_ok() {}
                         retry = Duration::from_millis(50);
+                        sweep = Some(Instant::now());
                         conn = Some(c);
                     } else {
                         client.failed(c.endpoint);
@@ -414,9 +604,26 @@ async fn run(
         }
         let Some(c) = conn.as_mut() else { continue };
         drop(me);
+        let sweep_at = sweep;
         tokio::select! {
+            _ = tokio::time::sleep_until(sweep_at.unwrap_or_else(Instant::now)), if sweep_at.is_some() => {
+                let Some(me) = inner.upgrade() else { return };
+                let (expired, next) = me.state().expire_idle(Instant::now());
+                drop(me);
+                sweep = next;
+                for id in expired {
+                    if c.sender.cancel(id).await.is_err() {
+                        client.failed(c.endpoint);
+                        conn = None;
+                        break;
+                    }
+                }
+            }
             cmd = cmds.recv() => match cmd {
                 None => return,
+                Some(Cmd::Idle) => {
+                    sweep = Some(sweep.unwrap_or_else(|| Instant::now() + LINGER));
+                }
                 Some(Cmd::Create(id)) => {
                     let request = inner
                         .upgrade()
@@ -507,6 +714,7 @@ fn route(inner: &Inner, resp: WatchResponse) {
         };
         reg.sink.post(&reg.spec.key, WatchEvent::Lost { reason });
         st.watches.remove(&id);
+        st.shared.retain(|_, shared| *shared != id);
         return;
     }
     if resp.created() {

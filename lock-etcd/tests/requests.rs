@@ -98,7 +98,13 @@ impl Counts {
 /// to a queued waiter costs the releaser's delete and nothing else before
 /// the waiter holds; with eight clients on one name, an acquisition costs
 /// the same two writes (transactions) and at most two reads (plain range
-/// reads, served by the member when it is recent enough).
+/// reads, served by the member when it is recent enough), and no watch
+/// created or cancelled: the waiters of a client share its queue watch.
+/// (etcd turns a watch "from now" into the revision it read just before
+/// registering it; a write landing in between leaves the new watch to a
+/// catch-up loop that runs every 100 ms, and the hand-off it was created
+/// for waits that long. Under contention a fraction of new watches hit
+/// this, so a waiter must not create one per wait.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_per_cycle_and_per_handoff() {
     let cluster = tokio::task::spawn_blocking(|| EtcdCluster::start(1))
@@ -196,6 +202,12 @@ async fn requests_per_cycle_and_per_handoff() {
         per("Txn"),
         per("Range")
     );
+    // A shared watch per client, created once (and perhaps once more on
+    // a client whose watch lingered out between two of its waits).
+    assert!(
+        watch as f64 <= 2.0 * CLIENTS as f64 && watch as f64 / acquired <= 0.1,
+        "{watch} watch creates and cancels over {acquired} contended acquisitions"
+    );
     // Nothing of ours is left behind.
     let mut admin = etcd_client::Client::connect(&eps, None).await.unwrap();
     let left = admin
@@ -203,4 +215,74 @@ async fn requests_per_cycle_and_per_handoff() {
         .await
         .unwrap();
     assert!(left.kvs().is_empty(), "keys left: {:?}", left.kvs());
+}
+
+/// The server's count of watchers (`etcd_debugging_mvcc_watcher_total`).
+fn watchers(endpoint: &str) -> u64 {
+    use std::io::{Read, Write};
+    let mut conn = std::net::TcpStream::connect(endpoint).expect("metrics endpoint");
+    conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(conn, "GET /metrics HTTP/1.0\r\nHost: {endpoint}\r\n\r\n").unwrap();
+    let mut body = String::new();
+    conn.read_to_string(&mut body).expect("read metrics");
+    body.lines()
+        .find(|l| l.starts_with("etcd_debugging_mvcc_watcher_total "))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .expect("the watcher gauge") as u64
+}
+
+/// A client's shared queue watch outlives its last waiter by a couple of
+/// seconds (a contender coming back finds it), then ends: nothing is left
+/// watching on the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_watch_ends_after_its_last_user() {
+    let cluster = tokio::task::spawn_blocking(|| EtcdCluster::start(1))
+        .await
+        .expect("start thread")
+        .unwrap_or_else(|e| panic!("starting etcd: {e}"));
+    let eps = cluster.endpoints();
+    let ep = eps[0].clone();
+    let count = |ep: String| async move {
+        tokio::task::spawn_blocking(move || watchers(&ep))
+            .await
+            .expect("metrics thread")
+    };
+    let opts = AcquireOptions::new()
+        .ttl(Duration::from_secs(10))
+        .wait(Duration::from_secs(10));
+    let (a, b) = (connect(eps.clone()).await, connect(eps.clone()).await);
+    let n = name("linger");
+    let idle = count(ep.clone()).await;
+
+    let held = a.acquire(&n, &opts).await.unwrap();
+    let waiter = {
+        let (b, n, opts) = (b.clone(), n.clone(), opts.clone());
+        tokio::spawn(async move { b.acquire(&n, &opts).await.unwrap() })
+    };
+    sleep(Duration::from_millis(300)).await;
+    assert!(held.release().await.unwrap());
+    let g = waiter.await.unwrap();
+    // b's guard stays on its queue's watch while it holds.
+    assert!(count(ep.clone()).await > idle, "b waited on a watch");
+    assert!(g.release().await.unwrap());
+    sleep(Duration::from_millis(300)).await;
+    assert!(
+        count(ep.clone()).await > idle,
+        "the watch lingers after its last user"
+    );
+
+    // Gone a little after the linger (2 s).
+    let deadline = Instant::now() + Duration::from_secs(6);
+    loop {
+        let now = count(ep.clone()).await;
+        if now == idle {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{now} watchers left on the server, {idle} before"
+        );
+        sleep(Duration::from_millis(200)).await;
+    }
 }
