@@ -522,7 +522,9 @@ impl Report {
         let _ = writeln!(
             m,
             "Server operations per second while the guards are held (summed over the nodes), measured over \
-             the window; idle = the same clients connected with no guard. Client requests = lock-core's \
+             the window, which opens {} ms after the last guard was created (the acquisitions' own \
+             follow-up requests, such as a ZooKeeper guard's watch on its node, are done by then); idle = \
+             the same clients connected with no guard. Client requests = lock-core's \
              `distlock_requests_total` of the backend over the same window (what the clients sent; Redis \
              also counts the commands a script runs as server operations); per renewal interval = \
              requests/s x TTL/3. Renewals \"batching off\" = the same backend with a zero batching window \
@@ -530,7 +532,8 @@ impl Report {
              Heap/guard = growth of this process's live heap (counted by its global allocator) while \
              creating them, divided by their number: what the client keeps per guard held. RSS/guard = \
              growth of its resident memory over the same time (lower than the heap when memory freed \
-             by an earlier run is reused).\n"
+             by an earlier run is reused).\n",
+            crate::workload::KEEP_ALIVE_SETTLE.as_millis()
         );
         let _ = writeln!(
             m,
