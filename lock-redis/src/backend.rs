@@ -94,7 +94,7 @@ impl RedisLock {
     async fn attempt(
         &self,
         req: &LeaseRequest,
-        keys: &Keys,
+        keys: &Arc<Keys>,
         intent: Option<&Intent>,
     ) -> Result<Attempt> {
         let client = self.inner.client.clone();
@@ -150,7 +150,7 @@ impl RedisLock {
     async fn attempt_with_reconnect(
         &self,
         req: &LeaseRequest,
-        keys: &Keys,
+        keys: &Arc<Keys>,
         intent: Option<&Intent>,
     ) -> Result<Attempt> {
         let started = Instant::now();
@@ -172,7 +172,7 @@ impl RedisLock {
     async fn wait_for(
         &self,
         req: &LeaseRequest,
-        keys: &Keys,
+        keys: &Arc<Keys>,
         primitive: Primitive,
         intent: Option<&Intent>,
         deadline: Instant,
@@ -224,7 +224,7 @@ impl RedisLock {
     async fn wait_in_queue(
         &self,
         req: &LeaseRequest,
-        keys: &Keys,
+        keys: &Arc<Keys>,
         deadline: Instant,
     ) -> Result<Option<Lease>> {
         let client = &self.inner.client;
@@ -313,7 +313,7 @@ impl RedisLock {
     /// idempotent for its owner token).
     async fn queue_attempt(
         &self,
-        keys: &Keys,
+        keys: &Arc<Keys>,
         token: &str,
         ttl_ms: u64,
         lasts_ms: u64,
@@ -335,7 +335,7 @@ impl RedisLock {
     /// The mutex lease of `token`, granted by a request sent at `sent`.
     fn mutex_lease(
         &self,
-        keys: &Keys,
+        keys: &Arc<Keys>,
         token: String,
         fence: u64,
         sent: Instant,
@@ -380,7 +380,7 @@ impl RedisLock {
 async fn release_lost_acquire(
     client: Arc<Client>,
     primitive: Primitive,
-    keys: Keys,
+    keys: Arc<Keys>,
     token: String,
     until: Instant,
 ) {
@@ -420,7 +420,7 @@ impl LockBackend for RedisLock {
     }
 
     async fn try_lock(&self, req: &LeaseRequest) -> Result<Option<Lease>> {
-        let keys = self.keys(&req.name);
+        let keys = Arc::new(self.keys(&req.name));
         match self.attempt_with_reconnect(req, &keys, None).await? {
             Attempt::Acquired(lease) => Ok(Some(lease)),
             Attempt::Held { .. } => Ok(None),
@@ -428,7 +428,8 @@ impl LockBackend for RedisLock {
     }
 
     async fn lock(&self, req: &LeaseRequest, deadline: Instant) -> Result<Option<Lease>> {
-        let keys = self.keys(&req.name);
+        // Shared, not copied, by the clean-ups that may need them.
+        let keys = Arc::new(self.keys(&req.name));
         let primitive = Primitive::of(req.mode)?;
         if primitive == Primitive::Mutex {
             return self.wait_in_queue(req, &keys, deadline).await;

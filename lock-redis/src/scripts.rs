@@ -789,7 +789,10 @@ impl Keys {
     /// The keys of lock `name` under `prefix` (empty for none). `prefix`
     /// must pass [`check_prefix`] (the configurations check it).
     pub fn new(prefix: &str, name: &str) -> Self {
-        Self::of_lock(format!("{prefix}{name}"))
+        let mut lock = String::with_capacity(prefix.len() + name.len());
+        lock.push_str(prefix);
+        lock.push_str(name);
+        Self::of_lock(lock)
     }
 
     /// The keys that go with the lock key `lock` (`prefix + name`).
@@ -811,7 +814,13 @@ impl Keys {
 
     /// The auxiliary key `suffix` of the lock key `lock`: `{lock} suffix`.
     pub fn aux(lock: &str, suffix: &str) -> String {
-        format!("{{{lock}}} {suffix}")
+        // Built at its exact size: every acquisition and release makes these.
+        let mut key = String::with_capacity(lock.len() + suffix.len() + 3);
+        key.push('{');
+        key.push_str(lock);
+        key.push_str("} ");
+        key.push_str(suffix);
+        key
     }
 }
 
