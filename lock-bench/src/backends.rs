@@ -30,12 +30,22 @@ pub enum Target {
 pub struct Ours {
     target: Target,
     opts: DistOptions,
+    /// ZooKeeper's servers, dealt to the clients in turn.
+    zk_servers: Option<crate::placement::Deal>,
 }
 
 impl Ours {
     /// A connector for `target` whose acquires use `opts`.
     pub fn new(target: Target, opts: DistOptions) -> Self {
-        Self { target, opts }
+        let zk_servers = match &target {
+            Target::Zk(connect) => Some(crate::placement::Deal::new(connect)),
+            _ => None,
+        };
+        Self {
+            target,
+            opts,
+            zk_servers,
+        }
     }
 
     /// The default batching, or none (a zero window: one request per renewal).
@@ -78,7 +88,11 @@ impl Ours {
                 )
             }
             Target::Zk(connect) => {
-                let mut config = lock_zk::ZkConfig::new(connect.clone());
+                let server = self
+                    .zk_servers
+                    .as_ref()
+                    .map_or_else(|| connect.clone(), |d| d.next());
+                let mut config = lock_zk::ZkConfig::new(server);
                 if let Some(ttl) = self.opts.session_ttl {
                     config = config.session_timeout(ttl);
                 }

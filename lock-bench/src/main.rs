@@ -29,6 +29,7 @@
 mod backends;
 mod heap;
 mod peers;
+mod placement;
 mod plot;
 mod raw;
 mod report;

@@ -127,8 +127,8 @@ impl Held for EtcdLockRpcHeld {
 /// `zookeeper_client::Client::lock` with Curator's node layout
 /// (`DIR/_c_<uuid>-lock-<seq>`), parents created on demand.
 pub struct ZkRecipe {
-    /// `host:port,...`.
-    pub connect_string: String,
+    /// The servers, dealt to its clients in turn.
+    pub servers: crate::placement::Deal,
     /// The directory under which lock directories are made.
     pub root: String,
 }
@@ -136,11 +136,12 @@ pub struct ZkRecipe {
 #[async_trait]
 impl Connector for ZkRecipe {
     async fn connect(&self) -> BenchResult<Arc<dyn Locker>> {
+        let server = self.servers.next();
         let client = zk::Client::connector()
             .with_session_timeout(ZK_SESSION)
-            .connect(&self.connect_string)
+            .connect(&server)
             .await
-            .map_err(|e| format!("zookeeper connect {}: {e}", self.connect_string))?;
+            .map_err(|e| format!("zookeeper connect {server}: {e}"))?;
         Ok(Arc::new(ZkRecipeClient {
             client: Arc::new(client),
             root: self.root.clone(),

@@ -230,8 +230,8 @@ pub const ZK_SESSION: Duration = Duration::from_secs(4);
 /// ZooKeeper: create an ephemeral-sequential node under the lock's directory
 /// and delete it.
 pub struct RawZk {
-    /// `host:port,...`.
-    pub connect_string: String,
+    /// The servers, dealt to its clients in turn.
+    pub servers: crate::placement::Deal,
     /// The directory under which lock directories are made.
     pub root: String,
 }
@@ -239,11 +239,12 @@ pub struct RawZk {
 #[async_trait]
 impl Connector for RawZk {
     async fn connect(&self) -> BenchResult<Arc<dyn Locker>> {
+        let server = self.servers.next();
         let client = zk::Client::connector()
             .with_session_timeout(ZK_SESSION)
-            .connect(&self.connect_string)
+            .connect(&server)
             .await
-            .map_err(|e| format!("zookeeper connect {}: {e}", self.connect_string))?;
+            .map_err(|e| format!("zookeeper connect {server}: {e}"))?;
         Ok(Arc::new(RawZkClient {
             client: Arc::new(client),
             root: self.root.clone(),

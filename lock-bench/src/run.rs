@@ -372,7 +372,9 @@ fn groups(args: &Args, profile: &Profile, servers: &Servers) -> Vec<Group> {
                 let t = cs.clone().map(Target::Zk);
                 out.push(Group {
                     backend: "zk",
-                    servers: format!("ZooKeeper, {ZK_SERVERS} servers"),
+                    servers: format!(
+                        "ZooKeeper, {ZK_SERVERS} servers (every subject deals them to its clients in the same turn)"
+                    ),
                     subjects: vec![
                         Plan {
                             label: "distlock zk".into(),
@@ -385,7 +387,7 @@ fn groups(args: &Args, profile: &Profile, servers: &Servers) -> Vec<Group> {
                             kind: Kind::Raw,
                             connector: cs.clone().map(|connect_string| {
                                 arc(RawZk {
-                                    connect_string,
+                                    servers: crate::placement::Deal::new(&connect_string),
                                     root: "/bench-raw".into(),
                                 })
                             }),
@@ -396,7 +398,7 @@ fn groups(args: &Args, profile: &Profile, servers: &Servers) -> Vec<Group> {
                             kind: Kind::Peer,
                             connector: cs.clone().map(|connect_string| {
                                 arc(ZkRecipe {
-                                    connect_string,
+                                    servers: crate::placement::Deal::new(&connect_string),
                                     root: "/bench-peer".into(),
                                 })
                             }),
