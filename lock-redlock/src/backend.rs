@@ -193,7 +193,24 @@ where
     Fut: Future<Output = RedisResult<T>> + Send + 'static,
     T: Send + 'static,
 {
-    (0..inner.nodes.len())
+    fan_out_on(inner, 0..inner.nodes.len(), limit, op)
+}
+
+/// [`fan_out`] to the nodes `which` only.
+fn fan_out_on<T, F, Fut>(
+    inner: &Arc<Inner>,
+    which: impl Iterator<Item = usize>,
+    limit: Duration,
+    op: F,
+) -> FuturesUnordered<
+    impl Future<Output = (usize, std::result::Result<T, NodeFailure>)> + Send + 'static,
+>
+where
+    F: Fn(Arc<Inner>, usize) -> Fut,
+    Fut: Future<Output = RedisResult<T>> + Send + 'static,
+    T: Send + 'static,
+{
+    which
         .map(|i| {
             let request = op(inner.clone(), i);
             let inner = inner.clone();
@@ -384,6 +401,9 @@ impl Inner {
                             ));
                         }
                     }
+                    // The nodes still to answer: a release sends them its
+                    // delete only once they have.
+                    let late: Box<[usize]> = (0..n).filter(|&i| results[i].is_none()).collect();
                     let settled = (!pending.is_empty()).then(|| {
                         let settled = Arc::new(SetOnce::new());
                         let done = SetOnDrop(settled.clone());
@@ -409,6 +429,7 @@ impl Inner {
                         token,
                         extensions: AtomicU32::new(0),
                         settled,
+                        late,
                     };
                     let lease = Lease::new(Box::new(handle), valid_until).with_key(key.clone());
                     return (Attempt::Acquired(lease), None);
@@ -978,6 +999,8 @@ struct RedlockLease {
     /// (Set when they are: a guard may live long, so this costs a flag
     /// and a wait list, not the finished task.)
     settled: Option<Arc<SetOnce<()>>>,
+    /// The nodes those requests went to.
+    late: Box<[usize]>,
 }
 
 impl RedlockLease {
@@ -1093,7 +1116,6 @@ impl LeaseHandle for RedlockLease {
     /// quorum; an `Unavailable` error when fewer than a quorum answered.
     /// The requests to slower nodes still complete in the background.
     async fn release(&self) -> Result<bool> {
-        self.settle().await;
         let inner = &self.inner;
         let n = inner.nodes.len();
         // Decide within the node timeout; slower nodes still get the delete
@@ -1101,9 +1123,29 @@ impl LeaseHandle for RedlockLease {
         let decide_by = add_saturating(Instant::now(), inner.config.node_timeout);
         // The channel and line, derived from the key (not kept per guard).
         let keys = NameKeys::of(self.key.clone());
+        // A node whose acquiring `SET` is still unanswered gets its delete
+        // once it is answered (a delete must never overtake its node's
+        // `SET`), in the background; the nodes that answered (a quorum, or
+        // the lock would not be held) decide now.
+        let late: &[usize] = match &self.settled {
+            Some(settled) if settled.get().is_none() => {
+                let (inner, keys, token) = (inner.clone(), keys.clone(), self.token.clone());
+                let (settled, late) = (settled.clone(), self.late.to_vec());
+                tokio::spawn(async move {
+                    settled.wait().await;
+                    let bound = inner.background_bound();
+                    inner
+                        .release_on(&late, &keys, &token, bound, true, None)
+                        .await;
+                });
+                &self.late
+            }
+            _ => &[],
+        };
         let mut pending = {
             let token = self.token.clone();
-            fan_out(inner, inner.background_bound(), move |inner, i| {
+            let now = (0..n).filter(|i| !late.contains(i));
+            fan_out_on(inner, now, inner.background_bound(), move |inner, i| {
                 let (keys, token) = (keys.clone(), token.clone());
                 async move {
                     inner.nodes[i]
@@ -1114,7 +1156,8 @@ impl LeaseHandle for RedlockLease {
         };
         let (mut deleted, mut not_ours) = (0, 0);
         let mut failures = Vec::new();
-        let mut heard = vec![false; n];
+        // The late nodes are not waited for here.
+        let mut heard: Vec<bool> = (0..n).map(|i| late.contains(&i)).collect();
         while let Some((i, r)) = next_by(&mut pending, decide_by).await {
             heard[i] = true;
             match r {

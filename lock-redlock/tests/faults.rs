@@ -320,6 +320,47 @@ async fn paused_node_costs_at_most_one_node_timeout() {
     );
 }
 
+/// A release does not wait for a node whose acquiring `SET` is still
+/// unanswered: the nodes that answered (a quorum) release at once, and the
+/// silent node gets its delete after its `SET` (on the same connection),
+/// so it keeps no key once it answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_release_does_not_wait_for_a_node_still_answering_the_acquire() {
+    let set = start_set();
+    let locks = RedlockLock::connect(config(&set)).await.expect("connect");
+    let name = lock_name("release-late");
+    let key = locks.key_of(&name);
+    set.nodes()[4].pause().unwrap();
+
+    let g = locks
+        .acquire(&name, &opts(Duration::from_secs(30)))
+        .await
+        .expect("a quorum of 4 is up");
+    let t = Instant::now();
+    assert!(g.release().await.unwrap());
+    let took = t.elapsed();
+    println!("release with one node still answering the acquire: {took:?}");
+    assert!(
+        took < NODE_TIMEOUT / 2,
+        "the release waited {took:?} for the paused node (node timeout {NODE_TIMEOUT:?})"
+    );
+    for n in &set.nodes()[..4] {
+        assert!(
+            gone_within(n, &key, Duration::from_secs(1)).await,
+            "key left on {}",
+            n.addr()
+        );
+    }
+    // Past the node timeout, the paused node gets its delete queued after
+    // its SET.
+    sleep(NODE_TIMEOUT * 2).await;
+    set.nodes()[4].resume().unwrap();
+    assert!(
+        gone_within(&set.nodes()[4], &key, Duration::from_secs(2)).await,
+        "the late node kept our key"
+    );
+}
+
 /// A failed attempt leaves no key of ours anywhere: three nodes held by a
 /// foreign token, our try and our timed-out wait fail, each node holds
 /// exactly what it held before.
