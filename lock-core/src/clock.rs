@@ -18,7 +18,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use tokio::sync::watch;
 use tokio::time::Instant;
 
 /// How often the resume detector samples the clocks.
@@ -73,8 +72,8 @@ pub(crate) fn simulate_suspend(d: Duration) {
         u64::try_from(d.as_nanos()).unwrap_or(u64::MAX),
         Ordering::Relaxed,
     );
-    if let Some(tx) = DETECTOR.get() {
-        tx.send_modify(|n| *n += 1);
+    if DETECTOR.get().is_some() {
+        crate::guard::machine_resumed();
     }
 }
 
@@ -121,34 +120,30 @@ pub(crate) fn corrected(at: Instant, mark: SuspendMark) -> Instant {
     at.checked_sub(lost).unwrap_or_else(Instant::now)
 }
 
-static DETECTOR: OnceLock<watch::Sender<u64>> = OnceLock::new();
+static DETECTOR: OnceLock<()> = OnceLock::new();
 
-/// A watch that changes after every resume from a suspension (started on
-/// first use: one sampling thread per process).
-pub(crate) fn resumes() -> watch::Receiver<u64> {
-    DETECTOR
-        .get_or_init(|| {
-            let (tx, _) = watch::channel(0u64);
-            let sender = tx.clone();
-            let spawned = std::thread::Builder::new()
-                .name("distlock-resume".into())
-                .spawn(move || detect(sender));
-            if let Err(err) = spawned {
-                tracing::warn!(error = %err, "distlock: cannot start the resume detector; a guard notices a suspension at its next state read or renewal");
-            }
-            tx
-        })
-        .subscribe()
+/// Starts the resume detector, once per process (one sampling thread): after
+/// every resume from a suspension it tells the live guards' keepers
+/// ([`crate::guard::machine_resumed`]).
+pub(crate) fn watch_resumes() {
+    DETECTOR.get_or_init(|| {
+        let spawned = std::thread::Builder::new()
+            .name("distlock-resume".into())
+            .spawn(detect);
+        if let Err(err) = spawned {
+            tracing::warn!(error = %err, "distlock: cannot start the resume detector; a guard notices a suspension at its next state read or renewal");
+        }
+    });
 }
 
-fn detect(tx: watch::Sender<u64>) {
+fn detect() {
     let mut last = suspended_total();
     loop {
         std::thread::sleep(SAMPLE_PERIOD);
         let now = suspended_total();
         if now.saturating_sub(last) >= RESUME_THRESHOLD {
             tracing::info!(suspended = ?(now - last), "distlock: the machine was suspended; guards re-check with their servers");
-            tx.send_modify(|n| *n += 1);
+            crate::guard::machine_resumed();
         }
         last = now;
     }

@@ -4,12 +4,13 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
+use std::task::Poll;
 use std::time::Duration;
 
 use futures::stream::BoxStream;
 use futures::StreamExt;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::oneshot;
 use tokio::time::{Instant, Sleep};
 use tracing::Instrument;
 
@@ -230,6 +231,100 @@ enum Command {
     Extend(Duration, oneshot::Sender<Result<Instant>>),
     Release(oneshot::Sender<Result<bool>>),
     Downgrade(oneshot::Sender<Result<(Lease, Grant)>>),
+    /// The machine resumed from a suspension ([`machine_resumed`]).
+    Resumed,
+}
+
+/// Every live keeper, to be told when the machine resumes from a
+/// suspension. A slot per keeper in one of a few shards (so that keepers
+/// starting and ending on different threads seldom wait for each other),
+/// rather than a change notification awaited by each keeper, which would
+/// cost every guard a hundred bytes more for an event that rarely comes.
+static KEEPERS: [Mutex<Keepers>; SHARDS] = [const { Mutex::new(Keepers::new()) }; SHARDS];
+const SHARDS: usize = 8;
+static NEXT_SHARD: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// One shard of [`KEEPERS`].
+struct Keepers {
+    slots: Vec<Option<Weak<Link>>>,
+    free: Vec<usize>,
+}
+
+impl Keepers {
+    const fn new() -> Self {
+        Self {
+            slots: Vec::new(),
+            free: Vec::new(),
+        }
+    }
+}
+
+/// A keeper's place in [`KEEPERS`]; dropping it gives the place up.
+struct Registered {
+    shard: usize,
+    slot: usize,
+}
+
+impl Registered {
+    fn new(link: &Arc<Link>) -> Self {
+        clock::watch_resumes();
+        let shard = NEXT_SHARD.fetch_add(1, Ordering::Relaxed) % SHARDS;
+        let mut keepers = KEEPERS[shard].lock().unwrap_or_else(|p| p.into_inner());
+        let entry = Some(Arc::downgrade(link));
+        let slot = match keepers.free.pop() {
+            Some(slot) => {
+                keepers.slots[slot] = entry;
+                slot
+            }
+            None => {
+                keepers.slots.push(entry);
+                keepers.slots.len() - 1
+            }
+        };
+        Self { shard, slot }
+    }
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        let mut keepers = KEEPERS[self.shard]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(entry) = keepers.slots.get_mut(self.slot) {
+            *entry = None;
+            keepers.free.push(self.slot);
+        }
+    }
+}
+
+/// How many keepers are registered (unit tests).
+#[cfg(test)]
+fn registered_keepers() -> usize {
+    KEEPERS
+        .iter()
+        .map(|shard| {
+            let keepers = shard.lock().unwrap_or_else(|p| p.into_inner());
+            keepers.slots.iter().filter(|s| s.is_some()).count()
+        })
+        .sum()
+}
+
+/// Tells every live keeper that the machine resumed from a suspension: each
+/// corrects its validity by the time lost and re-checks with its server.
+pub(crate) fn machine_resumed() {
+    for shard in &KEEPERS {
+        let links: Vec<Arc<Link>> = shard
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .slots
+            .iter()
+            .flatten()
+            .filter_map(Weak::upgrade)
+            .collect();
+        for link in links {
+            let _ = link.commands.post(Command::Resumed);
+        }
+    }
 }
 
 /// Proof of holding a lock. One type for every backend.
@@ -284,6 +379,10 @@ struct Link {
     state: Publisher,
     backend: &'static str,
     acquired_at: Instant,
+    /// The guard's span, for what the keeper does with the lease (kept
+    /// here rather than around the keeper's whole task, whose waiting
+    /// state every guard pays for).
+    span: tracing::Span,
 }
 
 /// The keeper waits; either side may take the next turn.
@@ -362,11 +461,12 @@ impl LockGuard {
             state: state_tx,
             backend: grant.backend,
             acquired_at: now,
+            span: span.clone(),
         });
         let keeper = Keeper {
+            _registered: Registered::new(&link),
             link: link.clone(),
             events: lease.events,
-            resumes: clock::resumes(),
             ttl: grant.ttl,
             keep_alive: grant.keep_alive,
             name: grant.name.clone(),
@@ -377,7 +477,7 @@ impl LockGuard {
             own_until,
             session_until,
         };
-        tokio::spawn(keeper.run().instrument(span.clone()));
+        tokio::spawn(keeper.run());
         Self {
             view: GuardView {
                 name: grant.name,
@@ -555,9 +655,9 @@ struct Keeper {
     /// Shared with the guard. Its command queue is closed by the guard when
     /// it is dropped, by this task when it ends.
     link: Arc<Link>,
+    /// Its place among the keepers told of a resume.
+    _registered: Registered,
     events: Option<BoxStream<'static, LeaseEvent>>,
-    /// Changes after every resume from a machine suspension.
-    resumes: watch::Receiver<u64>,
     /// The last successful renewal (or the acquisition).
     last_renewal: Instant,
     /// The late-renewal warning was given since `last_renewal`.
@@ -725,50 +825,75 @@ impl Keeper {
             tokio::pin!(timer);
             loop {
                 self.sync_gauges();
-                let live_until = self.current().valid_until();
-                let late_at =
-                    (!self.warned_late).then(|| self.last_renewal + self.ttl.mul_f64(0.8));
-                // While the lock is live: the earliest of its end, the next
-                // renewal and the late-renewal warning.
-                let wake_at = live_until.map(|until| {
-                    [next_renew, late_at]
-                        .into_iter()
-                        .flatten()
-                        .fold(until, Instant::min)
-                });
+                // Worked out again after the wait rather than kept across
+                // it: the wait's state is what every guard costs.
+                let live = self.current().valid_until().is_some();
+                let wake_at = self.wake_at(next_renew);
                 if let Some(at) = wake_at {
                     timer.as_mut().reset(at);
                 }
-                let wake = tokio::select! {
-                    biased;
-                    cmd = self.link.commands.recv() => Wake::Command(cmd),
-                    changed = self.resumes.changed(), if live_until.is_some() => Wake::Resumed(changed.is_ok()),
-                    event = next_event(&mut self.events), if self.events.is_some() && live_until.is_some() => Wake::Event(event),
-                    _ = &mut timer, if wake_at.is_some() => Wake::Timer,
-                };
+                let timed = wake_at.is_some();
+                // In this order: commands, the backend's events (while
+                // live), the timer. Polled by hand: a `select!` would keep
+                // each source's future in the wait's state.
+                let wake = std::future::poll_fn(|cx| {
+                    if let Poll::Ready(cmd) = self.link.commands.poll_recv(cx) {
+                        return Poll::Ready(Wake::Command(cmd));
+                    }
+                    if live {
+                        if let Some(events) = self.events.as_mut() {
+                            if let Poll::Ready(event) = events.poll_next_unpin(cx) {
+                                return Poll::Ready(Wake::Event(event));
+                            }
+                        }
+                    }
+                    if timed && timer.as_mut().poll(cx).is_ready() {
+                        return Poll::Ready(Wake::Timer);
+                    }
+                    Poll::Pending
+                })
+                .await;
                 if !self.link.take_turn(KEEPER_ACTS) {
                     // The guard released the lock itself.
                     return;
                 }
                 match wake {
                     Wake::Command(None) => {
-                        self.finish().await.ok();
+                        Box::pin({
+                            let span = self.link.span.clone();
+                            self.finish().instrument(span)
+                        })
+                        .await
+                        .ok();
                         return;
                     }
                     Wake::Command(Some(Command::Release(reply))) => {
-                        let result = self.finish().await;
+                        let result = Box::pin({
+                            let span = self.link.span.clone();
+                            self.finish().instrument(span)
+                        })
+                        .await;
                         let _ = reply.send(result);
                         return;
                     }
                     Wake::Command(Some(Command::Extend(ttl, reply))) => {
-                        let result = Box::pin(self.extend(ttl)).await;
+                        let result = Box::pin({
+                            let span = self.link.span.clone();
+                            self.extend(ttl).instrument(span)
+                        })
+                        .await;
                         if result.is_ok() {
                             next_renew = self.interval().map(|i| Instant::now() + jittered(i));
                         }
                         let _ = reply.send(result);
                     }
                     Wake::Command(Some(Command::Downgrade(reply))) => {
-                        match Box::pin(self.downgrade()).await {
+                        match Box::pin({
+                            let span = self.link.span.clone();
+                            self.downgrade().instrument(span)
+                        })
+                        .await
+                        {
                             Ok(lease) => {
                                 let _ = reply.send(Ok(lease));
                                 return;
@@ -778,13 +903,16 @@ impl Keeper {
                             }
                         }
                     }
-                    Wake::Resumed(false) => {
-                        // The detector is gone (cannot happen: it lives in a static).
-                        self.resumes = clock::resumes();
-                    }
-                    Wake::Resumed(true) => {
-                        if let Some(at) = self.resumed().await {
-                            next_renew = Some(at);
+                    Wake::Command(Some(Command::Resumed)) => {
+                        if self.current().valid_until().is_some() {
+                            if let Some(at) = Box::pin({
+                                let span = self.link.span.clone();
+                                self.resumed().instrument(span)
+                            })
+                            .await
+                            {
+                                next_renew = Some(at);
+                            }
                         }
                     }
                     Wake::Event(None) => self.events = None,
@@ -794,7 +922,13 @@ impl Keeper {
                             next_renew = Some(Instant::now());
                         }
                     }
-                    Wake::Event(Some(LeaseEvent::Lost(cause))) => self.lose(cause).await,
+                    Wake::Event(Some(LeaseEvent::Lost(cause))) => {
+                        Box::pin({
+                            let span = self.link.span.clone();
+                            self.lose(cause).instrument(span)
+                        })
+                        .await
+                    }
                     Wake::Event(Some(LeaseEvent::Confirmed { valid_until })) => {
                         self.confirmed(valid_until)
                     }
@@ -802,10 +936,20 @@ impl Keeper {
                         // In this order when several are due: the end of the
                         // validity, the renewal, the warning.
                         let now = Instant::now();
+                        let live_until = self.current().valid_until();
+                        let late_at = self.late_at();
                         if live_until.is_some_and(|until| now >= until) {
-                            self.lose(LossCause::Expired).await;
+                            Box::pin({
+                                let span = self.link.span.clone();
+                                self.lose(LossCause::Expired).instrument(span)
+                            })
+                            .await;
                         } else if next_renew.is_some_and(|at| now >= at) {
-                            next_renew = self.renew_once(timer.as_mut()).await;
+                            next_renew = Box::pin({
+                                let span = self.link.span.clone();
+                                self.renew_once(timer.as_mut()).instrument(span)
+                            })
+                            .await;
                         } else if late_at.is_some_and(|at| now >= at) {
                             self.warned_late = true;
                             metrics::counter!(m::LATE_RENEWALS, "backend" => self.link.backend)
@@ -823,6 +967,24 @@ impl Keeper {
                 self.link.keeper_idles();
             }
         }
+    }
+
+    /// When the late-renewal warning is due, unless given since the last
+    /// renewal.
+    fn late_at(&self) -> Option<Instant> {
+        (!self.warned_late).then(|| self.last_renewal + self.ttl.mul_f64(0.8))
+    }
+
+    /// While the lock is live, when the keeper must wake next: the earliest
+    /// of its end, the next renewal (`next_renew`) and the late-renewal
+    /// warning.
+    fn wake_at(&self, next_renew: Option<Instant>) -> Option<Instant> {
+        self.current().valid_until().map(|until| {
+            [next_renew, self.late_at()]
+                .into_iter()
+                .flatten()
+                .fold(until, Instant::min)
+        })
     }
 
     /// One keep-alive renewal; returns when to renew next.
@@ -1032,17 +1194,8 @@ fn jittered(period: Duration) -> Duration {
 /// What woke the keeper.
 enum Wake {
     Command(Option<Command>),
-    /// The machine resumed from a suspension (`false`: the detector is gone).
-    Resumed(bool),
     Event(Option<LeaseEvent>),
     Timer,
-}
-
-async fn next_event(events: &mut Option<BoxStream<'static, LeaseEvent>>) -> Option<LeaseEvent> {
-    match events {
-        Some(stream) => stream.next().await,
-        None => std::future::pending().await,
-    }
 }
 
 #[cfg(test)]
@@ -1083,5 +1236,34 @@ mod tests {
             .expect("the loss signal fires promptly after the resume");
         assert_eq!(cause, LossCause::Expired);
         assert!(!short.is_held());
+    }
+
+    /// Every keeper has a place among those told of a resume while its
+    /// guard lives, and gives it up when it ends (released or dropped).
+    #[tokio::test]
+    async fn keepers_give_up_their_resume_place_when_they_end() {
+        let locks = MemoryLock::new();
+        let opts = AcquireOptions::new().ttl(Duration::from_secs(30));
+        // Another test of this module may hold a couple of guards meanwhile.
+        let before = registered_keepers();
+        let mut guards = Vec::new();
+        for i in 0..50 {
+            let name = LockName::new(format!("registered/{i}")).unwrap();
+            guards.push(locks.acquire(&name, &opts).await.unwrap());
+        }
+        assert!(registered_keepers() >= before + 50 - 2);
+        for g in guards.drain(..25) {
+            assert!(g.release().await.unwrap());
+        }
+        drop(guards);
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while registered_keepers() > before + 2 {
+            assert!(
+                Instant::now() < deadline,
+                "{} keepers still registered",
+                registered_keepers()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 }
