@@ -768,13 +768,9 @@ async fn a_member_without_a_leader_fails_calls_fast() {
 /// The count of gRPC calls a member has started for `method`, from its
 /// Prometheus metrics.
 fn started_calls(endpoint: &str, method: &str) -> u64 {
-    use std::io::{Read, Write};
-    let mut conn = std::net::TcpStream::connect(endpoint).expect("metrics endpoint");
-    conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    write!(conn, "GET /metrics HTTP/1.0\r\nHost: {endpoint}\r\n\r\n").unwrap();
-    let mut body = String::new();
-    conn.read_to_string(&mut body).expect("read metrics");
-    body.lines()
+    lock_testbed::etcd_metrics(endpoint)
+        .expect("the member's metrics")
+        .lines()
         .filter(|l| {
             l.starts_with("grpc_server_started_total")
                 && l.contains(&format!("grpc_method=\"{method}\""))

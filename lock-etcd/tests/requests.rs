@@ -13,7 +13,7 @@ use std::time::Duration;
 use etcd_client::GetOptions;
 use lock_core::{AcquireOptions, DistributedLock, LockName};
 use lock_etcd::{EtcdConfig, EtcdLock};
-use lock_testbed::{unique_name, EtcdCluster};
+use lock_testbed::{etcd_metrics, unique_name, EtcdCluster};
 use tokio::time::{sleep, Instant};
 
 /// The unary methods counted as requests.
@@ -33,6 +33,15 @@ async fn connect(endpoints: Vec<String>) -> EtcdLock {
     .expect("connect to the test etcd")
 }
 
+/// A cluster of one member of our own, so that no other test's traffic is
+/// counted.
+async fn one_member() -> EtcdCluster {
+    tokio::task::spawn_blocking(|| EtcdCluster::start(1))
+        .await
+        .expect("start thread")
+        .unwrap_or_else(|e| panic!("starting etcd: {e}"))
+}
+
 /// The member's counters: unary calls started per method, and watch stream
 /// messages received (creates and cancels).
 #[derive(Clone, Debug, Default)]
@@ -43,12 +52,7 @@ struct Counts {
 
 impl Counts {
     fn read(endpoint: &str) -> Counts {
-        use std::io::{Read, Write};
-        let mut conn = std::net::TcpStream::connect(endpoint).expect("metrics endpoint");
-        conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        write!(conn, "GET /metrics HTTP/1.0\r\nHost: {endpoint}\r\n\r\n").unwrap();
-        let mut body = String::new();
-        conn.read_to_string(&mut body).expect("read metrics");
+        let body = etcd_metrics(endpoint).expect("the member's metrics");
         let value = |l: &str| {
             l.rsplit(' ')
                 .next()
@@ -107,10 +111,7 @@ impl Counts {
 /// this, so a waiter must not create one per wait.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_per_cycle_and_per_handoff() {
-    let cluster = tokio::task::spawn_blocking(|| EtcdCluster::start(1))
-        .await
-        .expect("start thread")
-        .unwrap_or_else(|e| panic!("starting etcd: {e}"));
+    let cluster = one_member().await;
     let eps = cluster.endpoints();
     let ep = eps[0].clone();
     let opts = AcquireOptions::new()
@@ -219,13 +220,9 @@ async fn requests_per_cycle_and_per_handoff() {
 
 /// The server's count of watchers (`etcd_debugging_mvcc_watcher_total`).
 fn watchers(endpoint: &str) -> u64 {
-    use std::io::{Read, Write};
-    let mut conn = std::net::TcpStream::connect(endpoint).expect("metrics endpoint");
-    conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    write!(conn, "GET /metrics HTTP/1.0\r\nHost: {endpoint}\r\n\r\n").unwrap();
-    let mut body = String::new();
-    conn.read_to_string(&mut body).expect("read metrics");
-    body.lines()
+    etcd_metrics(endpoint)
+        .expect("the member's metrics")
+        .lines()
         .find(|l| l.starts_with("etcd_debugging_mvcc_watcher_total "))
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse::<f64>().ok())
@@ -237,10 +234,7 @@ fn watchers(endpoint: &str) -> u64 {
 /// watching on the server.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_queue_watch_ends_after_its_last_user() {
-    let cluster = tokio::task::spawn_blocking(|| EtcdCluster::start(1))
-        .await
-        .expect("start thread")
-        .unwrap_or_else(|e| panic!("starting etcd: {e}"));
+    let cluster = one_member().await;
     let eps = cluster.endpoints();
     let ep = eps[0].clone();
     let count = |ep: String| async move {

@@ -151,7 +151,7 @@ impl RedlockLock {
     async fn check_quorum(&self) -> Result<()> {
         let inner = &self.inner;
         let limit = inner.config.connect_timeout;
-        let mut pending = fan_out(inner, limit, |inner, i| async move {
+        let mut pending = fan_out(inner, inner.all(), limit, |inner, i| async move {
             inner.nodes[i].load_scripts(&inner.scripts).await
         });
         let mut failures = Vec::new();
@@ -178,26 +178,11 @@ impl RedlockLock {
     }
 }
 
-/// Sends one request per node, all at once, each bounded by `limit`; yields
+/// Sends one request to each of the nodes `which` (`inner.all()`: every
+/// node), all at once, each bounded by `limit`; yields
 /// `(node index, outcome)` as they come. The futures own what they use, so
 /// what is left of them can finish in the background.
 fn fan_out<T, F, Fut>(
-    inner: &Arc<Inner>,
-    limit: Duration,
-    op: F,
-) -> FuturesUnordered<
-    impl Future<Output = (usize, std::result::Result<T, NodeFailure>)> + Send + 'static,
->
-where
-    F: Fn(Arc<Inner>, usize) -> Fut,
-    Fut: Future<Output = RedisResult<T>> + Send + 'static,
-    T: Send + 'static,
-{
-    fan_out_on(inner, 0..inner.nodes.len(), limit, op)
-}
-
-/// [`fan_out`] to the nodes `which` only.
-fn fan_out_on<T, F, Fut>(
     inner: &Arc<Inner>,
     which: impl Iterator<Item = usize>,
     limit: Duration,
@@ -304,6 +289,11 @@ impl Inner {
         ttl.max(self.config.max_recheck).saturating_mul(2)
     }
 
+    /// Every node's index, for [`fan_out`].
+    fn all(&self) -> std::ops::Range<usize> {
+        0..self.nodes.len()
+    }
+
     /// How long a request that must reach its node (a release, an
     /// extension) may keep trying in the background after the caller has
     /// stopped waiting for it.
@@ -349,7 +339,7 @@ impl Inner {
         let valid_until = validity(start, ttl);
         let mut pending = {
             let (keys, token) = (keys.clone(), token.clone());
-            fan_out(self, limit, move |inner, i| {
+            fan_out(self, self.all(), limit, move |inner, i| {
                 let (keys, token, ask) = (keys.clone(), token.clone(), ask.clone());
                 async move {
                     let node = &inner.nodes[i];
@@ -875,7 +865,7 @@ impl LockBackend for RedlockLock {
     async fn inspect(&self, name: &LockName) -> Result<LockStatus> {
         let inner = &self.inner;
         let key = inner.keys(name).key.clone();
-        let mut pending = fan_out(inner, inner.config.node_timeout, {
+        let mut pending = fan_out(inner, inner.all(), inner.config.node_timeout, {
             let key = key.clone();
             move |inner, i| {
                 let key = key.clone();
@@ -932,14 +922,19 @@ impl LockBackend for RedlockLock {
     async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<(LockName, LockStatus)>> {
         let inner = &self.inner;
         let name_prefix: Arc<str> = prefix.into();
-        let mut pending = fan_out(inner, inner.background_bound(), move |inner, i| {
-            let name_prefix = name_prefix.clone();
-            async move {
-                inner.nodes[i]
-                    .list(&inner.scripts, &inner.config.key_prefix, &name_prefix)
-                    .await
-            }
-        });
+        let mut pending = fan_out(
+            inner,
+            inner.all(),
+            inner.background_bound(),
+            move |inner, i| {
+                let name_prefix = name_prefix.clone();
+                async move {
+                    inner.nodes[i]
+                        .list(&inner.scripts, &inner.config.key_prefix, &name_prefix)
+                        .await
+                }
+            },
+        );
         let mut seen: std::collections::HashMap<(String, String), (usize, u64)> =
             std::collections::HashMap::new();
         let (mut answered, mut failures) = (0, Vec::new());
@@ -1051,6 +1046,7 @@ impl LeaseHandle for RedlockLease {
             let (key, token) = (self.key.clone(), self.token.clone());
             fan_out(
                 inner,
+                inner.all(),
                 batch_wait + inner.background_bound(),
                 move |inner, i| {
                     let (key, token) = (key.clone(), token.clone());
@@ -1145,7 +1141,7 @@ impl LeaseHandle for RedlockLease {
         let mut pending = {
             let token = self.token.clone();
             let now = (0..n).filter(|i| !late.contains(i));
-            fan_out_on(inner, now, inner.background_bound(), move |inner, i| {
+            fan_out(inner, now, inner.background_bound(), move |inner, i| {
                 let (keys, token) = (keys.clone(), token.clone());
                 async move {
                     inner.nodes[i]

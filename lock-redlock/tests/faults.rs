@@ -1193,25 +1193,40 @@ async fn a_waiter_that_gives_up_leaves_the_line() {
         .await
         .expect_err("held lock granted");
     assert_eq!(err.kind(), LockErrorKind::Timeout, "{err}");
+    let in_line = |node: &RedisServer| {
+        tokio::task::block_in_place(|| node.cmd(&["ZCARD", &line]).unwrap().as_int())
+    };
+    // Leaving and joining the line take a moment on a loaded machine.
+    let lines_are = |n: i64| {
+        let in_line = &in_line;
+        let set = &set;
+        async move {
+            let deadline = Instant::now() + 4 * SLACK;
+            loop {
+                let seen: Vec<Option<i64>> = set.nodes().iter().map(in_line).collect();
+                if seen.iter().all(|c| *c == Some(n)) {
+                    return;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "lines hold {seen:?}, not {n} each"
+                );
+                sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    // The waiter that gave up left the line on every node.
+    lines_are(0).await;
     let dropped = {
         let (waiter, name) = (waiter.clone(), name.clone());
         tokio::spawn(async move { waiter.acquire(&name, &opts(ttl)).await })
     };
-    sleep(Duration::from_millis(300)).await;
-    let in_line = |node: &RedisServer| {
-        tokio::task::block_in_place(|| node.cmd(&["ZCARD", &line]).unwrap().as_int())
-    };
-    assert!(
-        set.nodes().iter().all(|n| in_line(n) == Some(1)),
-        "the waiting acquire is in line on every node"
-    );
+    // The waiting acquire is in line on every node.
+    lines_are(1).await;
     dropped.abort();
     let _ = dropped.await;
-    sleep(SLACK).await;
-    assert!(
-        set.nodes().iter().all(|n| in_line(n) == Some(0)),
-        "both waiters left the line on every node"
-    );
+    // The dropped waiter left it too.
+    lines_are(0).await;
     assert!(held.release().await.unwrap());
     let again = waiter.try_acquire(&name, &opts(ttl)).await.unwrap();
     assert!(again.is_some(), "a single try gets the free lock at once");

@@ -69,6 +69,23 @@ impl fmt::Debug for EtcdCluster {
     }
 }
 
+/// The Prometheus metrics of the etcd member whose client endpoint is
+/// `endpoint` (`127.0.0.1:PORT`, as [`EtcdCluster::endpoints`] gives them),
+/// as text: what tests count server-side requests and watchers with.
+pub fn etcd_metrics(endpoint: &str) -> Result<String, TestbedError> {
+    let addr: std::net::SocketAddr = endpoint
+        .parse()
+        .map_err(|e| TestbedError::protocol(format!("etcd endpoint {endpoint}"), format!("{e}")))?;
+    let (code, body) = http::request(addr, "GET", "/metrics", None, Duration::from_secs(5))?;
+    if code != 200 {
+        return Err(TestbedError::protocol(
+            format!("GET /metrics from {endpoint}"),
+            format!("HTTP {code}"),
+        ));
+    }
+    Ok(body)
+}
+
 impl EtcdCluster {
     /// Start a `members`-member cluster (all members in parallel) and wait until every
     /// member answers `GET /health` with `{"health":"true"}` (at most 20 s).

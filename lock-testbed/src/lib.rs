@@ -102,7 +102,7 @@ mod util;
 mod zk;
 
 pub use error::TestbedError;
-pub use etcd::EtcdCluster;
+pub use etcd::{etcd_metrics, EtcdCluster};
 pub use postgres::{PostgresServer, ENV_POSTGRES_USER, POSTGRES_DATABASE, POSTGRES_USER};
 pub use process::{pid_alive, set_data_root};
 pub use proxy::Proxy;
