@@ -30,8 +30,8 @@ impl Deal {
         }
     }
 
-    /// The connect string of the next client: one server, in turn (the
-    /// whole string if it names none).
+    /// The connect string of the next client: one server, in turn (empty
+    /// if the connect string names none).
     pub fn next(&self) -> String {
         if self.servers.is_empty() {
             return String::new();

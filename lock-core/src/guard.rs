@@ -675,6 +675,18 @@ struct Keeper {
     session_until: Option<Instant>,
 }
 
+/// One of the keeper's rare steps on the lease (`self.method(args)`),
+/// boxed while it runs (so that its state is not part of what every idle
+/// keeper keeps) and in the guard's span.
+macro_rules! step {
+    ($keeper:ident . $method:ident ( $($arg:expr),* )) => {
+        Box::pin({
+            let span = $keeper.link.span.clone();
+            $keeper.$method($($arg),*).instrument(span)
+        })
+    };
+}
+
 impl Keeper {
     fn interval(&self) -> Option<Duration> {
         match self.keep_alive {
@@ -859,41 +871,23 @@ impl Keeper {
                 }
                 match wake {
                     Wake::Command(None) => {
-                        Box::pin({
-                            let span = self.link.span.clone();
-                            self.finish().instrument(span)
-                        })
-                        .await
-                        .ok();
+                        step!(self.finish()).await.ok();
                         return;
                     }
                     Wake::Command(Some(Command::Release(reply))) => {
-                        let result = Box::pin({
-                            let span = self.link.span.clone();
-                            self.finish().instrument(span)
-                        })
-                        .await;
+                        let result = step!(self.finish()).await;
                         let _ = reply.send(result);
                         return;
                     }
                     Wake::Command(Some(Command::Extend(ttl, reply))) => {
-                        let result = Box::pin({
-                            let span = self.link.span.clone();
-                            self.extend(ttl).instrument(span)
-                        })
-                        .await;
+                        let result = step!(self.extend(ttl)).await;
                         if result.is_ok() {
                             next_renew = self.interval().map(|i| Instant::now() + jittered(i));
                         }
                         let _ = reply.send(result);
                     }
                     Wake::Command(Some(Command::Downgrade(reply))) => {
-                        match Box::pin({
-                            let span = self.link.span.clone();
-                            self.downgrade().instrument(span)
-                        })
-                        .await
-                        {
+                        match step!(self.downgrade()).await {
                             Ok(lease) => {
                                 let _ = reply.send(Ok(lease));
                                 return;
@@ -905,12 +899,7 @@ impl Keeper {
                     }
                     Wake::Command(Some(Command::Resumed)) => {
                         if self.current().valid_until().is_some() {
-                            if let Some(at) = Box::pin({
-                                let span = self.link.span.clone();
-                                self.resumed().instrument(span)
-                            })
-                            .await
-                            {
+                            if let Some(at) = step!(self.resumed()).await {
                                 next_renew = Some(at);
                             }
                         }
@@ -922,13 +911,7 @@ impl Keeper {
                             next_renew = Some(Instant::now());
                         }
                     }
-                    Wake::Event(Some(LeaseEvent::Lost(cause))) => {
-                        Box::pin({
-                            let span = self.link.span.clone();
-                            self.lose(cause).instrument(span)
-                        })
-                        .await
-                    }
+                    Wake::Event(Some(LeaseEvent::Lost(cause))) => step!(self.lose(cause)).await,
                     Wake::Event(Some(LeaseEvent::Confirmed { valid_until })) => {
                         self.confirmed(valid_until)
                     }
@@ -939,17 +922,9 @@ impl Keeper {
                         let live_until = self.current().valid_until();
                         let late_at = self.late_at();
                         if live_until.is_some_and(|until| now >= until) {
-                            Box::pin({
-                                let span = self.link.span.clone();
-                                self.lose(LossCause::Expired).instrument(span)
-                            })
-                            .await;
+                            step!(self.lose(LossCause::Expired)).await;
                         } else if next_renew.is_some_and(|at| now >= at) {
-                            next_renew = Box::pin({
-                                let span = self.link.span.clone();
-                                self.renew_once(timer.as_mut()).instrument(span)
-                            })
-                            .await;
+                            next_renew = step!(self.renew_once(timer.as_mut())).await;
                         } else if late_at.is_some_and(|at| now >= at) {
                             self.warned_late = true;
                             metrics::counter!(m::LATE_RENEWALS, "backend" => self.link.backend)

@@ -281,22 +281,17 @@ impl QueueOps {
     ) -> Result<Turn> {
         debug_assert!(in_line(mode));
         let mut watch = self.watcher.queue_watch(queue.prefix.as_bytes(), false);
-        // The revision after which every event reaches us, once known.
-        let mut covers: Option<i64> = None;
         loop {
             if session.is_ended() {
                 return Ok(Turn::Requeue("the session lease expired"));
             }
-            let from = match covers {
-                Some(c) => c,
-                None => {
-                    let limit = deadline.min(Instant::now() + self.client.request_timeout());
-                    match watch.created(limit).await {
-                        Ok(c) => *covers.insert(c),
-                        Err(_) if Instant::now() >= deadline => return Ok(Turn::Deadline),
-                        Err(e) => return Err(e),
-                    }
-                }
+            // The revision after which every event reaches us (known at
+            // once after the first time).
+            let limit = deadline.min(Instant::now() + self.client.request_timeout());
+            let from = match watch.created(limit).await {
+                Ok(c) => c,
+                Err(_) if Instant::now() >= deadline => return Ok(Turn::Deadline),
+                Err(e) => return Err(e),
             };
             let trigger = if from > line.at {
                 // The store moved on between the read and what the watch
@@ -321,7 +316,6 @@ impl QueueOps {
                     Woken::Lost => {
                         // Events may have been missed: join anew, read again.
                         watch = self.watcher.queue_watch(queue.prefix.as_bytes(), false);
-                        covers = None;
                         continue;
                     }
                 }

@@ -27,11 +27,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex as StdMutex, MutexGuard};
 use std::time::Duration;
 
-/// How long a shared queue watch is kept after its last waiter or guard
-/// left: a contender that comes back within it (as the contenders of a busy
-/// lock do) finds the watch created and in step with the store.
-pub(crate) const LINGER: Duration = Duration::from_secs(2);
-
 use etcd_client::{
     EventType, WatchFilterType, WatchOptions, WatchRequestSender, WatchResponse,
     WatchResponseStream,
@@ -43,6 +38,11 @@ use tokio::time::Instant;
 
 use crate::client::{EtcdClient, Failure};
 use crate::deletion::Deletion;
+
+/// How long a shared queue watch is kept after its last waiter or guard
+/// left: a contender that comes back within it (as the contenders of a busy
+/// lock do) finds the watch created and in step with the store.
+pub(crate) const LINGER: Duration = Duration::from_secs(2);
 
 /// What a watch reports to its owner.
 #[derive(Clone, Debug, PartialEq, Eq)]
