@@ -79,6 +79,7 @@ cases! {
     list_and_other_primitives_honour_their_deadline_when_the_server_hangs if |c| c.remote,
     a_returning_writer_queues_behind_waiting_readers if |c| c.read_write,
     a_releaser_coming_back_queues_behind_the_waiter if |c| c.fifo,
+    a_wait_that_times_out_has_left_the_line_when_it_returns if always,
 }
 
 fn opts(h: &dyn Harness) -> AcquireOptions {
@@ -1750,4 +1751,121 @@ async fn a_returning_writer_queues_behind_waiting_readers(h: Arc<dyn Harness>) {
     );
     assert!(w2.release().await.unwrap());
     assert_no_leftovers(&*h, &name).await;
+}
+
+/// The kinds of lease a backend with `caps` offers, for cases that check
+/// each of them the same way.
+fn offered_modes(caps: &Capabilities) -> Vec<LockMode> {
+    let mut modes = vec![LockMode::Exclusive];
+    if caps.read_write {
+        modes.extend([LockMode::Read, LockMode::Write]);
+    }
+    if caps.semaphore {
+        modes.push(LockMode::Permit { permits: 1 });
+    }
+    modes
+}
+
+/// A waiting acquire of `mode` (a reader waits behind a writer, anything
+/// else behind its own kind).
+async fn acquire_as(
+    c: &dyn LockService,
+    mode: LockMode,
+    name: &LockName,
+    o: &AcquireOptions,
+) -> lock_core::Result<lock_core::LockGuard> {
+    match mode {
+        LockMode::Read => c.acquire_read(name, o).await,
+        LockMode::Write => c.acquire_write(name, o).await,
+        LockMode::Permit { permits } => c.acquire_permit(name, permits, o).await,
+        _ => c.acquire(name, o).await,
+    }
+}
+
+/// The lease that makes a waiter of `mode` wait: the write side for a
+/// reader, the same kind for the others.
+fn blocking_mode(mode: LockMode) -> LockMode {
+    match mode {
+        LockMode::Read => LockMode::Write,
+        other => other,
+    }
+}
+
+/// One attempt at `mode`, no waiting.
+async fn try_as(
+    c: &dyn LockService,
+    mode: LockMode,
+    name: &LockName,
+    o: &AcquireOptions,
+) -> lock_core::Result<Option<lock_core::LockGuard>> {
+    match mode {
+        LockMode::Read => c.try_acquire_read(name, o).await,
+        LockMode::Write => c.try_acquire_write(name, o).await,
+        LockMode::Permit { permits } => c.try_acquire_permit(name, permits, o).await,
+        _ => c.try_acquire(name, o).await,
+    }
+}
+
+/// A runtime that ran one call and is no longer driven: like a process that
+/// exits as soon as the call returns, nothing the call left to background
+/// tasks ever runs. Shut down on drop, off the async threads.
+struct Stopped(Option<tokio::runtime::Runtime>);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            std::thread::spawn(move || drop(rt));
+        }
+    }
+}
+
+/// Runs `call` alone on a runtime of its own and stops that runtime when
+/// the call returns.
+async fn call_then_stop<T: Send + 'static>(
+    call: impl std::future::Future<Output = T> + Send + 'static,
+) -> (T, Stopped) {
+    tokio::task::spawn_blocking(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime for the call");
+        let out = rt.block_on(call);
+        (out, Stopped(Some(rt)))
+    })
+    .await
+    .expect("the call's thread")
+}
+
+/// A wait that runs out has left the line when the call returns, in every
+/// mode: a process that exits at once (`distlock run --wait` giving up)
+/// blocks nobody. The waiter's runtime stops when its call returns, so
+/// nothing it left to the background runs; the holder then releases and a
+/// third client's single try gets the lock.
+async fn a_wait_that_times_out_has_left_the_line_when_it_returns(h: Arc<dyn Harness>) {
+    let caps = client(&*h).await.capabilities();
+    for mode in offered_modes(&caps) {
+        let name = unique_name("gaveup");
+        let (a, b, c) = (client(&*h).await, client(&*h).await, client(&*h).await);
+        let held = acquire_as(&*a, blocking_mode(mode), &name, &opts(&*h))
+            .await
+            .unwrap();
+        let wait = Duration::from_millis(300);
+        let (outcome, stopped) = {
+            let (b, name, o) = (b.clone(), name.clone(), opts(&*h).wait(wait));
+            call_then_stop(async move { acquire_as(&*b, mode, &name, &o).await.map(|_| ()) }).await
+        };
+        let err = outcome.expect_err("a waiter got a held lock");
+        assert_eq!(err.kind(), LockErrorKind::Timeout, "{mode:?}: {err}");
+        assert!(held.release().await.unwrap());
+        let next = try_as(&*c, mode, &name, &opts(&*h)).await.unwrap();
+        let Some(next) = next else {
+            panic!(
+                "{mode:?}: the lock was not free after its holder released: \
+                 the waiter that timed out was still in line when its call returned"
+            );
+        };
+        assert!(next.release().await.unwrap());
+        drop(stopped);
+        assert_no_leftovers(&*h, &name).await;
+    }
 }

@@ -446,6 +446,20 @@ impl CleanupOnDrop {
     pub fn disarm(mut self) {
         self.cleanup = None;
     }
+
+    /// Runs the clean-up in the caller's task until `by`, and whatever is
+    /// not done by then in the background: how a waiting acquire whose
+    /// deadline passed leaves the line before it returns (its caller may
+    /// exit at once, as `distlock run --wait` does) while the call keeps its
+    /// bound. If this future is dropped, the rest goes on in the background
+    /// too.
+    pub async fn finish_by(mut self, by: Instant) {
+        if let Some(cleanup) = self.cleanup.as_mut() {
+            if tokio::time::timeout_at(by, cleanup).await.is_ok() {
+                self.cleanup = None;
+            }
+        }
+    }
 }
 
 impl Drop for CleanupOnDrop {

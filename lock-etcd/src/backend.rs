@@ -237,7 +237,15 @@ impl EtcdLock {
                     };
                     match turn_came {
                         Turn::Mine { at, sent, own } => (at, sent, own),
-                        Turn::Deadline => return Ok(None),
+                        Turn::Deadline => {
+                            // Out of the line before the call returns: its
+                            // caller may exit at once. On an error the
+                            // delete goes on in the background.
+                            if let Err(e) = ours.remove().await {
+                                tracing::debug!(name = %req.name, error = %e, "distlock etcd: leaving the line after the deadline goes on in the background");
+                            }
+                            return Ok(None);
+                        }
                         Turn::Requeue(why) => {
                             tracing::debug!(name = %req.name, why, "distlock etcd: contender key gone while waiting; queueing again");
                             turn = ours.nothing_written();

@@ -59,18 +59,19 @@ impl OurKey {
 
     /// Deletes the key now (compare-and-delete): whether it was still ours,
     /// and the turn, for an acquisition that goes on. On an error the delete
-    /// goes on in the background, holding the turn until it is done.
+    /// goes on in the background, holding the turn until it is done; so it
+    /// does if this future is dropped before the server answered.
     pub(crate) async fn remove(mut self) -> Result<(bool, Option<NamePermit>)> {
-        self.armed = false;
         let guard = self.guard();
         let txn = Txn::new()
             .when([guard.clone()])
             .and_then([TxnOp::delete(&*self.key, None)]);
-        match self
+        let deleted = self
             .client
             .call("delete a contender key", txn_call(&txn))
-            .await
-        {
+            .await;
+        self.armed = false;
+        match deleted {
             Ok(resp) => Ok((resp.succeeded(), self.permit.take())),
             Err(e) => {
                 // Keep trying in the background, holding the turn, so that

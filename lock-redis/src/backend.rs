@@ -220,7 +220,9 @@ impl RedisLock {
     /// repeated safely (one that finds the lock already ours takes it afresh),
     /// so a lost reply needs no clean-up of its own; giving up (the deadline,
     /// an error, or this future dropped) leaves the queue and passes on a lock
-    /// handed to us meanwhile.
+    /// handed to us meanwhile: at the deadline before the call returns
+    /// (within its bound), after an error or when this future is dropped in
+    /// the background.
     async fn wait_in_queue(
         &self,
         req: &LeaseRequest,
@@ -230,8 +232,6 @@ impl RedisLock {
         let client = &self.inner.client;
         let token = owner_token();
         let ttl_ms = ttl_millis(req.ttl);
-        // A waiter re-tries at least every `max_recheck`; its place outlasts that twice.
-        let lasts_ms = ttl_millis(2 * req.ttl.max(client.config.max_recheck));
         let leave = {
             let (client, keys, token) = (client.clone(), keys.clone(), token.clone());
             let member = format!("{token} {ttl_ms}");
@@ -241,6 +241,32 @@ impl RedisLock {
                 }
             })
         };
+        let got = self.queue_turns(req, keys, token, deadline).await;
+        match &got {
+            Ok(Some(_)) => leave.disarm(),
+            Ok(None) => {
+                let by = add_saturating(deadline, client.config.request_timeout);
+                leave.finish_by(by).await;
+            }
+            // A failing server: the error goes back at once.
+            Err(_) => drop(leave),
+        }
+        got
+    }
+
+    /// The attempts and waits of [`wait_in_queue`](Self::wait_in_queue)
+    /// with owner token `token`, until the lock is ours or `deadline`.
+    async fn queue_turns(
+        &self,
+        req: &LeaseRequest,
+        keys: &Arc<Keys>,
+        token: String,
+        deadline: Instant,
+    ) -> Result<Option<Lease>> {
+        let client = &self.inner.client;
+        let ttl_ms = ttl_millis(req.ttl);
+        // A waiter re-tries at least every `max_recheck`; its place outlasts that twice.
+        let lasts_ms = ttl_millis(2 * req.ttl.max(client.config.max_recheck));
         // Subscribed already if other local waiters are; else the first
         // attempt goes out before the subscription (most find the lock free).
         let mut sub = self.inner.notifier.subscribe_if_live(&keys.released);
@@ -259,7 +285,6 @@ impl RedisLock {
             }
             let (pttl, last_token) = match reply? {
                 (AcquireReply::Acquired(fence), _) => {
-                    leave.disarm();
                     return Ok(Some(
                         self.mutex_lease(keys, token, fence, sent, req.ttl, waited),
                     ));
@@ -296,7 +321,6 @@ impl RedisLock {
                     && validity(sent, req.ttl).saturating_duration_since(Instant::now())
                         >= req.ttl / 2
                 {
-                    leave.disarm();
                     return Ok(Some(
                         self.mutex_lease(keys, token, fence, sent, req.ttl, true),
                     ));
@@ -436,8 +460,10 @@ impl LockBackend for RedisLock {
         }
         // A caller of the read-write lock that has to wait takes a place in
         // its queue, so that it is served in arrival order between readers
-        // and writers; the place goes when it gets in or gives up (in the
-        // background if this future is dropped), and lapses by itself after
+        // and writers; the place goes when it gets in or gives up (at the
+        // deadline before the call returns; after an error or when this
+        // future is dropped in the background), and
+        // lapses by itself after
         // twice the longest time between two of its attempts.
         let intent = matches!(primitive, Primitive::Read | Primitive::Write).then(|| Intent {
             id: owner_token(),
@@ -454,9 +480,18 @@ impl LockBackend for RedisLock {
         let got = self
             .wait_for(req, &keys, primitive, intent.as_ref(), deadline)
             .await;
-        if let (Ok(Some(_)), Some(withdraw)) = (&got, withdraw) {
-            // The acquire script took us out of the queue.
-            withdraw.disarm();
+        if let Some(withdraw) = withdraw {
+            match &got {
+                // The acquire script took us out of the queue.
+                Ok(Some(_)) => withdraw.disarm(),
+                // Out of the queue before the call returns, within its bound.
+                Ok(None) => {
+                    let by = add_saturating(deadline, self.inner.client.config.request_timeout);
+                    withdraw.finish_by(by).await;
+                }
+                // A failing server: the error goes back at once.
+                Err(_) => drop(withdraw),
+            }
         }
         got
     }

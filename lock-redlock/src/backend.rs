@@ -633,9 +633,11 @@ impl Inner {
     /// in line (see [`lock_redis::notify`]), re-checking at the holder's
     /// remaining TTL (at most every `max_recheck`), retrying split votes
     /// after a random delay. A round starts only before the deadline, so the
-    /// call returns within its wait plus one node timeout. Giving up (the
-    /// deadline, an error, or this future dropped) leaves the line in the
-    /// background.
+    /// call returns within its wait plus one node timeout. At the deadline
+    /// it removes the last round's keys and leaves the line before it
+    /// returns, within that bound (the caller may exit at once); what is not
+    /// done by then, the clean-up after an error (returned at once), and
+    /// everything if this future is dropped, go on in the background.
     async fn lock(
         self: &Arc<Self>,
         req: &LeaseRequest,
@@ -651,6 +653,37 @@ impl Inner {
             keys.clone(),
             place.clone(),
         ));
+        let mut previous: Option<Released> = None;
+        let got = self
+            .rounds(req, &keys, &place, deadline, &mut previous)
+            .await;
+        match &got {
+            // The round left the lines where it did not win.
+            Ok(Some(_)) => leave.disarm(),
+            Ok(None) => {
+                let by = add_saturating(deadline, self.config.node_timeout);
+                if let Some(released) = previous.take() {
+                    released.wait(by).await;
+                }
+                leave.finish_by(by).await;
+            }
+            // Failing nodes: the error goes back at once.
+            Err(_) => drop(leave),
+        }
+        got
+    }
+
+    /// The rounds and waits of [`lock`](Self::lock) with `place` in line,
+    /// until the lock is ours or `deadline`; the clean-up of the last round
+    /// that did not win is left in `previous`.
+    async fn rounds(
+        self: &Arc<Self>,
+        req: &LeaseRequest,
+        keys: &Arc<NameKeys>,
+        place: &Arc<Place>,
+        deadline: Instant,
+        previous: &mut Option<Released>,
+    ) -> Result<Option<Lease>> {
         let mut contended = false;
         let mut slow_rounds = 0u32;
         let mut silent_rounds = 0u32;
@@ -662,7 +695,6 @@ impl Inner {
         if let Some(s) = sub.as_mut() {
             s.expect_grant(&place.id);
         }
-        let mut previous: Option<Released> = None;
         // The holder whose release was still reaching nodes when we tried.
         let mut late_release_of: Option<String> = None;
         loop {
@@ -682,8 +714,8 @@ impl Inner {
             } else {
                 Ask::InLine(Some(place.clone()))
             };
-            let (outcome, released) = self.attempt(&keys, req.ttl, ask).await;
-            previous = released;
+            let (outcome, released) = self.attempt(keys, req.ttl, ask).await;
+            *previous = released;
             if let Some(sub) = sub.as_mut() {
                 sub.after_attempt();
             }
@@ -691,8 +723,6 @@ impl Inner {
             let mut listen = false;
             let delay = match outcome {
                 Attempt::Acquired(lease) => {
-                    // The round left the lines where it did not win.
-                    leave.disarm();
                     return Ok(Some(lease.with_contended(contended)));
                 }
                 Attempt::NoQuorum { err, transient } => {
@@ -726,7 +756,7 @@ impl Inner {
                             }
                             listen = s.is_confirmed();
                         }
-                        None => sub = Some(self.subscribe_for(&keys, &place)),
+                        None => sub = Some(self.subscribe_for(keys, place)),
                     }
                     self.retry_delay()
                 }
@@ -740,7 +770,7 @@ impl Inner {
                         // Subscribe, wait for a node to confirm, then try
                         // again at once: a release between the round and the
                         // subscription published to nobody.
-                        let mut s = self.subscribe_for(&keys, &place);
+                        let mut s = self.subscribe_for(keys, place);
                         let confirm_by =
                             deadline.min(add_saturating(now, self.config.node_timeout));
                         s.confirmed_by(confirm_by).await;
