@@ -11,6 +11,12 @@
 //! Only a watch whose history was compacted meanwhile is reported lost, to
 //! its owner alone.
 //!
+//! A guard that did not wait watches its own key, but the server hears of
+//! that watch only [`KEY_WATCH_DELAY`] after the grant: most locks are
+//! released sooner and then cost no watch at all. The watch starts from the
+//! revision after the grant, so a deletion before it went out is still
+//! reported (from the server's history).
+//!
 //! Waiters do not create a watch per wait: the waiters and guards of one
 //! queue on this client share one watch of the queue's prefix
 //! ([`Watcher::queue_watch`]), kept for [`LINGER`] after its last user
@@ -23,7 +29,7 @@
 //! most once, when it is first created, and then stays in step with the
 //! store while the queue is busy.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex as StdMutex, MutexGuard};
 use std::time::Duration;
 
@@ -43,6 +49,12 @@ use crate::deletion::Deletion;
 /// left: a contender that comes back within it (as the contenders of a busy
 /// lock do) finds the watch created and in step with the store.
 pub(crate) const LINGER: Duration = Duration::from_secs(2);
+
+/// How long after a grant the watch on a held key is sent to the server:
+/// a lock released sooner (most are) costs no watch at all. The watch
+/// starts from the revision after the grant, so a deletion in between is
+/// still reported (from the server's history), only later.
+pub(crate) const KEY_WATCH_DELAY: Duration = Duration::from_millis(50);
 
 /// What a watch reports to its owner.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -146,6 +158,9 @@ struct Registration {
     resume_from: i64,
     /// Whether [`WatchEvent::Created`] was sent.
     announced: bool,
+    /// Whether its create request went out on the current stream (else
+    /// ending it needs no cancel request).
+    sent: bool,
     sink: Sink,
 }
 
@@ -175,8 +190,8 @@ struct State {
 }
 
 impl State {
-    /// Ends the shared watches idle for [`LINGER`] at `now`; returns their
-    /// ids (to cancel on the stream) and when the next one is due.
+    /// Ends the shared watches idle for [`LINGER`] at `now`; returns the
+    /// ids to cancel on the stream and when the next one is due.
     fn expire_idle(&mut self, now: Instant) -> (Vec<i64>, Option<Instant>) {
         let mut expired = Vec::new();
         let mut next: Option<Instant> = None;
@@ -194,16 +209,17 @@ impl State {
                 }
             }
         }
-        for id in &expired {
-            self.watches.remove(id);
-        }
         self.shared.retain(|_, id| !expired.contains(id));
+        // Only a watch the server knows needs its cancel.
+        expired.retain(|id| self.watches.remove(id).is_some_and(|reg| reg.sent));
         (expired, next)
     }
 }
 
 enum Cmd {
     Create(i64),
+    /// Create it at that time, if it is still wanted then.
+    CreateAt(i64, Instant),
     Cancel(i64),
     /// A shared watch lost its last user.
     Idle,
@@ -279,6 +295,7 @@ impl Watcher {
                         },
                         resume_from: 0,
                         announced: false,
+                        sent: false,
                         sink: Sink::Shared(Shared {
                             subs: vec![(sub, Sub::Mail(mail.clone()))],
                             idle_since: None,
@@ -322,7 +339,8 @@ impl Watcher {
 
     /// Watches the deletion of a held key, created at revision `created`,
     /// from revision `from` on: a [`KeyWatch`], which keeps only whether
-    /// the key is gone.
+    /// the key is gone. The server hears of it [`KEY_WATCH_DELAY`] later,
+    /// if the key is still held then.
     pub(crate) fn watch_key(&self, key: impl Into<Arc<[u8]>>, created: i64, from: i64) -> KeyWatch {
         let gone = Arc::new(Deletion::new(created));
         let spec = Spec {
@@ -330,14 +348,15 @@ impl Watcher {
             prefix: false,
             with_puts: false,
         };
-        let ticket = self.register(spec, Some(from), Sink::Deletion(gone.clone()));
+        let ticket = self.register(spec, from, Sink::Deletion(gone.clone()));
         KeyWatch {
             place: Place::Own(ticket),
             gone,
         }
     }
 
-    fn register(&self, spec: Spec, from: Option<i64>, sink: Sink) -> Ticket {
+    /// A watch of its own, created [`KEY_WATCH_DELAY`] from now.
+    fn register(&self, spec: Spec, from: i64, sink: Sink) -> Ticket {
         let id = {
             let mut st = self.inner.state();
             st.next_id += 1;
@@ -346,14 +365,16 @@ impl Watcher {
                 id,
                 Registration {
                     spec,
-                    resume_from: from.unwrap_or(0),
+                    resume_from: from,
                     announced: false,
+                    sent: false,
                     sink,
                 },
             );
             id
         };
-        let _ = self.inner.cmds.send(Cmd::Create(id));
+        let due = Instant::now() + KEY_WATCH_DELAY;
+        let _ = self.inner.cmds.send(Cmd::CreateAt(id, due));
         Ticket {
             id,
             watcher: self.clone(),
@@ -366,7 +387,9 @@ impl Watcher {
     /// its handle would: for an owner about to delete the watched key
     /// itself, so that the server does not send that deletion back.
     pub(crate) fn cancel(&self, id: i64) {
-        if self.inner.state().watches.remove(&id).is_some() {
+        let removed = self.inner.state().watches.remove(&id);
+        // A watch not yet sent to the server ends here.
+        if removed.is_some_and(|reg| reg.sent) {
             let _ = self.inner.cmds.send(Cmd::Cancel(id));
         }
     }
@@ -543,22 +566,44 @@ async fn run(
     let mut retry = Duration::from_millis(50);
     // When the next idle shared watch is due to end.
     let mut sweep: Option<Instant> = None;
+    // Watches to create later, in the order they are due.
+    let mut later: VecDeque<(Instant, i64)> = VecDeque::new();
     loop {
         let Some(me) = inner.upgrade() else { return };
         if conn.is_none() {
+            // A watch due later waits for its time, also to open the stream;
+            // the others are created when it opens.
+            while let Ok(cmd) = cmds.try_recv() {
+                if let Cmd::CreateAt(id, due) = cmd {
+                    later.push_back((due, id));
+                }
+            }
+            let now = Instant::now();
+            while later.front().is_some_and(|(due, _)| *due <= now) {
+                later.pop_front();
+            }
             let first = {
-                let st = me.state();
+                let waiting: HashSet<i64> = later.iter().map(|(_, id)| *id).collect();
+                let mut st = me.state();
                 st.watches
-                    .iter()
+                    .iter_mut()
+                    .filter(|(id, _)| !waiting.contains(id))
                     .min_by_key(|(id, _)| **id)
-                    .map(|(id, reg)| (*id, create_request(*id, reg)))
+                    .map(|(id, reg)| (*id, sent_request(*id, reg)))
             };
             let Some((first_id, (key, opts))) = first else {
                 drop(me);
                 sweep = None;
-                // Nothing to watch: wait for a command.
-                if cmds.recv().await.is_none() {
-                    return;
+                // Nothing to watch yet: wait for a command, or for the
+                // first watch due later.
+                let due = later.front().map(|(due, _)| *due);
+                tokio::select! {
+                    cmd = cmds.recv() => match cmd {
+                        None => return,
+                        Some(Cmd::CreateAt(id, due)) => later.push_back((due, id)),
+                        Some(_) => {}
+                    },
+                    _ = tokio::time::sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => {}
                 }
                 continue;
             };
@@ -566,12 +611,15 @@ async fn run(
                 Ok(mut c) => {
                     // Every other watch, from where it was.
                     let rest: Vec<(Vec<u8>, WatchOptions)> = {
-                        let st = me.state();
-                        let mut ids: Vec<&i64> =
-                            st.watches.keys().filter(|id| **id != first_id).collect();
-                        ids.sort();
-                        ids.into_iter()
-                            .map(|id| create_request(*id, &st.watches[id]))
+                        let mut st = me.state();
+                        let mut rest: Vec<(&i64, &mut Registration)> = st
+                            .watches
+                            .iter_mut()
+                            .filter(|(id, _)| **id != first_id)
+                            .collect();
+                        rest.sort_by_key(|(id, _)| **id);
+                        rest.into_iter()
+                            .map(|(id, reg)| sent_request(*id, reg))
                             .collect()
                     };
                     let mut ok = true;
@@ -583,9 +631,22 @@ async fn run(
                         }
                     }
                     if ok {
-                        // Commands queued meanwhile are covered by the
-                        // re-creation; idle shared watches are looked at now.
-                        while cmds.try_recv().is_ok() {}
+                        // Watches asked for meanwhile were created with the
+                        // others (a little early for those due later); one
+                        // ended meanwhile may have been, so its cancel goes
+                        // out (for a watch the stream never had, the server
+                        // ignores it). Idle shared watches are looked at now.
+                        while let Ok(cmd) = cmds.try_recv() {
+                            if let Cmd::Cancel(id) = cmd {
+                                if c.sender.cancel(id).await.is_err() {
+                                    ok = false;
+                                    break;
+                                }
+                            }
+                        }
+                        later.clear();
+                    }
+                    if ok {
                         retry = Duration::from_millis(50);
                         sweep = Some(Instant::now());
                         conn = Some(c);
@@ -605,7 +666,30 @@ async fn run(
         let Some(c) = conn.as_mut() else { continue };
         drop(me);
         let sweep_at = sweep;
+        let create_at = later.front().map(|(due, _)| *due);
         tokio::select! {
+            _ = tokio::time::sleep_until(create_at.unwrap_or_else(Instant::now)), if create_at.is_some() => {
+                let Some(me) = inner.upgrade() else { return };
+                let now = Instant::now();
+                let mut due = Vec::new();
+                while let Some(&(at, id)) = later.front() {
+                    if at > now {
+                        break;
+                    }
+                    later.pop_front();
+                    due.push(id);
+                }
+                let requests = due_requests(&me, &due);
+                drop(me);
+                for (key, opts) in requests {
+                    lock_core::metrics::count_request("etcd", "watch");
+                    if c.sender.watch(key, Some(opts)).await.is_err() {
+                        client.failed(c.endpoint);
+                        conn = None;
+                        break;
+                    }
+                }
+            }
             _ = tokio::time::sleep_until(sweep_at.unwrap_or_else(Instant::now)), if sweep_at.is_some() => {
                 let Some(me) = inner.upgrade() else { return };
                 let (expired, next) = me.state().expire_idle(Instant::now());
@@ -624,10 +708,11 @@ async fn run(
                 Some(Cmd::Idle) => {
                     sweep = Some(sweep.unwrap_or_else(|| Instant::now() + LINGER));
                 }
+                Some(Cmd::CreateAt(id, due)) => later.push_back((due, id)),
                 Some(Cmd::Create(id)) => {
                     let request = inner
                         .upgrade()
-                        .and_then(|me| me.state().watches.get(&id).map(|reg| create_request(id, reg)));
+                        .and_then(|me| due_requests(&me, &[id]).pop());
                     if let Some((key, opts)) = request {
                         lock_core::metrics::count_request("etcd", "watch");
                         if c.sender.watch(key, Some(opts)).await.is_err() {
@@ -663,6 +748,24 @@ async fn run(
             },
         }
     }
+}
+
+/// The create request of `reg`, marked sent.
+fn sent_request(id: i64, reg: &mut Registration) -> (Vec<u8>, WatchOptions) {
+    reg.sent = true;
+    create_request(id, reg)
+}
+
+/// The create requests of the watches `ids` still wanted and not yet sent,
+/// marked sent.
+fn due_requests(inner: &Inner, ids: &[i64]) -> Vec<(Vec<u8>, WatchOptions)> {
+    let mut st = inner.state();
+    ids.iter()
+        .filter_map(|id| {
+            let reg = st.watches.get_mut(id).filter(|reg| !reg.sent)?;
+            Some(sent_request(*id, reg))
+        })
+        .collect()
 }
 
 /// Opens the stream with its first watch.

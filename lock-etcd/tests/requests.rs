@@ -98,7 +98,9 @@ impl Counts {
 }
 
 /// Uncontended, one acquire+release cycle costs the two writes the raw
-/// protocol needs (put our key, delete it), no read of its own; a hand-off
+/// protocol needs (put our key, delete it), no read of its own, and no
+/// watch (a lock released within the key watch's delay never had one on
+/// the server); a hand-off
 /// to a queued waiter costs the releaser's delete and nothing else before
 /// the waiter holds; with eight clients on one name, an acquisition costs
 /// the same two writes (transactions) and at most two reads (plain range
@@ -125,8 +127,14 @@ async fn requests_per_cycle_and_per_handoff() {
     a.acquire(&n, &opts).await.unwrap().release().await.unwrap();
     sleep(Duration::from_millis(200)).await;
     let before = Counts::now(&ep).await;
+    // Cycles that held the key long enough to have a watch on the server.
+    let mut long = 0;
     for _ in 0..CYCLES {
+        let t = Instant::now();
         let g = a.acquire(&n, &opts).await.unwrap();
+        if t.elapsed() >= Duration::from_millis(50) {
+            long += 1;
+        }
         assert!(g.release().await.unwrap());
     }
     sleep(Duration::from_millis(200)).await;
@@ -137,6 +145,7 @@ async fn requests_per_cycle_and_per_handoff() {
         watch as f64 / CYCLES as f64
     );
     let uncontended = total as f64 / CYCLES as f64;
+    let uncontended_watch = watch;
 
     // One hand-off: b queued behind a's guard.
     let b = connect(eps.clone()).await;
@@ -192,6 +201,12 @@ async fn requests_per_cycle_and_per_handoff() {
     assert!(
         uncontended <= 2.05,
         "an uncontended cycle costs {uncontended:.2} requests; the raw protocol needs 2"
+    );
+    // A lock released within the watch's delay (50 ms) had none.
+    assert!(
+        uncontended_watch <= 2 * long,
+        "{uncontended_watch} watch creates and cancels over {CYCLES} uncontended cycles, \
+         {long} of them held long enough for a watch"
     );
     assert!(
         handoff <= 1,
@@ -278,5 +293,60 @@ async fn a_queue_watch_ends_after_its_last_user() {
             "{now} watchers left on the server, {idle} before"
         );
         sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A held key's watch reaches the server only if the lock is still held a
+/// little after its grant, and starts from the grant: a deletion of the key
+/// before the watch was sent is still reported as a loss, and a guard held
+/// for a while has exactly one watch on the server until it is released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_key_is_watched_from_its_grant() {
+    let cluster = one_member().await;
+    let eps = cluster.endpoints();
+    let ep = eps[0].clone();
+    let count = |ep: String| async move {
+        tokio::task::spawn_blocking(move || watchers(&ep))
+            .await
+            .expect("metrics thread")
+    };
+    let opts = AcquireOptions::new()
+        .ttl(Duration::from_secs(10))
+        .wait(Duration::from_secs(10));
+    let a = connect(eps.clone()).await;
+    let mut admin = etcd_client::Client::connect(&eps, None).await.unwrap();
+    let idle = count(ep.clone()).await;
+
+    // Deleted by someone else at once, before the watch went out.
+    let n = name("deferred-loss");
+    let g = a.acquire(&n, &opts).await.unwrap();
+    admin
+        .delete(
+            a.key_prefix(&n),
+            Some(etcd_client::DeleteOptions::new().with_prefix()),
+        )
+        .await
+        .unwrap();
+    let cause = tokio::time::timeout(Duration::from_secs(2), g.lost())
+        .await
+        .expect("a key deleted right after its grant was not reported");
+    println!("deleted right after the grant: {cause:?}");
+    assert!(!g.is_held());
+    drop(g);
+
+    // Held for a while: one watch on the server, gone with the release.
+    let n = name("deferred-held");
+    let g = a.acquire(&n, &opts).await.unwrap();
+    sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        count(ep.clone()).await,
+        idle + 1,
+        "one watch for one held key"
+    );
+    assert!(g.release().await.unwrap());
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while count(ep.clone()).await != idle {
+        assert!(Instant::now() < deadline, "the released key's watch stayed");
+        sleep(Duration::from_millis(50)).await;
     }
 }
