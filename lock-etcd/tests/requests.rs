@@ -116,9 +116,7 @@ async fn requests_per_cycle_and_per_handoff() {
     let cluster = one_member().await;
     let eps = cluster.endpoints();
     let ep = eps[0].clone();
-    let opts = AcquireOptions::new()
-        .ttl(Duration::from_secs(10))
-        .wait(Duration::from_secs(10));
+    let opts = long_opts();
 
     // Uncontended cycles.
     const CYCLES: u64 = 50;
@@ -234,14 +232,26 @@ async fn requests_per_cycle_and_per_handoff() {
 }
 
 /// The server's count of watchers (`etcd_debugging_mvcc_watcher_total`).
-fn watchers(endpoint: &str) -> u64 {
-    etcd_metrics(endpoint)
-        .expect("the member's metrics")
-        .lines()
-        .find(|l| l.starts_with("etcd_debugging_mvcc_watcher_total "))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse::<f64>().ok())
-        .expect("the watcher gauge") as u64
+async fn watcher_count(endpoint: &str) -> u64 {
+    let endpoint = endpoint.to_string();
+    tokio::task::spawn_blocking(move || {
+        etcd_metrics(&endpoint)
+            .expect("the member's metrics")
+            .lines()
+            .find(|l| l.starts_with("etcd_debugging_mvcc_watcher_total "))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+            .expect("the watcher gauge") as u64
+    })
+    .await
+    .expect("metrics thread")
+}
+
+/// Ten-second locks and waits.
+fn long_opts() -> AcquireOptions {
+    AcquireOptions::new()
+        .ttl(Duration::from_secs(10))
+        .wait(Duration::from_secs(10))
 }
 
 /// A client's shared queue watch outlives its last waiter by a couple of
@@ -252,17 +262,10 @@ async fn a_queue_watch_ends_after_its_last_user() {
     let cluster = one_member().await;
     let eps = cluster.endpoints();
     let ep = eps[0].clone();
-    let count = |ep: String| async move {
-        tokio::task::spawn_blocking(move || watchers(&ep))
-            .await
-            .expect("metrics thread")
-    };
-    let opts = AcquireOptions::new()
-        .ttl(Duration::from_secs(10))
-        .wait(Duration::from_secs(10));
+    let opts = long_opts();
     let (a, b) = (connect(eps.clone()).await, connect(eps.clone()).await);
     let n = name("linger");
-    let idle = count(ep.clone()).await;
+    let idle = watcher_count(&ep).await;
 
     let held = a.acquire(&n, &opts).await.unwrap();
     let waiter = {
@@ -273,18 +276,18 @@ async fn a_queue_watch_ends_after_its_last_user() {
     assert!(held.release().await.unwrap());
     let g = waiter.await.unwrap();
     // b's guard stays on its queue's watch while it holds.
-    assert!(count(ep.clone()).await > idle, "b waited on a watch");
+    assert!(watcher_count(&ep).await > idle, "b waited on a watch");
     assert!(g.release().await.unwrap());
     sleep(Duration::from_millis(300)).await;
     assert!(
-        count(ep.clone()).await > idle,
+        watcher_count(&ep).await > idle,
         "the watch lingers after its last user"
     );
 
     // Gone a little after the linger (2 s).
     let deadline = Instant::now() + Duration::from_secs(6);
     loop {
-        let now = count(ep.clone()).await;
+        let now = watcher_count(&ep).await;
         if now == idle {
             break;
         }
@@ -305,17 +308,10 @@ async fn a_held_key_is_watched_from_its_grant() {
     let cluster = one_member().await;
     let eps = cluster.endpoints();
     let ep = eps[0].clone();
-    let count = |ep: String| async move {
-        tokio::task::spawn_blocking(move || watchers(&ep))
-            .await
-            .expect("metrics thread")
-    };
-    let opts = AcquireOptions::new()
-        .ttl(Duration::from_secs(10))
-        .wait(Duration::from_secs(10));
+    let opts = long_opts();
     let a = connect(eps.clone()).await;
     let mut admin = etcd_client::Client::connect(&eps, None).await.unwrap();
-    let idle = count(ep.clone()).await;
+    let idle = watcher_count(&ep).await;
 
     // Deleted by someone else at once, before the watch went out.
     let n = name("deferred-loss");
@@ -339,13 +335,13 @@ async fn a_held_key_is_watched_from_its_grant() {
     let g = a.acquire(&n, &opts).await.unwrap();
     sleep(Duration::from_millis(300)).await;
     assert_eq!(
-        count(ep.clone()).await,
+        watcher_count(&ep).await,
         idle + 1,
         "one watch for one held key"
     );
     assert!(g.release().await.unwrap());
     let deadline = Instant::now() + Duration::from_secs(2);
-    while count(ep.clone()).await != idle {
+    while watcher_count(&ep).await != idle {
         assert!(Instant::now() < deadline, "the released key's watch stayed");
         sleep(Duration::from_millis(50)).await;
     }
