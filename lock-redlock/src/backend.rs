@@ -320,7 +320,7 @@ impl Inner {
         keys: &Arc<NameKeys>,
         ttl: Duration,
         ask: Ask,
-    ) -> (Attempt, Option<Released>) {
+    ) -> (Attempt, Deletes) {
         let place = match &ask {
             Ask::InLine(place) => place.clone(),
             Ask::Plain => None,
@@ -422,11 +422,13 @@ impl Inner {
                         late,
                     };
                     let lease = Lease::new(Box::new(handle), valid_until).with_key(key.clone());
-                    return (Attempt::Acquired(lease), None);
+                    return (Attempt::Acquired(lease), Deletes::default());
                 }
                 break;
             }
         }
+        // Requests not written yet are never sent once dropped (so no SET of
+        // ours can land after the delete below).
         drop(pending);
         let elapsed = start.elapsed();
 
@@ -486,16 +488,16 @@ impl Inner {
         // in the background (it follows the SET on that node's connection);
         // where we know we won, it is done before returning.
         // A waiter's place goes back into the lines its wins took it from.
-        if !unknown.is_empty() {
+        let unanswered = (!unknown.is_empty()).then(|| {
             let (inner, keys, token, place) =
                 (self.clone(), keys.clone(), token.clone(), place.cloned());
-            tokio::spawn(async move {
+            Released(tokio::spawn(async move {
                 let wait = inner.background_bound();
                 inner
                     .release_on(&unknown, &keys, &token, wait, announce, place.as_ref())
                     .await
-            });
-        }
+            }))
+        });
         // The nodes we won are released at once, waiting only for what is
         // left of this round's node timeout (the call's bound): when the
         // nodes answer, the keys are gone when the round returns; when they
@@ -549,7 +551,13 @@ impl Inner {
                 holders: holders.into_iter().map(|(holder, _)| holder).collect(),
             }
         };
-        (outcome, released)
+        (
+            outcome,
+            Deletes {
+                won: released,
+                unanswered: unanswered.into_iter().collect(),
+            },
+        )
     }
 
     /// Compare-and-delete of `token` on the nodes `which`, in parallel,
@@ -653,18 +661,17 @@ impl Inner {
             keys.clone(),
             place.clone(),
         ));
-        let mut previous: Option<Released> = None;
+        let mut deletes = Deletes::default();
         let got = self
-            .rounds(req, &keys, &place, deadline, &mut previous)
+            .rounds(req, &keys, &place, deadline, &mut deletes)
             .await;
         match &got {
             // The round left the lines where it did not win.
             Ok(Some(_)) => leave.disarm(),
             Ok(None) => {
+                // Our keys first: their deletes put our place back in line.
                 let by = add_saturating(deadline, self.config.node_timeout);
-                if let Some(released) = previous.take() {
-                    released.wait(by).await;
-                }
+                deletes.wait_all(by).await;
                 leave.finish_by(by).await;
             }
             // Failing nodes: the error goes back at once.
@@ -674,15 +681,15 @@ impl Inner {
     }
 
     /// The rounds and waits of [`lock`](Self::lock) with `place` in line,
-    /// until the lock is ours or `deadline`; the clean-up of the last round
-    /// that did not win is left in `previous`.
+    /// until the lock is ours or `deadline`; the deletes of rounds that did
+    /// not win still going on are left in `deletes`.
     async fn rounds(
         self: &Arc<Self>,
         req: &LeaseRequest,
         keys: &Arc<NameKeys>,
         place: &Arc<Place>,
         deadline: Instant,
-        previous: &mut Option<Released>,
+        deletes: &mut Deletes,
     ) -> Result<Option<Lease>> {
         let mut contended = false;
         let mut slow_rounds = 0u32;
@@ -698,7 +705,7 @@ impl Inner {
         // The holder whose release was still reaching nodes when we tried.
         let mut late_release_of: Option<String> = None;
         loop {
-            if let Some(released) = previous.take() {
+            if let Some(released) = deletes.won.take() {
                 // Our keys of the last round must be gone before the next
                 // round, or they would count against us.
                 released.wait(deadline).await;
@@ -714,8 +721,8 @@ impl Inner {
             } else {
                 Ask::InLine(Some(place.clone()))
             };
-            let (outcome, released) = self.attempt(keys, req.ttl, ask).await;
-            *previous = released;
+            let (outcome, round) = self.attempt(keys, req.ttl, ask).await;
+            deletes.add(round);
             if let Some(sub) = sub.as_mut() {
                 sub.after_attempt();
             }
@@ -834,8 +841,40 @@ impl Drop for SetOnDrop {
     }
 }
 
-/// The background release of the nodes a failed round won.
+/// A background delete of our key on some nodes, after a round that did
+/// not win.
 struct Released(tokio::task::JoinHandle<()>);
+
+/// Our deletes still going on after rounds that did not win.
+#[derive(Default)]
+struct Deletes {
+    /// On the nodes the last round won: the next round waits for them.
+    won: Option<Released>,
+    /// On nodes that had not answered when a round was decided: nobody
+    /// waits for them but a wait that gives up, which leaves the line only
+    /// after them (a delete puts the waiter's place back where its key
+    /// stood).
+    unanswered: Vec<Released>,
+}
+
+impl Deletes {
+    /// Takes in the deletes of the latest round.
+    fn add(&mut self, round: Deletes) {
+        self.won = round.won;
+        self.unanswered.retain(|r| !r.0.is_finished());
+        self.unanswered.extend(round.unanswered);
+    }
+
+    /// Waits for every one of them, but not past `deadline`.
+    async fn wait_all(&mut self, deadline: Instant) {
+        if let Some(won) = self.won.take() {
+            won.wait(deadline).await;
+        }
+        for r in self.unanswered.drain(..) {
+            r.wait(deadline).await;
+        }
+    }
+}
 
 impl Released {
     /// Waits for it, but not past `deadline`.
@@ -875,8 +914,8 @@ impl LockBackend for RedlockLock {
     async fn try_lock(&self, req: &LeaseRequest) -> Result<Option<Lease>> {
         let inner = &self.inner;
         let keys = inner.keys(&req.name);
-        let (outcome, released) = inner.attempt(&keys, req.ttl, Ask::InLine(None)).await;
-        if let Some(released) = released {
+        let (outcome, deletes) = inner.attempt(&keys, req.ttl, Ask::InLine(None)).await;
+        if let Some(released) = deletes.won {
             released
                 .wait(add_saturating(Instant::now(), inner.config.node_timeout))
                 .await;
