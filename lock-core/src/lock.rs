@@ -357,7 +357,14 @@ async fn grant_inner<B: LockBackend + ?Sized>(
         backend: backend_name,
         mark,
     };
-    admit(lease, grant).map(Some)
+    let guard = admit(lease, grant)?;
+    // The guard's keeper is a task of its own, which must get to run: a
+    // caller that takes locks in a loop without ever waiting (an in-process
+    // lock, a remote one whose replies are already in) spends a unit of its
+    // cooperative budget on it, so that it yields often enough for the
+    // keepers it starts to run and end.
+    tokio::task::coop::consume_budget().await;
+    Ok(Some(guard))
 }
 
 /// `acquire`'s answer: a timeout error when the wait ran out.

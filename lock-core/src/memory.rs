@@ -276,6 +276,15 @@ impl MemoryLock {
     }
 }
 
+/// Spends a unit of the task's cooperative budget, yielding to the runtime
+/// once it is used up: an in-process lock never has to wait, and a task
+/// taking and releasing in a loop would otherwise keep its worker thread
+/// (the other tasks, and every guard's keeper, would not run until it
+/// stopped), where a remote backend yields on its sockets.
+async fn cooperate() {
+    tokio::task::coop::consume_budget().await;
+}
+
 /// Removes a waiter's ticket when its acquire ends or is dropped.
 struct Ticket<'a> {
     lock: &'a MemoryLock,
@@ -312,10 +321,12 @@ impl LockBackend for MemoryLock {
     }
 
     async fn try_lock(&self, req: &LeaseRequest) -> Result<Option<Lease>> {
+        cooperate().await;
         Ok(self.grab(req, None))
     }
 
     async fn lock(&self, req: &LeaseRequest, deadline: Instant) -> Result<Option<Lease>> {
+        cooperate().await;
         if let Some(lease) = self.grab(req, None) {
             return Ok(Some(lease));
         }
@@ -439,6 +450,7 @@ impl LeaseHandle for MemoryLease {
     }
 
     async fn release(&self) -> Result<bool> {
+        cooperate().await;
         let now = Instant::now();
         let mut st = self.lock.state();
         let Some(entry) = st.locks.get_mut(&self.key) else {
