@@ -460,6 +460,34 @@ impl CleanupOnDrop {
             }
         }
     }
+
+    /// Ends the clean-up of a waiting acquire by its `outcome`: disarmed if
+    /// it was granted (the state is the guard's now), run until `by` if its
+    /// deadline passed ([`finish_by`](Self::finish_by)), left to the
+    /// background after an error (so that the error goes back at once).
+    /// The outcome is looked at before the returned future runs.
+    pub fn settle(
+        self,
+        outcome: &Result<Option<Lease>>,
+        by: Instant,
+    ) -> impl Future<Output = ()> + Send + 'static {
+        let timed_out = match outcome {
+            Ok(Some(_)) => {
+                self.disarm();
+                None
+            }
+            Ok(None) => Some(self),
+            Err(_) => {
+                drop(self);
+                None
+            }
+        };
+        async move {
+            if let Some(cleanup) = timed_out {
+                cleanup.finish_by(by).await;
+            }
+        }
+    }
 }
 
 impl Drop for CleanupOnDrop {

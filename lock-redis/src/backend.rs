@@ -242,15 +242,8 @@ impl RedisLock {
             })
         };
         let got = self.queue_turns(req, keys, token, deadline).await;
-        match &got {
-            Ok(Some(_)) => leave.disarm(),
-            Ok(None) => {
-                let by = add_saturating(deadline, client.config.request_timeout);
-                leave.finish_by(by).await;
-            }
-            // A failing server: the error goes back at once.
-            Err(_) => drop(leave),
-        }
+        let by = add_saturating(deadline, client.config.request_timeout);
+        leave.settle(&got, by).await;
         got
     }
 
@@ -462,8 +455,7 @@ impl LockBackend for RedisLock {
         // its queue, so that it is served in arrival order between readers
         // and writers; the place goes when it gets in or gives up (at the
         // deadline before the call returns; after an error or when this
-        // future is dropped in the background), and
-        // lapses by itself after
+        // future is dropped in the background), and lapses by itself after
         // twice the longest time between two of its attempts.
         let intent = matches!(primitive, Primitive::Read | Primitive::Write).then(|| Intent {
             id: owner_token(),
@@ -481,17 +473,9 @@ impl LockBackend for RedisLock {
             .wait_for(req, &keys, primitive, intent.as_ref(), deadline)
             .await;
         if let Some(withdraw) = withdraw {
-            match &got {
-                // The acquire script took us out of the queue.
-                Ok(Some(_)) => withdraw.disarm(),
-                // Out of the queue before the call returns, within its bound.
-                Ok(None) => {
-                    let by = add_saturating(deadline, self.inner.client.config.request_timeout);
-                    withdraw.finish_by(by).await;
-                }
-                // A failing server: the error goes back at once.
-                Err(_) => drop(withdraw),
-            }
+            // Granted, the acquire script took us out of the queue.
+            let by = add_saturating(deadline, self.inner.client.config.request_timeout);
+            withdraw.settle(&got, by).await;
         }
         got
     }

@@ -665,18 +665,14 @@ impl Inner {
         let got = self
             .rounds(req, &keys, &place, deadline, &mut deletes)
             .await;
-        match &got {
-            // The round left the lines where it did not win.
-            Ok(Some(_)) => leave.disarm(),
-            Ok(None) => {
-                // Our keys first: their deletes put our place back in line.
-                let by = add_saturating(deadline, self.config.node_timeout);
-                deletes.wait_all(by).await;
-                leave.finish_by(by).await;
-            }
-            // Failing nodes: the error goes back at once.
-            Err(_) => drop(leave),
+        // Granted, the round left the lines where it did not win. At the
+        // deadline, our keys go first: their deletes put our place back in
+        // line.
+        let by = add_saturating(deadline, self.config.node_timeout);
+        if matches!(got, Ok(None)) {
+            deletes.wait_all(by).await;
         }
+        leave.settle(&got, by).await;
         got
     }
 
