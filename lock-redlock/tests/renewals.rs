@@ -57,6 +57,35 @@ async fn requests_over(set: &RedisSet, window: Duration) -> Vec<u64> {
     after.iter().zip(before).map(|(a, b)| a - b).collect()
 }
 
+/// Waits until every guard's key is on every node. An acquire returns once a
+/// quorum said yes and its requests to the slower nodes finish afterwards: a
+/// test that deletes keys behind a guard's back, or counts each node's
+/// requests, starts after them.
+async fn on_every_node(set: &RedisSet, guards: &[LockGuard]) {
+    let keys: Vec<String> = guards
+        .iter()
+        .map(|g| g.server_key().expect("redlock tells the key").to_string())
+        .collect();
+    let mut args = vec!["EXISTS"];
+    args.extend(keys.iter().map(String::as_str));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for node in set.nodes() {
+        loop {
+            match cmd(node, &args).await {
+                RespValue::Int(n) if n == keys.len() as i64 => break,
+                RespValue::Int(n) => assert!(
+                    Instant::now() < deadline,
+                    "{} holds {n} of {} keys 10 s after their acquires",
+                    node.addr(),
+                    keys.len()
+                ),
+                other => panic!("EXISTS: {other:?}"),
+            }
+            sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
 /// 500 guards held by one client cost each node at most one renewal request
 /// per batching window; with batching off, about one per guard per interval
 /// on every node. Every guard stays held.
@@ -141,6 +170,7 @@ async fn a_key_deleted_on_a_majority_loses_only_its_guard() {
         .wait(Duration::from_secs(30))
         .keep_alive(false);
     let guards = hold(&c, "rl-del", 12, &opts).await;
+    on_every_node(&set, &guards).await;
     let key = |g: &LockGuard| g.server_key().expect("redlock tells the key").to_string();
     let victim = key(&guards[4]);
     for node in &set.nodes()[..3] {
