@@ -15,10 +15,14 @@
 //!   *held* when they ended (*conflicts while held*: the lock itself broke
 //!   its promise, not just a paused holder that ignored its guard), and
 //!   *stale writes accepted*: writes the fenced
-//!   register accepted from a holder after a later holder had already begun
-//!   its own writes. With correct, strictly increasing tokens that number is
-//!   zero whatever the lock does; it becomes non-zero when tokens go backwards
-//!   (e.g. a counter reset by a restart without persistence).
+//!   register accepted from a holder after a later holder had already
+//!   claimed it. Later means granted later, which the checker knows for
+//!   certain when that holder asked for the lock only after this one had
+//!   entered its section (the order of entering alone can be wrong: a holder
+//!   that learns of its grant late enters after the next one). With correct,
+//!   strictly increasing tokens that number is zero whatever the lock does;
+//!   it becomes non-zero when tokens go backwards (e.g. a counter reset by a
+//!   restart without persistence).
 //! - [`Report`]: backend x scenario rows, printed as a Markdown table and
 //!   written as JSON under `target/`.
 //! - [`Workload::in_postgres`]: the same workload with the fenced register
@@ -105,10 +109,11 @@ struct PerName {
     /// Writes the store refused as stale.
     store_rejections: AtomicU64,
     plain: Mutex<u64>,
-    /// Grant sequence: the order in which holders entered their sections.
+    /// Sections entered (the acquisitions that reported held).
     grants: AtomicU64,
-    /// Highest grant whose holder has begun writing (its claim).
-    claimed: AtomicU64,
+    /// The latest moment a holder whose claim the register has decided
+    /// (admitted or refused) asked for the lock.
+    claimed: Mutex<Option<Instant>>,
     stale_accepted: AtomicU64,
     fenced_writes: AtomicU64,
     plain_writes: AtomicU64,
@@ -124,7 +129,7 @@ impl PerName {
             store_rejections: AtomicU64::new(0),
             plain: Mutex::new(0),
             grants: AtomicU64::new(0),
-            claimed: AtomicU64::new(0),
+            claimed: Mutex::new(None),
             stale_accepted: AtomicU64::new(0),
             fenced_writes: AtomicU64::new(0),
             plain_writes: AtomicU64::new(0),
@@ -132,12 +137,22 @@ impl PerName {
         }
     }
 
-    /// A fenced write of `value` (`None`: the claim, which changes nothing).
-    fn fenced_write(&self, grant: u64, token: FencingToken, value: Option<u64>) -> bool {
+    /// Notes that the register decided the claim of a holder that asked
+    /// for the lock at `asked`.
+    fn claim_decided(&self, asked: Instant) {
+        let mut claimed = lock(&self.claimed);
+        *claimed = (*claimed).max(Some(asked));
+    }
+
+    /// A fenced write of `value` (`None`: the claim, which changes nothing)
+    /// by the holder whose section began at `entered`.
+    fn fenced_write(&self, entered: Instant, token: FencingToken, value: Option<u64>) -> bool {
         self.fenced_writes.fetch_add(1, Ordering::SeqCst);
         let stale = || {
-            // Accepted. Was a later holder already writing? Then this write is stale.
-            if self.claimed.load(Ordering::SeqCst) > grant {
+            // Accepted. Had a holder that asked for the lock only after this
+            // one held it (so was granted it later, whatever its token)
+            // already claimed the register? Then this write is stale.
+            if lock(&self.claimed).is_some_and(|asked| asked > entered) {
                 self.stale_accepted.fetch_add(1, Ordering::SeqCst);
             }
         };
@@ -226,47 +241,64 @@ impl Workload {
         }
     }
 
-    /// Enters a critical section for a freshly acquired `guard`: takes the next
-    /// grant number of its lock name and claims the fenced register with the
-    /// guard's token (the "first write with the new token" that makes older
-    /// holders stale).
+    /// Enters a critical section for `guard`, which the acquire called at
+    /// `asked` returned: counts the acquisition and claims the fenced
+    /// register with the guard's token (the "first write with the new token"
+    /// that makes older holders stale).
+    ///
+    /// `asked` orders holders the way the lock granted them, which the order
+    /// of entering does not: a holder that learns of its grant late enters
+    /// after a later holder. A holder that asked for the lock after another
+    /// had entered its section was certainly granted it after that one.
     ///
     /// A read guard or a permit of a semaphore does not claim the register
     /// and its section does not write (readers share the lock, holders of
     /// permits share it too); only mutex and write guards write, fenced.
-    pub fn enter(&self, guard: &LockGuard) -> Section {
-        self.enter_as(guard.name().as_str(), guard.fencing_token(), guard.mode())
+    pub fn enter(&self, guard: &LockGuard, asked: Instant) -> Section {
+        self.enter_as(
+            guard.name().as_str(),
+            guard.fencing_token(),
+            guard.mode(),
+            asked,
+        )
     }
 
-    /// Like [`Workload::enter`], from a lock name and a token, for a mutex.
+    /// Like [`Workload::enter`], from a lock name and a token, for a mutex
+    /// granted just now (asked for after every section already entered).
     pub fn enter_with(&self, name: &str, token: Option<FencingToken>) -> Section {
-        self.enter_as(name, token, LockMode::Exclusive)
+        self.enter_as(name, token, LockMode::Exclusive, Instant::now())
     }
 
-    fn enter_as(&self, name: &str, token: Option<FencingToken>, mode: LockMode) -> Section {
+    fn enter_as(
+        &self,
+        name: &str,
+        token: Option<FencingToken>,
+        mode: LockMode,
+        asked: Instant,
+    ) -> Section {
         let writes = matches!(mode, LockMode::Exclusive | LockMode::Write);
         let token = token.filter(|_| writes);
         let per = lock(&self.names)
             .entry(name.to_string())
             .or_insert_with(|| Arc::new(PerName::new(name, self.store.clone())))
             .clone();
-        let grant = per.grants.fetch_add(1, Ordering::SeqCst) + 1;
+        per.grants.fetch_add(1, Ordering::SeqCst);
+        let enter = Instant::now();
         // In memory the claim and its write are one step; in PostgreSQL the
         // claim counts once the store has decided on it (see `postgres.rs`).
         if per.store.is_none() {
-            per.claimed.fetch_max(grant, Ordering::SeqCst);
+            per.claim_decided(asked);
         }
         if let Some(token) = token {
-            let _ = per.fenced_write(grant, token, None);
+            let _ = per.fenced_write(enter, token, None);
         }
-        per.claimed.fetch_max(grant, Ordering::SeqCst);
+        per.claim_decided(asked);
         Section {
             per,
-            grant,
             token,
             mode,
             writes,
-            enter: Instant::now(),
+            enter,
             read_plain: 0,
             read_fenced: 0,
         }
@@ -330,7 +362,6 @@ fn percentile(sorted: &[Duration], q: f64) -> Option<Duration> {
 #[derive(Debug)]
 pub struct Section {
     per: Arc<PerName>,
-    grant: u64,
     token: Option<FencingToken>,
     mode: LockMode,
     /// Whether this kind of holder writes (mutex and write guards).
@@ -359,7 +390,7 @@ impl Section {
         self.per.plain_writes.fetch_add(1, Ordering::SeqCst);
         let value = self.read_fenced + 1;
         self.token
-            .map(|token| self.per.fenced_write(self.grant, token, Some(value)))
+            .map(|token| self.per.fenced_write(self.enter, token, Some(value)))
     }
 
     /// Read, yield to other tasks (a real `.await` inside the section), write.
@@ -409,7 +440,8 @@ pub struct Stats {
     /// Sections whose end asked the guard (`conflicts_while_held` is
     /// measured only among them; 0: not measured in this scenario).
     pub checked_sections: u64,
-    /// Fenced writes accepted after a later holder had begun writing.
+    /// Fenced writes accepted after a later holder had claimed the register
+    /// (later: it asked for the lock only once the writer held it).
     pub stale_accepted: u64,
     /// Fenced writes rejected as stale by the register.
     pub stale_rejected: u64,
@@ -631,9 +663,59 @@ mod tests {
         assert_eq!(old.write(), Some(true));
         old.exit();
 
+        // A holder learns of its grant late, after the next holder entered.
+        let (early_asked, next_asked) = (Instant::now(), Instant::now());
+        let mut next = w.enter_as(
+            "late",
+            Some(FencingToken::new(9)),
+            LockMode::Exclusive,
+            next_asked,
+        );
+        next.read();
+        let mut early = w.enter_as(
+            "late",
+            Some(FencingToken::new(8)),
+            LockMode::Exclusive,
+            early_asked,
+        );
+        assert_eq!(next.write(), Some(true));
+        next.exit();
+        assert_eq!(early.write(), Some(false));
+        early.exit();
+
         let s = w.stats();
-        assert_eq!((s.overlaps, s.stale_rejected, s.stale_accepted), (2, 3, 1));
+        assert_eq!((s.overlaps, s.stale_rejected, s.stale_accepted), (3, 5, 1));
         tokio::task::block_in_place(|| drop(server));
+    }
+
+    /// A holder that learns of its grant late enters after the next holder:
+    /// its older token is refused, and the next holder's writes are not
+    /// stale (they come from the later grant, whatever the entry order).
+    #[tokio::test]
+    async fn a_holder_entering_late_makes_no_stale_accept() {
+        let w = Workload::new();
+        let a_asked = Instant::now();
+        let b_asked = Instant::now();
+        let mut b = w.enter_as(
+            "n",
+            Some(FencingToken::new(6)),
+            LockMode::Exclusive,
+            b_asked,
+        );
+        b.read();
+        let mut a = w.enter_as(
+            "n",
+            Some(FencingToken::new(5)),
+            LockMode::Exclusive,
+            a_asked,
+        );
+        a.read();
+        assert_eq!(b.write(), Some(true));
+        b.exit();
+        assert_eq!(a.write(), Some(false));
+        a.exit();
+        let s = w.stats();
+        assert_eq!((s.overlaps, s.stale_rejected, s.stale_accepted), (1, 2, 0));
     }
 
     #[tokio::test]
@@ -681,12 +763,13 @@ mod tests {
     async fn conflicts_follow_the_kind_of_lock() {
         let w = Workload::new();
         let token = Some(FencingToken::new(1));
-        let mut r1 = w.enter_as("n", token, LockMode::Read);
-        let r2 = w.enter_as("n", token, LockMode::Read);
+        let now = Instant::now;
+        let mut r1 = w.enter_as("n", token, LockMode::Read, now());
+        let r2 = w.enter_as("n", token, LockMode::Read, now());
         assert_eq!(r1.write(), None, "readers do not write");
-        let m = w.enter_as("n", token, LockMode::Exclusive);
-        let p1 = w.enter_as("n", token, LockMode::Permit { permits: 2 });
-        let p2 = w.enter_as("n", token, LockMode::Permit { permits: 2 });
+        let m = w.enter_as("n", token, LockMode::Exclusive, now());
+        let p1 = w.enter_as("n", token, LockMode::Permit { permits: 2 }, now());
+        let p2 = w.enter_as("n", token, LockMode::Permit { permits: 2 }, now());
         assert_eq!(
             w.stats().fenced_writes,
             1,
@@ -695,8 +778,8 @@ mod tests {
         assert_eq!(w.stats().overlaps, 0);
         // A writer while r1 and r2 read, not held to the end; a third
         // permit holder while two hold, held to the end.
-        let writer = w.enter_as("n", Some(FencingToken::new(2)), LockMode::Write);
-        let p3 = w.enter_as("n", token, LockMode::Permit { permits: 2 });
+        let writer = w.enter_as("n", Some(FencingToken::new(2)), LockMode::Write, now());
+        let p3 = w.enter_as("n", token, LockMode::Permit { permits: 2 }, now());
         for s in [r1, r2, m, p1, p2, p3] {
             s.record(Some(true));
         }

@@ -302,9 +302,10 @@ async fn acquire_retrying(
 }
 
 /// A critical section of a well-behaved client: read, a real `.await`, and
-/// write only if the guard still says held.
-async fn careful_section(w: &Workload, guard: &LockGuard) {
-    let mut s = w.enter(guard);
+/// write only if the guard still says held. `asked`: when the acquire that
+/// returned `guard` was called.
+async fn careful_section(w: &Workload, guard: &LockGuard, asked: Instant) {
+    let mut s = w.enter(guard, asked);
     s.read();
     sleep(Duration::from_millis(1)).await;
     if guard.is_held() {
@@ -444,14 +445,16 @@ async fn s1_pause_as(kind: Kind, storage: Storage, mode: LockMode) -> Stats {
         let (w, n) = (w.clone(), name(kind, "s1", p));
         pairs.push(tokio::spawn(async move {
             for _ in 0..ROUNDS {
+                let asked = Instant::now();
                 let ga = take_retrying(&*a.lock, &n, &opts(kind), mode, kind.ttl() * 6).await;
-                let mut sa = w.enter(&ga);
+                let mut sa = w.enter(&ga, asked);
                 sa.read();
                 // The pause: nothing of A reaches the server any more.
                 a.cut();
                 w.fault();
+                let asked = Instant::now();
                 let gb = take_retrying(&*b, &n, &opts(kind), mode, kind.ttl() * 6).await;
-                careful_section(&w, &gb).await;
+                careful_section(&w, &gb, asked).await;
                 gb.release().await.expect("B releases");
                 // A wakes up and writes what it read, as a paused process would.
                 a.heal();
@@ -482,14 +485,16 @@ async fn s1_pause_permits(kind: Kind) -> Stats {
     let c = servers.client(kind, &servers.addrs()).await;
     for r in 0..ROUNDS {
         let n = name(kind, "s1-permits", r);
+        let asked = Instant::now();
         let ga = take_retrying(&*a.lock, &n, &opts(kind), mode, kind.ttl() * 6).await;
         let gb = take_retrying(&*b, &n, &opts(kind), mode, kind.ttl() * 6).await;
-        let sa = w.enter(&ga);
-        let sb = w.enter(&gb);
+        let sa = w.enter(&ga, asked);
+        let sb = w.enter(&gb, asked);
         a.cut();
         w.fault();
+        let asked = Instant::now();
         let gc = take_retrying(&*c, &n, &opts(kind), mode, kind.ttl() * 6).await;
-        careful_section(&w, &gc).await;
+        careful_section(&w, &gc, asked).await;
         gc.release().await.expect("C releases");
         sb.exit_checked(&gb);
         gb.release().await.expect("B releases");
@@ -524,24 +529,26 @@ async fn s2_premature_expiry(kind: Kind) -> Stats {
         .wait(Duration::from_secs(3));
     for r in 0..ROUNDS {
         let n = name(kind, "s2", r);
+        let asked = Instant::now();
         let ga = a
             .lock
             .acquire(&n, &o)
             .await
             .expect("A gets a majority on 0,1,2");
-        let mut sa = w.enter(&ga);
+        let mut sa = w.enter(&ga, asked);
         sa.read();
         set.nodes()[2]
             .expire_now(n.as_str())
             .expect("PEXPIRE on node 2");
         w.fault();
+        let asked = Instant::now();
         match b
             .lock
             .acquire(&n, &o.clone().wait(Duration::from_millis(500)))
             .await
         {
             Ok(gb) => {
-                careful_section(&w, &gb).await;
+                careful_section(&w, &gb, asked).await;
                 let _ = gb.release().await;
             }
             Err(e) => panic!("B should get a majority on 2,3,4 after the early expiry: {e}"),
@@ -599,8 +606,9 @@ async fn s3_restart(kind: Kind, crash: Crash, storage: Storage) -> Stats {
             let warm = servers.client(kind, &servers.addrs()).await;
             for n in &names {
                 for _ in 0..3 {
+                    let asked = Instant::now();
                     let g = acquire_retrying(&*warm, n, &opts(kind), kind.ttl() * 6).await;
-                    careful_section(&w, &g).await;
+                    careful_section(&w, &g, asked).await;
                     let _ = g.release().await;
                 }
             }
@@ -619,8 +627,9 @@ async fn s3_restart(kind: Kind, crash: Crash, storage: Storage) -> Stats {
         let mut holders = Vec::new();
         for n in names {
             let a = servers.client(kind, &servers.addrs()).await;
+            let asked = Instant::now();
             let g = acquire_retrying(&*a, &n, &opts(kind), kind.ttl() * 6).await;
-            holders.push((a, n, g));
+            holders.push((a, n, g, asked));
         }
         let entered = Arc::new(AtomicU64::new(0));
         let started = Instant::now();
@@ -644,19 +653,20 @@ async fn s3_restart(kind: Kind, crash: Crash, storage: Storage) -> Stats {
             }
         }
         let mut tasks = Vec::new();
-        for (h, (a, n, g)) in holders.into_iter().enumerate() {
+        for (h, (a, n, g, asked)) in holders.into_iter().enumerate() {
             let b = servers.client(kind, &servers.addrs()).await;
             let (w, entered) = (w.clone(), entered.clone());
             tasks.push(tokio::spawn(async move {
                 // A well-behaved holder: in its section until the newcomer is in or it knows it lost.
-                let mut sa = w.enter(&g);
+                let mut sa = w.enter(&g, asked);
                 sa.read();
                 let newcomer = {
                     let (w, n, entered) = (w.clone(), n.clone(), entered.clone());
                     tokio::spawn(async move {
+                        let asked = Instant::now();
                         let gb = acquire_retrying(&*b, &n, &opts(kind), kind.ttl() * 8).await;
                         entered.fetch_add(1, Ordering::SeqCst);
-                        careful_section(&w, &gb).await;
+                        careful_section(&w, &gb, asked).await;
                         let _ = gb.release().await;
                     })
                 };
@@ -717,13 +727,14 @@ async fn s4_delayed_replies(kind: Kind) -> Stats {
                         reported_held.fetch_add(1, Ordering::SeqCst);
                     }
                     if g.is_held() {
-                        careful_section(&w, g).await;
+                        careful_section(&w, g, t).await;
                     }
                 }
                 a.heal();
                 drop(got);
+                let asked = Instant::now();
                 let gb = acquire_retrying(&*b, &n, &opts(kind), kind.ttl() * 6).await;
-                careful_section(&w, &gb).await;
+                careful_section(&w, &gb, asked).await;
                 let _ = gb.release().await;
             }
         }));
@@ -797,6 +808,7 @@ async fn s5_minority_faults(kind: Kind) -> Stats {
 /// A client that locks, does a careful section, releases, until `stop`.
 async fn careful_worker(lock: Arc<dyn LockService>, n: LockName, w: &Workload, stop: &AtomicBool) {
     while !stop.load(Ordering::SeqCst) {
+        let asked = Instant::now();
         match lock
             .acquire(
                 &n,
@@ -808,7 +820,7 @@ async fn careful_worker(lock: Arc<dyn LockService>, n: LockName, w: &Workload, s
         {
             Ok(g) => {
                 if g.is_held() {
-                    careful_section(w, &g).await;
+                    careful_section(w, &g, asked).await;
                 }
                 let _ = g.release().await;
             }
@@ -832,15 +844,17 @@ async fn crash_retake(kind: Kind) -> Stats {
             let w = w.clone();
             let n = name(kind, &format!("crash-{r}"), p);
             tasks.push(tokio::spawn(async move {
+                let asked = Instant::now();
                 let g = acquire_retrying(&*a.lock, &n, &opts(kind), kind.ttl() * 6).await;
-                let mut s = w.enter(&g);
+                let mut s = w.enter(&g, asked);
                 s.read_modify_write().await;
                 s.exit_checked(&g);
                 let waiter = {
                     let n = n.clone();
                     tokio::spawn(async move {
+                        let asked = Instant::now();
                         let gb = acquire_retrying(&*b, &n, &opts(kind), kind.ttl() * 6).await;
-                        (Instant::now(), gb)
+                        (Instant::now(), gb, asked)
                     })
                 };
                 sleep(Duration::from_millis(100)).await;
@@ -849,9 +863,9 @@ async fn crash_retake(kind: Kind) -> Stats {
                 let crashed = Instant::now();
                 w.fault();
                 std::mem::forget(g);
-                let (got, gb) = waiter.await.expect("waiter");
+                let (got, gb, asked) = waiter.await.expect("waiter");
                 w.retake(got - crashed);
-                careful_section(&w, &gb).await;
+                careful_section(&w, &gb, asked).await;
                 let _ = gb.release().await;
                 drop(a);
             }));
@@ -903,6 +917,7 @@ async fn soak_as(kind: Kind, duration: Duration, storage: Storage, load: Load) -
                 let o = AcquireOptions::new()
                     .ttl(kind.ttl())
                     .wait(Duration::from_secs(2));
+                let asked = Instant::now();
                 let Ok(g) = take(&*client.lock, &n, &o, mode).await else {
                     sleep(Duration::from_millis(20)).await;
                     continue;
@@ -910,7 +925,7 @@ async fn soak_as(kind: Kind, duration: Duration, storage: Storage, load: Load) -
                 if !g.is_held() {
                     continue;
                 }
-                let mut s = w.enter(&g);
+                let mut s = w.enter(&g, asked);
                 s.read();
                 if pause_next[c].swap(false, Ordering::SeqCst) {
                     // A process pause: the network goes quiet past the TTL, then it writes blindly.
