@@ -29,7 +29,7 @@
 //! most once, when it is first created, and then stays in step with the
 //! store while the queue is busy.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex as StdMutex, MutexGuard};
 use std::time::Duration;
 
@@ -161,6 +161,9 @@ struct Registration {
     /// Whether its create request went out on the current stream (else
     /// ending it needs no cancel request).
     sent: bool,
+    /// When a held key's watch goes to the server ([`KEY_WATCH_DELAY`]
+    /// after its grant); `None`: at once.
+    due: Option<Instant>,
     sink: Sink,
 }
 
@@ -296,6 +299,7 @@ impl Watcher {
                         resume_from: 0,
                         announced: false,
                         sent: false,
+                        due: None,
                         sink: Sink::Shared(Shared {
                             subs: vec![(sub, Sub::Mail(mail.clone()))],
                             idle_since: None,
@@ -357,6 +361,7 @@ impl Watcher {
 
     /// A watch of its own, created [`KEY_WATCH_DELAY`] from now.
     fn register(&self, spec: Spec, from: i64, sink: Sink) -> Ticket {
+        let due = Instant::now() + KEY_WATCH_DELAY;
         let id = {
             let mut st = self.inner.state();
             st.next_id += 1;
@@ -368,12 +373,12 @@ impl Watcher {
                     resume_from: from,
                     announced: false,
                     sent: false,
+                    due: Some(due),
                     sink,
                 },
             );
             id
         };
-        let due = Instant::now() + KEY_WATCH_DELAY;
         let _ = self.inner.cmds.send(Cmd::CreateAt(id, due));
         Ticket {
             id,
@@ -582,12 +587,13 @@ async fn run(
             while later.front().is_some_and(|(due, _)| *due <= now) {
                 later.pop_front();
             }
+            // By the registration's own due time: its command may still be
+            // on its way (it is sent after the registration is made).
             let first = {
-                let waiting: HashSet<i64> = later.iter().map(|(_, id)| *id).collect();
                 let mut st = me.state();
                 st.watches
                     .iter_mut()
-                    .filter(|(id, _)| !waiting.contains(id))
+                    .filter(|(_, reg)| reg.due.is_none_or(|due| due <= now))
                     .min_by_key(|(id, _)| **id)
                     .map(|(id, reg)| (*id, sent_request(*id, reg)))
             };
