@@ -175,9 +175,9 @@ impl LeaseHandle for EtcdLease {
         }
     }
 
-    /// Compare-and-delete of our key on its create revision: never a newer
-    /// key of this client on the same name, never anyone else's. The watch
-    /// on the key ends first: its deletion is ours, not news.
+    /// Deletes our key ([`OurKey::remove`]: never a newer key of this
+    /// client on the same name, never anyone else's). The watch on the key
+    /// ends first: its deletion is ours, not news.
     async fn release(&self) -> Result<bool> {
         let ours = self.ours.lock().unwrap_or_else(|p| p.into_inner()).take();
         if ours.is_some() {
