@@ -13,8 +13,8 @@
 //! that name is this acquisition's and nobody else's, and every delete of it
 //! is a plain delete, whose count says whether the key was still there. A
 //! transaction comparing the create revision first costs the etcd members
-//! about 100 µs more CPU per uncontended cycle (measured: 64 tasks on 3
-//! members, about 400 µs against 310 µs), and a fifth of the throughput.
+//! about 140 µs more CPU per uncontended cycle (measured: 64 tasks on 3
+//! members, 414-483 µs against 296-337 µs) and a quarter of the throughput.
 
 use std::sync::Arc;
 use std::time::Duration;
