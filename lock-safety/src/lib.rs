@@ -594,20 +594,54 @@ impl Report {
 mod tests {
     use super::*;
 
-    #[tokio::test]
-    async fn checker_counts_overlaps_and_stale_writes() {
-        let w = Workload::new();
-        // A holds token 5, enters and reads.
-        let mut a = w.enter_with("n", Some(FencingToken::new(5)));
+    /// A holds token 5 and is paused in its section; B is granted token 6,
+    /// claims, writes and exits; A resumes: its fenced write is refused,
+    /// its plain write lands.
+    fn paused_holder(w: &Workload, name: &str) {
+        let mut a = w.enter_with(name, Some(FencingToken::new(5)));
         a.read();
-        // B is granted token 6 while A is paused: B claims, writes, exits.
-        let mut b = w.enter_with("n", Some(FencingToken::new(6)));
+        let mut b = w.enter_with(name, Some(FencingToken::new(6)));
         b.read();
         assert_eq!(b.write(), Some(true));
         b.exit();
-        // A resumes: its fenced write is rejected, its plain write lands.
         assert_eq!(a.write(), Some(false));
         a.exit();
+    }
+
+    /// The server forgot its counter: the holder after A (token 57) gets a
+    /// smaller token (1), which is refused, and A's write is accepted.
+    fn tokens_going_backwards(w: &Workload, name: &str) {
+        let mut a = w.enter_with(name, Some(FencingToken::new(57)));
+        a.read();
+        let mut b = w.enter_with(name, Some(FencingToken::new(1)));
+        b.read();
+        assert_eq!(b.write(), Some(false));
+        b.exit();
+        assert_eq!(a.write(), Some(true));
+        a.exit();
+    }
+
+    /// A (token 8) learns of its grant late and enters after B (token 9),
+    /// which asked for the lock later: A's claim and write are refused, B's
+    /// write is accepted.
+    fn holder_entering_late(w: &Workload, name: &str) {
+        let a_asked = Instant::now();
+        let b_asked = Instant::now();
+        let mode = LockMode::Exclusive;
+        let mut b = w.enter_as(name, Some(FencingToken::new(9)), mode, b_asked);
+        b.read();
+        let mut a = w.enter_as(name, Some(FencingToken::new(8)), mode, a_asked);
+        a.read();
+        assert_eq!(b.write(), Some(true));
+        b.exit();
+        assert_eq!(a.write(), Some(false));
+        a.exit();
+    }
+
+    #[tokio::test]
+    async fn checker_counts_overlaps_and_stale_writes() {
+        let w = Workload::new();
+        paused_holder(&w, "n");
         let s = w.stats();
         assert_eq!(s.overlaps, 1);
         assert_eq!(s.stale_accepted, 0);
@@ -618,74 +652,9 @@ mod tests {
     #[tokio::test]
     async fn tokens_going_backwards_are_counted_as_stale_accepted() {
         let w = Workload::new();
-        let mut a = w.enter_with("n", Some(FencingToken::new(57)));
-        a.read();
-        // The server forgot its counter: the next holder gets a smaller token.
-        let mut b = w.enter_with("n", Some(FencingToken::new(1)));
-        b.read();
-        assert_eq!(b.write(), Some(false));
-        b.exit();
-        assert_eq!(a.write(), Some(true));
-        a.exit();
+        tokens_going_backwards(&w, "n");
         let s = w.stats();
         assert_eq!(s.stale_accepted, 1);
-    }
-
-    /// The same two cases against a real PostgreSQL: the store refuses the
-    /// paused holder, and when tokens go backwards the checker still sees
-    /// the older holder's accepted write.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn the_checker_reads_the_verdicts_of_postgres() {
-        let server = tokio::task::block_in_place(|| lock_testbed::PostgresServer::start().unwrap());
-        let registers = PgRegisters::connect(server.url()).await.unwrap();
-        let w = Workload::in_postgres(registers);
-        let mut a = w.enter_with("paused", Some(FencingToken::new(5)));
-        a.read();
-        let mut b = w.enter_with("paused", Some(FencingToken::new(6)));
-        b.read();
-        assert_eq!(b.write(), Some(true));
-        b.exit();
-        assert_eq!(a.write(), Some(false));
-        a.exit();
-        let mut c = w.enter_with("paused", Some(FencingToken::new(6)));
-        c.read();
-        assert_eq!(c.write(), Some(true));
-        c.read();
-        assert_eq!(c.read_fenced, 2, "B's and C's increments are in the table");
-        c.exit();
-
-        let mut old = w.enter_with("backwards", Some(FencingToken::new(57)));
-        old.read();
-        let mut reset = w.enter_with("backwards", Some(FencingToken::new(1)));
-        reset.read();
-        assert_eq!(reset.write(), Some(false));
-        reset.exit();
-        assert_eq!(old.write(), Some(true));
-        old.exit();
-
-        // A holder learns of its grant late, after the next holder entered.
-        let (early_asked, next_asked) = (Instant::now(), Instant::now());
-        let mut next = w.enter_as(
-            "late",
-            Some(FencingToken::new(9)),
-            LockMode::Exclusive,
-            next_asked,
-        );
-        next.read();
-        let mut early = w.enter_as(
-            "late",
-            Some(FencingToken::new(8)),
-            LockMode::Exclusive,
-            early_asked,
-        );
-        assert_eq!(next.write(), Some(true));
-        next.exit();
-        assert_eq!(early.write(), Some(false));
-        early.exit();
-
-        let s = w.stats();
-        assert_eq!((s.overlaps, s.stale_rejected, s.stale_accepted), (3, 5, 1));
-        tokio::task::block_in_place(|| drop(server));
     }
 
     /// A holder that learns of its grant late enters after the next holder:
@@ -694,28 +663,32 @@ mod tests {
     #[tokio::test]
     async fn a_holder_entering_late_makes_no_stale_accept() {
         let w = Workload::new();
-        let a_asked = Instant::now();
-        let b_asked = Instant::now();
-        let mut b = w.enter_as(
-            "n",
-            Some(FencingToken::new(6)),
-            LockMode::Exclusive,
-            b_asked,
-        );
-        b.read();
-        let mut a = w.enter_as(
-            "n",
-            Some(FencingToken::new(5)),
-            LockMode::Exclusive,
-            a_asked,
-        );
-        a.read();
-        assert_eq!(b.write(), Some(true));
-        b.exit();
-        assert_eq!(a.write(), Some(false));
-        a.exit();
+        holder_entering_late(&w, "n");
         let s = w.stats();
         assert_eq!((s.overlaps, s.stale_rejected, s.stale_accepted), (1, 2, 0));
+    }
+
+    /// The same three cases against a real PostgreSQL: the store refuses
+    /// the paused holder, when tokens go backwards the checker still sees
+    /// the older holder's accepted write, and a holder entering late makes
+    /// no stale accept.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_checker_reads_the_verdicts_of_postgres() {
+        let server = tokio::task::block_in_place(|| lock_testbed::PostgresServer::start().unwrap());
+        let registers = PgRegisters::connect(server.url()).await.unwrap();
+        let w = Workload::in_postgres(registers);
+        paused_holder(&w, "paused");
+        let mut c = w.enter_with("paused", Some(FencingToken::new(6)));
+        c.read();
+        assert_eq!(c.write(), Some(true));
+        c.read();
+        assert_eq!(c.read_fenced, 2, "B's and C's increments are in the table");
+        c.exit();
+        tokens_going_backwards(&w, "backwards");
+        holder_entering_late(&w, "late");
+        let s = w.stats();
+        assert_eq!((s.overlaps, s.stale_rejected, s.stale_accepted), (3, 5, 1));
+        tokio::task::block_in_place(|| drop(server));
     }
 
     #[tokio::test]
