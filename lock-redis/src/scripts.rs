@@ -374,10 +374,16 @@ return 1
 );
 
 /// A Redlock waiter leaves the line of one node (it got the lock elsewhere,
-/// gave up, or failed). `KEYS` as for [`RELEASE`]; `ARGV[1]` = its wait id.
+/// gave up, or failed). `KEYS` as for [`RELEASE`]; `ARGV[1]` = its wait id,
+/// `ARGV[2]` = `1` if it leaves because it holds the lock (won on a quorum
+/// of the other nodes), '' otherwise.
 /// If it was its turn (first in line while the lock was free, or the key
 /// reserved for it), the turn passes on: the key is reserved for the next
-/// in line, who is told (`n - <wait id>`), or freed if nobody waits.
+/// in line, or freed if nobody waits. The next in line is told
+/// (`n - <wait id>`) unless the leaver holds the lock: the lock is not free
+/// then, and a waiter woken would only run a round in vain; the holder's
+/// release wakes it. (This node's release can reach it after the new
+/// holder's round did, which then lost here and leaves its place.)
 /// Returns 1 if it was in line, else 0.
 pub const LEAVE_LINE: &str = concat!(
     r#"
@@ -391,7 +397,7 @@ if holder == 'line ' .. ARGV[1] or (first == ARGV[1] and not holder) then
     drop_lapsed!("KEYS[3]", "KEYS[4]"),
     reserve_for_head!("KEYS[1]", "KEYS[3]", "KEYS[4]"),
     r#"
-  if head then redis.pcall('PUBLISH', KEYS[2], 'n - ' .. head) end
+  if head and ARGV[2] ~= '1' then redis.pcall('PUBLISH', KEYS[2], 'n - ' .. head) end
 end
 return 1
 "#

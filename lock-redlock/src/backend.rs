@@ -388,6 +388,7 @@ impl Inner {
                                 lost,
                                 keys.clone(),
                                 place.clone(),
+                                true,
                             ));
                         }
                     }
@@ -407,7 +408,7 @@ impl Inner {
                                 }
                             }
                             if let Some(place) = place {
-                                inner.leave_line(lost, keys, place).await;
+                                inner.leave_line(lost, keys, place, true).await;
                             }
                         });
                         settled
@@ -601,19 +602,21 @@ impl Inner {
 
     /// Takes `place` out of the line on the nodes `which`, in parallel,
     /// each request bounded by [`Inner::background_bound`]. A place that
-    /// cannot be removed lapses by itself.
+    /// cannot be removed lapses by itself. `holding`: we leave because the
+    /// lock is ours (a turn we pass on there wakes nobody).
     async fn leave_line(
         self: Arc<Self>,
         which: Vec<usize>,
         keys: Arc<NameKeys>,
         place: Arc<Place>,
+        holding: bool,
     ) {
         let limit = self.background_bound();
         let pending: FuturesUnordered<_> = which
             .into_iter()
             .map(|i| {
                 let node = &self.nodes[i];
-                let leave = node.leave_line(&self.scripts, &keys, &place.id);
+                let leave = node.leave_line(&self.scripts, &keys, &place.id, holding);
                 async move {
                     match tokio::time::timeout(limit, leave).await {
                         Ok(Ok(())) => {}
@@ -660,6 +663,7 @@ impl Inner {
             (0..self.nodes.len()).collect(),
             keys.clone(),
             place.clone(),
+            false,
         ));
         let mut deletes = Deletes::default();
         let got = self

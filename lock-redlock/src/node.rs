@@ -431,12 +431,13 @@ impl Node {
     }
 
     /// Leaves this node's line ([`LEAVE_LINE`]), passing the turn on if it
-    /// was ours.
+    /// was ours (silently if we leave `holding` the lock).
     pub async fn leave_line(
         &self,
         scripts: &Scripts,
         keys: &NameKeys,
         wait_id: &str,
+        holding: bool,
     ) -> RedisResult<()> {
         self.call("leave line", |mut c| async move {
             scripts
@@ -446,6 +447,7 @@ impl Node {
                 .key(&*keys.line)
                 .key(&*keys.lapse)
                 .arg(wait_id)
+                .arg(if holding { "1" } else { "" })
                 .invoke_async::<i64>(&mut c)
                 .await
         })

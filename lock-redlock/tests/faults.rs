@@ -1129,31 +1129,52 @@ async fn a_release_still_arriving_at_other_nodes_wakes_the_waiter_again() {
 /// A release wakes only the first in line, in whichever client it waits:
 /// the other waiting clients run no round (no herd across processes), and
 /// the lock goes to the clients in the order they started waiting.
+///
+/// A waiter's round that does not win renews its place on every node it
+/// reaches (the place's lapse time moves on), so a woken waiter that is not
+/// first in line shows as a changed lapse time. That tells it apart from the
+/// first in line, which may run more than one round to collect its quorum.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_release_wakes_only_the_first_in_line() {
     const WAITERS: usize = 3;
     let set = start_set();
     let name = lock_name("first-in-line");
-    // Long enough that no guard renews (a renewal reads the key too) while
-    // the test counts reads.
+    // Long enough that no guard renews and no waiter re-checks by itself
+    // (every `max_recheck`, 10 s by default) while the test looks.
     let ttl = Duration::from_secs(60);
     let holder = RedlockLock::connect(config(&set)).await.unwrap();
+    let line = format!("{{{}}} line", holder.key_of(&name));
+    let lapse = format!("{line} lapse");
     let mut held = holder.acquire(&name, &opts(ttl)).await.unwrap();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     for i in 0..WAITERS {
         let client = RedlockLock::connect(config(&set)).await.unwrap();
         let (name, tx) = (name.clone(), tx.clone());
         tokio::spawn(async move {
-            let o = opts(ttl).wait(Duration::from_secs(20));
+            // Longer than a place lasts (twice the TTL): each round then
+            // moves the place's lapse time on to its own time + 120 s.
+            let o = opts(ttl).wait(Duration::from_secs(300));
             let got = client.acquire(&name, &o).await;
             let _ = tx.send((i, got));
         });
         // Each one waits (subscribed, in line) before the next starts.
         sleep(Duration::from_millis(300)).await;
     }
-    let node = &set.nodes()[0];
+    // The waiters' wait ids in arrival order (the line's score, the same
+    // on every node; a round decided by a quorum may miss a node).
+    let mut arrivals: Vec<(f64, String)> = Vec::new();
+    for node in set.nodes() {
+        for (id, arrival) in scores(node, &line) {
+            if !arrivals.iter().any(|(_, seen)| *seen == id) {
+                arrivals.push((arrival.parse().unwrap(), id));
+            }
+        }
+    }
+    arrivals.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let ids: Vec<String> = arrivals.into_iter().map(|(_, id)| id).collect();
+    assert_eq!(ids.len(), WAITERS, "waiters in line: {ids:?}");
     for expected in 0..WAITERS {
-        let before = calls(node, "get");
+        let before = lapse_times(&set, &lapse);
         assert!(held.release().await.unwrap());
         let (i, got) = timeout(SLACK, rx.recv())
             .await
@@ -1161,16 +1182,55 @@ async fn a_release_wakes_only_the_first_in_line() {
             .unwrap();
         assert_eq!(i, expected, "the lock went to the longest waiter");
         held = got.unwrap();
+        // A waiter woken by mistake runs its round within this time.
         sleep(Duration::from_millis(200)).await;
-        // The release reads the key once; so does the round of the first
-        // in line. Any other waiter woken would have run a round too.
-        let reads = calls(node, "get") - before;
-        assert_eq!(
-            reads, 2,
-            "hand-off {expected}: only the first in line ran a round after the release"
-        );
+        let after = lapse_times(&set, &lapse);
+        for id in &ids[expected + 1..] {
+            let compared: Vec<_> = before
+                .iter()
+                .filter(|(key, _)| key.1 == *id)
+                .filter_map(|(key, was)| after.get(key).map(|now| (key.0, was, now)))
+                .collect();
+            assert!(
+                !compared.is_empty(),
+                "hand-off {expected}: waiter {id} is in no node's line"
+            );
+            for (node, was, now) in compared {
+                assert_eq!(
+                    was, now,
+                    "hand-off {expected}: waiter {id}, not first in line, ran a round (node {node})"
+                );
+            }
+        }
     }
     assert!(held.release().await.unwrap());
+}
+
+/// The members of sorted set `key` on `node` with their scores.
+fn scores(node: &RedisServer, key: &str) -> Vec<(String, String)> {
+    let reply = tokio::task::block_in_place(|| node.cmd(&["ZRANGE", key, "0", "-1", "WITHSCORES"]))
+        .unwrap_or_else(|e| panic!("ZRANGE on {}: {e}", node.addr()));
+    let lock_testbed::RespValue::Array(Some(items)) = reply else {
+        panic!("ZRANGE {key} on {}: {reply:?}", node.addr());
+    };
+    let text: Vec<String> = items
+        .iter()
+        .map(|v| v.as_str().expect("a bulk string").to_string())
+        .collect();
+    text.chunks(2)
+        .map(|pair| (pair[0].clone(), pair[1].clone()))
+        .collect()
+}
+
+/// Every node's lapse times of the line `lapse`, by (node, wait id).
+fn lapse_times(set: &RedisSet, lapse: &str) -> std::collections::HashMap<(usize, String), String> {
+    let mut times = std::collections::HashMap::new();
+    for (n, node) in set.nodes().iter().enumerate() {
+        for (id, at) in scores(node, lapse) {
+            times.insert((n, id), at);
+        }
+    }
+    times
 }
 
 /// A waiter that gives up (its wait runs out, or its future is dropped)
