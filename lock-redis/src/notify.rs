@@ -36,7 +36,9 @@
 //! publishes `n <owner token> <wait id>`, which wakes only the waiter that
 //! [expects](Subscription::expect_grant) that wait id (it is its turn on
 //! every node), in whichever process it is; copies from several nodes are
-//! dropped as above.
+//! dropped as above. A node whose release arrives after the next holder
+//! already left its line names the waiter behind it; that waiter sleeps on
+//! once a quorum of nodes named another ([`Subscription::turn_reached`]).
 //!
 //! A release that hands the lock to a queued waiter publishes
 //! `g <owner token> <fencing token> <ttl ms>`
@@ -510,27 +512,65 @@ impl Subscription {
     /// the nodes at about the same time, but its announcements arrive one by
     /// one; a round sent at the first would still find the key on the
     /// nodes whose delete is on its way, and fail.
-    pub async fn turn_reached(&mut self, n: usize, until: Instant) {
-        let Some((_, slot)) = &self.grant else { return };
+    ///
+    /// `false` when `n` nodes announced that same release as the turn of
+    /// another waiter before `n` announced it as ours: the nodes' lines
+    /// differed (that waiter had already left this node's line, holding
+    /// the lock the others gave it), so the lock is that waiter's on a
+    /// quorum and a round of ours would fail. We go on waiting; its
+    /// release makes it our turn everywhere. `true` otherwise.
+    pub async fn turn_reached(&mut self, n: usize, until: Instant) -> bool {
+        let Some((id, slot)) = &self.grant else {
+            return true;
+        };
         let Some(owner) = locked(&slot.turn_of).take() else {
-            return;
+            return true;
         };
         if owner == "-" {
             // A waiter left the line; no release is on its way.
-            return;
+            return true;
         }
+        let id = id.clone();
         let live = locked(&self.state.live).iter().filter(|l| **l).count();
-        let n = n.min(live).max(1);
+        let enough = n.min(live).max(1);
         loop {
             self.copies.borrow_and_update();
-            if self.copies_of(&owner) >= n {
-                return;
+            let (ours, others) = self.turns_of(&owner, &id);
+            if ours >= enough {
+                return true;
+            }
+            if others >= n {
+                // Not a wake-up of ours: nothing to pass on if dropped.
+                self.woken = false;
+                return false;
             }
             tokio::select! {
                 _ = changed(&mut self.copies) => {}
-                _ = tokio::time::sleep_until(until) => return,
+                _ = tokio::time::sleep_until(until) => return true,
             }
         }
+    }
+
+    /// How many nodes lately announced the release by `owner` as the turn
+    /// of wait id `id`, and as the turn of another waiter.
+    fn turns_of(&self, owner: &str, id: &str) -> (usize, usize) {
+        let (mut ours, mut others) = (0, 0);
+        for (t, seen) in locked(&self.state.recent).iter() {
+            let Some(turn) = t.strip_prefix(b"n ") else {
+                continue;
+            };
+            match parse_turn(turn) {
+                Some((o, waiter)) if o == owner => {
+                    if waiter == id {
+                        ours += seen;
+                    } else {
+                        others += seen;
+                    }
+                }
+                _ => {}
+            }
+        }
+        (ours, others)
     }
 
     /// The next [`wait_until`](Subscription::wait_until) also ends, with

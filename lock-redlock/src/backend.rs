@@ -816,15 +816,21 @@ impl Inner {
             }
             let wake = add_saturating(now, delay).min(deadline);
             match sub.as_mut() {
-                Some(s) if listen => {
+                Some(s) if listen => loop {
                     let why = s.wait_until(wake).await;
                     tracing::trace!(key = %keys.key, ?why, "redlock: waiter woke");
-                    if why == Wake::Notified {
-                        // Our turn: go once the release freed a quorum.
-                        let by = add_saturating(Instant::now(), TURN_GRACE).min(deadline);
-                        s.turn_reached(self.quorum, by).await;
+                    if why != Wake::Notified {
+                        break;
                     }
-                }
+                    // Our turn: go once the release freed a quorum.
+                    let by = add_saturating(Instant::now(), TURN_GRACE).min(deadline);
+                    if s.turn_reached(self.quorum, by).await {
+                        break;
+                    }
+                    // A quorum made it another waiter's turn (our line on
+                    // some node had lost it already): it holds, we wait on.
+                    tracing::trace!(key = %keys.key, "redlock: the turn of another waiter on a quorum");
+                },
                 _ => tokio::time::sleep_until(wake).await,
             }
         }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::{
-    AcquireOptions, DistributedLock, GuardState, LockErrorKind, LockName, LossCause,
+    AcquireOptions, DistributedLock, GuardState, LockErrorKind, LockGuard, LockName, LossCause,
     NodeFailureReason, RetryPolicy,
 };
 use lock_redlock::{RedlockConfig, RedlockLock};
@@ -1146,33 +1146,7 @@ async fn a_release_wakes_only_the_first_in_line() {
     let line = format!("{{{}}} line", holder.key_of(&name));
     let lapse = format!("{line} lapse");
     let mut held = holder.acquire(&name, &opts(ttl)).await.unwrap();
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    for i in 0..WAITERS {
-        let client = RedlockLock::connect(config(&set)).await.unwrap();
-        let (name, tx) = (name.clone(), tx.clone());
-        tokio::spawn(async move {
-            // Longer than a place lasts (twice the TTL): each round then
-            // moves the place's lapse time on to its own time + 120 s.
-            let o = opts(ttl).wait(Duration::from_secs(300));
-            let got = client.acquire(&name, &o).await;
-            let _ = tx.send((i, got));
-        });
-        // Each one waits (subscribed, in line) before the next starts.
-        sleep(Duration::from_millis(300)).await;
-    }
-    // The waiters' wait ids in arrival order (the line's score, the same
-    // on every node; a round decided by a quorum may miss a node).
-    let mut arrivals: Vec<(f64, String)> = Vec::new();
-    for node in set.nodes() {
-        for (id, arrival) in scores(node, &line) {
-            if !arrivals.iter().any(|(_, seen)| *seen == id) {
-                arrivals.push((arrival.parse().unwrap(), id));
-            }
-        }
-    }
-    arrivals.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let ids: Vec<String> = arrivals.into_iter().map(|(_, id)| id).collect();
-    assert_eq!(ids.len(), WAITERS, "waiters in line: {ids:?}");
+    let (mut rx, ids) = waiters(&set, &name, ttl, WAITERS, &line).await;
     for expected in 0..WAITERS {
         let before = lapse_times(&set, &lapse);
         assert!(held.release().await.unwrap());
@@ -1186,24 +1160,133 @@ async fn a_release_wakes_only_the_first_in_line() {
         sleep(Duration::from_millis(200)).await;
         let after = lapse_times(&set, &lapse);
         for id in &ids[expected + 1..] {
-            let compared: Vec<_> = before
-                .iter()
-                .filter(|(key, _)| key.1 == *id)
-                .filter_map(|(key, was)| after.get(key).map(|now| (key.0, was, now)))
-                .collect();
-            assert!(
-                !compared.is_empty(),
-                "hand-off {expected}: waiter {id} is in no node's line"
-            );
-            for (node, was, now) in compared {
-                assert_eq!(
-                    was, now,
-                    "hand-off {expected}: waiter {id}, not first in line, ran a round (node {node})"
-                );
-            }
+            assert_ran_no_round(&before, &after, id, &format!("hand-off {expected}"));
         }
     }
     assert!(held.release().await.unwrap());
+}
+
+/// A release that reaches one node late, after the next holder's round
+/// there and after that holder left the node's line, makes it the turn of
+/// the waiter behind on that node alone. That waiter runs no round (the
+/// lock is the other's on a quorum) and gets the lock at the next release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_release_late_on_one_node_wakes_no_second_waiter() {
+    let set = start_set();
+    let proxy = Proxy::start(set.nodes()[4].addr()).unwrap();
+    let mut urls = set.urls();
+    urls[4] = proxy.redis_url();
+    let holder = RedlockLock::connect(RedlockConfig::new(urls).node_timeout(NODE_TIMEOUT))
+        .await
+        .unwrap();
+    let name = lock_name("late-release");
+    let ttl = Duration::from_secs(60);
+    let line = format!("{{{}}} line", holder.key_of(&name));
+    let lapse = format!("{line} lapse");
+    let held = holder.acquire(&name, &opts(ttl)).await.unwrap();
+    let (mut rx, ids) = waiters(&set, &name, ttl, 2, &line).await;
+    // The release reaches node 4 300 ms after the others.
+    proxy.set_latency(Duration::from_millis(300));
+    let before = lapse_times(&set, &lapse);
+    assert!(held.release().await.unwrap());
+    let (i, got) = timeout(SLACK, rx.recv())
+        .await
+        .expect("the first waiter got the lock")
+        .unwrap();
+    assert_eq!(i, 0, "the lock went to the longest waiter");
+    let first = got.unwrap();
+    // The late release lands: node 4 makes it the second waiter's turn.
+    let reserved = format!("line {}", ids[1]);
+    let deadline = Instant::now() + 2 * SLACK;
+    while get(&set.nodes()[4], &holder.key_of(&name)).as_deref() != Some(reserved.as_str()) {
+        assert!(
+            Instant::now() < deadline,
+            "node 4 did not turn to the second waiter"
+        );
+        sleep(Duration::from_millis(20)).await;
+    }
+    sleep(Duration::from_millis(200)).await;
+    let after = lapse_times(&set, &lapse);
+    assert_ran_no_round(&before, &after, &ids[1], "after the late release");
+    assert!(first.release().await.unwrap());
+    let (i, got) = timeout(SLACK, rx.recv())
+        .await
+        .expect("the second waiter got the lock at the next release")
+        .unwrap();
+    assert_eq!(i, 1);
+    assert!(got.unwrap().release().await.unwrap());
+}
+
+/// Starts `n` clients waiting for `name`, each one in `line` before the
+/// next starts; each reports `(its index, its acquire's outcome)` on the
+/// channel returned with their wait ids in arrival order. They wait 300 s,
+/// longer than a place lasts (twice the TTL): each of their rounds moves
+/// their place's lapse time on to its own time + 2 x `ttl`.
+async fn waiters(
+    set: &RedisSet,
+    name: &LockName,
+    ttl: Duration,
+    n: usize,
+    line: &str,
+) -> (
+    tokio::sync::mpsc::UnboundedReceiver<(usize, lock_core::Result<LockGuard>)>,
+    Vec<String>,
+) {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    for i in 0..n {
+        let client = RedlockLock::connect(config(set)).await.unwrap();
+        let (name, tx) = (name.clone(), tx.clone());
+        tokio::spawn(async move {
+            let o = opts(ttl).wait(Duration::from_secs(300));
+            let got = client.acquire(&name, &o).await;
+            let _ = tx.send((i, got));
+        });
+        // Each one waits (subscribed, in line) before the next starts.
+        sleep(Duration::from_millis(300)).await;
+    }
+    let ids = waiters_in_line(set, line);
+    assert_eq!(ids.len(), n, "waiters in line: {ids:?}");
+    (rx, ids)
+}
+
+/// The wait ids in the line `line` in arrival order (the line's score, the
+/// same on every node; a round decided by a quorum may miss a node).
+fn waiters_in_line(set: &RedisSet, line: &str) -> Vec<String> {
+    let mut arrivals: Vec<(f64, String)> = Vec::new();
+    for node in set.nodes() {
+        for (id, arrival) in scores(node, line) {
+            if !arrivals.iter().any(|(_, seen)| *seen == id) {
+                arrivals.push((arrival.parse().unwrap(), id));
+            }
+        }
+    }
+    arrivals.sort_by(|a, b| a.0.total_cmp(&b.0));
+    arrivals.into_iter().map(|(_, id)| id).collect()
+}
+
+/// Waiter `id` ran no round between the two [`lapse_times`] (a round that
+/// does not win moves its place's lapse time on, on every node it reaches).
+fn assert_ran_no_round(
+    before: &std::collections::HashMap<(usize, String), String>,
+    after: &std::collections::HashMap<(usize, String), String>,
+    id: &str,
+    when: &str,
+) {
+    let compared: Vec<_> = before
+        .iter()
+        .filter(|(key, _)| key.1 == id)
+        .filter_map(|(key, was)| after.get(key).map(|now| (key.0, was, now)))
+        .collect();
+    assert!(
+        !compared.is_empty(),
+        "{when}: waiter {id} is in no node's line"
+    );
+    for (node, was, now) in compared {
+        assert_eq!(
+            was, now,
+            "{when}: waiter {id}, not first in line, ran a round (node {node})"
+        );
+    }
 }
 
 /// The members of sorted set `key` on `node` with their scores.
