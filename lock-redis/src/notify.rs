@@ -38,7 +38,8 @@
 //! every node), in whichever process it is; copies from several nodes are
 //! dropped as above. A node whose release arrives after the next holder
 //! already left its line names the waiter behind it; that waiter sleeps on
-//! once a quorum of nodes named another ([`Subscription::turn_reached`]).
+//! once a quorum of nodes named one other waiter
+//! ([`Subscription::turn_reached`]).
 //!
 //! A release that hands the lock to a queued waiter publishes
 //! `g <owner token> <fencing token> <ttl ms>`
@@ -514,7 +515,7 @@ impl Subscription {
     /// nodes whose delete is on its way, and fail.
     ///
     /// `false` when `n` nodes announced that same release as the turn of
-    /// another waiter before `n` announced it as ours: the nodes' lines
+    /// one other waiter before `n` announced it as ours: the nodes' lines
     /// differed (that waiter had already left this node's line, holding
     /// the lock the others gave it), so the lock is that waiter's on a
     /// quorum and a round of ours would fail. We go on waiting; its
@@ -535,11 +536,11 @@ impl Subscription {
         let enough = n.min(live).max(1);
         loop {
             self.copies.borrow_and_update();
-            let (ours, others) = self.turns_of(&owner, &id);
+            let (ours, another) = self.turns_of(&owner, &id);
             if ours >= enough {
                 return true;
             }
-            if others >= n {
+            if another >= n {
                 // Not a wake-up of ours: nothing to pass on if dropped.
                 self.woken = false;
                 return false;
@@ -552,9 +553,10 @@ impl Subscription {
     }
 
     /// How many nodes lately announced the release by `owner` as the turn
-    /// of wait id `id`, and as the turn of another waiter.
+    /// of wait id `id`, and the most that announced it as the turn of one
+    /// other waiter (each distinct announcement is one entry of `recent`).
     fn turns_of(&self, owner: &str, id: &str) -> (usize, usize) {
-        let (mut ours, mut others) = (0, 0);
+        let (mut ours, mut another) = (0, 0);
         for (t, seen) in locked(&self.state.recent).iter() {
             let Some(turn) = t.strip_prefix(b"n ") else {
                 continue;
@@ -564,13 +566,13 @@ impl Subscription {
                     if waiter == id {
                         ours += seen;
                     } else {
-                        others += seen;
+                        another = another.max(*seen);
                     }
                 }
                 _ => {}
             }
         }
-        (ours, others)
+        (ours, another)
     }
 
     /// The next [`wait_until`](Subscription::wait_until) also ends, with

@@ -1217,6 +1217,44 @@ async fn a_release_late_on_one_node_wakes_no_second_waiter() {
     assert!(got.unwrap().release().await.unwrap());
 }
 
+/// When the nodes' lines have drifted apart so far that a release names
+/// three different waiters, none of them named by a quorum, they still try
+/// (after the turn grace) and one of them gets the lock at once, rather
+/// than all sleeping until their re-check.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_release_naming_no_waiter_on_a_quorum_still_hands_the_lock_on() {
+    let set = start_set();
+    let holder = RedlockLock::connect(config(&set)).await.unwrap();
+    let name = lock_name("three-heads");
+    let ttl = Duration::from_secs(60);
+    let line = format!("{{{}}} line", holder.key_of(&name));
+    let lapse = format!("{line} lapse");
+    let held = holder.acquire(&name, &opts(ttl)).await.unwrap();
+    let (mut rx, ids) = waiters(&set, &name, ttl, 3, &line).await;
+    // Nodes 0-1 keep the first waiter first, 2-3 the second, 4 the third.
+    let drop_place = |node: usize, id: &str| {
+        for key in [&line, &lapse] {
+            tokio::task::block_in_place(|| set.nodes()[node].cmd(&["ZREM", key, id])).unwrap();
+        }
+    };
+    for node in 2..5 {
+        drop_place(node, &ids[0]);
+    }
+    drop_place(4, &ids[1]);
+    let released = Instant::now();
+    assert!(held.release().await.unwrap());
+    let (i, got) = timeout(2 * SLACK, rx.recv())
+        .await
+        .unwrap_or_else(|_| panic!("nobody got the lock within {:?}", 2 * SLACK))
+        .unwrap();
+    println!(
+        "waiter {i} got the lock {:?} after the release",
+        released.elapsed()
+    );
+    let next = got.expect("the lock, not an error");
+    assert!(next.release().await.unwrap());
+}
+
 /// Starts `n` clients waiting for `name`, each one in `line` before the
 /// next starts; each reports `(its index, its acquire's outcome)` on the
 /// channel returned with their wait ids in arrival order. They wait 300 s,
