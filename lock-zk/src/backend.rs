@@ -17,7 +17,7 @@ use crate::error::lock_error;
 use crate::lease;
 use crate::list;
 use crate::node;
-use crate::queue::{Contender, Nodes, Pending, Recipe, Turn};
+use crate::queue::{Contender, Look, Nodes, Pending, Recipe, Turn};
 use crate::semaphore;
 use crate::session::{locked, Session};
 
@@ -96,6 +96,7 @@ impl ZkLock {
             acls: acls_of(&config.acl).into(),
             data: config.identifier.as_bytes().into(),
             containers: AtomicBool::new(true),
+            counting: AtomicBool::new(true),
         });
         Ok(Self {
             inner: Arc::new(Backend {
@@ -257,7 +258,7 @@ impl Backend {
         deadline: Option<Instant>,
         until: Instant,
     ) -> Result<Option<Lease>> {
-        let mut created = self.nodes.create(c, until).await?;
+        let mut created = self.nodes.create(c, Look::Count, until).await?;
         let turn = c
             .wait_turn(
                 &created.path,

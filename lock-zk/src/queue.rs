@@ -109,13 +109,15 @@ pub(crate) struct Created {
     pub path: String,
     /// Its stat, from the create's reply (none when found after a lost one).
     pub stat: Option<zk::Stat>,
-    /// The lock's contenders, listed right after our create (none when the
-    /// listing failed or the node was found after a lost reply).
+    /// The lock's contenders, listed right after our create, or only our
+    /// node when the create's transaction counted no other child (none when
+    /// there were others to list, the listing failed, or the node was found
+    /// after a lost reply).
     pub listing: Option<Listing>,
 }
 
-/// How nodes are created: their ACL and data, and whether the server has
-/// container nodes for the parents.
+/// How nodes are created: their ACL and data, whether the server has
+/// container nodes for the parents, and whether the create may count them.
 pub(crate) struct Nodes {
     /// The ACL of every node created.
     pub acls: Arc<[zk::Acl]>,
@@ -124,6 +126,10 @@ pub(crate) struct Nodes {
     /// The server supports container nodes (3.5.3+); parents fall back to
     /// persistent nodes when it does not.
     pub containers: AtomicBool,
+    /// Contender nodes are created with [`Look::Count`] where asked; off for
+    /// good once a lock's ACL refused the write to its znode's data (while
+    /// allowing the create).
+    pub counting: AtomicBool,
 }
 
 impl Nodes {
@@ -158,30 +164,65 @@ impl Nodes {
             .map_err(|f| lock_error(&what(), f))
     }
 
-    /// Creates our contender node `<dir>/<prefix><seq>` and lists the lock's
-    /// contenders in the same round trip. After a reply that never came (or
-    /// a connection that failed under it) it looks for the node by its
-    /// uuid, as Curator's protection mode does, and creates it again only if
-    /// it is certainly not there.
-    pub(crate) async fn create(&self, c: &Contender, until: Instant) -> Result<Created> {
+    /// Creates our contender node `<dir>/<prefix><seq>`, learning who else
+    /// is under `dir` as `look` says. After a reply that never came (or a
+    /// connection that failed under it) it looks for the node by its uuid,
+    /// as Curator's protection mode does, and creates it again only if it
+    /// is certainly not there.
+    pub(crate) async fn create(
+        &self,
+        c: &Contender,
+        look: Look,
+        until: Instant,
+    ) -> Result<Created> {
         let prefix = format!("{}/{}", c.dir, c.prefix);
         let what = || format!("creating a contender node under {}", c.dir);
         let mut last = None;
+        // A `NoAuth` from the counting create: the ACL refuses either the
+        // create or the write to the znode's data; a create without
+        // counting tells which.
+        let mut refused = false;
         for _ in 0..CREATE_ATTEMPTS {
+            let count = look == Look::Count && !refused && self.counting.load(Ordering::Relaxed);
             c.update(|st| st.in_flight = true);
             let looked = Instant::now();
-            let (created, listed) = c
-                .session
-                .create_and_list(&prefix, &self.data, &self.acls, &c.dir, until)
-                .await;
+            let (created, listed) = if count {
+                match c
+                    .session
+                    .create_counted(&prefix, &self.data, &self.acls, &c.dir, until)
+                    .await
+                {
+                    // Alone under `dir`: the listing would name only us.
+                    Ok((path, stat, 1)) => {
+                        let ours = path.rsplit('/').next().unwrap_or_default().to_string();
+                        (Ok((path, stat)), Some(vec![ours]))
+                    }
+                    Ok((path, stat, _)) => (Ok((path, stat)), None),
+                    Err(Failure::Zk(zk::Error::NoAuth)) => {
+                        refused = true;
+                        c.update(|st| st.in_flight = false);
+                        continue;
+                    }
+                    Err(f) => (Err(f), None),
+                }
+            } else {
+                let (created, listed) = c
+                    .session
+                    .create_and_list(&prefix, &self.data, &self.acls, &c.dir, until)
+                    .await;
+                (created, listed.ok())
+            };
             c.update(|st| st.in_flight = false);
             match created {
                 Ok((path, stat)) => {
+                    if refused && self.counting.swap(false, Ordering::Relaxed) {
+                        tracing::info!(dir = %c.dir, "lock-zk: a lock's ACL refuses writes to its znode's data; contender nodes are created without counting its children from now on");
+                    }
                     c.update(|st| st.node = Some(path.clone()));
                     return Ok(Created {
                         path,
                         stat: Some(stat),
-                        listing: listed.ok().map(|children| Listing { looked, children }),
+                        listing: listed.map(|children| Listing { looked, children }),
                     });
                 }
                 Err(f) if f.is_no_node() => self.make_parents(&c.session, &c.dir, until).await?,
@@ -205,6 +246,20 @@ impl Nodes {
             None => LockError::unavailable(format!("{}: its parent kept disappearing", what())),
         })
     }
+}
+
+/// How [`Nodes::create`] learns who else stands under the lock's znode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Look {
+    /// Counts the znode's children in the create's own transaction
+    /// ([`Session::create_counted`]) and hands back a listing only when our
+    /// node is alone; the caller lists otherwise. For queues, which are
+    /// usually empty: an uncontended acquisition sends one request.
+    Count,
+    /// Lists the children right behind the create, in the same round trip
+    /// ([`Session::create_and_list`]). For a semaphore's leases, which
+    /// usually have company.
+    List,
 }
 
 /// What we know about our contender node.

@@ -22,7 +22,7 @@ use crate::backend::Backend;
 use crate::error::{lock_error, Failure};
 use crate::lease;
 use crate::node::{self, Marker};
-use crate::queue::{vanished, Contender, Listing, Pending, Recipe, Turn};
+use crate::queue::{vanished, Contender, Listing, Look, Pending, Recipe, Turn};
 use crate::session::Session;
 
 /// The child of a semaphore's znode under which its leases live.
@@ -101,7 +101,7 @@ async fn permit(
         let now = Instant::now();
         now + until.saturating_duration_since(now) / 2
     });
-    let created = b.nodes.create(gate, until).await?;
+    let created = b.nodes.create(gate, Look::Count, until).await?;
     let turn = gate
         .wait_turn(
             &created.path,
@@ -115,7 +115,7 @@ async fn permit(
         return Ok(None);
     };
     // Our lease, counted with the others in the same round trip.
-    let mut created = b.nodes.create(lease, until).await?;
+    let mut created = b.nodes.create(lease, Look::List, until).await?;
     let ours = created
         .path
         .rsplit('/')

@@ -440,6 +440,54 @@ impl Session {
         (created, listed)
     }
 
+    /// Creates an ephemeral sequential node `prefix<seq>` and, in the same
+    /// transaction, sets the (unchanged) data of its parent `dir`, whose
+    /// stat in the reply counts `dir`'s children right after the create: 1
+    /// means our node is alone, with no contender of any kind ahead, which
+    /// the uncontended acquisition learns without a listing (one request,
+    /// no read). Its path, its stat (czxid = the transaction's zxid) and that
+    /// count. Never retried here: after a lost reply the caller looks for
+    /// the node. A `NoAuth` may come from the parent's data (the ACL grants
+    /// CREATE but not WRITE): the caller then creates without counting.
+    pub async fn create_counted(
+        &self,
+        prefix: &str,
+        data: &[u8],
+        acls: &[zk::Acl],
+        dir: &str,
+        until: Instant,
+    ) -> Reply<(String, zk::Stat, i32)> {
+        self.request(until, false, true, |c| async move {
+            let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::new(acls));
+            let mut txn = c.new_multi_writer();
+            txn.add_create(prefix, data, &options)?;
+            txn.add_set_data(dir, &[], None)?;
+            let results = txn.commit().await.map_err(|err| match err {
+                zk::MultiWriteError::RequestFailed { source }
+                | zk::MultiWriteError::OperationFailed { source, .. } => source,
+            })?;
+            let mut results = results.into_iter();
+            match (results.next(), results.next()) {
+                (
+                    Some(zk::MultiWriteResult::Create { path, mut stat }),
+                    Some(zk::MultiWriteResult::SetData { stat: parent }),
+                ) => {
+                    // Some servers answer a create inside a transaction
+                    // without its stat (ZOOKEEPER-4026); both writes share
+                    // the transaction's zxid.
+                    if stat.czxid <= 0 {
+                        stat.czxid = parent.mzxid;
+                    }
+                    Ok((path, stat, parent.num_children))
+                }
+                _ => Err(zk::Error::UnexpectedError(
+                    "a create and set-data transaction answered with other results".into(),
+                )),
+            }
+        })
+        .await
+    }
+
     /// Creates the ephemeral node `path` (not sequential); its stat. Never
     /// retried here: after a lost reply the caller looks for the node.
     pub async fn create_ephemeral(

@@ -513,10 +513,11 @@ async fn requests_per_acquisition() {
         assert!(g.release().await.unwrap());
         per_cycle.push(count(sid.clone()).await.unwrap() - before);
     }
-    // A heartbeat may fall into one cycle; the others cost exactly three.
+    // A heartbeat may fall into one cycle; the others cost exactly two: the
+    // create (counting the children in its transaction) and the delete.
     per_cycle.sort();
     assert_eq!(
-        per_cycle[0], 3,
+        per_cycle[0], 2,
         "requests per uncontended cycle: {per_cycle:?}"
     );
 
@@ -533,11 +534,108 @@ async fn requests_per_acquisition() {
     let g = waiting.await.unwrap().unwrap();
     let waited = count(wsid.clone()).await.unwrap() - before;
     assert!(g.release().await.unwrap());
-    // create + listing, the watch on the holder's node, the delete; maybe a heartbeat.
+    // the create (counting two children), the listing, the watch on the
+    // holder's node, the delete; maybe a heartbeat.
     let released = count(wsid).await.unwrap() - before;
     assert!(
         waited <= 4 && released - waited == 1,
         "waiter: {waited} requests until granted, {released} with its release"
+    );
+}
+
+/// An acquisition counts the lock znode's children by writing its (unchanged)
+/// data in the create's transaction. A lock whose znode's ACL allows
+/// creating children but not writing its data still works (without that
+/// count, so with a listing), gives the node's czxid as its token and
+/// excludes a second client; a lock whose ACL refuses the create is
+/// `Unauthorized` and leaves the count on for other locks (an uncontended
+/// cycle still costs two requests).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_whose_znode_refuses_data_writes_works_without_the_count() {
+    let server = server().await;
+    let connect = server.connect_string();
+    let admin = admin(&connect).await;
+    let session = Duration::from_secs(4);
+    let base = format!("/distlock/{}", unique_name("acl"));
+    let open = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    admin.mkdir(&base, &open).await.unwrap();
+    let only = |perms: zk::Permission| [zk::Acl::new(perms, zk::AuthId::anyone())];
+    let no_write = only(zk::Permission::READ | zk::Permission::CREATE | zk::Permission::DELETE);
+    admin
+        .create(
+            &format!("{base}/no-write"),
+            b"",
+            &zk::CreateMode::Persistent.with_acls(zk::Acls::new(&no_write)),
+        )
+        .await
+        .unwrap();
+    let no_create = only(zk::Permission::READ | zk::Permission::WRITE | zk::Permission::DELETE);
+    admin
+        .create(
+            &format!("{base}/no-create"),
+            b"",
+            &zk::CreateMode::Persistent.with_acls(zk::Acls::new(&no_create)),
+        )
+        .await
+        .unwrap();
+    let base_name = base.trim_start_matches("/distlock/");
+    let lock_named = |leaf: &str| LockName::new(format!("{base_name}/{leaf}")).unwrap();
+    let opts = AcquireOptions::new().ttl(session);
+
+    // Refused create: Unauthorized, and the count stays on.
+    let locks = ZkLock::connect(config(&connect, session)).await.unwrap();
+    let err = locks
+        .acquire(&lock_named("no-create"), &opts)
+        .await
+        .expect_err("the ACL refuses the create");
+    assert_eq!(err.kind(), LockErrorKind::Unauthorized, "{err}");
+    let open_lock = lock_named("open");
+    locks
+        .acquire(&open_lock, &opts)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let server_ref: &'static ZkEnsemble = server;
+    let count = |sid: String| tokio::task::spawn_blocking(move || received(server_ref, &sid));
+    let sid = locks.session_id().unwrap();
+    let mut per_cycle = Vec::new();
+    for _ in 0..3 {
+        let before = count(sid.clone()).await.unwrap();
+        let g = locks.acquire(&open_lock, &opts).await.unwrap();
+        assert!(g.release().await.unwrap());
+        per_cycle.push(count(sid.clone()).await.unwrap() - before);
+    }
+    per_cycle.sort();
+    assert_eq!(
+        per_cycle[0], 2,
+        "requests per uncontended cycle: {per_cycle:?}"
+    );
+
+    // Refused data write: the lock works, on every later acquisition too.
+    let lock = lock_named("no-write");
+    let dir = locks.lock_path(&lock).unwrap();
+    let other = ZkLock::connect(config(&connect, session)).await.unwrap();
+    for _ in 0..2 {
+        let guard = locks.acquire(&lock, &opts).await.unwrap();
+        let kids = children(&admin, &dir).await;
+        assert_eq!(kids.len(), 1, "{kids:?}");
+        let (_, stat) = admin.get_data(&format!("{dir}/{}", kids[0])).await.unwrap();
+        assert_eq!(
+            guard.fencing_token().map(|t| t.get()),
+            Some(stat.czxid as u64)
+        );
+        assert!(
+            other.try_acquire(&lock, &opts).await.unwrap().is_none(),
+            "a second client got the lock while it was held"
+        );
+        assert!(guard.release().await.unwrap());
+    }
+    let (_, stat) = admin.get_data(&dir).await.unwrap();
+    assert_eq!(
+        stat.version, 0,
+        "the znode's data was written despite its ACL"
     );
 }
 
