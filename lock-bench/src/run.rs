@@ -33,6 +33,12 @@ pub struct Profile {
     pub rounds: u32,
     /// Unmeasured cycles per task first.
     pub warmup: usize,
+    /// Unmeasured rounds first at every level, the subjects taking turns as
+    /// in the measured ones: the servers warm up (ZooKeeper's JVM compiles
+    /// its hot paths over the first seconds of load) for every subject, so
+    /// the subject that happens to run first is not measured on a cold
+    /// server.
+    pub warmup_rounds: u32,
     /// Clients on the one contended name.
     pub contenders: usize,
     /// Measured loop of one contended run.
@@ -72,6 +78,7 @@ impl Profile {
             uncontended: Duration::from_millis(250),
             rounds: 2,
             warmup: 2,
+            warmup_rounds: 1,
             contenders: 8,
             contended: Duration::from_millis(500),
             wait: Duration::from_secs(5),
@@ -111,9 +118,10 @@ impl Profile {
             (
                 "uncontended".into(),
                 format!(
-                    "{} per level in {} round(s) taken in turn by a backend's subjects, tasks {:?}, one backend client per {} tasks, {} warm-up cycles per task first, TTL {}",
+                    "{} per level in {} round(s) taken in turn by a backend's subjects, after {} unmeasured round(s) of the same length taken the same way, tasks {:?}, one backend client per {} tasks, {} warm-up cycles per task first, TTL {}",
                     s(self.uncontended),
                     self.rounds,
+                    self.warmup_rounds,
                     self.levels,
                     self.tasks_per_client,
                     self.warmup,
@@ -486,7 +494,8 @@ pub async fn run(args: &Args) -> (Report, Servers) {
             g.subjects
                 .iter()
                 .map(|s| {
-                    profile.levels.len() as u64 * u64::from(profile.rounds) + u64::from(s.contended)
+                    profile.levels.len() as u64 * u64::from(profile.warmup_rounds + profile.rounds)
+                        + u64::from(s.contended)
                 })
                 .sum::<u64>()
                 + profile.ka_guards.len() as u64
@@ -657,16 +666,23 @@ async fn measure_group(
         }
         let mut samples: Vec<CycleSamples> =
             plans.iter().map(|_| CycleSamples::default()).collect();
-        for round in 0..profile.rounds.max(1) {
+        for round in 0..profile.warmup_rounds + profile.rounds.max(1) {
+            let measured = round >= profile.warmup_rounds;
             for (i, plan) in plans.iter().enumerate() {
                 bar.inc(1);
                 let (Some(pool), None) = (&pools[i], &reports[i].error) else {
                     continue;
                 };
-                bar.set_message(format!("{backend}: {} uncontended x{tasks}", plan.label));
+                let what = if measured {
+                    "uncontended"
+                } else {
+                    "warming up"
+                };
+                bar.set_message(format!("{backend}: {} {what} x{tasks}", plan.label));
                 let warmup = if round == 0 { profile.warmup } else { 0 };
                 match workload::uncontended(pool, &params(plan, warmup)).await {
-                    Ok(s) => samples[i].merge(s),
+                    Ok(s) if measured => samples[i].merge(s),
+                    Ok(_) => {}
                     Err(e) => reports[i].error = Some(e),
                 }
             }
