@@ -35,7 +35,7 @@ const RETIRE_LEAD: Duration = Duration::from_millis(50);
 type Heartbeat = Pin<Box<dyn Future<Output = Option<Sent>> + Send>>;
 
 /// One heartbeat: `sync /` answered within `within`; its send time if so.
-fn heartbeat(client: zk::Client, within: Duration) -> Heartbeat {
+fn heartbeat(client: Arc<zk::Client>, within: Duration) -> Heartbeat {
     Box::pin(async move {
         let sent = Sent::now();
         match tokio::time::timeout(within, client.sync("/")).await {

@@ -120,7 +120,7 @@ impl Liveness {
 
 /// One ZooKeeper session and what it knows.
 pub(crate) struct Session {
-    client: Mutex<Option<zk::Client>>,
+    client: Mutex<Option<Arc<zk::Client>>>,
     /// Shared with the monitor and the guards.
     pub live: Arc<Liveness>,
     request_timeout: Duration,
@@ -227,7 +227,7 @@ impl Session {
             ended: watch::channel(None).0,
         });
         let session = Arc::new(Session {
-            client: Mutex::new(Some(client)),
+            client: Mutex::new(Some(Arc::new(client))),
             live: live.clone(),
             request_timeout: config.request_timeout,
             monitor: OnceLock::new(),
@@ -248,7 +248,7 @@ impl Session {
     }
 
     /// The client, unless the session was retired.
-    pub fn client(&self) -> Reply<zk::Client> {
+    pub fn client(&self) -> Reply<Arc<zk::Client>> {
         if let Some(cause) = self.live.retired() {
             return Err(Failure::Retired(cause));
         }
@@ -304,7 +304,7 @@ impl Session {
         op: F,
     ) -> Reply<T>
     where
-        F: Fn(zk::Client) -> Fut,
+        F: Fn(Arc<zk::Client>) -> Fut,
         Fut: Future<Output = Result<T, zk::Error>>,
     {
         let deadline = until.min(self.bound());
