@@ -292,7 +292,7 @@ impl Backend {
 #[async_trait]
 impl LockBackend for ZkLock {
     fn backend_capabilities(&self) -> Capabilities {
-        Capabilities::new("zookeeper")
+        Capabilities::new(crate::session::BACKEND)
             .with_fencing(Fencing::Durable)
             .with_fifo(true)
             .with_loss_events(true)

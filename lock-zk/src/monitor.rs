@@ -38,6 +38,7 @@ type Heartbeat = Pin<Box<dyn Future<Output = Option<Sent>> + Send>>;
 fn heartbeat(client: Arc<zk::Client>, within: Duration) -> Heartbeat {
     Box::pin(async move {
         let sent = Sent::now();
+        lock_core::metrics::count_request(crate::session::BACKEND, "keep-alive");
         match tokio::time::timeout(within, client.sync("/")).await {
             Ok(Ok(())) => Some(sent),
             _ => None,

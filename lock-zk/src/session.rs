@@ -24,6 +24,9 @@ use zookeeper_client as zk;
 use crate::config::ZkConfig;
 use crate::error::{lock_error, Failure};
 
+/// This backend's label in lock-core's metrics.
+pub(crate) const BACKEND: &str = "zookeeper";
+
 /// Why a session was retired.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Retired {
@@ -296,8 +299,11 @@ impl Session {
     /// an idempotent request (`retry_on_loss`) is sent again, and waits for
     /// the reconnection, within the same bound. `via_leader`: writes and
     /// `sync`, whose answers prove the session alive when they were sent.
+    /// Every send counts as one request `what` in
+    /// [`lock_core::metrics::REQUESTS`].
     async fn request<T, F, Fut>(
         &self,
+        what: &'static str,
         until: Instant,
         retry_on_loss: bool,
         via_leader: bool,
@@ -310,6 +316,7 @@ impl Session {
         let deadline = until.min(self.bound());
         loop {
             let client = self.client()?;
+            lock_core::metrics::count_request(BACKEND, what);
             let sent = Instant::now();
             match tokio::time::timeout_at(deadline, op(client)).await {
                 Err(_) => return Err(Failure::Elapsed),
@@ -339,7 +346,7 @@ impl Session {
 
     /// The children of `path`.
     pub async fn list(&self, path: &str, until: Instant) -> Reply<Vec<String>> {
-        self.request(until, true, false, |c| async move {
+        self.request("list", until, true, false, |c| async move {
             c.list_children(path).await
         })
         .await
@@ -347,12 +354,9 @@ impl Session {
 
     /// The stat of `path`, if it exists.
     pub async fn stat(&self, path: &str, until: Instant) -> Reply<Option<zk::Stat>> {
-        self.request(
-            until,
-            true,
-            false,
-            |c| async move { c.check_stat(path).await },
-        )
+        self.request("stat", until, true, false, |c| async move {
+            c.check_stat(path).await
+        })
         .await
     }
 
@@ -363,7 +367,7 @@ impl Session {
     /// Curator's `LockInternals` notes).
     pub async fn watch(&self, path: &str, until: Instant) -> Watched {
         match self
-            .request(until, true, false, |c| async move {
+            .request("watch", until, true, false, |c| async move {
                 c.get_and_watch_data(path).await
             })
             .await
@@ -376,18 +380,21 @@ impl Session {
 
     /// Brings the connected server up to date with the leader for `path`.
     pub async fn sync(&self, path: &str, until: Instant) -> Reply<()> {
-        self.request(until, true, true, |c| async move { c.sync(path).await })
-            .await
+        self.request(
+            "sync",
+            until,
+            true,
+            true,
+            |c| async move { c.sync(path).await },
+        )
+        .await
     }
 
     /// Deletes `path` (any version).
     pub async fn delete(&self, path: &str, until: Instant) -> Reply<()> {
-        self.request(
-            until,
-            true,
-            true,
-            |c| async move { c.delete(path, None).await },
-        )
+        self.request("delete", until, true, true, |c| async move {
+            c.delete(path, None).await
+        })
         .await
     }
 
@@ -417,6 +424,8 @@ impl Session {
         };
         let deadline = until.min(self.bound());
         let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::new(acls));
+        lock_core::metrics::count_request(BACKEND, "create");
+        lock_core::metrics::count_request(BACKEND, "list");
         let sent = Instant::now();
         // Both requests are on the wire before either reply is awaited.
         let create = client.create(prefix, data, &options);
@@ -457,7 +466,7 @@ impl Session {
         dir: &str,
         until: Instant,
     ) -> Reply<(String, zk::Stat, i32)> {
-        self.request(until, false, true, |c| async move {
+        self.request("create", until, false, true, |c| async move {
             let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::new(acls));
             let mut txn = c.new_multi_writer();
             txn.add_create(prefix, data, &options)?;
@@ -497,7 +506,7 @@ impl Session {
         acls: &[zk::Acl],
         until: Instant,
     ) -> Reply<zk::Stat> {
-        self.request(until, false, true, |c| async move {
+        self.request("create", until, false, true, |c| async move {
             let options = zk::CreateMode::Ephemeral.with_acls(zk::Acls::new(acls));
             c.create(path, data, &options).await.map(|(stat, _)| stat)
         })
@@ -511,13 +520,15 @@ impl Session {
         dir: &str,
         until: Instant,
     ) -> Reply<(Vec<String>, zk::OneshotWatcher)> {
-        self.request(until, true, false, |c| async move {
+        self.request("list", until, true, false, |c| async move {
             c.list_and_watch_children(dir).await
         })
         .await
     }
 
-    /// Creates `path` and its missing ancestors as `mode` nodes.
+    /// Creates `path` and its missing ancestors as `mode` nodes (counted as
+    /// one request `mkdir`, though it sends a create per missing ancestor:
+    /// only on a lock's first use, or after its empty znode was removed).
     pub async fn mkdir(
         &self,
         path: &str,
@@ -525,7 +536,7 @@ impl Session {
         acls: &[zk::Acl],
         until: Instant,
     ) -> Reply<()> {
-        self.request(until, true, true, |c| async move {
+        self.request("mkdir", until, true, true, |c| async move {
             c.mkdir(path, &mode.with_acls(zk::Acls::new(acls))).await
         })
         .await

@@ -6,8 +6,6 @@
 //!
 //! All on the testbed's standalone server (tickTime 200 ms).
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::Duration;
 
 use lock_core::{
@@ -21,7 +19,8 @@ use zookeeper_client as zk;
 
 mod support;
 use support::{
-    admin, children, ephemeral_sequential, granted_once_deleted, interop, name, server, Interop,
+    admin, children, ephemeral_sequential, granted_once_deleted, interop, name, received, server,
+    Interop,
 };
 
 fn config(connect: &str, session: Duration) -> ZkConfig {
@@ -375,26 +374,6 @@ async fn keep_alive_off_guard_cut_off_is_lost_within_the_session_timeout() {
         ),
         "{lost:?}"
     );
-}
-
-/// The number of requests the server received on session `sid`, from the
-/// four-letter word `cons`.
-fn received(server: &ZkEnsemble, sid: &str) -> u64 {
-    let mut s = TcpStream::connect(server.endpoint(0)).expect("connecting for `cons`");
-    s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-    s.write_all(b"cons").unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).expect("reading `cons`");
-    let line = out
-        .lines()
-        .find(|l| l.contains(&format!("sid={sid},")))
-        .unwrap_or_else(|| panic!("session {sid} not in `cons`:\n{out}"));
-    let n = line
-        .split("recved=")
-        .nth(1)
-        .and_then(|r| r.split(',').next());
-    n.and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no recved= in {line}"))
 }
 
 /// Keep-alive sends no request per guard: a session with 20 kept-alive guards

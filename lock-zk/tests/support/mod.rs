@@ -4,6 +4,8 @@
 
 pub mod conformance;
 
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::time::Duration;
 
 use lock_core::LockName;
@@ -118,4 +120,24 @@ pub async fn granted_once_deleted<T>(
         deleted.elapsed()
     );
     granted
+}
+
+/// The number of requests the server received on session `sid`, from the
+/// four-letter word `cons`.
+pub fn received(server: &ZkEnsemble, sid: &str) -> u64 {
+    let mut s = TcpStream::connect(server.endpoint(0)).expect("connecting for `cons`");
+    s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    s.write_all(b"cons").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).expect("reading `cons`");
+    let line = out
+        .lines()
+        .find(|l| l.contains(&format!("sid={sid},")))
+        .unwrap_or_else(|| panic!("session {sid} not in `cons`:\n{out}"));
+    let n = line
+        .split("recved=")
+        .nth(1)
+        .and_then(|r| r.split(',').next());
+    n.and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no recved= in {line}"))
 }
