@@ -97,6 +97,7 @@ impl ZkLock {
             data: config.identifier.as_bytes().into(),
             containers: AtomicBool::new(true),
             counting: AtomicBool::new(true),
+            crowded: AtomicBool::new(false),
         });
         Ok(Self {
             inner: Arc::new(Backend {

@@ -130,6 +130,11 @@ pub(crate) struct Nodes {
     /// good once a lock's ACL refused the write to its znode's data (while
     /// allowing the create).
     pub counting: AtomicBool,
+    /// The last [`Look::Count`] acquisition found other children: the next
+    /// one sends the listing right behind its create instead of counting
+    /// (one round trip where a count would be followed by a listing), and
+    /// goes back to counting once a listing shows it alone.
+    pub crowded: AtomicBool,
 }
 
 impl Nodes {
@@ -183,7 +188,10 @@ impl Nodes {
         // counting tells which.
         let mut refused = false;
         for _ in 0..CREATE_ATTEMPTS {
-            let count = look == Look::Count && !refused && self.counting.load(Ordering::Relaxed);
+            let count = look == Look::Count
+                && !refused
+                && self.counting.load(Ordering::Relaxed)
+                && !self.crowded.load(Ordering::Relaxed);
             c.update(|st| st.in_flight = true);
             let looked = Instant::now();
             let (created, listed) = if count {
@@ -197,7 +205,10 @@ impl Nodes {
                         let ours = path.rsplit('/').next().unwrap_or_default().to_string();
                         (Ok((path, stat)), Some(vec![ours]))
                     }
-                    Ok((path, stat, _)) => (Ok((path, stat)), None),
+                    Ok((path, stat, _)) => {
+                        self.crowded.store(true, Ordering::Relaxed);
+                        (Ok((path, stat)), None)
+                    }
                     Err(Failure::Zk(zk::Error::NoAuth)) => {
                         refused = true;
                         c.update(|st| st.in_flight = false);
@@ -210,6 +221,9 @@ impl Nodes {
                     .session
                     .create_and_list(&prefix, &self.data, &self.acls, &c.dir, until)
                     .await;
+                if let (Ok(_), Ok(children), Look::Count) = (&created, &listed, look) {
+                    self.crowded.store(children.len() > 1, Ordering::Relaxed);
+                }
                 (created, listed.ok())
             };
             c.update(|st| st.in_flight = false);
@@ -254,7 +268,9 @@ pub(crate) enum Look {
     /// Counts the znode's children in the create's own transaction
     /// ([`Session::create_counted`]) and hands back a listing only when our
     /// node is alone; the caller lists otherwise. For queues, which are
-    /// usually empty: an uncontended acquisition sends one request.
+    /// usually empty: an uncontended acquisition sends one request. While
+    /// the client's last such acquisition found company ([`Nodes::crowded`]),
+    /// as [`Look::List`].
     Count,
     /// Lists the children right behind the create, in the same round trip
     /// ([`Session::create_and_list`]). For a semaphore's leases, which

@@ -45,9 +45,10 @@ fn total(by_op: &BTreeMap<String, u64>) -> u64 {
 }
 
 /// An uncontended cycle counts its create and its delete, and nothing else
-/// but heartbeats (`keep-alive`); a waiter also counts its listing and its
-/// watch. Over each of these, the server received as many requests on the
-/// session as the client counted (heartbeats included).
+/// but heartbeats (`keep-alive`), and the server received as many requests
+/// on the session as the client counted (heartbeats included); a waiter
+/// also counts its listing and its watch, and its client's next
+/// acquisition sends the listing with the create.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_request_sent_is_counted() {
     let recorder = DebuggingRecorder::new();
@@ -118,4 +119,20 @@ async fn every_request_sent_is_counted() {
         (1, 1, 2, 2),
         "{after:?}"
     );
+
+    // The waiter's client found company last: its next acquisition sends
+    // the listing right behind the create (one round trip), which shows it
+    // alone, so the one after that counts again.
+    for listings in [1, 0] {
+        counted(&snapshotter);
+        let g = waiter.acquire(&lock, &opts).await.unwrap();
+        assert!(g.release().await.unwrap());
+        let cycle = counted(&snapshotter);
+        let n = |op: &str| cycle.get(op).copied().unwrap_or(0);
+        assert_eq!(
+            (n("create"), n("list"), n("delete")),
+            (1, listings, 1),
+            "{cycle:?}"
+        );
+    }
 }
