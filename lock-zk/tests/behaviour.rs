@@ -19,8 +19,8 @@ use zookeeper_client as zk;
 
 mod support;
 use support::{
-    admin, children, ephemeral_sequential, granted_once_deleted, interop, name, received, server,
-    Interop,
+    admin, children, ephemeral_sequential, granted_once_deleted, interop, name, received,
+    requests_per_cycle, server, Interop,
 };
 
 fn config(connect: &str, session: Duration) -> ZkConfig {
@@ -483,18 +483,10 @@ async fn requests_per_acquisition() {
         .unwrap();
     let server_ref: &'static ZkEnsemble = server;
     let count = |sid: String| tokio::task::spawn_blocking(move || received(server_ref, &sid));
-    let sid = holder.session_id().unwrap();
 
-    let mut per_cycle = Vec::new();
-    for _ in 0..3 {
-        let before = count(sid.clone()).await.unwrap();
-        let g = holder.acquire(&lock, &opts).await.unwrap();
-        assert!(g.release().await.unwrap());
-        per_cycle.push(count(sid.clone()).await.unwrap() - before);
-    }
     // A heartbeat may fall into one cycle; the others cost exactly two: the
     // create (counting the children in its transaction) and the delete.
-    per_cycle.sort();
+    let per_cycle = requests_per_cycle(server, &holder, &lock, &opts).await;
     assert_eq!(
         per_cycle[0], 2,
         "requests per uncontended cycle: {per_cycle:?}"
@@ -538,25 +530,27 @@ async fn a_lock_whose_znode_refuses_data_writes_works_without_the_count() {
     let base = format!("/distlock/{}", unique_name("acl"));
     let open = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
     admin.mkdir(&base, &open).await.unwrap();
-    let only = |perms: zk::Permission| [zk::Acl::new(perms, zk::AuthId::anyone())];
-    let no_write = only(zk::Permission::READ | zk::Permission::CREATE | zk::Permission::DELETE);
-    admin
-        .create(
-            &format!("{base}/no-write"),
-            b"",
-            &zk::CreateMode::Persistent.with_acls(zk::Acls::new(&no_write)),
-        )
-        .await
-        .unwrap();
-    let no_create = only(zk::Permission::READ | zk::Permission::WRITE | zk::Permission::DELETE);
-    admin
-        .create(
-            &format!("{base}/no-create"),
-            b"",
-            &zk::CreateMode::Persistent.with_acls(zk::Acls::new(&no_create)),
-        )
-        .await
-        .unwrap();
+    // Two lock znodes, each refusing one permission to everyone.
+    for (leaf, perms) in [
+        (
+            "no-write",
+            zk::Permission::READ | zk::Permission::CREATE | zk::Permission::DELETE,
+        ),
+        (
+            "no-create",
+            zk::Permission::READ | zk::Permission::WRITE | zk::Permission::DELETE,
+        ),
+    ] {
+        let acl = [zk::Acl::new(perms, zk::AuthId::anyone())];
+        admin
+            .create(
+                &format!("{base}/{leaf}"),
+                b"",
+                &zk::CreateMode::Persistent.with_acls(zk::Acls::new(&acl)),
+            )
+            .await
+            .unwrap();
+    }
     let base_name = base.trim_start_matches("/distlock/");
     let lock_named = |leaf: &str| LockName::new(format!("{base_name}/{leaf}")).unwrap();
     let opts = AcquireOptions::new().ttl(session);
@@ -576,17 +570,7 @@ async fn a_lock_whose_znode_refuses_data_writes_works_without_the_count() {
         .release()
         .await
         .unwrap();
-    let server_ref: &'static ZkEnsemble = server;
-    let count = |sid: String| tokio::task::spawn_blocking(move || received(server_ref, &sid));
-    let sid = locks.session_id().unwrap();
-    let mut per_cycle = Vec::new();
-    for _ in 0..3 {
-        let before = count(sid.clone()).await.unwrap();
-        let g = locks.acquire(&open_lock, &opts).await.unwrap();
-        assert!(g.release().await.unwrap());
-        per_cycle.push(count(sid.clone()).await.unwrap() - before);
-    }
-    per_cycle.sort();
+    let per_cycle = requests_per_cycle(server, &locks, &open_lock, &opts).await;
     assert_eq!(
         per_cycle[0], 2,
         "requests per uncontended cycle: {per_cycle:?}"

@@ -141,3 +141,30 @@ pub fn received(server: &ZkEnsemble, sid: &str) -> u64 {
     n.and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no recved= in {line}"))
 }
+
+/// The requests the server received on `locks`' session for each of three
+/// uncontended acquire+release cycles of `lock`, fewest first (a heartbeat
+/// may fall into one of them).
+pub async fn requests_per_cycle(
+    server: &'static ZkEnsemble,
+    locks: &ZkLock,
+    lock: &LockName,
+    opts: &lock_core::AcquireOptions,
+) -> Vec<u64> {
+    use lock_core::DistributedLock;
+    let sid = locks.session_id().expect("a connected session");
+    let count = |sid: String| async move {
+        tokio::task::spawn_blocking(move || received(server, &sid))
+            .await
+            .expect("counting task")
+    };
+    let mut per_cycle = Vec::new();
+    for _ in 0..3 {
+        let before = count(sid.clone()).await;
+        let guard = locks.acquire(lock, opts).await.expect("a free lock");
+        assert!(guard.release().await.expect("release"));
+        per_cycle.push(count(sid.clone()).await - before);
+    }
+    per_cycle.sort();
+    per_cycle
+}
