@@ -450,7 +450,8 @@ impl Session {
     }
 
     /// Creates an ephemeral sequential node `prefix<seq>` and, in the same
-    /// transaction, sets the (unchanged) data of its parent `dir`, whose
+    /// transaction, sets the data of its parent `dir` to empty (as lock
+    /// znodes are made, by Curator, kazoo and us), whose
     /// stat in the reply counts `dir`'s children right after the create: 1
     /// means our node is alone, with no contender of any kind ahead, which
     /// the uncontended acquisition learns without a listing (one request,
