@@ -459,10 +459,11 @@ async fn names_zookeeper_cannot_store_are_invalid() {
     assert!(g.release().await.unwrap());
 }
 
-/// An uncontended acquire + release costs three requests (the create and
-/// the listing in one round trip, then the delete); a waiter right behind
-/// the holder costs one more (the watch on the holder's node) and gets the
-/// lock when the holder's node goes, without listing again.
+/// An uncontended acquire + release costs two requests (the create, which
+/// counts the lock znode's children in its transaction, then the delete);
+/// a waiter right behind the holder also lists and watches the holder's
+/// node, and gets the lock when the holder's node goes, without listing
+/// again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_per_acquisition() {
     let server = server().await;
