@@ -24,6 +24,22 @@ pub(crate) enum Failure {
     TimedOut(Duration),
 }
 
+impl Failure {
+    /// The member answered that the cluster has no leader now, or that the
+    /// leader changed under the request: asking it again shortly is worth it
+    /// (the request was not applied, or is safe to repeat).
+    fn between_leaders(&self) -> bool {
+        match self {
+            Failure::Etcd(etcd_client::Error::GRpcStatus(status)) => {
+                status.code() == tonic::Code::Unavailable
+                    && (status.message().starts_with("etcdserver: no leader")
+                        || status.message().starts_with("etcdserver: leader changed"))
+            }
+            _ => false,
+        }
+    }
+}
+
 impl From<etcd_client::Error> for Failure {
     fn from(e: etcd_client::Error) -> Self {
         Failure::Etcd(e)
@@ -108,6 +124,11 @@ pub fn error_kind(err: &etcd_client::Error) -> LockErrorKind {
         _ => LockErrorKind::Internal,
     }
 }
+
+/// The pause (with jitter down to half of it) before a member that answered
+/// "no leader" or "leader changed" is asked again within the same call. An
+/// etcd election takes at least one election timeout (1 s by default).
+const ELECTION_PAUSE: Duration = Duration::from_millis(50);
 
 /// How long an endpoint that failed is passed over, at first...
 const MIN_BACKOFF: Duration = Duration::from_millis(50);
@@ -297,8 +318,11 @@ impl EtcdClient {
     /// endpoint, and after an `Unavailable`-kind failure or silence on the
     /// next ones while time is left. Each endpoint gets an equal share of
     /// what is left (a hung member costs a share, not the whole bound; a
-    /// healthy one answers in a fraction of it). Only for requests that are
-    /// safe to repeat.
+    /// healthy one answers in a fraction of it). A member that answered
+    /// that the cluster is between leaders is asked again after a short
+    /// pause, while time is left: an election shorter than the request
+    /// timeout never fails a call. Only for requests that are safe to
+    /// repeat.
     pub(crate) async fn call<T, F, Fut>(&self, what: &str, mut op: F) -> Result<T>
     where
         F: FnMut(Client) -> Fut,
@@ -308,34 +332,47 @@ impl EtcdClient {
         let limit = self.cfg.request_timeout;
         let deadline = Instant::now() + limit;
         let mut last = None;
-        let order = self.order();
-        for (tried, idx) in order.iter().copied().enumerate() {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
+        let mut order = self.order();
+        'passes: loop {
+            let mut electing = Vec::new();
+            for (tried, idx) in order.iter().copied().enumerate() {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break 'passes;
+                }
+                let share = left / u32::try_from(order.len() - tried).unwrap_or(1).max(1);
+                let attempt = async {
+                    let client = self.client(idx).await?;
+                    op(client).await.map_err(Failure::Etcd)
+                };
+                let failure = match tokio::time::timeout(share, attempt).await {
+                    Ok(Ok(v)) => {
+                        self.succeeded(idx);
+                        return Ok(v);
+                    }
+                    Ok(Err(f)) => f,
+                    Err(_) => Failure::TimedOut(share),
+                };
+                if failure.between_leaders() {
+                    electing.push(idx);
+                }
+                let err = map_error(
+                    failure,
+                    &format!("{what} (endpoint {})", self.endpoints[idx].addr),
+                );
+                if err.kind() != LockErrorKind::Unavailable {
+                    return Err(err);
+                }
+                self.failed(idx);
+                last = Some(err);
+            }
+            if electing.is_empty() {
                 break;
             }
-            let share = left / u32::try_from(order.len() - tried).unwrap_or(1).max(1);
-            let attempt = async {
-                let client = self.client(idx).await?;
-                op(client).await.map_err(Failure::Etcd)
-            };
-            let failure = match tokio::time::timeout(share, attempt).await {
-                Ok(Ok(v)) => {
-                    self.succeeded(idx);
-                    return Ok(v);
-                }
-                Ok(Err(f)) => f,
-                Err(_) => Failure::TimedOut(share),
-            };
-            let err = map_error(
-                failure,
-                &format!("{what} (endpoint {})", self.endpoints[idx].addr),
-            );
-            if err.kind() != LockErrorKind::Unavailable {
-                return Err(err);
-            }
-            self.failed(idx);
-            last = Some(err);
+            let left = deadline.saturating_duration_since(Instant::now());
+            let pause = rand::rng().random_range(ELECTION_PAUSE / 2..=ELECTION_PAUSE);
+            tokio::time::sleep(pause.min(left)).await;
+            order = electing;
         }
         Err(last.unwrap_or_else(|| {
             map_error(
