@@ -320,6 +320,7 @@ impl Inner {
         keys: &Arc<NameKeys>,
         ttl: Duration,
         ask: Ask,
+        order: Option<&Arc<NodeOrder>>,
     ) -> (Attempt, Deletes) {
         let place = match &ask {
             Ask::InLine(place) => place.clone(),
@@ -341,7 +342,11 @@ impl Inner {
             let (keys, token) = (keys.clone(), token.clone());
             fan_out(self, self.all(), limit, move |inner, i| {
                 let (keys, token, ask) = (keys.clone(), token.clone(), ask.clone());
+                let earlier = order.map(|o| o.after(i));
                 async move {
+                    if let Some(earlier) = earlier {
+                        earlier.await;
+                    }
                     let node = &inner.nodes[i];
                     match ask {
                         Ask::Plain => node.set_nx(&keys.key, &token, ttl_ms).await,
@@ -389,6 +394,7 @@ impl Inner {
                                 keys.clone(),
                                 place.clone(),
                                 true,
+                                order.cloned(),
                             ));
                         }
                     }
@@ -399,6 +405,7 @@ impl Inner {
                         let settled = Arc::new(SetOnce::new());
                         let done = SetOnDrop(settled.clone());
                         let (inner, keys, place) = (self.clone(), keys.clone(), place.cloned());
+                        let order = order.cloned();
                         tokio::spawn(async move {
                             let _done = done;
                             let mut lost = Vec::new();
@@ -408,7 +415,7 @@ impl Inner {
                                 }
                             }
                             if let Some(place) = place {
-                                inner.leave_line(lost, keys, place, true).await;
+                                inner.leave_line(lost, keys, place, true, order).await;
                             }
                         });
                         settled
@@ -489,35 +496,17 @@ impl Inner {
         // in the background (it follows the SET on that node's connection);
         // where we know we won, it is done before returning.
         // A waiter's place goes back into the lines its wins took it from.
-        let unanswered = (!unknown.is_empty()).then(|| {
-            let (inner, keys, token, place) =
-                (self.clone(), keys.clone(), token.clone(), place.cloned());
-            Released(tokio::spawn(async move {
-                let wait = inner.background_bound();
-                inner
-                    .release_on(&unknown, &keys, &token, wait, announce, place.as_ref())
-                    .await
-            }))
-        });
+        let unanswered = (!unknown.is_empty())
+            .then(|| self.start_release(&unknown, keys, &token, announce, place, order));
         // The nodes we won are released at once, waiting only for what is
         // left of this round's node timeout (the call's bound): when the
         // nodes answer, the keys are gone when the round returns; when they
         // hang, the release goes on in the background and a waiting caller
         // awaits it before its next round (see `Released`).
-        let mut released = (!ours.is_empty()).then(|| {
-            let (inner, keys, token, place) =
-                (self.clone(), keys.clone(), token.clone(), place.cloned());
-            Released(tokio::spawn(async move {
-                inner
-                    .release_on(&ours, &keys, &token, limit, announce, place.as_ref())
-                    .await
-            }))
-        });
+        let mut released = (!ours.is_empty())
+            .then(|| self.start_release(&ours, keys, &token, announce, place, order));
         if let Some(r) = released.as_mut() {
-            if tokio::time::timeout(limit.saturating_sub(elapsed), &mut r.0)
-                .await
-                .is_ok()
-            {
+            if r.wait_by(add_saturating(start, limit)).await {
                 released = None;
             }
         }
@@ -561,62 +550,83 @@ impl Inner {
         )
     }
 
-    /// Compare-and-delete of `token` on the nodes `which`, in parallel,
-    /// announced on the release channel if `announce`, putting a waiter's
-    /// `rejoin` place back into their lines; waits up to `wait`,
-    /// then lets the slower ones go on in the background (each bounded by
-    /// [`Inner::background_bound`]). Outcomes are only logged: a key that
-    /// could not be deleted expires with its TTL.
-    async fn release_on(
+    /// Starts a compare-and-delete of `token` on the nodes `which`, each a
+    /// task of its own that is running when this returns, announced on the
+    /// release channel if `announce`, putting a waiter's `rejoin` place back
+    /// into their lines. Each is bounded by [`Inner::background_bound`];
+    /// wait on the returned [`Released`] as long as the caller may.
+    /// Outcomes are only logged: a key that could not be deleted expires
+    /// with its TTL. With `order` (a waiting call's), each request goes to
+    /// its node after the call's earlier clean-ups there, and the call's
+    /// later requests to the node go after it.
+    fn start_release(
         self: &Arc<Self>,
         which: &[usize],
         keys: &Arc<NameKeys>,
         token: &Arc<str>,
-        wait: Duration,
         announce: bool,
         rejoin: Option<&Arc<Place>>,
-    ) {
-        let decide_by = add_saturating(Instant::now(), wait);
+        order: Option<&Arc<NodeOrder>>,
+    ) -> Released {
         let limit = self.background_bound();
-        let mut pending: FuturesUnordered<_> = which
-            .iter()
-            .map(|&i| {
-                let (inner, keys, token, rejoin) = (self.clone(), keys.clone(), token.clone(), rejoin.cloned());
-                async move {
-                    let node = &inner.nodes[i];
-                    match tokio::time::timeout(limit, node.release(&inner.scripts, &keys, &token, announce, rejoin.as_deref())).await {
-                        Ok(Ok(_)) => {}
-                        Ok(Err(e)) => {
-                            tracing::debug!(node = %node.addr, error = %e, "redlock: clean-up release failed; the key expires with its TTL")
+        Released(
+            which
+                .iter()
+                .map(|&i| {
+                    let (earlier, done) = order.map(|o| o.enter(i)).unzip();
+                    let (inner, keys, token, rejoin) =
+                        (self.clone(), keys.clone(), token.clone(), rejoin.cloned());
+                    tokio::spawn(async move {
+                        let _done = done;
+                        let node = &inner.nodes[i];
+                        let release = async {
+                            if let Some(earlier) = earlier {
+                                earlier.await;
+                            }
+                            node.release(&inner.scripts, &keys, &token, announce, rejoin.as_deref())
+                                .await
+                        };
+                        match tokio::time::timeout(limit, release).await {
+                            Ok(Ok(_)) => {}
+                            Ok(Err(e)) => {
+                                tracing::debug!(node = %node.addr, error = %e, "redlock: clean-up release failed; the key expires with its TTL")
+                            }
+                            Err(_) => {
+                                tracing::debug!(node = %node.addr, "redlock: clean-up release timed out; it runs when the node answers, else the key expires")
+                            }
                         }
-                        Err(_) => {
-                            tracing::debug!(node = %node.addr, "redlock: clean-up release timed out; it runs when the node answers, else the key expires")
-                        }
-                    }
-                }
-            })
-            .collect();
-        while next_by(&mut pending, decide_by).await.is_some() {}
-        finish_in_background(pending);
+                    })
+                })
+                .collect(),
+        )
     }
 
     /// Takes `place` out of the line on the nodes `which`, in parallel,
-    /// each request bounded by [`Inner::background_bound`]. A place that
-    /// cannot be removed lapses by itself. `holding`: we leave because the
-    /// lock is ours (a turn we pass on there wakes nobody).
+    /// each request bounded by [`Inner::background_bound`] (with `order`,
+    /// after the call's clean-ups on that node). A place that cannot be
+    /// removed lapses by itself. `holding`: we leave because the lock is
+    /// ours (a turn we pass on there wakes nobody).
     async fn leave_line(
         self: Arc<Self>,
         which: Vec<usize>,
         keys: Arc<NameKeys>,
         place: Arc<Place>,
         holding: bool,
+        order: Option<Arc<NodeOrder>>,
     ) {
         let limit = self.background_bound();
         let pending: FuturesUnordered<_> = which
             .into_iter()
             .map(|i| {
                 let node = &self.nodes[i];
+                let earlier = order.as_ref().map(|o| o.after(i));
                 let leave = node.leave_line(&self.scripts, &keys, &place.id, holding);
+                let leave = async move {
+                    if let Some(earlier) = earlier {
+                        earlier.await;
+                    }
+                    leave.await
+                };
                 async move {
                     match tokio::time::timeout(limit, leave).await {
                         Ok(Ok(())) => {}
@@ -659,15 +669,17 @@ impl Inner {
         // the leaving of the line after it.
         let slack = self.config.node_timeout + self.background_bound();
         let place = Arc::new(Place::new(deadline, self.place_lasts(req.ttl), slack));
+        let order = NodeOrder::new(self.nodes.len());
         let leave = CleanupOnDrop::new(self.clone().leave_line(
             (0..self.nodes.len()).collect(),
             keys.clone(),
             place.clone(),
             false,
+            Some(order.clone()),
         ));
         let mut deletes = Deletes::default();
         let got = self
-            .rounds(req, &keys, &place, deadline, &mut deletes)
+            .rounds(req, &keys, &place, &order, deadline, &mut deletes)
             .await;
         // Granted, the round left the lines where it did not win. At the
         // deadline, our keys go first: their deletes put our place back in
@@ -688,6 +700,7 @@ impl Inner {
         req: &LeaseRequest,
         keys: &Arc<NameKeys>,
         place: &Arc<Place>,
+        order: &Arc<NodeOrder>,
         deadline: Instant,
         deletes: &mut Deletes,
     ) -> Result<Option<Lease>> {
@@ -707,8 +720,11 @@ impl Inner {
         loop {
             if let Some(released) = deletes.won.take() {
                 // Our keys of the last round must be gone before the next
-                // round, or they would count against us.
-                released.wait(deadline).await;
+                // round, or they would count against us: wait up to one
+                // node timeout (a node's next request waits for its delete
+                // in any case, see `NodeOrder`).
+                let by = add_saturating(Instant::now(), self.config.node_timeout);
+                released.wait(by.min(deadline)).await;
             }
             if let Some(sub) = sub.as_mut() {
                 sub.before_attempt();
@@ -721,7 +737,7 @@ impl Inner {
             } else {
                 Ask::InLine(Some(place.clone()))
             };
-            let (outcome, round) = self.attempt(keys, req.ttl, ask).await;
+            let (outcome, round) = self.attempt(keys, req.ttl, ask, Some(order)).await;
             deletes.add(round);
             if let Some(sub) = sub.as_mut() {
                 sub.after_attempt();
@@ -848,8 +864,8 @@ impl Drop for SetOnDrop {
 }
 
 /// A background delete of our key on some nodes, after a round that did
-/// not win.
-struct Released(tokio::task::JoinHandle<()>);
+/// not win: one task per node.
+struct Released(FuturesUnordered<tokio::task::JoinHandle<()>>);
 
 /// Our deletes still going on after rounds that did not win.
 #[derive(Default)]
@@ -867,7 +883,8 @@ impl Deletes {
     /// Takes in the deletes of the latest round.
     fn add(&mut self, round: Deletes) {
         self.won = round.won;
-        self.unanswered.retain(|r| !r.0.is_finished());
+        self.unanswered
+            .retain(|r| r.0.iter().any(|task| !task.is_finished()));
         self.unanswered.extend(round.unanswered);
     }
 
@@ -884,8 +901,67 @@ impl Deletes {
 
 impl Released {
     /// Waits for it, but not past `deadline`.
-    async fn wait(self, deadline: Instant) {
-        let _ = tokio::time::timeout_at(deadline, self.0).await;
+    async fn wait(mut self, deadline: Instant) {
+        self.wait_by(deadline).await;
+    }
+
+    /// Waits for it, but not past `deadline`: whether every node's delete
+    /// is done. What is not goes on in the background.
+    async fn wait_by(&mut self, deadline: Instant) -> bool {
+        while !self.0.is_empty() {
+            if next_by(&mut self.0, deadline).await.is_none() {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+/// The order of one waiting call's requests to each node. Requests to one
+/// node reach it in the order they are sent, but a clean-up is a task of
+/// its own, which may start only after the call's next round: its delete,
+/// which puts the call's place back into the node's line, could then land
+/// after the call left that line holding the lock, and the node would keep
+/// the lock reserved for a waiter that is gone (until its place lapses).
+/// So each of the call's requests to a node waits for its clean-ups there
+/// that are still going on (each bounded by the background bound).
+struct NodeOrder {
+    /// Per node: the call's latest clean-up there, set once it is done.
+    last: std::sync::Mutex<Vec<Option<Arc<SetOnce<()>>>>>,
+}
+
+impl NodeOrder {
+    fn new(nodes: usize) -> Arc<Self> {
+        Arc::new(Self {
+            last: std::sync::Mutex::new(vec![None; nodes]),
+        })
+    }
+
+    /// Done once the call's clean-ups on node `i` started so far are.
+    fn after(&self, i: usize) -> impl Future<Output = ()> + Send + 'static {
+        let last = self.lock()[i].clone();
+        async move {
+            if let Some(last) = last {
+                last.wait().await;
+            }
+        }
+    }
+
+    /// A clean-up on node `i` starts: what it waits for first, and what
+    /// marks it done when dropped (later requests to the node wait for it).
+    fn enter(&self, i: usize) -> (impl Future<Output = ()> + Send + 'static, SetOnDrop) {
+        let mine = Arc::new(SetOnce::new());
+        let last = self.lock()[i].replace(mine.clone());
+        let earlier = async move {
+            if let Some(last) = last {
+                last.wait().await;
+            }
+        };
+        (earlier, SetOnDrop(mine))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Option<Arc<SetOnce<()>>>>> {
+        self.last.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -893,9 +969,10 @@ impl Released {
 /// a round whose future was dropped.
 async fn release_everywhere(inner: Arc<Inner>, keys: Arc<NameKeys>, token: Arc<str>) {
     let all: Vec<usize> = (0..inner.nodes.len()).collect();
-    let wait = inner.background_bound();
+    let by = add_saturating(Instant::now(), inner.background_bound());
     inner
-        .release_on(&all, &keys, &token, wait, true, None)
+        .start_release(&all, &keys, &token, true, None, None)
+        .wait(by)
         .await;
 }
 
@@ -920,7 +997,7 @@ impl LockBackend for RedlockLock {
     async fn try_lock(&self, req: &LeaseRequest) -> Result<Option<Lease>> {
         let inner = &self.inner;
         let keys = inner.keys(&req.name);
-        let (outcome, deletes) = inner.attempt(&keys, req.ttl, Ask::InLine(None)).await;
+        let (outcome, deletes) = inner.attempt(&keys, req.ttl, Ask::InLine(None), None).await;
         if let Some(released) = deletes.won {
             released
                 .wait(add_saturating(Instant::now(), inner.config.node_timeout))
@@ -1204,9 +1281,10 @@ impl LeaseHandle for RedlockLease {
                 let (settled, late) = (settled.clone(), self.late.to_vec());
                 tokio::spawn(async move {
                     settled.wait().await;
-                    let bound = inner.background_bound();
+                    let by = add_saturating(Instant::now(), inner.background_bound());
                     inner
-                        .release_on(&late, &keys, &token, bound, true, None)
+                        .start_release(&late, &keys, &token, true, None, None)
+                        .wait(by)
                         .await;
                 });
                 &self.late
