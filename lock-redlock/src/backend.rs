@@ -260,10 +260,11 @@ enum Ask {
 enum Attempt {
     /// A quorum said yes within the validity.
     Acquired(Lease),
-    /// A quorum holds someone else's token, `holder`.
+    /// A quorum holds someone else's token, `holder` (`None` after a plain
+    /// round, which reads neither the holder nor its TTL).
     Held {
         min_pttl: Option<Duration>,
-        holder: String,
+        holder: Option<String>,
     },
     /// Enough nodes answered, but the votes are split (racing clients, or
     /// a release still on its way to some nodes); `holders` = the other
@@ -365,7 +366,7 @@ impl Inner {
             heard += 1;
             match r {
                 Ok(SetReply::Won) => won += 1,
-                Ok(SetReply::Taken { .. }) => taken += 1,
+                Ok(SetReply::Taken { .. } | SetReply::TakenUnread) => taken += 1,
                 Err(_) => {}
             }
             results[i] = Some(r);
@@ -440,7 +441,7 @@ impl Inner {
         drop(pending);
         let elapsed = start.elapsed();
 
-        let mut taken = 0;
+        let (mut taken, mut unread) = (0, 0);
         let mut min_pttl: Option<Duration> = None;
         let mut failures = Vec::new();
         let (mut ours, mut unknown) = (Vec::new(), Vec::new());
@@ -469,6 +470,14 @@ impl Inner {
                         ),
                     });
                 }
+                Some(Ok(SetReply::TakenUnread)) => {
+                    (taken, unread) = (taken + 1, unread + 1);
+                    failures.push(NodeFailure {
+                        node: self.nodes[i].addr.clone(),
+                        reason: NodeFailureReason::Taken,
+                        detail: "held".into(),
+                    });
+                }
                 Some(Err(f)) => {
                     unknown.push(i);
                     failures.push(f);
@@ -487,10 +496,13 @@ impl Inner {
         // our keys frees nothing, so it wakes nobody (every waiter would try
         // in vain, and each failed try would wake the others again). After a
         // split vote the lock is free once the keys are gone: announce it.
+        // A plain round reads no holder: a quorum refusing it is held (the
+        // holder's release wakes the waiters), as far as it can tell.
         let held_by = holders
             .iter()
             .find(|(_, seen)| *seen >= self.quorum)
-            .map(|(holder, _)| holder.clone());
+            .map(|(holder, _)| Some(holder.clone()))
+            .or((unread >= self.quorum).then_some(None));
         let announce = held_by.is_none();
         // Where the SET may have landed but we do not know, the delete goes
         // in the background (it follows the SET on that node's connection);
@@ -805,7 +817,7 @@ impl Inner {
                     );
                     let mut until_free =
                         (min_pttl.unwrap_or(req.ttl) + jitter).min(self.config.max_recheck);
-                    if s.was_released(&holder) {
+                    if let Some(holder) = holder.filter(|h| s.was_released(h)) {
                         // We heard the holder's release from some nodes and
                         // tried before it reached the others. Their deletes
                         // are on the way, each announced: wake on the next

@@ -2,6 +2,7 @@
 //! sends to it, and the ONE function that maps `redis` errors to distlock's.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -81,6 +82,9 @@ pub(crate) enum SetReply {
         pttl: Option<Duration>,
         holder: Option<String>,
     },
+    /// A plain `SET NX` was refused: the key is set, by whom and for how
+    /// long was not read.
+    TakenUnread,
 }
 
 /// What a compare-and-delete did on one node.
@@ -300,37 +304,48 @@ impl Node {
         call_on(&self.conn, op_name, op).await
     }
 
-    /// `SET key token NX PX ttl`, with `GET` and `PTTL` in the same pipeline
-    /// (one round trip, no script): the first round of a call that saw no
-    /// contention lately. A key reserved for a waiter in line is not free to
-    /// it. `GET` recognises our own token when a retried `SET` finds the key
-    /// its first try had set; `PTTL` tells waiters when to re-check.
+    /// `SET key token NX PX ttl`: the first round of a call that saw no
+    /// contention lately (one command, no script, as the peers send). A key
+    /// reserved for a waiter in line is not free to it. A refused `SET`
+    /// reads nothing: the call then goes in line, whose script tells who
+    /// holds the key and for how long. The retry on a fresh connection (the
+    /// first `SET` may have landed before the connection dropped) sends
+    /// `GET` and `PTTL` in the same pipeline, which recognises our own
+    /// token.
     pub async fn set_nx(&self, key: &str, token: &str, ttl_ms: u64) -> RedisResult<SetReply> {
-        let mut pipe = redis::pipe();
-        pipe.cmd("SET")
-            .arg(key)
-            .arg(token)
-            .arg("NX")
-            .arg("PX")
-            .arg(ttl_ms)
-            .cmd("GET")
-            .arg(key)
-            .cmd("PTTL")
-            .arg(key);
-        let (set, value, ms): (Value, Option<String>, i64) = self
-            .call("acquire", |mut c| {
-                let pipe = &pipe;
-                async move { pipe.query_async(&mut c).await }
-            })
-            .await?;
-        if !matches!(set, Value::Nil) || value.as_deref() == Some(token) {
-            Ok(SetReply::Won)
-        } else {
-            Ok(SetReply::Taken {
-                pttl: pttl(ms),
-                holder: value,
-            })
-        }
+        let retried = AtomicBool::new(false);
+        self.call("acquire", |mut c| {
+            let retry = retried.swap(true, Ordering::Relaxed);
+            async move {
+                let mut set = redis::cmd("SET");
+                set.arg(key).arg(token).arg("NX").arg("PX").arg(ttl_ms);
+                if !retry {
+                    return Ok(match set.query_async(&mut c).await? {
+                        Value::Nil => SetReply::TakenUnread,
+                        _ => SetReply::Won,
+                    });
+                }
+                let mut pipe = redis::pipe();
+                pipe.add_command(set)
+                    .cmd("GET")
+                    .arg(key)
+                    .cmd("PTTL")
+                    .arg(key);
+                let (set, value, ms): (Value, Option<String>, i64) =
+                    pipe.query_async(&mut c).await?;
+                Ok(
+                    if !matches!(set, Value::Nil) || value.as_deref() == Some(token) {
+                        SetReply::Won
+                    } else {
+                        SetReply::Taken {
+                            pttl: pttl(ms),
+                            holder: value,
+                        }
+                    },
+                )
+            }
+        })
+        .await
     }
 
     /// One attempt on this node in line ([`ACQUIRE_IN_LINE`]): `SET key

@@ -528,6 +528,61 @@ async fn replies_slower_than_the_ttl_do_not_grant_the_lock() {
     assert_eq!(err.kind(), LockErrorKind::Unavailable, "{err}");
 }
 
+/// A first round's plain `SET NX` that landed on every node but whose
+/// replies were lost with their connections: the retry on a fresh
+/// connection finds our own token and counts the node as won, so the round
+/// holds the lock instead of waiting for its own keys to expire.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_set_whose_reply_was_lost_with_its_connection_counts_as_won() {
+    let set = start_set();
+    let proxies: Vec<Proxy> = set
+        .addrs()
+        .into_iter()
+        .map(|a| Proxy::start(a).unwrap())
+        .collect();
+    let cfg = RedlockConfig::new(proxies.iter().map(Proxy::redis_url))
+        .node_timeout(Duration::from_secs(2))
+        .retry_count(0);
+    let locks = RedlockLock::connect(cfg)
+        .await
+        .expect("connect through the proxies");
+    let name = lock_name("lost-set-reply");
+    let key = locks.key_of(&name);
+    for p in &proxies {
+        p.set_reply_delay(Duration::from_secs(5));
+    }
+    let o = opts(Duration::from_secs(10));
+    let started = Instant::now();
+    let (got, ()) = tokio::join!(locks.acquire(&name, &o), async {
+        // Every SET has reached its server; the replies are held back.
+        let landed = Instant::now() + Duration::from_secs(2);
+        while set.nodes().iter().any(|n| get(n, &key).is_none()) {
+            assert!(Instant::now() < landed, "the SETs did not reach every node");
+            sleep(Duration::from_millis(10)).await;
+        }
+        for p in &proxies {
+            p.reset_all();
+            p.heal();
+        }
+    });
+    let guard = got.expect("the retried SETs answered");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "held only after {:?}: the first round did not count our own keys as won",
+        started.elapsed()
+    );
+    let ours: Vec<Option<String>> = set.nodes().iter().map(|n| get(n, &key)).collect();
+    assert!(ours.iter().all(|v| v == &ours[0]), "{ours:?}");
+    assert!(guard.release().await.unwrap());
+    for n in set.nodes() {
+        assert!(
+            gone_within(n, &key, SLACK).await,
+            "key left on {}",
+            n.addr()
+        );
+    }
+}
+
 /// Validity accounting where the cleanup can be seen: the third "yes" comes
 /// from a node paused until after the TTL, so the quorum is void; that
 /// node's key, set on resume and otherwise alive for a whole TTL more, is
