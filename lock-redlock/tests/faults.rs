@@ -31,6 +31,24 @@ fn config(set: &RedisSet) -> RedlockConfig {
     RedlockConfig::new(set.urls()).node_timeout(NODE_TIMEOUT)
 }
 
+/// One pass-through proxy in front of each node of `set`.
+fn proxies_for(set: &RedisSet) -> Vec<Proxy> {
+    set.addrs()
+        .into_iter()
+        .map(|a| Proxy::start(a).unwrap_or_else(|e| panic!("proxy for {a}: {e}")))
+        .collect()
+}
+
+/// A client of `proxies`, with `node_timeout` and no retry of slow rounds.
+async fn through(proxies: &[Proxy], node_timeout: Duration) -> RedlockLock {
+    let cfg = RedlockConfig::new(proxies.iter().map(Proxy::redis_url))
+        .node_timeout(node_timeout)
+        .retry_count(0);
+    RedlockLock::connect(cfg)
+        .await
+        .expect("connect through the proxies")
+}
+
 fn lock_name(prefix: &str) -> LockName {
     LockName::new(unique_name(prefix)).expect("testbed names are valid lock names")
 }
@@ -244,11 +262,7 @@ async fn three_of_five_killed_is_unavailable_quickly_naming_the_nodes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn blackholed_majority_is_unavailable_within_a_node_timeout() {
     let set = start_set();
-    let proxies: Vec<Proxy> = set
-        .addrs()
-        .into_iter()
-        .map(|a| Proxy::start(a).unwrap())
-        .collect();
+    let proxies = proxies_for(&set);
     for p in &proxies[..3] {
         p.blackhole();
     }
@@ -487,17 +501,8 @@ async fn cancelled_round_is_released_in_the_background() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn replies_slower_than_the_ttl_do_not_grant_the_lock() {
     let set = start_set();
-    let proxies: Vec<Proxy> = set
-        .addrs()
-        .into_iter()
-        .map(|a| Proxy::start(a).unwrap())
-        .collect();
-    let cfg = RedlockConfig::new(proxies.iter().map(Proxy::redis_url))
-        .node_timeout(Duration::from_secs(2))
-        .retry_count(0);
-    let locks = RedlockLock::connect(cfg)
-        .await
-        .expect("connect through the proxies");
+    let proxies = proxies_for(&set);
+    let locks = through(&proxies, Duration::from_secs(2)).await;
     let ttl = Duration::from_millis(300);
     for p in &proxies {
         p.set_reply_delay(Duration::from_millis(400));
@@ -535,17 +540,8 @@ async fn replies_slower_than_the_ttl_do_not_grant_the_lock() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_set_whose_reply_was_lost_with_its_connection_counts_as_won() {
     let set = start_set();
-    let proxies: Vec<Proxy> = set
-        .addrs()
-        .into_iter()
-        .map(|a| Proxy::start(a).unwrap())
-        .collect();
-    let cfg = RedlockConfig::new(proxies.iter().map(Proxy::redis_url))
-        .node_timeout(Duration::from_secs(2))
-        .retry_count(0);
-    let locks = RedlockLock::connect(cfg)
-        .await
-        .expect("connect through the proxies");
+    let proxies = proxies_for(&set);
+    let locks = through(&proxies, Duration::from_secs(2)).await;
     let name = lock_name("lost-set-reply");
     let key = locks.key_of(&name);
     for p in &proxies {
@@ -949,11 +945,7 @@ async fn eight_contending_clients_make_progress_and_leave_no_orphans() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn unanswered_shorter_extension_on_a_majority_caps_the_validity() {
     let set = start_set();
-    let proxies: Vec<Proxy> = set
-        .addrs()
-        .into_iter()
-        .map(|a| Proxy::start(a).unwrap())
-        .collect();
+    let proxies = proxies_for(&set);
     let locks = RedlockLock::connect(
         RedlockConfig::new(proxies.iter().map(Proxy::redis_url)).node_timeout(NODE_TIMEOUT),
     )
