@@ -73,6 +73,7 @@ impl RedisLock {
                 connect: client.config.connect_timeout,
                 request: client.config.request_timeout,
             },
+            None,
         );
         Ok(RedisLock {
             inner: Arc::new(Inner { client, notifier }),

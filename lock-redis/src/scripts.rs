@@ -218,6 +218,35 @@ macro_rules! take_place {
 /// its wait id (see [`ACQUIRE_IN_LINE`]).
 pub const RESERVED_FOR: &str = "line ";
 
+/// Lua code defining `announce_turn(message, head)`: publishes the turn
+/// message `message` of the waiter `head` (a wait id) in its client's inbox
+/// `$inbox .. <client id>` when the wait id names its client
+/// (`<client id hex>.<random>`) and `$inbox` is not empty, as
+/// `<release channel>\n<message>`, so that only that client hears it;
+/// otherwise on the release channel `$channel`, which every client
+/// subscribed to the lock hears. Returns what `PUBLISH` returned (`pcall`:
+/// a client whose ACL refuses the channel still releases).
+macro_rules! announce_turn {
+    ($channel:literal, $inbox:literal) => {
+        concat!(
+            "local function announce_turn(message, head)\n",
+            "  local inbox = ",
+            $inbox,
+            " or ''\n",
+            "  local client = inbox ~= '' and string.match(head, '^(%x+)%.')\n",
+            "  if client then\n",
+            "    return redis.pcall('PUBLISH', inbox .. client, ",
+            $channel,
+            " .. '\\n' .. message)\n",
+            "  end\n",
+            "  return redis.pcall('PUBLISH', ",
+            $channel,
+            ", message)\n",
+            "end\n"
+        )
+    };
+}
+
 /// Lua code that hands a free Redlock key to the first in line `$line`
 /// (after [`drop_lapsed!`], which defines `now`): the key `$key` holds
 /// `line <wait id>` for as long as that waiter's place lasts (it expires
@@ -337,12 +366,15 @@ return {0, redis.call('PTTL', KEYS[1]), holder}
 /// `ARGV[4]`, `ARGV[5]` = the wait id, arrival and place duration of a
 /// waiter whose failed round is cleaned up ('' for none): it gets back the
 /// place its round's win here took, in the same step, so that it stays
-/// first in line if it was.
+/// first in line if it was; `ARGV[6]` = the prefix of the waiters' inbox
+/// channels ('' to announce turns on the release channel).
 /// With someone in line the key is reserved for the first in line (it holds
 /// `line <wait id>` until that place lapses) and the announcement is
-/// `n <owner token> <wait id>`, which wakes that waiter alone: the lock is
-/// its turn. With nobody in line the key is deleted and the announcement
-/// is the owner token (it wakes one waiter of each client).
+/// `n <owner token> <wait id>`, in that waiter's client's inbox (see
+/// `announce_turn`), which wakes that waiter alone: the lock is its turn.
+/// With nobody in line the key is deleted and the announcement is the
+/// owner token, on the release channel (it wakes one waiter of each
+/// client).
 /// Returns 0 if the key did not hold our token, else 1 + the number of
 /// clients the announcement reached (0 when not announced).
 /// The notification is best effort (`pcall`): a user whose ACL does not
@@ -365,9 +397,15 @@ else
     reserve_for_head!("KEYS[1]", "KEYS[3]", "KEYS[4]"),
     r#"end
 if ARGV[2] == '0' then return 1 end
-local message = ARGV[1]
-if head then message = 'n ' .. ARGV[1] .. ' ' .. head end
-local heard = redis.pcall('PUBLISH', KEYS[2], message)
+local heard
+if head then
+"#,
+    announce_turn!("KEYS[2]", "ARGV[6]"),
+    r#"
+  heard = announce_turn('n ' .. ARGV[1] .. ' ' .. head, head)
+else
+  heard = redis.pcall('PUBLISH', KEYS[2], ARGV[1])
+end
 if type(heard) == 'number' then return 1 + heard end
 return 1
 "#
@@ -376,7 +414,8 @@ return 1
 /// A Redlock waiter leaves the line of one node (it got the lock elsewhere,
 /// gave up, or failed). `KEYS` as for [`RELEASE`]; `ARGV[1]` = its wait id,
 /// `ARGV[2]` = `1` if it leaves because it holds the lock (won on a quorum
-/// of the other nodes), '' otherwise.
+/// of the other nodes), '' otherwise; `ARGV[3]` = the prefix of the
+/// waiters' inbox channels (see [`RELEASE`]).
 /// If it was its turn (first in line while the lock was free, or the key
 /// reserved for it), the turn passes on: the key is reserved for the next
 /// in line, or freed if nobody waits. The next in line is told
@@ -397,7 +436,12 @@ if holder == 'line ' .. ARGV[1] or (first == ARGV[1] and not holder) then
     drop_lapsed!("KEYS[3]", "KEYS[4]"),
     reserve_for_head!("KEYS[1]", "KEYS[3]", "KEYS[4]"),
     r#"
-  if head and ARGV[2] ~= '1' then redis.pcall('PUBLISH', KEYS[2], 'n - ' .. head) end
+  if head and ARGV[2] ~= '1' then
+"#,
+    announce_turn!("KEYS[2]", "ARGV[3]"),
+    r#"
+    announce_turn('n - ' .. head, head)
+  end
 end
 return 1
 "#

@@ -90,6 +90,7 @@ impl RedlockLock {
                 "redlock: RedlockLock must be created within a Tokio runtime",
             ));
         }
+        let inbox: Arc<str> = inbox_prefix(&config.key_prefix).into();
         let nodes = config
             .nodes
             .iter()
@@ -100,6 +101,7 @@ impl RedlockLock {
                     config.connect_timeout,
                     config.renew_batching,
                     config.node_timeout,
+                    inbox.clone(),
                 )
             })
             .collect::<Result<Vec<_>>>()?;
@@ -115,6 +117,7 @@ impl RedlockLock {
                 connect: config.connect_timeout,
                 request: config.connect_timeout.max(config.node_timeout),
             },
+            Some(&inbox),
         );
         Ok(Self {
             inner: Arc::new(Inner {
@@ -176,6 +179,12 @@ impl RedlockLock {
             .with_nodes(failures))
         }
     }
+}
+
+/// The prefix of this client's inbox channel (`<key_prefix>distlock inbox
+/// <client id>`), where the nodes announce its waiters' turns.
+fn inbox_prefix(key_prefix: &str) -> String {
+    format!("{key_prefix}distlock inbox ")
 }
 
 /// Sends one request to each of the nodes `which` (`inner.all()`: every
@@ -680,7 +689,12 @@ impl Inner {
         // A place outlasts the deadline by the round then in flight and
         // the leaving of the line after it.
         let slack = self.config.node_timeout + self.background_bound();
-        let place = Arc::new(Place::new(deadline, self.place_lasts(req.ttl), slack));
+        let place = Arc::new(Place::new(
+            self.notifier.wait_id(),
+            deadline,
+            self.place_lasts(req.ttl),
+            slack,
+        ));
         let order = NodeOrder::new(self.nodes.len());
         let leave = CleanupOnDrop::new(self.clone().leave_line(
             (0..self.nodes.len()).collect(),

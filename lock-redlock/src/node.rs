@@ -123,7 +123,8 @@ impl NameKeys {
 /// order.
 #[derive(Debug)]
 pub(crate) struct Place {
-    /// A random id (32 hex digits), for this call only.
+    /// A random id for this call only, naming this client
+    /// ([`lock_redis::notify::Notifier::wait_id`]).
     pub id: String,
     /// When the call began, in µs of this machine's clock since the Unix
     /// epoch (an order between waiters, not a time bound).
@@ -136,16 +137,16 @@ pub(crate) struct Place {
 }
 
 impl Place {
-    /// A new place for a call that waits until `deadline` and tries again
-    /// at least every `lasts / 2`; each attempt keeps the place `lasts`
-    /// longer, but not past `deadline + slack`.
-    pub fn new(deadline: Instant, lasts: Duration, slack: Duration) -> Self {
+    /// A new place `id` for a call that waits until `deadline` and tries
+    /// again at least every `lasts / 2`; each attempt keeps the place
+    /// `lasts` longer, but not past `deadline + slack`.
+    pub fn new(id: String, deadline: Instant, lasts: Duration, slack: Duration) -> Self {
         let until = add_saturating(deadline, slack);
         let arrival_us = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
         Self {
-            id: lock_redis::scripts::owner_token(),
+            id,
             arrival_us,
             lasts,
             until,
@@ -254,11 +255,15 @@ pub(crate) struct Node {
     conn: ConnectionManager,
     /// The renewals of this client's leases on this node, one request per batch.
     renewals: Batcher<NodeBatch>,
+    /// The prefix of the waiters' inbox channels, where this node announces
+    /// a waiter's turn (see `lock_redis::notify`).
+    inbox: Arc<str>,
 }
 
 impl Node {
     /// A node with a lazy connection (no I/O here); each of its renewal
-    /// batches gives up `batch_limit` (the node timeout) after it was sent.
+    /// batches gives up `batch_limit` (the node timeout) after it was sent;
+    /// it announces turns in the inboxes named by `inbox`.
     /// Must run inside a Tokio runtime.
     pub fn new(
         url: &str,
@@ -266,6 +271,7 @@ impl Node {
         connect_timeout: Duration,
         batching: RenewBatching,
         batch_limit: Duration,
+        inbox: Arc<str>,
     ) -> Result<Self> {
         let client = node_client(url, tls)?;
         let addr = client.get_connection_info().addr().to_string();
@@ -292,6 +298,7 @@ impl Node {
             client,
             conn,
             renewals,
+            inbox,
         })
     }
 
@@ -435,7 +442,7 @@ impl Node {
                     .arg(token)
                     .arg(if announce { "1" } else { "0" });
                 Place::add_args(&mut call, rejoin);
-                call.invoke_async(&mut c).await
+                call.arg(&*self.inbox).invoke_async(&mut c).await
             })
             .await?;
         Ok(if n > 0 {
@@ -463,6 +470,7 @@ impl Node {
                 .key(&*keys.lapse)
                 .arg(wait_id)
                 .arg(if holding { "1" } else { "" })
+                .arg(&*self.inbox)
                 .invoke_async::<i64>(&mut c)
                 .await
         })
