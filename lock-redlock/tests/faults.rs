@@ -72,6 +72,13 @@ fn set_foreign(node: &RedisServer, key: &str, value: &str) {
     })
 }
 
+/// Asserts that `key` is gone from every node of `nodes` within [`SLACK`].
+async fn assert_gone_from(nodes: &[RedisServer], key: &str) {
+    for n in nodes {
+        assert!(gone_within(n, key, SLACK).await, "key left on {}", n.addr());
+    }
+}
+
 /// Waits up to `within` for `key` to be absent from `node`; false if it stayed.
 async fn gone_within(node: &RedisServer, key: &str, within: Duration) -> bool {
     let deadline = Instant::now() + within;
@@ -173,13 +180,7 @@ async fn two_of_five_killed_acquire_still_succeeds() {
     assert!(st.ttl_remaining.unwrap() <= Duration::from_secs(30));
 
     assert!(g.release().await.unwrap());
-    for n in &set.nodes()[2..] {
-        assert!(
-            gone_within(n, &key, SLACK).await,
-            "key left on {}",
-            n.addr()
-        );
-    }
+    assert_gone_from(&set.nodes()[2..], &key).await;
 }
 
 /// Three of five nodes killed: a clear `Unavailable` naming the dead nodes,
@@ -293,13 +294,7 @@ async fn blackholed_majority_is_unavailable_within_a_node_timeout() {
         .count();
     assert_eq!(timed_out, 3, "{err}");
     let key = lazy.key_of(&name);
-    for n in &set.nodes()[3..] {
-        assert!(
-            gone_within(n, &key, SLACK).await,
-            "key left on {}",
-            n.addr()
-        );
-    }
+    assert_gone_from(&set.nodes()[3..], &key).await;
 }
 
 /// One paused node (SIGSTOP): acquire succeeds within one per-node timeout;
@@ -518,13 +513,7 @@ async fn replies_slower_than_the_ttl_do_not_grant_the_lock() {
     assert_eq!(err.kind(), LockErrorKind::Unavailable, "{err}");
     assert!(err.message().contains("past the validity"), "{err}");
     println!("{err}");
-    for n in set.nodes() {
-        assert!(
-            gone_within(n, &key, SLACK).await,
-            "key left on {}",
-            n.addr()
-        );
-    }
+    assert_gone_from(set.nodes(), &key).await;
     // The waiting acquire gives up the same way (after retry_count slow rounds).
     let err = locks
         .acquire(&name, &opts(ttl))
@@ -570,13 +559,7 @@ async fn a_set_whose_reply_was_lost_with_its_connection_counts_as_won() {
     let ours: Vec<Option<String>> = set.nodes().iter().map(|n| get(n, &key)).collect();
     assert!(ours.iter().all(|v| v == &ours[0]), "{ours:?}");
     assert!(guard.release().await.unwrap());
-    for n in set.nodes() {
-        assert!(
-            gone_within(n, &key, SLACK).await,
-            "key left on {}",
-            n.addr()
-        );
-    }
+    assert_gone_from(set.nodes(), &key).await;
 }
 
 /// Validity accounting where the cleanup can be seen: the third "yes" comes
@@ -784,13 +767,7 @@ async fn extension_cap_ends_the_lease_at_its_validity() {
     // Two renewals at ttl/3 and 2ttl/3, then the lease runs out one ttl after the last.
     assert!(lost_after >= ttl, "lost after {lost_after:?}");
     println!("capped lease lost after {lost_after:?}");
-    for n in set.nodes() {
-        assert!(
-            gone_within(n, &key, SLACK).await,
-            "key left on {}",
-            n.addr()
-        );
-    }
+    assert_gone_from(set.nodes(), &key).await;
     let g2 = other
         .try_acquire(&name, &opts(ttl))
         .await
@@ -859,13 +836,7 @@ async fn node_down_at_connect_is_used_once_it_is_back() {
         sleep(Duration::from_millis(10)).await;
     }
     assert!(g.release().await.unwrap());
-    for n in set.nodes() {
-        assert!(
-            gone_within(n, &key, SLACK).await,
-            "key left on {}",
-            n.addr()
-        );
-    }
+    assert_gone_from(set.nodes(), &key).await;
 }
 
 /// Eight clients contending on one name for a while: never two holders,
