@@ -42,8 +42,11 @@
 //! other clients waiting for the lock are not woken to drop them (with 8
 //! clients on 5 nodes, 5 deliveries per hand-off instead of 35). The inbox
 //! is subscribed on a node while any channel is (with the first of them),
-//! and a channel counts as confirmed on a node only with the inbox. A node
-//! whose release arrives after the next holder
+//! and a channel counts as confirmed on a node only with the inbox. Each
+//! node that announces a turn has reserved the key for that waiter;
+//! [`Subscription::turn_reached`] counts them, and a waiter that a quorum
+//! named holds the lock by those reservations, with no further request. A
+//! node whose release arrives after the next holder
 //! already left its line names the waiter behind it; that waiter sleeps on
 //! once a quorum of nodes named one other waiter that this client hears of
 //! ([`Subscription::turn_reached`]).
@@ -151,7 +154,23 @@ struct GrantSlot {
     fence: Mutex<Option<u64>>,
     /// The owner token of the release that made it this waiter's turn.
     turn_of: Mutex<Option<String>>,
+    /// The owner token of the latest release announced as this waiter's
+    /// turn since its last attempt began, and the nodes that announced it
+    /// (bit `i`: node `i`).
+    heard: Mutex<(String, u64)>,
     notify: Notify,
+}
+
+impl GrantSlot {
+    /// Node `bit` announced the release by `owner` as this waiter's turn.
+    fn heard_turn(&self, owner: &str, bit: u64) {
+        let mut heard = locked(&self.heard);
+        if heard.0 == owner {
+            heard.1 |= bit;
+        } else {
+            *heard = (owner.to_string(), bit);
+        }
+    }
 }
 
 struct ChannelState {
@@ -163,9 +182,10 @@ struct ChannelState {
     live: Mutex<Vec<bool>>,
     /// Bumped whenever a node (re)confirms the subscription.
     confirmations: watch::Sender<u64>,
-    /// The last release messages seen, each with how many nodes sent it,
-    /// for dropping duplicates.
-    recent: Mutex<VecDeque<(Vec<u8>, usize)>>,
+    /// The last release messages seen, each with the nodes that sent it
+    /// (bit `i`: node `i`; nodes past the 64th are not counted), for
+    /// dropping duplicates.
+    recent: Mutex<VecDeque<(Vec<u8>, u64)>>,
     /// Bumped on every copy of a release (from any node, duplicates too).
     copies: watch::Sender<u64>,
     /// The owner tokens local waiters expect a grant for.
@@ -223,7 +243,7 @@ impl Shared {
         }
     }
 
-    fn dispatch(&self, channel: &str, message: &[u8]) {
+    fn dispatch(&self, node: usize, channel: &str, message: &[u8]) {
         if self
             .inbox
             .as_ref()
@@ -235,7 +255,7 @@ impl Shared {
                 Some((channel, &message[at + 1..]))
             });
             if let Some((channel, message)) = split {
-                self.dispatch(channel, message);
+                self.dispatch(node, channel, message);
             }
             return;
         }
@@ -254,33 +274,41 @@ impl Shared {
             state.handed.send_replace(ttl_ms);
             return;
         }
+        let bit = u32::try_from(node)
+            .ok()
+            .and_then(|n| 1u64.checked_shl(n))
+            .unwrap_or(0);
+        // The turn of one waiter in the nodes' line, if it is ours.
+        let turn = message
+            .strip_prefix(b"n ")
+            .and_then(parse_turn)
+            .and_then(|(owner, wait_id)| {
+                let slot = locked(&state.grants).get(wait_id).cloned()?;
+                slot.heard_turn(owner, bit);
+                Some((owner, slot))
+            });
         if self.nodes > 1 {
             state.copies.send_modify(|n| *n += 1);
             let mut recent = locked(&state.recent);
             if let Some((_, seen)) = recent.iter_mut().find(|(t, _)| t.as_slice() == message) {
-                *seen += 1;
+                *seen |= bit;
                 return;
             }
             if recent.len() == RECENT_TOKENS {
                 recent.pop_front();
             }
-            recent.push_back((message.to_vec(), 1));
+            recent.push_back((message.to_vec(), bit));
         }
         state.releases.send_modify(|n| *n += 1);
-        match message.strip_prefix(b"n ") {
-            // The turn of one waiter in the nodes' line: wake it alone, if
-            // it is ours; the others sleep on.
-            Some(turn) => {
-                let Some((owner, wait_id)) = parse_turn(turn) else {
-                    return;
-                };
-                let slot = locked(&state.grants).get(wait_id).cloned();
-                if let Some(slot) = slot {
-                    *locked(&slot.turn_of) = Some(owner.to_string());
-                    slot.notify.notify_one();
-                }
+        if message.starts_with(b"n ") {
+            // A turn wakes its waiter alone, if it is ours; the others
+            // sleep on.
+            if let Some((owner, slot)) = turn {
+                *locked(&slot.turn_of) = Some(owner.to_string());
+                slot.notify.notify_one();
             }
-            None => state.notify.notify_one(),
+        } else {
+            state.notify.notify_one();
         }
     }
 }
@@ -438,6 +466,17 @@ impl Notifier {
     }
 }
 
+/// The nodes that announced one release as a waiter's turn
+/// ([`Subscription::turn_reached`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Turn {
+    /// The owner token whose release it was (empty when the wake-up named
+    /// no release).
+    pub released: String,
+    /// Bit `i` set: node `i` announced it.
+    pub nodes: u64,
+}
+
 /// Why [`Subscription::wait_until`] returned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Wake {
@@ -526,6 +565,9 @@ impl Subscription {
     /// Call right before an attempt: a (re)confirmation from now on wakes
     /// the next wait.
     pub fn before_attempt(&mut self) {
+        if let Some((_, slot)) = &self.grant {
+            *locked(&slot.heard) = Default::default();
+        }
         self.confirmations.borrow_and_update();
         self.copies.borrow_and_update();
         if let Some(releases) = &mut self.releases {
@@ -555,76 +597,97 @@ impl Subscription {
                         .and_then(|turn| turn.strip_prefix(owner))
                         .is_some_and(|rest| rest.starts_with(b" "))
             })
-            .map(|(_, seen)| seen)
+            .map(|(_, seen)| seen.count_ones() as usize)
             .sum()
     }
 
     /// After a wake-up that made it this waiter's turn in the nodes' line:
-    /// waits until `n` nodes (at most as many as this client is subscribed
-    /// on) announced the release that did, or `until`. A release reaches
-    /// the nodes at about the same time, but its announcements arrive one by
-    /// one; a round sent at the first would still find the key on the
-    /// nodes whose delete is on its way, and fail.
+    /// waits until `n` of the nodes `among` (bit `i`: node `i`; any nodes
+    /// when fewer than `n` are given), at most as many as this client is
+    /// subscribed on, announced the release that did, or `until`. A release
+    /// reaches the nodes at about the same time, but its announcements
+    /// arrive one by one; a round sent at the first would still find the
+    /// key on the nodes whose delete is on its way, and fail.
     ///
-    /// `false` when `n` nodes announced that same release as the turn of
-    /// one other waiter before `n` announced it as ours: the nodes' lines
-    /// differed (that waiter had already left this node's line, holding
-    /// the lock the others gave it), so the lock is that waiter's on a
-    /// quorum and a round of ours would fail. We go on waiting; its
-    /// release makes it our turn everywhere. `true` otherwise.
-    pub async fn turn_reached(&mut self, n: usize, until: Instant) -> bool {
+    /// Returns the nodes that announced that release as this waiter's turn
+    /// since its last attempt began (each of them reserved the key for it
+    /// then); none when the wake-up named no release (a waiter left the
+    /// line) or was not a turn. `None` when `n` nodes announced that same
+    /// release as the turn of one other waiter before `n` announced it as
+    /// ours: the nodes' lines differed (that waiter had already left this
+    /// node's line, holding the lock the others gave it), so the lock is
+    /// that waiter's on a quorum and a round of ours would fail. We go on
+    /// waiting; its release makes it our turn everywhere.
+    pub async fn turn_reached(&mut self, n: usize, among: u64, until: Instant) -> Option<Turn> {
         let Some((id, slot)) = &self.grant else {
-            return true;
+            return Some(Turn::default());
         };
         let Some(owner) = locked(&slot.turn_of).take() else {
-            return true;
+            return Some(Turn::default());
         };
         if owner == "-" {
             // A waiter left the line; no release is on its way.
-            return true;
+            return Some(Turn::default());
         }
         let id = id.clone();
         let live = locked(&self.state.live).iter().filter(|l| **l).count();
         let enough = n.min(live).max(1);
+        let among = if (among.count_ones() as usize) < n {
+            u64::MAX
+        } else {
+            among
+        };
         loop {
             self.copies.borrow_and_update();
-            let (ours, another) = self.turns_of(&owner, &id);
-            if ours >= enough {
-                return true;
+            let ours = {
+                let heard = locked(&slot.heard);
+                if heard.0 == owner {
+                    heard.1
+                } else {
+                    0
+                }
+            };
+            let another = self.turns_of(&owner, &id);
+            if (ours & among).count_ones() as usize >= enough {
+                return Some(Turn {
+                    released: owner,
+                    nodes: ours,
+                });
             }
             if another >= n {
                 // Not a wake-up of ours: nothing to pass on if dropped.
                 self.woken = false;
-                return false;
+                return None;
             }
             tokio::select! {
                 _ = changed(&mut self.copies) => {}
-                _ = tokio::time::sleep_until(until) => return true,
+                _ = tokio::time::sleep_until(until) => {
+                    return Some(Turn {
+                        released: owner,
+                        nodes: ours,
+                    })
+                }
             }
         }
     }
 
-    /// How many nodes lately announced the release by `owner` as the turn
-    /// of wait id `id`, and the most that announced it as the turn of one
-    /// other waiter (each distinct announcement is one entry of `recent`).
-    fn turns_of(&self, owner: &str, id: &str) -> (usize, usize) {
-        let (mut ours, mut another) = (0, 0);
+    /// The most nodes that lately announced the release by `owner` as the
+    /// turn of one waiter other than `id` (each distinct announcement is
+    /// one entry of `recent`).
+    fn turns_of(&self, owner: &str, id: &str) -> usize {
+        let mut another = 0;
         for (t, seen) in locked(&self.state.recent).iter() {
             let Some(turn) = t.strip_prefix(b"n ") else {
                 continue;
             };
             match parse_turn(turn) {
-                Some((o, waiter)) if o == owner => {
-                    if waiter == id {
-                        ours += seen;
-                    } else {
-                        another = another.max(*seen);
-                    }
+                Some((o, waiter)) if o == owner && waiter != id => {
+                    another = another.max(seen.count_ones() as usize);
                 }
                 _ => {}
             }
         }
-        (ours, another)
+        another
     }
 
     /// The next [`wait_until`](Subscription::wait_until) also ends, with
@@ -830,7 +893,7 @@ impl NodeTask {
                 msg = stream.next() => match msg {
                     Some(msg) => {
                         healthy = true;
-                        self.shared.dispatch(msg.get_channel_name(), msg.get_payload_bytes());
+                        self.shared.dispatch(self.index, msg.get_channel_name(), msg.get_payload_bytes());
                     }
                     None => return failed("the connection closed".into(), healthy),
                 },
@@ -909,7 +972,7 @@ mod tests {
         let mut s = n.subscribe(channel);
         s.expect_grant(id);
         let (inbox, _) = n.shared.inbox.clone().expect("an inbox");
-        n.shared.dispatch(&inbox, message);
+        n.shared.dispatch(0, &inbox, message);
         let wake = s
             .wait_until(Instant::now() + Duration::from_millis(50))
             .await;

@@ -161,13 +161,12 @@ return {0, redis.call('PTTL', KEYS[1]), tonumber(redis.call('GET', KEYS[2])) or 
 "#
 );
 
-/// Lua code defining `now` (the server's clock in ms) and dropping the
-/// lapsed places of the Redlock line `KEYS[n]` (arrival) / `KEYS[m]`
-/// (lapse times); see [`ACQUIRE_IN_LINE`].
+/// Lua code dropping the lapsed places of the Redlock line `KEYS[n]`
+/// (arrival) / `KEYS[m]` (lapse times), given `now` (see [`now_ms!`] and
+/// [`ACQUIRE_IN_LINE`]).
 macro_rules! drop_lapsed {
     ($line:literal, $lapse:literal) => {
         concat!(
-            now_ms!(),
             "for _, m in ipairs(redis.call('ZRANGEBYSCORE', ",
             $lapse,
             ", '-inf', now)) do\n",
@@ -214,9 +213,11 @@ macro_rules! take_place {
     };
 }
 
-/// The value of a Redlock key reserved for the first in line: `line ` and
-/// its wait id (see [`ACQUIRE_IN_LINE`]).
-pub const RESERVED_FOR: &str = "line ";
+/// The value of a Redlock key reserved for the first in line: `line:` and
+/// its wait id (see [`ACQUIRE_IN_LINE`]). It is also that waiter's owner
+/// token when it holds the lock by the reservation alone (a quorum of
+/// nodes reserved the key for it), so it contains no space.
+pub const RESERVED_FOR: &str = "line:";
 
 /// Lua code defining `announce_turn(message, head)`: publishes the turn
 /// message `message` of the waiter `head` (a wait id) in its client's inbox
@@ -248,23 +249,51 @@ macro_rules! announce_turn {
 }
 
 /// Lua code that hands a free Redlock key to the first in line `$line`
-/// (after [`drop_lapsed!`], which defines `now`): the key `$key` holds
-/// `line <wait id>` for as long as that waiter's place lasts (it expires
-/// with the place), and the local `head` (declared by the caller) is set to
-/// that wait id; with nobody in line the key is deleted and `head` is nil.
+/// whose place has not lapsed (needs `now`; lapsed places ahead of it are
+/// dropped): the key `$key` holds `line:<wait id>`, and the local `head`
+/// (declared by the caller) is set to that wait id. With nobody in line
+/// the key is deleted and `head` is nil.
+///
+/// When the wait id ends in `+<ttl ms>+<grace ms>` and more than the grace
+/// is left of the waiter's place (it is still waiting), the reservation is
+/// its lock once a quorum of nodes made it: it lasts the TTL the waiter
+/// asked for, and so does its place from now on, so that a holder that
+/// vanished holds the name up for one TTL, as one that took the key with a
+/// round would. Otherwise (a place without a TTL, or one the waiter is
+/// giving up) the reservation lasts as long as the place.
 macro_rules! reserve_for_head {
     ($key:literal, $line:literal, $lapse:literal) => {
         concat!(
-            "head = redis.call('ZRANGE', ",
+            "head = nil\n",
+            "local lapse\n",
+            "while true do\n",
+            "  local first = redis.call('ZRANGE', ",
             $line,
             ", 0, 0)[1]\n",
-            "if head then\n",
-            "  local lapse = tonumber(redis.call('ZSCORE', ",
+            "  if not first then break end\n",
+            "  lapse = tonumber(redis.call('ZSCORE', ",
             $lapse,
-            ", head)) or now\n",
+            ", first))\n",
+            "  if lapse and lapse > now then head = first break end\n",
+            "  redis.call('ZREM', ",
+            $line,
+            ", first)\n",
+            "  redis.call('ZREM', ",
+            $lapse,
+            ", first)\n",
+            "end\n",
+            "if head then\n",
+            "  local hold = lapse - now\n",
+            "  local ttl, grace = string.match(head, '%+(%d+)%+(%d+)$')\n",
+            "  if ttl and hold > tonumber(grace) then\n",
+            "    hold = tonumber(ttl)\n",
+            "    redis.call('ZADD', ",
+            $lapse,
+            ", now + hold, head)\n",
+            "  end\n",
             "  redis.call('SET', ",
             $key,
-            ", 'line ' .. head, 'PX', math.max(lapse - now, 1))\n",
+            ", 'line:' .. head, 'PX', math.max(hold, 1))\n",
             "else\n",
             "  redis.call('DEL', ",
             $key,
@@ -288,17 +317,20 @@ macro_rules! reserve_for_head {
 /// With nobody in line this is `SET key token NX PX ttl` (the peers'
 /// layout). A release with someone in line does not free the key: it
 /// reserves it for the first in line ([`RELEASE`]: the key holds
-/// `line <wait id>`), so a plain `SET NX` (a newcomer's first try, a peer
+/// `line:<wait id>`), so a plain `SET NX` (a newcomer's first try, a peer
 /// client) cannot take it; this script gives a reserved key to its waiter,
 /// and a free key with a line only to the first in it. Anyone else, the
 /// client that just released included, takes its place behind (a single
 /// try just fails), so a release is the turn of the longest waiter on every
 /// node. The key already holding our token (a repeated attempt whose first
-/// reply was lost) counts as won. A reservation for a waiter whose place
-/// lapsed is dropped.
+/// reply was lost) counts as won. A reservation stays until it expires with
+/// the place it was made for, even if that waiter left the line: a waiter
+/// that a quorum of nodes reserved the key for holds the lock by those
+/// reservations (its owner token is `line:<wait id>`) and keeps its place
+/// until it releases.
 /// Returns `{1}` when the key is ours, `{0, pttl, holder}` otherwise:
 /// `holder` is the owner token holding the key (`pttl` its remaining ms,
-/// -1 without expiry), or `line <wait id>` when the lock is the turn of
+/// -1 without expiry), or `line:<wait id>` when the lock is the turn of
 /// another waiter (`pttl` = until its place lapses, in ms).
 pub const ACQUIRE_IN_LINE: &str = concat!(
     r#"
@@ -317,25 +349,23 @@ if holder == ARGV[1] then
   return {1}
 end
 "#,
-    drop_lapsed!("KEYS[2]", "KEYS[3]"),
+    now_ms!(),
     r#"
 local function join()
   if ARGV[3] == '' then return end
 "#,
     take_place!("KEYS[2]", "KEYS[3]", "ARGV[3]", "ARGV[4]", "ARGV[5]"),
     r#"end
-if holder and string.sub(holder, 1, 5) == 'line ' then
-  local waiter = string.sub(holder, 6)
-  if ARGV[3] ~= '' and waiter == ARGV[3] then
-    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-    leave()
-    return {1}
-  end
-  if not redis.call('ZSCORE', KEYS[2], waiter) then
-    holder = nil
-  end
+if holder and ARGV[3] ~= '' and holder == 'line:' .. ARGV[3] then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  leave()
+  return {1}
 end
 if not holder then
+  -- Lapsed places matter only when the lock goes to the first in line.
+"#,
+    drop_lapsed!("KEYS[2]", "KEYS[3]"),
+    r#"
   -- First in line: ahead of the current head by arrival (a waiter whose
   -- place here was taken by its own last round comes back to it).
   local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
@@ -350,7 +380,7 @@ if not holder then
 "#,
     reserve_for_head!("KEYS[1]", "KEYS[2]", "KEYS[3]"),
     r#"
-  return {0, redis.call('PTTL', KEYS[1]), 'line ' .. head}
+  return {0, redis.call('PTTL', KEYS[1]), 'line:' .. head}
 end
 join()
 return {0, redis.call('PTTL', KEYS[1]), holder}
@@ -369,25 +399,49 @@ return {0, redis.call('PTTL', KEYS[1]), holder}
 /// first in line if it was; `ARGV[6]` = the prefix of the waiters' inbox
 /// channels ('' to announce turns on the release channel).
 /// With someone in line the key is reserved for the first in line (it holds
-/// `line <wait id>` until that place lapses) and the announcement is
+/// `line:<wait id>` until that place lapses) and the announcement is
 /// `n <owner token> <wait id>`, in that waiter's client's inbox (see
 /// `announce_turn`), which wakes that waiter alone: the lock is its turn.
 /// With nobody in line the key is deleted and the announcement is the
 /// owner token, on the release channel (it wakes one waiter of each
 /// client).
+/// A holder by reservation (owner token `line:<wait id>`, see
+/// [`ACQUIRE_IN_LINE`]) kept its place in line while it held: its release
+/// takes that place out first. Where the key is not its own, it leaves the
+/// line as [`LEAVE_LINE`] does (a turn that was its own passes on, told
+/// `n - <wait id>` unless `ARGV[2]` is `0`).
 /// Returns 0 if the key did not hold our token, else 1 + the number of
 /// clients the announcement reached (0 when not announced).
 /// The notification is best effort (`pcall`): a user whose ACL does not
 /// allow the channel still releases, and waiters re-check at the holder's TTL.
 pub const RELEASE: &str = concat!(
+    announce_turn!("KEYS[2]", "ARGV[6]"),
     r#"
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+local holder = redis.call('GET', KEYS[1])
+local granted = string.sub(ARGV[1], 1, 5) == 'line:' and string.sub(ARGV[1], 6)
 local head
-if redis.call('EXISTS', KEYS[3]) == 0 and ARGV[3] == '' then
+if holder ~= ARGV[1] then
+  if not granted then return 0 end
+  local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+  redis.call('ZREM', KEYS[4], granted)
+  if redis.call('ZREM', KEYS[3], granted) == 1 and first == granted and not holder then
+"#,
+    now_ms!(),
+    reserve_for_head!("KEYS[1]", "KEYS[3]", "KEYS[4]"),
+    r#"
+    if head and ARGV[2] ~= '0' then announce_turn('n - ' .. head, head) end
+  end
+  return 0
+end
+if granted then
+  redis.call('ZREM', KEYS[3], granted)
+  redis.call('ZREM', KEYS[4], granted)
+end
+if not granted and ARGV[3] == '' and redis.call('EXISTS', KEYS[3]) == 0 then
   redis.call('DEL', KEYS[1])
 else
 "#,
-    drop_lapsed!("KEYS[3]", "KEYS[4]"),
+    now_ms!(),
     r#"
   if ARGV[3] ~= '' then
 "#,
@@ -399,9 +453,6 @@ else
 if ARGV[2] == '0' then return 1 end
 local heard
 if head then
-"#,
-    announce_turn!("KEYS[2]", "ARGV[6]"),
-    r#"
   heard = announce_turn('n ' .. ARGV[1] .. ' ' .. head, head)
 else
   heard = redis.pcall('PUBLISH', KEYS[2], ARGV[1])
@@ -430,10 +481,10 @@ local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
 redis.call('ZREM', KEYS[4], ARGV[1])
 if redis.call('ZREM', KEYS[3], ARGV[1]) == 0 then return 0 end
 local holder = redis.call('GET', KEYS[1])
-if holder == 'line ' .. ARGV[1] or (first == ARGV[1] and not holder) then
+if holder == 'line:' .. ARGV[1] or (first == ARGV[1] and not holder) then
   local head
 "#,
-    drop_lapsed!("KEYS[3]", "KEYS[4]"),
+    now_ms!(),
     reserve_for_head!("KEYS[1]", "KEYS[3]", "KEYS[4]"),
     r#"
   if head and ARGV[2] ~= '1' then
@@ -668,15 +719,16 @@ return 1
 
 /// One page of `list`: `SCAN` from `ARGV[1]` with `MATCH ARGV[2]` and
 /// `COUNT ARGV[3]`, keeping the keys that hold a lock: a string of 32 hex
-/// digits (the owner token of this crate, of redis-py and most peers) with
-/// an expiry. Returns `{next cursor, key1, token1, pttl1, key2, ...}`.
+/// digits (the owner token of this crate, of redis-py and most peers) or a
+/// Redlock key reserved for a waiter ([`RESERVED_FOR`]), with an expiry.
+/// Returns `{next cursor, key1, token1, pttl1, key2, ...}`.
 pub const LIST_PAGE: &str = r#"
 local page = redis.call('SCAN', ARGV[1], 'MATCH', ARGV[2], 'COUNT', ARGV[3])
 local out = {page[1]}
 for _, k in ipairs(page[2]) do
   if redis.call('TYPE', k).ok == 'string' then
     local v = redis.call('GET', k)
-    if #v == 32 and not string.find(v, '[^0-9a-fA-F]') then
+    if (#v == 32 and not string.find(v, '[^0-9a-fA-F]')) or string.sub(v, 1, 5) == 'line:' then
       local ttl = redis.call('PTTL', k)
       if ttl > 0 then
         table.insert(out, k)

@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,7 +21,7 @@ use tokio::time::Instant;
 
 use crate::config::RedlockConfig;
 use crate::node::{self, NameKeys, Node, Place, ReleaseReply, SetReply};
-use lock_redis::notify::{Notifier, NotifyNode, Subscription, Timeouts, Wake};
+use lock_redis::notify::{Notifier, NotifyNode, Subscription, Timeouts, Turn, Wake};
 
 /// What [`RedlockLock`] guarantees, as [`lock_core::DistributedLock::capabilities`] reports it.
 pub const FAULT_TOLERANCE: &str =
@@ -253,6 +253,14 @@ fn silent(inner: &Inner, heard: &[bool]) -> Vec<NodeFailure> {
         .collect()
 }
 
+/// Bit `i` of a node set (nodes past the 64th are left out).
+fn node_bit(i: usize) -> u64 {
+    u32::try_from(i)
+        .ok()
+        .and_then(|i| 1u64.checked_shl(i))
+        .unwrap_or(0)
+}
+
 /// How a round asks each node for the key.
 #[derive(Clone)]
 enum Ask {
@@ -270,16 +278,20 @@ enum Attempt {
     /// A quorum said yes within the validity.
     Acquired(Lease),
     /// A quorum holds someone else's token, `holder` (`None` after a plain
-    /// round, which reads neither the holder nor its TTL).
+    /// round, which reads neither the holder nor its TTL); where and when.
     Held {
         min_pttl: Option<Duration>,
         holder: Option<String>,
+        lost_to: LostTo,
     },
     /// Enough nodes answered, but the votes are split (racing clients, or
     /// a release still on its way to some nodes); `holders` = the other
-    /// owner tokens seen (or `line <wait id>` where the key was free for
-    /// the first in line).
-    Split { holders: Vec<String> },
+    /// owner tokens seen (or `line:<wait id>` where the key was reserved
+    /// for the first in line); where and when.
+    Split {
+        holders: Vec<String>,
+        lost_to: LostTo,
+    },
     /// Too few nodes answered for any quorum; `transient` if some of them
     /// only timed out (slow, paused or overloaded, rather than refusing).
     NoQuorum { err: LockError, transient: bool },
@@ -445,22 +457,22 @@ impl Inner {
                 break;
             }
         }
-        // Requests not written yet are never sent once dropped (so no SET of
-        // ours can land after the delete below).
-        drop(pending);
         let elapsed = start.elapsed();
 
         let (mut taken, mut unread) = (0, 0);
         let mut min_pttl: Option<Duration> = None;
         let mut failures = Vec::new();
-        let (mut ours, mut unknown) = (Vec::new(), Vec::new());
-        // How many nodes each other owner token was seen on.
+        let (mut ours, mut unknown, mut late) = (Vec::new(), Vec::new(), Vec::new());
+        // How many nodes each other owner token was seen on, and where.
         let mut holders: Vec<(String, usize)> = Vec::new();
+        // The nodes that refused the key (bit `i`: node `i`).
+        let mut taken_on = 0u64;
         for (i, r) in results.into_iter().enumerate() {
             match r {
                 Some(Ok(SetReply::Won)) => ours.push(i),
                 Some(Ok(SetReply::Taken { pttl, holder })) => {
                     taken += 1;
+                    taken_on |= node_bit(i);
                     if let Some(holder) = holder {
                         match holders.iter_mut().find(|(h, _)| *h == holder) {
                             Some((_, seen)) => *seen += 1,
@@ -492,7 +504,7 @@ impl Inner {
                     failures.push(f);
                 }
                 None => {
-                    unknown.push(i);
+                    late.push(i);
                     failures.push(NodeFailure {
                         node: self.nodes[i].addr.clone(),
                         reason: NodeFailureReason::TimedOut,
@@ -513,12 +525,29 @@ impl Inner {
             .map(|(holder, _)| Some(holder.clone()))
             .or((unread >= self.quorum).then_some(None));
         let announce = held_by.is_none();
-        // Where the SET may have landed but we do not know, the delete goes
-        // in the background (it follows the SET on that node's connection);
-        // where we know we won, it is done before returning.
+        // Where the SET failed and may have landed, the delete goes in the
+        // background (it follows the SET on that node's connection); where
+        // the SET is still on its way, its reply decides in the background
+        // whether the key needs deleting (most of them are refused); where
+        // we know we won, it is done before returning.
         // A waiter's place goes back into the lines its wins took it from.
-        let unanswered = (!unknown.is_empty())
-            .then(|| self.start_release(&unknown, keys, &token, announce, place, order));
+        let mut unanswered: Vec<Released> = Vec::new();
+        if !unknown.is_empty() {
+            unanswered.push(self.start_release(&unknown, keys, &token, announce, place, order));
+        }
+        let taken_late = Arc::new(AtomicU64::new(0));
+        if !late.is_empty() {
+            unanswered.push(self.settle_late(
+                pending,
+                &late,
+                keys,
+                &token,
+                announce,
+                place,
+                order,
+                taken_late.clone(),
+            ));
+        }
         // The nodes we won are released at once, waiting only for what is
         // left of this round's node timeout (the call's bound): when the
         // nodes answer, the keys are gone when the round returns; when they
@@ -544,7 +573,15 @@ impl Inner {
                 .with_nodes(failures),
             )
         } else if let Some(holder) = held_by {
-            Attempt::Held { min_pttl, holder }
+            Attempt::Held {
+                min_pttl,
+                holder,
+                lost_to: LostTo {
+                    taken_on,
+                    taken_late,
+                    start,
+                },
+            }
         } else if answered < self.quorum {
             let transient = failures
                 .iter()
@@ -560,13 +597,19 @@ impl Inner {
         } else {
             Attempt::Split {
                 holders: holders.into_iter().map(|(holder, _)| holder).collect(),
+                lost_to: LostTo {
+                    taken_on,
+                    taken_late,
+                    start,
+                },
             }
         };
         (
             outcome,
             Deletes {
                 won: released,
-                unanswered: unanswered.into_iter().collect(),
+                unanswered,
+                doubtful: false,
             },
         )
     }
@@ -589,37 +632,128 @@ impl Inner {
         rejoin: Option<&Arc<Place>>,
         order: Option<&Arc<NodeOrder>>,
     ) -> Released {
-        let limit = self.background_bound();
-        Released(
-            which
+        let unconfirmed = Arc::new(AtomicUsize::new(which.len()));
+        Released {
+            tasks: which
                 .iter()
                 .map(|&i| {
                     let (earlier, done) = order.map(|o| o.enter(i)).unzip();
                     let (inner, keys, token, rejoin) =
                         (self.clone(), keys.clone(), token.clone(), rejoin.cloned());
+                    let unconfirmed = unconfirmed.clone();
                     tokio::spawn(async move {
                         let _done = done;
-                        let node = &inner.nodes[i];
-                        let release = async {
-                            if let Some(earlier) = earlier {
-                                earlier.await;
-                            }
-                            node.release(&inner.scripts, &keys, &token, announce, rejoin.as_deref())
-                                .await
-                        };
-                        match tokio::time::timeout(limit, release).await {
-                            Ok(Ok(_)) => {}
-                            Ok(Err(e)) => {
-                                tracing::debug!(node = %node.addr, error = %e, "redlock: clean-up release failed; the key expires with its TTL")
-                            }
-                            Err(_) => {
-                                tracing::debug!(node = %node.addr, "redlock: clean-up release timed out; it runs when the node answers, else the key expires")
-                            }
+                        let by = add_saturating(Instant::now(), inner.background_bound());
+                        if let Some(earlier) = earlier {
+                            let _ = tokio::time::timeout_at(by, earlier).await;
+                        }
+                        if inner
+                            .release_on(i, &keys, &token, announce, rejoin.as_deref(), by)
+                            .await
+                        {
+                            unconfirmed.fetch_sub(1, Ordering::Relaxed);
                         }
                     })
                 })
                 .collect(),
-        )
+            unconfirmed,
+        }
+    }
+
+    /// The nodes `late` that a round was decided without: their requests
+    /// (in `pending`) are still on their way. Each node's reply decides, in
+    /// the background: a refused `SET` needs nothing (the usual case: the
+    /// round lost to a holder everywhere); one that won or failed gets the
+    /// compare-and-delete of [`start_release`](Self::start_release), after
+    /// it on the node's connection. The nodes that refused it are added to
+    /// `taken_late` (bit `i`: node `i`). With `order`, the call's later
+    /// requests to those nodes go after this.
+    #[allow(clippy::too_many_arguments)]
+    fn settle_late<F>(
+        self: &Arc<Self>,
+        mut pending: FuturesUnordered<F>,
+        late: &[usize],
+        keys: &Arc<NameKeys>,
+        token: &Arc<str>,
+        announce: bool,
+        rejoin: Option<&Arc<Place>>,
+        order: Option<&Arc<NodeOrder>>,
+        taken_late: Arc<AtomicU64>,
+    ) -> Released
+    where
+        F: Future<Output = (usize, std::result::Result<SetReply, NodeFailure>)> + Send + 'static,
+    {
+        let unconfirmed = Arc::new(AtomicUsize::new(late.len()));
+        // The requests were sent after the call's earlier clean-ups there:
+        // only the later requests need ordering.
+        let mut done: Vec<Option<SetOnDrop>> = (0..self.nodes.len()).map(|_| None).collect();
+        if let Some(order) = order {
+            for &i in late {
+                done[i] = Some(order.enter(i).1);
+            }
+        }
+        let (inner, keys, token, rejoin) =
+            (self.clone(), keys.clone(), token.clone(), rejoin.cloned());
+        let confirmed = unconfirmed.clone();
+        let task = tokio::spawn(async move {
+            let deletes = FuturesUnordered::new();
+            while let Some((i, r)) = pending.next().await {
+                let done = done.get_mut(i).and_then(Option::take);
+                if matches!(r, Ok(SetReply::Taken { .. } | SetReply::TakenUnread)) {
+                    taken_late.fetch_or(node_bit(i), Ordering::Relaxed);
+                    confirmed.fetch_sub(1, Ordering::Relaxed);
+                    continue;
+                }
+                let (inner, keys, token, rejoin, confirmed) = (
+                    inner.clone(),
+                    keys.clone(),
+                    token.clone(),
+                    rejoin.clone(),
+                    confirmed.clone(),
+                );
+                deletes.push(tokio::spawn(async move {
+                    let _done = done;
+                    let by = add_saturating(Instant::now(), inner.background_bound());
+                    if inner
+                        .release_on(i, &keys, &token, announce, rejoin.as_deref(), by)
+                        .await
+                    {
+                        confirmed.fetch_sub(1, Ordering::Relaxed);
+                    }
+                }));
+            }
+            deletes.collect::<Vec<_>>().await;
+        });
+        Released {
+            tasks: std::iter::once(task).collect(),
+            unconfirmed,
+        }
+    }
+
+    /// One node's compare-and-delete for [`start_release`](Self::start_release),
+    /// given up at `by`: whether the node answered.
+    async fn release_on(
+        &self,
+        i: usize,
+        keys: &NameKeys,
+        token: &str,
+        announce: bool,
+        rejoin: Option<&Place>,
+        by: Instant,
+    ) -> bool {
+        let node = &self.nodes[i];
+        let release = node.release(&self.scripts, keys, token, announce, rejoin);
+        match tokio::time::timeout_at(by, release).await {
+            Ok(Ok(_)) => true,
+            Ok(Err(e)) => {
+                tracing::debug!(node = %node.addr, error = %e, "redlock: clean-up release failed; the key expires with its TTL");
+                false
+            }
+            Err(_) => {
+                tracing::debug!(node = %node.addr, "redlock: clean-up release timed out; it runs when the node answers, else the key expires");
+                false
+            }
+        }
     }
 
     /// Takes `place` out of the line on the nodes `which`, in parallel,
@@ -672,7 +806,9 @@ impl Inner {
     /// with one place in the nodes' line for the whole wait (so a free lock
     /// is the turn of the longest waiter, and a client that just released
     /// it queues behind the others), woken when a release makes it the first
-    /// in line (see [`lock_redis::notify`]), re-checking at the holder's
+    /// in line (see [`lock_redis::notify`]; the lock is ours with no round
+    /// once a quorum of nodes did, see [`Inner::reserved_lease`]),
+    /// re-checking at the holder's
     /// remaining TTL (at most every `max_recheck`), retrying split votes
     /// after a random delay. A round starts only before the deadline, so the
     /// call returns within its wait plus one node timeout. At the deadline
@@ -690,7 +826,8 @@ impl Inner {
         // the leaving of the line after it.
         let slack = self.config.node_timeout + self.background_bound();
         let place = Arc::new(Place::new(
-            self.notifier.wait_id(),
+            &self.notifier.wait_id(),
+            req.ttl,
             deadline,
             self.place_lasts(req.ttl),
             slack,
@@ -769,6 +906,8 @@ impl Inner {
                 sub.after_attempt();
             }
             rounds = rounds.saturating_add(1);
+            // The holder this round lost to, where, and when it was sent.
+            let mut lost_to: Option<LostTo> = None;
             let mut listen = false;
             let delay = match outcome {
                 Attempt::Acquired(lease) => {
@@ -791,8 +930,12 @@ impl Inner {
                     }
                     self.retry_delay()
                 }
-                Attempt::Split { holders } => {
+                Attempt::Split {
+                    holders,
+                    lost_to: round,
+                } => {
                     contended = true;
+                    lost_to = Some(round);
                     // The line decides who goes next: the racers' clean-up
                     // announces the first in line, which wakes it alone; the
                     // random delay only bounds the wait. A split against
@@ -809,8 +952,13 @@ impl Inner {
                     }
                     self.retry_delay()
                 }
-                Attempt::Held { min_pttl, holder } => {
+                Attempt::Held {
+                    min_pttl,
+                    holder,
+                    lost_to: round,
+                } => {
                     contended = true;
+                    lost_to = Some(round);
                     let now = Instant::now();
                     if now >= deadline {
                         return Ok(None);
@@ -866,16 +1014,109 @@ impl Inner {
                     }
                     // Our turn: go once the release freed a quorum.
                     let by = add_saturating(Instant::now(), TURN_GRACE).min(deadline);
-                    if s.turn_reached(self.quorum, by).await {
-                        break;
+                    let among = lost_to.as_ref().map_or(0, LostTo::refused_by);
+                    match s.turn_reached(self.quorum, among, by).await {
+                        Some(turn) => {
+                            let turns = lost_to.as_ref().map_or(0, |l| l.reserved_by(&turn));
+                            // A quorum reserved the key for us: that is the
+                            // lock, with no round. Otherwise a round takes it.
+                            if turns >= self.quorum {
+                                if let Some(lease) = lost_to
+                                    .as_ref()
+                                    .and_then(|l| self.reserved_lease(req, keys, place, l, deletes))
+                                {
+                                    s.after_attempt();
+                                    return Ok(Some(lease.with_contended(true)));
+                                }
+                            }
+                            break;
+                        }
+                        // A quorum made it another waiter's turn (our line on
+                        // some node had lost it already): it holds, we wait on.
+                        None => {
+                            tracing::trace!(key = %keys.key, "redlock: the turn of another waiter on a quorum");
+                        }
                     }
-                    // A quorum made it another waiter's turn (our line on
-                    // some node had lost it already): it holds, we wait on.
-                    tracing::trace!(key = %keys.key, "redlock: the turn of another waiter on a quorum");
                 },
                 _ => tokio::time::sleep_until(wake).await,
             }
         }
+    }
+}
+
+impl Inner {
+    /// The lock held by the reservations that a quorum of nodes announced
+    /// for `place` ([`lock_redis::scripts::ACQUIRE_IN_LINE`]), with no
+    /// round: the owner token is the reservation, `line:<wait id>`, and the
+    /// place stays in line until the release takes it out. Each node made
+    /// its reservation after the latest round reached it (`lost_to`, see
+    /// [`LostTo::reserved_by`]), and before [`Place::ttl_reserved_before`]
+    /// (we are still waiting), so it keeps it for the requested TTL at
+    /// least: the lease is valid as long as that of a round sent when that
+    /// round was.
+    ///
+    /// `None`, and a round takes the lock, when a request of an earlier
+    /// round may still run on a node, when a node may have reserved the key
+    /// for less than the TTL (our place there nearly lapsed: the deadline
+    /// is near), or when less than half the TTL is left of that validity
+    /// (a round gives the whole of it).
+    fn reserved_lease(
+        self: &Arc<Self>,
+        req: &LeaseRequest,
+        keys: &NameKeys,
+        place: &Place,
+        lost_to: &LostTo,
+        deletes: &Deletes,
+    ) -> Option<Lease> {
+        if !deletes.all_answered() {
+            return None;
+        }
+        let now = Instant::now();
+        if now >= place.ttl_reserved_before(lost_to.start) {
+            return None;
+        }
+        let valid_until = validity(lost_to.start, req.ttl);
+        if valid_until < add_saturating(now, req.ttl / 2) {
+            return None;
+        }
+        let handle = RedlockLease {
+            inner: self.clone(),
+            key: keys.key.clone(),
+            token: format!("{RESERVED_FOR}{}", place.id).into(),
+            extensions: AtomicU32::new(0),
+            settled: None,
+            late: Box::default(),
+        };
+        Some(Lease::new(Box::new(handle), valid_until).with_key(keys.key.clone()))
+    }
+}
+
+/// A waiter's round that lost to a holder: when it was sent, and the nodes
+/// that refused it (bit `i`: node `i`).
+struct LostTo {
+    /// Before the round was decided.
+    taken_on: u64,
+    /// After (the late replies, see [`Inner::settle_late`]).
+    taken_late: Arc<AtomicU64>,
+    start: Instant,
+}
+
+impl LostTo {
+    /// The nodes that refused the round so far.
+    fn refused_by(&self) -> u64 {
+        self.taken_on | self.taken_late.load(Ordering::Relaxed)
+    }
+
+    /// How many of the nodes that announced `turn` (our turn, since the
+    /// round began) hold the lock for us by their reservation: those that
+    /// refused the round. A release that reached such a node before the
+    /// round did would have left the key reserved for us, and the round
+    /// would have taken it as its own; so the reservation came after the
+    /// round, and no request of ours has touched the key since (our earlier
+    /// requests to a node reach it before our later ones, see
+    /// [`NodeOrder`], and [`Deletes::all_answered`] rules out the rest).
+    fn reserved_by(&self, turn: &Turn) -> usize {
+        (turn.nodes & self.refused_by()).count_ones() as usize
     }
 }
 
@@ -891,7 +1132,11 @@ impl Drop for SetOnDrop {
 
 /// A background delete of our key on some nodes, after a round that did
 /// not win: one task per node.
-struct Released(FuturesUnordered<tokio::task::JoinHandle<()>>);
+struct Released {
+    tasks: FuturesUnordered<tokio::task::JoinHandle<()>>,
+    /// How many of the deletes have not been answered by their node (yet).
+    unconfirmed: Arc<AtomicUsize>,
+}
 
 /// Our deletes still going on after rounds that did not win.
 #[derive(Default)]
@@ -903,15 +1148,30 @@ struct Deletes {
     /// after them (a delete puts the waiter's place back where its key
     /// stood).
     unanswered: Vec<Released>,
+    /// One of those ended unanswered (timed out or failed): the round's
+    /// request to that node may still run there, later.
+    doubtful: bool,
 }
 
 impl Deletes {
     /// Takes in the deletes of the latest round.
     fn add(&mut self, round: Deletes) {
         self.won = round.won;
-        self.unanswered
-            .retain(|r| r.0.iter().any(|task| !task.is_finished()));
+        let doubtful = &mut self.doubtful;
+        self.unanswered.retain(|r| {
+            let running = r.tasks.iter().any(|task| !task.is_finished());
+            *doubtful |= !running && !r.confirmed();
+            running
+        });
         self.unanswered.extend(round.unanswered);
+    }
+
+    /// Whether every request our rounds sent to a node that had not
+    /// answered when its round was decided is known to have run: the node
+    /// answered the delete that followed it on the same connection. Only
+    /// then can no late request of ours still change a key.
+    fn all_answered(&self) -> bool {
+        !self.doubtful && self.unanswered.iter().all(Released::confirmed)
     }
 
     /// Waits for every one of them, but not past `deadline`.
@@ -926,6 +1186,11 @@ impl Deletes {
 }
 
 impl Released {
+    /// Whether every node answered its delete.
+    fn confirmed(&self) -> bool {
+        self.unconfirmed.load(Ordering::Relaxed) == 0
+    }
+
     /// Waits for it, but not past `deadline`.
     async fn wait(mut self, deadline: Instant) {
         self.wait_by(deadline).await;
@@ -934,8 +1199,8 @@ impl Released {
     /// Waits for it, but not past `deadline`: whether every node's delete
     /// is done. What is not goes on in the background.
     async fn wait_by(&mut self, deadline: Instant) -> bool {
-        while !self.0.is_empty() {
-            if next_by(&mut self.0, deadline).await.is_none() {
+        while !self.tasks.is_empty() {
+            if next_by(&mut self.tasks, deadline).await.is_none() {
                 return false;
             }
         }
@@ -1070,8 +1335,10 @@ impl LockBackend for RedlockLock {
         // Held if one token is on a quorum of nodes.
         let mut best: Option<(&str, usize, Option<Duration>)> = None;
         for p in &peeks {
-            // A key reserved for the first in line holds no one's lock.
-            let Some(v) = p.value.as_deref().filter(|v| !v.starts_with(RESERVED_FOR)) else {
+            // A key reserved for the first in line is that waiter's lock
+            // (it holds by the reservations, or takes the key at its next
+            // round).
+            let Some(v) = p.value.as_deref() else {
                 continue;
             };
             if best.is_some_and(|(b, _, _)| b == v) {
@@ -1158,6 +1425,7 @@ impl LockBackend for RedlockLock {
 /// What an operator sees of an owner token: its first 8 digits (the whole
 /// token would let anyone release the lock).
 fn owner_hint(token: &str) -> String {
+    let token = token.strip_prefix(RESERVED_FOR).unwrap_or(token);
     format!("{}…", token.get(..8).unwrap_or(token))
 }
 

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::{
-    add_saturating, LockError, LockErrorKind, NodeFailure, NodeFailureReason, Result, TlsConfig,
+    add_saturating, drift, LockError, LockErrorKind, NodeFailure, NodeFailureReason, Result,
+    TlsConfig,
 };
 use lock_redis::renew::{BatchSender, Batcher, KeyOutcome, RenewBatching, RenewItem, RENEW_BATCH};
 use lock_redis::scripts::{Keys, Scripts, ACQUIRE_IN_LINE, LEAVE_LINE, LINE, LINE_LAPSE, RELEASED};
@@ -134,14 +135,31 @@ pub(crate) struct Place {
     pub lasts: Duration,
     /// No place lasts past this: the call's deadline and a little slack.
     pub until: Instant,
+    /// That slack.
+    slack: Duration,
 }
 
 impl Place {
-    /// A new place `id` for a call that waits until `deadline` and tries
-    /// again at least every `lasts / 2`; each attempt keeps the place
-    /// `lasts` longer, but not past `deadline + slack`.
-    pub fn new(id: String, deadline: Instant, lasts: Duration, slack: Duration) -> Self {
+    /// A new place for a call that waits until `deadline` for a lock of
+    /// `ttl` and tries again at least every `lasts / 2`; each attempt keeps
+    /// the place `lasts` longer, but not past `deadline + slack`.
+    ///
+    /// Its wait id is `wait_id` ([`lock_redis::notify::Notifier::wait_id`])
+    /// with `+<ttl ms>+<slack ms>` appended: a node that reserves the key
+    /// for this place while more than the slack is left of it keeps the
+    /// reservation for the TTL at least (see
+    /// [`lock_redis::scripts::ACQUIRE_IN_LINE`]), so that it is the lock of
+    /// this waiter once a quorum of nodes made it ([`Place::ttl_reserved_before`]).
+    pub fn new(
+        wait_id: &str,
+        ttl: Duration,
+        deadline: Instant,
+        lasts: Duration,
+        slack: Duration,
+    ) -> Self {
         let until = add_saturating(deadline, slack);
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        let id = format!("{wait_id}+{}+{}", ms(ttl), ms(slack));
         let arrival_us = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
@@ -150,7 +168,20 @@ impl Place {
             arrival_us,
             lasts,
             until,
+            slack,
         }
+    }
+
+    /// Until when a node that reserves the key for this place, after an
+    /// attempt of ours sent at `sent` reached it, keeps the reservation for
+    /// our TTL at least: while more than the slack is left of the place
+    /// there (the node renewed the place when that attempt arrived), with
+    /// the drift allowance for the node's clock. Our deadline comes first
+    /// unless the place was last renewed long before.
+    pub fn ttl_reserved_before(&self, sent: Instant) -> Instant {
+        let lapse = add_saturating(sent, self.lasts).min(self.until);
+        let margin = self.slack.saturating_add(drift(self.lasts));
+        lapse.checked_sub(margin).unwrap_or(sent)
     }
 
     /// The three script arguments of `place` (wait id, arrival, how long

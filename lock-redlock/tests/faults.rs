@@ -1228,15 +1228,15 @@ async fn a_turn_is_announced_only_in_the_waiters_inbox() {
     assert!(!heard[0].starts_with("n "), "{heard:?}");
 }
 
-/// A release that reaches one node late, after the next holder's round
-/// there and after that holder left the node's line, makes it the turn of
-/// the waiter behind on that node alone, and says so in that waiter's
-/// client's inbox only. That client cannot hear that a quorum gave the lock
-/// to the other waiter: after the turn grace its waiter runs one round,
-/// which finds the lock held and takes nothing; it gets the lock at the
-/// next release.
+/// A release that reaches a quorum of nodes gives the lock to the first in
+/// line by their reservations alone: the key holds `line:<its wait id>`
+/// there, and no round of the waiter replaces it. The waiter keeps its
+/// place in line while it holds, so a node whose release arrives late
+/// reserves the key for that holder too, not for the waiter behind, who
+/// gets nothing until the holder's release, which takes the holder's place
+/// out of every line.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_release_late_on_one_node_gives_a_second_waiter_nothing() {
+async fn a_turn_on_a_quorum_is_the_lock_and_a_late_node_joins_it() {
     let set = start_set();
     let proxy = Proxy::start(set.nodes()[4].addr()).unwrap();
     let mut urls = set.urls();
@@ -1259,31 +1259,159 @@ async fn a_release_late_on_one_node_gives_a_second_waiter_nothing() {
         .unwrap();
     assert_eq!(i, 0, "the lock went to the longest waiter");
     let first = got.unwrap();
-    let first_owner = get(&set.nodes()[0], &key).expect("the first waiter's key");
-    // The late release lands: node 4 makes it the second waiter's turn.
-    let reserved = format!("line {}", ids[1]);
+    let reserved = format!("line:{}", ids[0]);
+    for n in &set.nodes()[..4] {
+        assert_eq!(get(n, &key), Some(reserved.clone()), "on {}", n.addr());
+    }
+    // The late release lands: node 4 reserves the key for the holder too.
     let deadline = Instant::now() + 2 * SLACK;
     while get(&set.nodes()[4], &key).as_deref() != Some(reserved.as_str()) {
         assert!(
             Instant::now() < deadline,
-            "node 4 did not turn to the second waiter"
+            "node 4 did not turn to the holder: {:?}",
+            get(&set.nodes()[4], &key)
         );
         sleep(Duration::from_millis(20)).await;
     }
     sleep(Duration::from_millis(300)).await;
     assert!(rx.try_recv().is_err(), "the second waiter got a held lock");
     assert!(first.is_held());
-    for n in &set.nodes()[..4] {
-        assert_eq!(get(n, &key), Some(first_owner.clone()), "on {}", n.addr());
-    }
-    assert_eq!(get(&set.nodes()[4], &key), Some(reserved));
+    // The holder's extension is its own.
+    first.extend(ttl).await.unwrap();
     assert!(first.release().await.unwrap());
     let (i, got) = timeout(SLACK, rx.recv())
         .await
         .expect("the second waiter got the lock at the next release")
         .unwrap();
     assert_eq!(i, 1);
+    // Node 4 answers 300 ms late.
+    let deadline = Instant::now() + 2 * SLACK;
+    while set
+        .nodes()
+        .iter()
+        .any(|n| scores(n, &line).iter().any(|(id, _)| *id == ids[0]))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the released holder is still in line"
+        );
+        sleep(Duration::from_millis(20)).await;
+    }
     assert!(got.unwrap().release().await.unwrap());
+    assert_gone_from(set.nodes(), &key).await;
+    for n in set.nodes() {
+        assert!(
+            scores(n, &line).is_empty(),
+            "a place is left on {}",
+            n.addr()
+        );
+    }
+}
+
+/// A holder by reservation whose key on one node is someone else's (here
+/// a peer client's) still takes its place out of that node's line when it
+/// releases: the node does not keep the lock reserved for a waiter that is
+/// gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_holder_by_reservation_leaves_every_line_when_it_releases() {
+    let set = start_set();
+    let holder = RedlockLock::connect(config(&set)).await.unwrap();
+    let name = lock_name("reserved-release");
+    let key = holder.key_of(&name);
+    let ttl = Duration::from_secs(60);
+    let line = format!("{{{key}}} line");
+    let held = holder.acquire(&name, &opts(ttl)).await.unwrap();
+    let (mut rx, ids) = waiters(&set, &name, ttl, 1, &line).await;
+    // Node 4's key changes hands behind the holder's back: its release
+    // there finds a stranger's key.
+    set_foreign(&set.nodes()[4], &key, "0123456789abcdef0123456789abcdef");
+    assert!(held.release().await.unwrap());
+    let (_, got) = timeout(SLACK, rx.recv())
+        .await
+        .expect("the waiter got the lock")
+        .unwrap();
+    let got = got.unwrap();
+    let reserved = format!("line:{}", ids[0]);
+    for n in &set.nodes()[..4] {
+        assert_eq!(get(n, &key), Some(reserved.clone()), "on {}", n.addr());
+    }
+    assert!(scores(&set.nodes()[4], &line)
+        .iter()
+        .any(|(id, _)| *id == ids[0]));
+    assert!(got.release().await.unwrap());
+    for n in set.nodes() {
+        assert!(
+            scores(n, &line).is_empty(),
+            "a place is left on {}",
+            n.addr()
+        );
+    }
+    assert_gone_from(&set.nodes()[..4], &key).await;
+    assert_eq!(
+        get(&set.nodes()[4], &key).as_deref(),
+        Some("0123456789abcdef0123456789abcdef")
+    );
+}
+
+/// A holder by reservation that vanishes (cut off from every node before
+/// it could extend or release) holds the name up for its TTL, as one that
+/// took the key with a round would: the reservation and the holder's place
+/// in line both last the TTL, not the place's full length (here 20 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_vanished_holder_by_reservation_holds_the_name_up_for_one_ttl() {
+    let set = start_set();
+    let name = lock_name("vanished-holder");
+    let ttl = Duration::from_secs(1);
+    let holder = RedlockLock::connect(config(&set)).await.unwrap();
+    let key = holder.key_of(&name);
+    let line = format!("{{{key}}} line");
+    let held = holder.acquire(&name, &opts(ttl)).await.unwrap();
+    let proxies = proxies_for(&set);
+    let waiter = through(&proxies, NODE_TIMEOUT).await;
+    let waiting = {
+        let name = name.clone();
+        tokio::spawn(async move {
+            waiter
+                .acquire(&name, &opts(ttl).wait(Duration::from_secs(60)))
+                .await
+        })
+    };
+    let deadline = Instant::now() + 2 * SLACK;
+    while waiters_in_line(&set, &line).is_empty() {
+        assert!(Instant::now() < deadline, "the waiter never got in line");
+        sleep(Duration::from_millis(10)).await;
+    }
+    let id = waiters_in_line(&set, &line).remove(0);
+    assert!(held.release().await.unwrap());
+    let got = timeout(SLACK, waiting)
+        .await
+        .expect("the waiter got the lock")
+        .unwrap()
+        .unwrap();
+    let reserved = format!("line:{id}");
+    let by_reservation = set
+        .nodes()
+        .iter()
+        .filter(|n| get(n, &key).as_deref() == Some(reserved.as_str()))
+        .count();
+    assert!(
+        by_reservation >= 3,
+        "held by reservation on {by_reservation} nodes"
+    );
+    proxies.iter().for_each(Proxy::cut);
+    let started = Instant::now();
+    let next = RedlockLock::connect(config(&set)).await.unwrap();
+    let again = next
+        .acquire(&name, &opts(ttl).wait(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    assert!(
+        started.elapsed() < ttl + 2 * SLACK,
+        "the next caller waited {:?} for the vanished holder",
+        started.elapsed()
+    );
+    assert!(again.release().await.unwrap());
+    drop(got);
 }
 
 /// When the nodes' lines have drifted apart so far that a release names
