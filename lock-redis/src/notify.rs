@@ -466,17 +466,6 @@ impl Notifier {
     }
 }
 
-/// The nodes that announced one release as a waiter's turn
-/// ([`Subscription::turn_reached`]).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Turn {
-    /// The owner token whose release it was (empty when the wake-up named
-    /// no release).
-    pub released: String,
-    /// Bit `i` set: node `i` announced it.
-    pub nodes: u64,
-}
-
 /// Why [`Subscription::wait_until`] returned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Wake {
@@ -610,24 +599,24 @@ impl Subscription {
     /// key on the nodes whose delete is on its way, and fail.
     ///
     /// Returns the nodes that announced that release as this waiter's turn
-    /// since its last attempt began (each of them reserved the key for it
-    /// then); none when the wake-up named no release (a waiter left the
+    /// since its last attempt began (bit `i`: node `i`; each of them
+    /// reserved the key for it then); none when the wake-up named no release (a waiter left the
     /// line) or was not a turn. `None` when `n` nodes announced that same
     /// release as the turn of one other waiter before `n` announced it as
     /// ours: the nodes' lines differed (that waiter had already left this
     /// node's line, holding the lock the others gave it), so the lock is
     /// that waiter's on a quorum and a round of ours would fail. We go on
     /// waiting; its release makes it our turn everywhere.
-    pub async fn turn_reached(&mut self, n: usize, among: u64, until: Instant) -> Option<Turn> {
+    pub async fn turn_reached(&mut self, n: usize, among: u64, until: Instant) -> Option<u64> {
         let Some((id, slot)) = &self.grant else {
-            return Some(Turn::default());
+            return Some(0);
         };
         let Some(owner) = locked(&slot.turn_of).take() else {
-            return Some(Turn::default());
+            return Some(0);
         };
         if owner == "-" {
             // A waiter left the line; no release is on its way.
-            return Some(Turn::default());
+            return Some(0);
         }
         let id = id.clone();
         let live = locked(&self.state.live).iter().filter(|l| **l).count();
@@ -649,10 +638,7 @@ impl Subscription {
             };
             let another = self.turns_of(&owner, &id);
             if (ours & among).count_ones() as usize >= enough {
-                return Some(Turn {
-                    released: owner,
-                    nodes: ours,
-                });
+                return Some(ours);
             }
             if another >= n {
                 // Not a wake-up of ours: nothing to pass on if dropped.
@@ -661,12 +647,7 @@ impl Subscription {
             }
             tokio::select! {
                 _ = changed(&mut self.copies) => {}
-                _ = tokio::time::sleep_until(until) => {
-                    return Some(Turn {
-                        released: owner,
-                        nodes: ours,
-                    })
-                }
+                _ = tokio::time::sleep_until(until) => return Some(ours),
             }
         }
     }

@@ -303,6 +303,42 @@ macro_rules! reserve_for_head {
     };
 }
 
+/// Lua code by which the waiter `$id` leaves the Redlock line of
+/// [`RELEASE`]'s keys, the key holding `$holder`; defines `left` (whether
+/// it was in line). If it was its turn (first in line while the key was
+/// free, or the key reserved for it), the turn passes on: the key is
+/// reserved for the next in line, or freed if nobody waits, and the next in
+/// line is told (`n - <wait id>`, with `announce_turn`) when `$announce`.
+macro_rules! leave_line {
+    ($id:literal, $holder:literal, $announce:literal) => {
+        concat!(
+            "local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]\n",
+            "redis.call('ZREM', KEYS[4], ",
+            $id,
+            ")\n",
+            "local left = redis.call('ZREM', KEYS[3], ",
+            $id,
+            ") == 1\n",
+            "if left and (",
+            $holder,
+            " == 'line:' .. ",
+            $id,
+            " or (first == ",
+            $id,
+            " and not ",
+            $holder,
+            ")) then\n",
+            "local head\n",
+            now_ms!(),
+            reserve_for_head!("KEYS[1]", "KEYS[3]", "KEYS[4]"),
+            "if head and ",
+            $announce,
+            " then announce_turn('n - ' .. head, head) end\n",
+            "end\n"
+        )
+    };
+}
+
 /// Redlock acquire on one node, in line (the waiters' arrival order, the
 /// same on every node).
 /// `KEYS[1]` = lock key, `KEYS[2]` = the line (`{key} line`: wait ids
@@ -421,15 +457,10 @@ local holder = redis.call('GET', KEYS[1])
 local granted = string.sub(ARGV[1], 1, 5) == 'line:' and string.sub(ARGV[1], 6)
 local head
 if holder ~= ARGV[1] then
-  if not granted then return 0 end
-  local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
-  redis.call('ZREM', KEYS[4], granted)
-  if redis.call('ZREM', KEYS[3], granted) == 1 and first == granted and not holder then
+  if granted then
 "#,
-    now_ms!(),
-    reserve_for_head!("KEYS[1]", "KEYS[3]", "KEYS[4]"),
+    leave_line!("granted", "holder", "ARGV[2] ~= '0'"),
     r#"
-    if head and ARGV[2] ~= '0' then announce_turn('n - ' .. head, head) end
   end
   return 0
 end
@@ -476,26 +507,10 @@ return 1
 /// holder's round did, which then lost here and leaves its place.)
 /// Returns 1 if it was in line, else 0.
 pub const LEAVE_LINE: &str = concat!(
-    r#"
-local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
-redis.call('ZREM', KEYS[4], ARGV[1])
-if redis.call('ZREM', KEYS[3], ARGV[1]) == 0 then return 0 end
-local holder = redis.call('GET', KEYS[1])
-if holder == 'line:' .. ARGV[1] or (first == ARGV[1] and not holder) then
-  local head
-"#,
-    now_ms!(),
-    reserve_for_head!("KEYS[1]", "KEYS[3]", "KEYS[4]"),
-    r#"
-  if head and ARGV[2] ~= '1' then
-"#,
     announce_turn!("KEYS[2]", "ARGV[3]"),
-    r#"
-    announce_turn('n - ' .. head, head)
-  end
-end
-return 1
-"#
+    "local holder = redis.call('GET', KEYS[1])\n",
+    leave_line!("ARGV[1]", "holder", "ARGV[2] ~= '1'"),
+    "if left then return 1 end\nreturn 0\n"
 );
 
 /// Mutex release: compare, then hand the lock to the first waiter in the

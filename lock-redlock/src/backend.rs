@@ -21,7 +21,7 @@ use tokio::time::Instant;
 
 use crate::config::RedlockConfig;
 use crate::node::{self, NameKeys, Node, Place, ReleaseReply, SetReply};
-use lock_redis::notify::{Notifier, NotifyNode, Subscription, Timeouts, Turn, Wake};
+use lock_redis::notify::{Notifier, NotifyNode, Subscription, Timeouts, Wake};
 
 /// What [`RedlockLock`] guarantees, as [`lock_core::DistributedLock::capabilities`] reports it.
 pub const FAULT_TOLERANCE: &str =
@@ -531,30 +531,26 @@ impl Inner {
         // whether the key needs deleting (most of them are refused); where
         // we know we won, it is done before returning.
         // A waiter's place goes back into the lines its wins took it from.
+        let delete = Delete {
+            keys: keys.clone(),
+            token,
+            announce,
+            rejoin: place.cloned(),
+        };
         let mut unanswered: Vec<Released> = Vec::new();
         if !unknown.is_empty() {
-            unanswered.push(self.start_release(&unknown, keys, &token, announce, place, order));
+            unanswered.push(self.start_release(&unknown, &delete, order));
         }
         let taken_late = Arc::new(AtomicU64::new(0));
         if !late.is_empty() {
-            unanswered.push(self.settle_late(
-                pending,
-                &late,
-                keys,
-                &token,
-                announce,
-                place,
-                order,
-                taken_late.clone(),
-            ));
+            unanswered.push(self.settle_late(pending, &late, &delete, order, taken_late.clone()));
         }
         // The nodes we won are released at once, waiting only for what is
         // left of this round's node timeout (the call's bound): when the
         // nodes answer, the keys are gone when the round returns; when they
         // hang, the release goes on in the background and a waiting caller
         // awaits it before its next round (see `Released`).
-        let mut released = (!ours.is_empty())
-            .then(|| self.start_release(&ours, keys, &token, announce, place, order));
+        let mut released = (!ours.is_empty()).then(|| self.start_release(&ours, &delete, order));
         if let Some(r) = released.as_mut() {
             if r.wait_by(add_saturating(start, limit)).await {
                 released = None;
@@ -614,22 +610,18 @@ impl Inner {
         )
     }
 
-    /// Starts a compare-and-delete of `token` on the nodes `which`, each a
-    /// task of its own that is running when this returns, announced on the
-    /// release channel if `announce`, putting a waiter's `rejoin` place back
-    /// into their lines. Each is bounded by [`Inner::background_bound`];
-    /// wait on the returned [`Released`] as long as the caller may.
-    /// Outcomes are only logged: a key that could not be deleted expires
-    /// with its TTL. With `order` (a waiting call's), each request goes to
-    /// its node after the call's earlier clean-ups there, and the call's
-    /// later requests to the node go after it.
+    /// Starts `delete` (a compare-and-delete of a round's token) on the
+    /// nodes `which`, each a task of its own that is running when this
+    /// returns. Each is bounded by [`Inner::background_bound`]; wait on the
+    /// returned [`Released`] as long as the caller may. Outcomes are only
+    /// logged: a key that could not be deleted expires with its TTL. With
+    /// `order` (a waiting call's), each request goes to its node after the
+    /// call's earlier clean-ups there, and the call's later requests to the
+    /// node go after it.
     fn start_release(
         self: &Arc<Self>,
         which: &[usize],
-        keys: &Arc<NameKeys>,
-        token: &Arc<str>,
-        announce: bool,
-        rejoin: Option<&Arc<Place>>,
+        delete: &Delete,
         order: Option<&Arc<NodeOrder>>,
     ) -> Released {
         let unconfirmed = Arc::new(AtomicUsize::new(which.len()));
@@ -638,22 +630,12 @@ impl Inner {
                 .iter()
                 .map(|&i| {
                     let (earlier, done) = order.map(|o| o.enter(i)).unzip();
-                    let (inner, keys, token, rejoin) =
-                        (self.clone(), keys.clone(), token.clone(), rejoin.cloned());
-                    let unconfirmed = unconfirmed.clone();
-                    tokio::spawn(async move {
-                        let _done = done;
-                        let by = add_saturating(Instant::now(), inner.background_bound());
+                    let earlier = async move {
                         if let Some(earlier) = earlier {
-                            let _ = tokio::time::timeout_at(by, earlier).await;
+                            earlier.await;
                         }
-                        if inner
-                            .release_on(i, &keys, &token, announce, rejoin.as_deref(), by)
-                            .await
-                        {
-                            unconfirmed.fetch_sub(1, Ordering::Relaxed);
-                        }
-                    })
+                    };
+                    self.spawn_release_on(i, delete.clone(), earlier, done, unconfirmed.clone())
                 })
                 .collect(),
             unconfirmed,
@@ -663,20 +645,16 @@ impl Inner {
     /// The nodes `late` that a round was decided without: their requests
     /// (in `pending`) are still on their way. Each node's reply decides, in
     /// the background: a refused `SET` needs nothing (the usual case: the
-    /// round lost to a holder everywhere); one that won or failed gets the
-    /// compare-and-delete of [`start_release`](Self::start_release), after
+    /// round lost to a holder everywhere); one that won or failed gets
+    /// `delete`, as [`start_release`](Self::start_release) sends it, after
     /// it on the node's connection. The nodes that refused it are added to
     /// `taken_late` (bit `i`: node `i`). With `order`, the call's later
     /// requests to those nodes go after this.
-    #[allow(clippy::too_many_arguments)]
     fn settle_late<F>(
         self: &Arc<Self>,
         mut pending: FuturesUnordered<F>,
         late: &[usize],
-        keys: &Arc<NameKeys>,
-        token: &Arc<str>,
-        announce: bool,
-        rejoin: Option<&Arc<Place>>,
+        delete: &Delete,
         order: Option<&Arc<NodeOrder>>,
         taken_late: Arc<AtomicU64>,
     ) -> Released
@@ -692,9 +670,7 @@ impl Inner {
                 done[i] = Some(order.enter(i).1);
             }
         }
-        let (inner, keys, token, rejoin) =
-            (self.clone(), keys.clone(), token.clone(), rejoin.cloned());
-        let confirmed = unconfirmed.clone();
+        let (inner, delete, confirmed) = (self.clone(), delete.clone(), unconfirmed.clone());
         let task = tokio::spawn(async move {
             let deletes = FuturesUnordered::new();
             while let Some((i, r)) = pending.next().await {
@@ -704,23 +680,14 @@ impl Inner {
                     confirmed.fetch_sub(1, Ordering::Relaxed);
                     continue;
                 }
-                let (inner, keys, token, rejoin, confirmed) = (
-                    inner.clone(),
-                    keys.clone(),
-                    token.clone(),
-                    rejoin.clone(),
+                let earlier = std::future::ready(());
+                deletes.push(inner.spawn_release_on(
+                    i,
+                    delete.clone(),
+                    earlier,
+                    done,
                     confirmed.clone(),
-                );
-                deletes.push(tokio::spawn(async move {
-                    let _done = done;
-                    let by = add_saturating(Instant::now(), inner.background_bound());
-                    if inner
-                        .release_on(i, &keys, &token, announce, rejoin.as_deref(), by)
-                        .await
-                    {
-                        confirmed.fetch_sub(1, Ordering::Relaxed);
-                    }
-                }));
+                ));
             }
             deletes.collect::<Vec<_>>().await;
         });
@@ -730,30 +697,43 @@ impl Inner {
         }
     }
 
-    /// One node's compare-and-delete for [`start_release`](Self::start_release),
-    /// given up at `by`: whether the node answered.
-    async fn release_on(
-        &self,
+    /// Spawns `delete` on node `i`, after `earlier` (the call's earlier
+    /// clean-up there), given up [`Inner::background_bound`] after it
+    /// starts; `done` marks it finished for the call's later requests to
+    /// the node, and `unconfirmed` counts it off once the node answered.
+    fn spawn_release_on(
+        self: &Arc<Self>,
         i: usize,
-        keys: &NameKeys,
-        token: &str,
-        announce: bool,
-        rejoin: Option<&Place>,
-        by: Instant,
-    ) -> bool {
-        let node = &self.nodes[i];
-        let release = node.release(&self.scripts, keys, token, announce, rejoin);
-        match tokio::time::timeout_at(by, release).await {
-            Ok(Ok(_)) => true,
-            Ok(Err(e)) => {
-                tracing::debug!(node = %node.addr, error = %e, "redlock: clean-up release failed; the key expires with its TTL");
-                false
+        delete: Delete,
+        earlier: impl Future<Output = ()> + Send + 'static,
+        done: Option<SetOnDrop>,
+        unconfirmed: Arc<AtomicUsize>,
+    ) -> tokio::task::JoinHandle<()> {
+        let inner = self.clone();
+        tokio::spawn(async move {
+            let _done = done;
+            let by = add_saturating(Instant::now(), inner.background_bound());
+            let _ = tokio::time::timeout_at(by, earlier).await;
+            let node = &inner.nodes[i];
+            let Delete {
+                keys,
+                token,
+                announce,
+                rejoin,
+            } = &delete;
+            let release = node.release(&inner.scripts, keys, token, *announce, rejoin.as_deref());
+            match tokio::time::timeout_at(by, release).await {
+                Ok(Ok(_)) => {
+                    unconfirmed.fetch_sub(1, Ordering::Relaxed);
+                }
+                Ok(Err(e)) => {
+                    tracing::debug!(node = %node.addr, error = %e, "redlock: clean-up release failed; the key expires with its TTL")
+                }
+                Err(_) => {
+                    tracing::debug!(node = %node.addr, "redlock: clean-up release timed out; it runs when the node answers, else the key expires")
+                }
             }
-            Err(_) => {
-                tracing::debug!(node = %node.addr, "redlock: clean-up release timed out; it runs when the node answers, else the key expires");
-                false
-            }
-        }
+        })
     }
 
     /// Takes `place` out of the line on the nodes `which`, in parallel,
@@ -1017,7 +997,7 @@ impl Inner {
                     let among = lost_to.as_ref().map_or(0, LostTo::refused_by);
                     match s.turn_reached(self.quorum, among, by).await {
                         Some(turn) => {
-                            let turns = lost_to.as_ref().map_or(0, |l| l.reserved_by(&turn));
+                            let turns = lost_to.as_ref().map_or(0, |l| l.reserved_by(turn));
                             // A quorum reserved the key for us: that is the
                             // lock, with no round. Otherwise a round takes it.
                             if turns >= self.quorum {
@@ -1107,16 +1087,16 @@ impl LostTo {
         self.taken_on | self.taken_late.load(Ordering::Relaxed)
     }
 
-    /// How many of the nodes that announced `turn` (our turn, since the
-    /// round began) hold the lock for us by their reservation: those that
-    /// refused the round. A release that reached such a node before the
+    /// How many of the nodes `turn` (bit `i`: node `i`) that announced our
+    /// turn since the round began hold the lock for us by their
+    /// reservation: those that refused the round. A release that reached such a node before the
     /// round did would have left the key reserved for us, and the round
     /// would have taken it as its own; so the reservation came after the
     /// round, and no request of ours has touched the key since (our earlier
     /// requests to a node reach it before our later ones, see
     /// [`NodeOrder`], and [`Deletes::all_answered`] rules out the rest).
-    fn reserved_by(&self, turn: &Turn) -> usize {
-        (turn.nodes & self.refused_by()).count_ones() as usize
+    fn reserved_by(&self, turn: u64) -> usize {
+        (turn & self.refused_by()).count_ones() as usize
     }
 }
 
@@ -1127,6 +1107,30 @@ struct SetOnDrop(Arc<SetOnce<()>>);
 impl Drop for SetOnDrop {
     fn drop(&mut self) {
         let _ = self.0.set(());
+    }
+}
+
+/// A compare-and-delete of one token, as a clean-up or a release in the
+/// background sends it to each node ([`Inner::start_release`]).
+#[derive(Clone)]
+struct Delete {
+    keys: Arc<NameKeys>,
+    token: Arc<str>,
+    /// Announced to the waiters (see [`lock_redis::scripts::RELEASE`]).
+    announce: bool,
+    /// A waiter's place that goes back into the lines where the token was.
+    rejoin: Option<Arc<Place>>,
+}
+
+impl Delete {
+    /// The release of `token`, announced, putting no place back.
+    fn of(keys: Arc<NameKeys>, token: Arc<str>) -> Self {
+        Self {
+            keys,
+            token,
+            announce: true,
+            rejoin: None,
+        }
     }
 }
 
@@ -1262,7 +1266,7 @@ async fn release_everywhere(inner: Arc<Inner>, keys: Arc<NameKeys>, token: Arc<s
     let all: Vec<usize> = (0..inner.nodes.len()).collect();
     let by = add_saturating(Instant::now(), inner.background_bound());
     inner
-        .start_release(&all, &keys, &token, true, None, None)
+        .start_release(&all, &Delete::of(keys, token), None)
         .wait(by)
         .await;
 }
@@ -1577,7 +1581,7 @@ impl LeaseHandle for RedlockLease {
                     settled.wait().await;
                     let by = add_saturating(Instant::now(), inner.background_bound());
                     inner
-                        .start_release(&late, &keys, &token, true, None, None)
+                        .start_release(&late, &Delete::of(keys, token), None)
                         .wait(by)
                         .await;
                 });
