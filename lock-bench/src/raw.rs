@@ -1,7 +1,8 @@
 //! The raw-protocol limit: the bare round trips a lock needs, sent with the
 //! same client crates the backends use. No waiting (a raw acquire that finds
 //! the lock taken is an error: it is only run uncontended), no keep-alive, no
-//! fencing counter.
+//! fencing counter (except in [`RawRedis`] with `fenced`, which shows what a
+//! fencing counter alone costs).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -37,6 +38,12 @@ fn token() -> String {
 pub struct RawRedis {
     /// Node URLs.
     pub urls: Vec<String>,
+    /// Also count a fencing token in the same atomic step as the `SET NX PX`
+    /// (`MULTI`, `SET NX PX`, `INCR {name} fencing`, `EXEC`): the least any
+    /// fenced lock adds to the bare protocol, with no queue of waiters, no
+    /// floor under the counter and no wake-up on release. The compare-and-
+    /// delete is unchanged.
+    pub fenced: bool,
 }
 
 #[async_trait]
@@ -55,6 +62,7 @@ impl Connector for RawRedis {
         Ok(Arc::new(RawRedisClient {
             conns,
             script: Arc::new(redis::Script::new(COMPARE_AND_DELETE)),
+            fenced: self.fenced,
         }))
     }
 }
@@ -62,6 +70,7 @@ impl Connector for RawRedis {
 struct RawRedisClient {
     conns: Vec<MultiplexedConnection>,
     script: Arc<redis::Script>,
+    fenced: bool,
 }
 
 async fn raw_set(
@@ -69,16 +78,22 @@ async fn raw_set(
     key: String,
     token: String,
     ttl_ms: u64,
+    fenced: bool,
 ) -> redis::RedisResult<bool> {
-    let reply: Option<String> = redis::cmd("SET")
-        .arg(&key)
-        .arg(&token)
-        .arg("NX")
-        .arg("PX")
-        .arg(ttl_ms)
+    let mut set = redis::cmd("SET");
+    set.arg(&key).arg(&token).arg("NX").arg("PX").arg(ttl_ms);
+    if !fenced {
+        let reply: Option<String> = set.query_async(&mut conn).await?;
+        return Ok(reply.is_some());
+    }
+    let (reply, fence): (Option<String>, u64) = redis::pipe()
+        .atomic()
+        .add_command(set)
+        .cmd("INCR")
+        .arg(format!("{{{key}}} fencing"))
         .query_async(&mut conn)
         .await?;
-    Ok(reply.is_some())
+    Ok(reply.is_some() && fence > 0)
 }
 
 async fn raw_del(
@@ -95,11 +110,15 @@ impl Locker for RawRedisClient {
     async fn acquire(&self, name: &str, _wait: Duration) -> BenchResult<Option<Box<dyn Held>>> {
         let token = token();
         let ttl_ms = RAW_TTL.as_millis() as u64;
-        let results = join_all(
-            self.conns
-                .iter()
-                .map(|c| raw_set(c.clone(), name.to_string(), token.clone(), ttl_ms)),
-        )
+        let results = join_all(self.conns.iter().map(|c| {
+            raw_set(
+                c.clone(),
+                name.to_string(),
+                token.clone(),
+                ttl_ms,
+                self.fenced,
+            )
+        }))
         .await;
         let won = results.iter().filter(|r| matches!(r, Ok(true))).count();
         let held: Box<dyn Held> = Box::new(RawRedisHeld {

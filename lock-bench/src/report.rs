@@ -199,6 +199,11 @@ impl BackendReport {
         self.subjects.iter().find(|s| s.kind == Kind::Raw)
     }
 
+    /// The raw protocol with a fencing counter (Redis and Redlock).
+    pub fn fenced(&self) -> Option<&SubjectReport> {
+        self.subjects.iter().find(|s| s.kind == Kind::Fenced)
+    }
+
     /// The first peer.
     pub fn peer(&self) -> Option<&SubjectReport> {
         self.subjects.iter().find(|s| s.kind == Kind::Peer)

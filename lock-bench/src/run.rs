@@ -277,7 +277,23 @@ fn groups(args: &Args, profile: &Profile, servers: &Servers) -> Vec<Group> {
                         Plan {
                             label: "raw SET NX PX + EVALSHA del".into(),
                             kind: Kind::Raw,
-                            connector: url.clone().map(|u| arc(RawRedis { urls: vec![u] })),
+                            connector: url.clone().map(|u| {
+                                arc(RawRedis {
+                                    urls: vec![u],
+                                    fenced: false,
+                                })
+                            }),
+                            contended: false,
+                        },
+                        Plan {
+                            label: "raw + fencing counter (MULTI SET NX PX, INCR)".into(),
+                            kind: Kind::Fenced,
+                            connector: url.clone().map(|u| {
+                                arc(RawRedis {
+                                    urls: vec![u],
+                                    fenced: true,
+                                })
+                            }),
                             contended: false,
                         },
                     ],
@@ -310,7 +326,22 @@ fn groups(args: &Args, profile: &Profile, servers: &Servers) -> Vec<Group> {
                                 "raw SET NX PX + EVALSHA del, {REDLOCK_NODES} nodes in parallel"
                             ),
                             kind: Kind::Raw,
-                            connector: urls.clone().map(|urls| arc(RawRedis { urls })),
+                            connector: urls.clone().map(|urls| {
+                                arc(RawRedis {
+                                    urls,
+                                    fenced: false,
+                                })
+                            }),
+                            contended: false,
+                        },
+                        Plan {
+                            label: format!(
+                                "raw + fencing counter (MULTI SET NX PX, INCR), {REDLOCK_NODES} nodes"
+                            ),
+                            kind: Kind::Fenced,
+                            connector: urls
+                                .clone()
+                                .map(|urls| arc(RawRedis { urls, fenced: true })),
                             contended: false,
                         },
                         Plan {

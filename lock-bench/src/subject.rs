@@ -22,6 +22,10 @@ pub enum Kind {
     Raw,
     /// Another lock library on the same servers.
     Peer,
+    /// The raw protocol plus a fencing token counted in the same atomic
+    /// step: what fencing alone costs, against which the raw limit of a
+    /// fenced lock can be read.
+    Fenced,
 }
 
 /// Makes independent clients (own connection or session, like another process).

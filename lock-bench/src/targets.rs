@@ -88,11 +88,32 @@ pub fn evaluate(backends: &[BackendReport]) -> Vec<Target> {
             let w = lat.min(thr);
             worst = Some(worst.map_or(w, |x: f64| x.min(w)));
         }
+        // What a fencing counter alone costs, in the same run: the bare
+        // protocol with a token counted in the same atomic step.
+        let fenced = b.fenced().map(|f| {
+            let levels: Vec<String> = f
+                .uncontended
+                .iter()
+                .filter_map(|fu| {
+                    let ru = raw.at(fu.tasks)?;
+                    let (_, thr) = raw_ratios(fu, ru)?;
+                    Some(format!("x{} {thr:.2} (n={})", fu.tasks, fu.cycles))
+                })
+                .collect();
+            format!(
+                "; the raw protocol with a fencing counter alone (MULTI SET NX PX + INCR, no queue, no counter floor, no wake-up), its throughput/raw: {}",
+                levels.join(", ")
+            )
+        });
         match worst {
             Some(w) => out.push(target(
                 &t1,
                 name,
-                format!("worst {w:.2}x; {}", parts.join("; ")),
+                format!(
+                    "worst {w:.2}x; {}{}",
+                    parts.join("; "),
+                    fenced.unwrap_or_default()
+                ),
                 status(w >= RAW_FRACTION),
             )),
             None => out.push(target(
