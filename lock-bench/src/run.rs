@@ -243,6 +243,10 @@ fn groups(args: &Args, profile: &Profile, servers: &Servers) -> Vec<Group> {
         |t: &Result<Target, String>, o: &DistOptions| -> Result<Arc<dyn Connector>, String> {
             t.clone().map(|t| arc(Ours::new(t, o.clone())))
         };
+    let raw_redis =
+        |urls: &Result<Vec<String>, String>, fenced: bool| -> Result<Arc<dyn Connector>, String> {
+            urls.clone().map(|urls| arc(RawRedis { urls, fenced }))
+        };
     let mut out = Vec::new();
     for b in &args.backends {
         match b.as_str() {
@@ -264,6 +268,7 @@ fn groups(args: &Args, profile: &Profile, servers: &Servers) -> Vec<Group> {
             "redis" => {
                 let url = server(&servers.redis, "redis-server").map(|s| s.url());
                 let t = url.clone().map(Target::Redis);
+                let urls = url.clone().map(|u| vec![u]);
                 out.push(Group {
                     backend: "redis",
                     servers: "1 redis-server".into(),
@@ -277,23 +282,13 @@ fn groups(args: &Args, profile: &Profile, servers: &Servers) -> Vec<Group> {
                         Plan {
                             label: "raw SET NX PX + EVALSHA del".into(),
                             kind: Kind::Raw,
-                            connector: url.clone().map(|u| {
-                                arc(RawRedis {
-                                    urls: vec![u],
-                                    fenced: false,
-                                })
-                            }),
+                            connector: raw_redis(&urls, false),
                             contended: false,
                         },
                         Plan {
                             label: "raw + fencing counter (MULTI SET NX PX, INCR)".into(),
                             kind: Kind::Fenced,
-                            connector: url.clone().map(|u| {
-                                arc(RawRedis {
-                                    urls: vec![u],
-                                    fenced: true,
-                                })
-                            }),
+                            connector: raw_redis(&urls, true),
                             contended: false,
                         },
                     ],
@@ -326,12 +321,7 @@ fn groups(args: &Args, profile: &Profile, servers: &Servers) -> Vec<Group> {
                                 "raw SET NX PX + EVALSHA del, {REDLOCK_NODES} nodes in parallel"
                             ),
                             kind: Kind::Raw,
-                            connector: urls.clone().map(|urls| {
-                                arc(RawRedis {
-                                    urls,
-                                    fenced: false,
-                                })
-                            }),
+                            connector: raw_redis(&urls, false),
                             contended: false,
                         },
                         Plan {
@@ -339,9 +329,7 @@ fn groups(args: &Args, profile: &Profile, servers: &Servers) -> Vec<Group> {
                                 "raw + fencing counter (MULTI SET NX PX, INCR), {REDLOCK_NODES} nodes"
                             ),
                             kind: Kind::Fenced,
-                            connector: urls
-                                .clone()
-                                .map(|urls| arc(RawRedis { urls, fenced: true })),
+                            connector: raw_redis(&urls, true),
                             contended: false,
                         },
                         Plan {
