@@ -1299,13 +1299,7 @@ async fn a_turn_on_a_quorum_is_the_lock_and_a_late_node_joins_it() {
     }
     assert!(got.unwrap().release().await.unwrap());
     assert_gone_from(set.nodes(), &key).await;
-    for n in set.nodes() {
-        assert!(
-            scores(n, &line).is_empty(),
-            "a place is left on {}",
-            n.addr()
-        );
-    }
+    assert_no_place_in(set.nodes(), &line);
 }
 
 /// A holder by reservation whose key on one node is someone else's (here
@@ -1339,13 +1333,7 @@ async fn a_holder_by_reservation_leaves_every_line_when_it_releases() {
         .iter()
         .any(|(id, _)| *id == ids[0]));
     assert!(got.release().await.unwrap());
-    for n in set.nodes() {
-        assert!(
-            scores(n, &line).is_empty(),
-            "a place is left on {}",
-            n.addr()
-        );
-    }
+    assert_no_place_in(set.nodes(), &line);
     assert_gone_from(&set.nodes()[..4], &key).await;
     assert_eq!(
         get(&set.nodes()[4], &key).as_deref(),
@@ -1520,6 +1508,17 @@ fn assert_ran_no_round(
         assert_eq!(
             was, now,
             "{when}: waiter {id}, not first in line, ran a round (node {node})"
+        );
+    }
+}
+
+/// Asserts that the line `line` holds no place on any of `nodes`.
+fn assert_no_place_in(nodes: &[RedisServer], line: &str) {
+    for n in nodes {
+        assert!(
+            scores(n, line).is_empty(),
+            "a place is left on {}",
+            n.addr()
         );
     }
 }
