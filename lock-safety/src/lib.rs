@@ -31,6 +31,8 @@
 //!   fencing end to end, into storage.
 #![deny(missing_docs)]
 
+pub mod fixture;
+pub mod nemesis;
 mod postgres;
 
 pub use postgres::PgRegisters;
@@ -261,6 +263,14 @@ impl Workload {
             guard.mode(),
             asked,
         )
+    }
+
+    /// Like [`Workload::enter`], for the register `resource` instead of the
+    /// one named after the lock: the mutex, the read-write lock and the
+    /// semaphore of one name are different locks whose tokens need not be
+    /// comparable, so each can protect a register of its own.
+    pub fn enter_resource(&self, resource: &str, guard: &LockGuard, asked: Instant) -> Section {
+        self.enter_as(resource, guard.fencing_token(), guard.mode(), asked)
     }
 
     /// Like [`Workload::enter`], from a lock name and a token, for a mutex

@@ -94,6 +94,7 @@ mod member;
 mod postgres;
 mod process;
 mod proxy;
+mod pubsub;
 mod redis;
 mod resp;
 mod shared;

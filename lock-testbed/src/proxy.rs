@@ -13,12 +13,28 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::pubsub::{holds_subscribe, is_message, Frames};
 use crate::util::reserve_port;
 use crate::TestbedError;
 
 const PASS: u8 = 0;
 const BLACKHOLE: u8 = 1;
 const CUT: u8 = 2;
+/// Client bytes are swallowed; replies still pass (one-way blackhole in).
+const DROP_REQUESTS: u8 = 3;
+/// Client bytes reach the server; its replies are swallowed (one-way
+/// blackhole out: the server applies what it never answers).
+const DROP_REPLIES: u8 = 4;
+
+/// Whether a proxy in `mode` forwards what clients send.
+fn forwards_requests(mode: u8) -> bool {
+    matches!(mode, PASS | DROP_REPLIES)
+}
+
+/// Whether a proxy in `mode` forwards what the server answers.
+fn forwards_replies(mode: u8) -> bool {
+    matches!(mode, PASS | DROP_REQUESTS)
+}
 
 const UPSTREAM_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -26,6 +42,11 @@ struct Control {
     mode: AtomicU8,
     latency_ns: AtomicU64,
     reply_delay_ns: AtomicU64,
+    /// Extra delay of replies on connections that sent a subscribe command.
+    subscriber_delay_ns: AtomicU64,
+    /// When non-zero, every pub/sub message is delivered a second time this
+    /// long after the first.
+    replay_after_ns: AtomicU64,
     open: AtomicUsize,
     /// Bumped to reset every connection open at that moment.
     kill_gen: watch::Sender<u64>,
@@ -42,6 +63,14 @@ impl Control {
 
     fn reply_delay(&self) -> Duration {
         Duration::from_nanos(self.reply_delay_ns.load(Ordering::SeqCst))
+    }
+
+    fn subscriber_delay(&self) -> Duration {
+        Duration::from_nanos(self.subscriber_delay_ns.load(Ordering::SeqCst))
+    }
+
+    fn replay_after(&self) -> Duration {
+        Duration::from_nanos(self.replay_after_ns.load(Ordering::SeqCst))
     }
 
     fn reset_open(&self) {
@@ -94,6 +123,8 @@ impl Proxy {
             mode: AtomicU8::new(PASS),
             latency_ns: AtomicU64::new(0),
             reply_delay_ns: AtomicU64::new(0),
+            subscriber_delay_ns: AtomicU64::new(0),
+            replay_after_ns: AtomicU64::new(0),
             open: AtomicUsize::new(0),
             kill_gen,
         });
@@ -174,6 +205,42 @@ impl Proxy {
             .store(duration_ns(d), Ordering::SeqCst);
     }
 
+    /// Delay upstream-to-client chunks by `d` more, only on connections whose
+    /// client sent a Redis subscribe command (`SUBSCRIBE`, `PSUBSCRIBE`,
+    /// `SSUBSCRIBE`): pub/sub messages arrive late while requests on other
+    /// connections are answered at once. Applies to chunks read from now on.
+    pub fn set_subscriber_delay(&self, d: Duration) {
+        self.control
+            .subscriber_delay_ns
+            .store(duration_ns(d), Ordering::SeqCst);
+    }
+
+    /// On connections whose client sent a Redis subscribe command, deliver
+    /// every pub/sub message (`message`, `pmessage`, `smessage`) a second
+    /// time, `d` after the first: a message delivered twice, the copy late.
+    /// Frames are never cut: copies go between whole frames. Applies to
+    /// messages read from now on; [`heal`](Self::heal) stops it (copies
+    /// already due are still delivered).
+    pub fn replay_messages(&self, d: Duration) {
+        self.control
+            .replay_after_ns
+            .store(duration_ns(d), Ordering::SeqCst);
+    }
+
+    /// Open and new connections: client bytes are swallowed, replies (already
+    /// in flight or new) still pass; connects succeed. A one-way partition:
+    /// requests never reach the server. [`heal`](Self::heal) ends it.
+    pub fn drop_requests(&self) {
+        self.control.mode.store(DROP_REQUESTS, Ordering::SeqCst);
+    }
+
+    /// Open and new connections: client bytes reach the server, which applies
+    /// them, but every reply (also those in flight) is swallowed: a reply
+    /// lost after the server applied the request. [`heal`](Self::heal) ends it.
+    pub fn drop_replies(&self) {
+        self.control.mode.store(DROP_REPLIES, Ordering::SeqCst);
+    }
+
     /// Open and new connections: client bytes are swallowed, nothing is forwarded and
     /// nothing answered (also replies already in flight); connects still succeed. A
     /// client sees timeouts. [`heal`](Self::heal) makes the same connections work again.
@@ -193,10 +260,13 @@ impl Proxy {
         self.control.reset_open();
     }
 
-    /// Back to plain pass-through with zero latency and reply delay.
+    /// Back to plain pass-through with zero latency, reply delay and
+    /// subscriber delay, and no replayed messages.
     pub fn heal(&self) {
+        self.control.replay_after_ns.store(0, Ordering::SeqCst);
         self.control.latency_ns.store(0, Ordering::SeqCst);
         self.control.reply_delay_ns.store(0, Ordering::SeqCst);
+        self.control.subscriber_delay_ns.store(0, Ordering::SeqCst);
         self.control.mode.store(PASS, Ordering::SeqCst);
     }
 
@@ -324,7 +394,8 @@ async fn serve(
     kill.borrow_and_update();
     let mut client = client;
     let mut upstream: Option<TcpStream> = None;
-    if control.mode() == PASS {
+    let mut subscriber = false;
+    if forwards_requests(control.mode()) {
         match connect_upstream(upstream_addr).await {
             Some(s) => upstream = Some(s),
             None => return reset(client),
@@ -332,6 +403,11 @@ async fn serve(
     }
     let mut to_upstream: VecDeque<(Instant, Vec<u8>)> = VecDeque::new();
     let mut to_client: VecDeque<(Instant, Vec<u8>)> = VecDeque::new();
+    // Second copies of pub/sub messages (see `Proxy::replay_messages`).
+    let mut replays: VecDeque<(Instant, Vec<u8>)> = VecDeque::new();
+    // On a subscriber connection, what the server sends is queued in whole
+    // frames, so that a copy never lands inside another frame.
+    let mut frames = Frames::default();
     let (mut client_eof, mut upstream_eof) = (false, false);
     let (mut upstream_shut, mut client_shut) = (false, false);
     let mut cbuf = vec![0u8; 16 * 1024];
@@ -339,6 +415,7 @@ async fn serve(
     loop {
         let up_due = to_upstream.front().map(|c| c.0);
         let client_due = to_client.front().map(|c| c.0);
+        let replay_due = replays.front().map(|c| c.0);
         tokio::select! {
             _ = kill.changed() => {
                 reset(client);
@@ -348,7 +425,8 @@ async fn serve(
             r = client.read(&mut cbuf), if !client_eof => match r {
                 Ok(0) => client_eof = true,
                 Ok(n) => match control.mode() {
-                    PASS => {
+                    PASS | DROP_REPLIES => {
+                        subscriber = subscriber || holds_subscribe(&cbuf[..n]);
                         if upstream.is_none() {
                             match connect_upstream(upstream_addr).await {
                                 Some(s) => upstream = Some(s),
@@ -358,7 +436,7 @@ async fn serve(
                         let due = Instant::now() + control.latency();
                         to_upstream.push_back((due, cbuf[..n].to_vec()));
                     }
-                    BLACKHOLE => {}
+                    BLACKHOLE | DROP_REQUESTS => {}
                     _ => {
                         reset(client);
                         if let Some(u) = upstream { reset(u); }
@@ -373,16 +451,28 @@ async fn serve(
             r = read_some(&mut upstream, &mut ubuf), if !upstream_eof => match r {
                 Ok(0) => upstream_eof = true,
                 Ok(n) => {
-                    if control.mode() == PASS {
-                        let due = Instant::now() + control.latency() + control.reply_delay();
-                        to_client.push_back((due, ubuf[..n].to_vec()));
+                    if forwards_replies(control.mode()) {
+                        let now = Instant::now();
+                        let mut due = now + control.latency() + control.reply_delay();
+                        if !subscriber {
+                            to_client.push_back((due, ubuf[..n].to_vec()));
+                        } else {
+                            due += control.subscriber_delay();
+                            let replay = control.replay_after();
+                            for frame in frames.push(&ubuf[..n]) {
+                                if !replay.is_zero() && is_message(&frame) {
+                                    replays.push_back((due + replay, frame.clone()));
+                                }
+                                to_client.push_back((due, frame));
+                            }
+                        }
                     }
                 }
                 Err(_) => return reset(client),
             },
             _ = sleep_until_opt(up_due) => {
                 if let Some((_, data)) = to_upstream.pop_front() {
-                    if control.mode() == PASS {
+                    if forwards_requests(control.mode()) {
                         if let Some(u) = upstream.as_mut() {
                             match write_or_kill(u, &data, &mut kill).await {
                                 Ok(true) => {}
@@ -396,9 +486,23 @@ async fn serve(
                     }
                 }
             }
+            _ = sleep_until_opt(replay_due) => {
+                if let Some((_, data)) = replays.pop_front() {
+                    if forwards_replies(control.mode()) {
+                        match write_or_kill(&mut client, &data, &mut kill).await {
+                            Ok(true) => {}
+                            Ok(false) | Err(_) => {
+                                reset(client);
+                                if let Some(u) = upstream { reset(u); }
+                                return;
+                            }
+                        }
+                    }
+                }
+            }
             _ = sleep_until_opt(client_due) => {
                 if let Some((_, data)) = to_client.pop_front() {
-                    if control.mode() == PASS {
+                    if forwards_replies(control.mode()) {
                         match write_or_kill(&mut client, &data, &mut kill).await {
                             Ok(true) => {}
                             Ok(false) | Err(_) => {

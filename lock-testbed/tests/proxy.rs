@@ -238,3 +238,144 @@ fn dead_upstream_resets_client_and_drop_closes_everything() {
     raw_err = resp_command(addr, &["PING"], Duration::from_secs(1)).unwrap_err();
     assert!(raw_err.is_connection_error(), "{raw_err}");
 }
+
+/// drop_replies: the server applies what the client sends and the client never
+/// hears back (a reply lost after the server applied the request); heal makes
+/// replies flow again.
+#[test]
+fn drop_replies_applies_requests_and_swallows_answers() {
+    let redis = shared_redis().unwrap();
+    let proxy = Proxy::start(redis.addr()).unwrap();
+    let mut conn = RespConnection::connect(proxy.addr(), Duration::from_millis(400)).unwrap();
+    assert_eq!(conn.cmd(&["PING"]).unwrap(), pong());
+    proxy.drop_replies();
+    let key = unique_name("applied-unanswered");
+    let err = conn.cmd(&["SET", &key, "v"]).unwrap_err();
+    assert!(err.is_timeout(), "{err}");
+    assert_eq!(
+        redis.cmd(&["GET", &key]).unwrap(),
+        RespValue::Bulk(Some(b"v".to_vec())),
+        "the request was not applied"
+    );
+    // New connections too: applied, unanswered.
+    let other = unique_name("applied-unanswered-new");
+    let err = resp_command(
+        proxy.addr(),
+        &["SET", &other, "w"],
+        Duration::from_millis(400),
+    )
+    .unwrap_err();
+    assert!(err.is_timeout(), "new connection: {err}");
+    assert_eq!(
+        redis.cmd(&["GET", &other]).unwrap(),
+        RespValue::Bulk(Some(b"w".to_vec()))
+    );
+    proxy.heal();
+    assert_eq!(
+        resp_command(proxy.addr(), &["PING"], Duration::from_secs(2)).unwrap(),
+        pong()
+    );
+}
+
+/// drop_requests: nothing the client sends reaches the server (a one-way
+/// partition); heal makes requests flow again.
+#[test]
+fn drop_requests_never_reach_the_server() {
+    let redis = shared_redis().unwrap();
+    let proxy = Proxy::start(redis.addr()).unwrap();
+    let mut conn = RespConnection::connect(proxy.addr(), Duration::from_millis(400)).unwrap();
+    assert_eq!(conn.cmd(&["PING"]).unwrap(), pong());
+    proxy.drop_requests();
+    let key = unique_name("never-sent");
+    let err = conn.cmd(&["SET", &key, "v"]).unwrap_err();
+    assert!(err.is_timeout(), "{err}");
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(redis.cmd(&["EXISTS", &key]).unwrap(), RespValue::Int(0));
+    proxy.heal();
+    assert_eq!(
+        resp_command(proxy.addr(), &["PING"], Duration::from_secs(2)).unwrap(),
+        pong()
+    );
+}
+
+/// set_subscriber_delay: a connection that subscribed gets its messages late,
+/// while another connection through the same proxy is answered at once.
+#[test]
+fn subscriber_delay_holds_only_pubsub_connections() {
+    let redis = shared_redis().unwrap();
+    let proxy = Proxy::start(redis.addr()).unwrap();
+    let channel = unique_name("delayed-channel");
+    let mut sub = RespConnection::connect(proxy.addr(), Duration::from_secs(5)).unwrap();
+    sub.send(&["SUBSCRIBE", &channel]).unwrap();
+    sub.read_reply().unwrap();
+    let delay = Duration::from_millis(700);
+    proxy.set_subscriber_delay(delay);
+    let mut plain = RespConnection::connect(proxy.addr(), Duration::from_secs(5)).unwrap();
+    let started = Instant::now();
+    assert_eq!(plain.cmd(&["PING"]).unwrap(), pong());
+    assert!(
+        started.elapsed() < delay,
+        "a plain connection waited {:?}",
+        started.elapsed()
+    );
+    let published = Instant::now();
+    assert_eq!(
+        redis.cmd(&["PUBLISH", &channel, "m"]).unwrap(),
+        RespValue::Int(1)
+    );
+    sub.read_reply().unwrap();
+    assert!(
+        published.elapsed() >= delay,
+        "the message came after {:?}",
+        published.elapsed()
+    );
+}
+
+/// replay_messages: a subscriber gets every message twice, the copy late,
+/// and replies to its commands stay whole and in order.
+#[test]
+fn replayed_messages_arrive_twice_the_copy_late() {
+    let redis = shared_redis().unwrap();
+    let proxy = Proxy::start(redis.addr()).unwrap();
+    let channel = unique_name("replayed-channel");
+    let mut sub = RespConnection::connect(proxy.addr(), Duration::from_secs(5)).unwrap();
+    sub.send(&["SUBSCRIBE", &channel]).unwrap();
+    sub.read_reply().unwrap();
+    let after = Duration::from_millis(400);
+    proxy.replay_messages(after);
+    let published = Instant::now();
+    for m in ["one", "two"] {
+        assert_eq!(
+            redis.cmd(&["PUBLISH", &channel, m]).unwrap(),
+            RespValue::Int(1)
+        );
+    }
+    let message = |m: &str| {
+        RespValue::Array(Some(vec![
+            RespValue::Bulk(Some(b"message".to_vec())),
+            RespValue::Bulk(Some(channel.clone().into_bytes())),
+            RespValue::Bulk(Some(m.as_bytes().to_vec())),
+        ]))
+    };
+    assert_eq!(sub.read_reply().unwrap(), message("one"));
+    assert_eq!(sub.read_reply().unwrap(), message("two"));
+    assert!(published.elapsed() < after, "the first copies came late");
+    assert_eq!(sub.read_reply().unwrap(), message("one"));
+    assert_eq!(sub.read_reply().unwrap(), message("two"));
+    assert!(
+        published.elapsed() >= after,
+        "the second copies came after {:?}",
+        published.elapsed()
+    );
+    proxy.heal();
+    assert_eq!(
+        redis.cmd(&["PUBLISH", &channel, "three"]).unwrap(),
+        RespValue::Int(1)
+    );
+    assert_eq!(sub.read_reply().unwrap(), message("three"));
+    sub.set_timeout(Duration::from_millis(600)).unwrap();
+    assert!(
+        sub.read_reply().unwrap_err().is_timeout(),
+        "a message was replayed after heal"
+    );
+}

@@ -8,6 +8,11 @@
 //!   it runs only `cargo test` with them.
 //! - `cargo xtask bench [--quick]`: the same set-up, then the benchmark
 //!   (`lock-bench`) in release mode.
+//! - `cargo xtask nemesis [--backend B] [--minutes N] [--seed S] [...]`: the
+//!   same set-up, then the nemesis (`lock-safety`'s `nemesis` binary, release
+//!   mode): random faults from a seed against real servers, a workload of
+//!   every lock operation and a checker over the history; `--help` lists
+//!   its options.
 //! - `cargo xtask setup`: only the set-up and the check.
 //! - `cargo xtask ci`: the same as `test` without arguments (what `.ci/run` runs).
 //! - `cargo xtask assets [DIR]`: the `distlock` command's shell completion
@@ -113,6 +118,7 @@ fn main() -> ExitCode {
         "test" if rest.is_empty() => setup().and_then(|()| ci()),
         "test" => setup().and_then(|()| test(rest)),
         "bench" => setup().and_then(|()| bench(rest)),
+        "nemesis" => setup().and_then(|()| nemesis(rest)),
         "ci" => setup().and_then(|()| ci()),
         "assets" if rest.len() <= 1 => setup().and_then(|()| {
             assets(
@@ -123,7 +129,7 @@ fn main() -> ExitCode {
         }),
         _ => {
             eprintln!(
-                "usage: cargo xtask <setup | test [cargo test args] | bench [--quick] | ci | assets [DIR]>"
+                "usage: cargo xtask <setup | test [cargo test args] | bench [--quick] | nemesis [--backend B] [--minutes N] [--seed S] | ci | assets [DIR]>"
             );
             return ExitCode::from(2);
         }
@@ -242,6 +248,21 @@ fn test(extra: &[String]) -> Result<(), String> {
 fn bench(extra: &[String]) -> Result<(), String> {
     run(cargo()
         .args(["run", "--release", "--package", "lock-bench", "--"])
+        .args(extra))
+}
+
+/// The nemesis, in release mode (more operations per second of faults).
+fn nemesis(extra: &[String]) -> Result<(), String> {
+    run(cargo()
+        .args([
+            "run",
+            "--release",
+            "--package",
+            "lock-safety",
+            "--bin",
+            "nemesis",
+            "--",
+        ])
         .args(extra))
 }
 

@@ -1,0 +1,292 @@
+//! Real servers of each backend and clients of them, for the scenarios and
+//! the nemesis: start, pause, kill and restart members, and give each client
+//! proxies of its own so that its network can be delayed, cut or reset
+//! without touching other clients.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_core::LockService;
+use lock_etcd::{EtcdConfig, EtcdLock};
+use lock_redis::{RedisLock, RedisLockConfig};
+use lock_redlock::{RedlockConfig, RedlockLock};
+use lock_testbed::{
+    EtcdCluster, Persistence, Proxy, RedisOptions, RedisServer, RedisSet, ZkEnsemble, ZkOptions,
+};
+use lock_zk::{ZkConfig, ZkLock};
+
+/// A backend under test.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// One Redis server.
+    Redis,
+    /// Redlock over five Redis servers.
+    Redlock,
+    /// An etcd cluster.
+    Etcd,
+    /// A ZooKeeper ensemble.
+    Zk,
+}
+
+impl Kind {
+    /// Every backend.
+    pub const ALL: [Kind; 4] = [Kind::Redis, Kind::Redlock, Kind::Etcd, Kind::Zk];
+
+    /// The backend's short name (`redis`, `redlock`, `etcd`, `zookeeper`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Redis => "redis",
+            Kind::Redlock => "redlock",
+            Kind::Etcd => "etcd",
+            Kind::Zk => "zookeeper",
+        }
+    }
+
+    /// Whether the backend has fencing tokens.
+    pub fn fencing(self) -> bool {
+        self != Kind::Redlock
+    }
+
+    /// The backend named `name` (as [`Kind::name`] says it).
+    pub fn parse(name: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    /// The timeout of one request of the clients made here (Redlock: of one
+    /// node's answer).
+    pub fn request_timeout(self) -> Duration {
+        match self {
+            Kind::Redis => Duration::from_millis(250),
+            Kind::Redlock => Duration::from_millis(50),
+            Kind::Etcd | Kind::Zk => Duration::from_millis(500),
+        }
+    }
+
+    /// The lock TTL of the scenarios (etcd: the lease TTL; ZooKeeper: the session timeout).
+    pub fn ttl(self) -> Duration {
+        match self {
+            Kind::Redis | Kind::Redlock => Duration::from_millis(1000),
+            Kind::Etcd | Kind::Zk => Duration::from_millis(2000),
+        }
+    }
+}
+
+/// Real servers of one backend, started for one scenario.
+pub enum Servers {
+    /// One Redis server.
+    Redis(RedisServer),
+    /// Five independent Redis servers.
+    Redlock(RedisSet),
+    /// An etcd cluster.
+    Etcd(EtcdCluster),
+    /// A ZooKeeper ensemble.
+    Zk(ZkEnsemble),
+}
+
+impl Servers {
+    /// `members`: etcd and ZooKeeper cluster size (Redis: 1 server, Redlock: 5 nodes).
+    pub fn start(kind: Kind, members: usize) -> Servers {
+        Self::start_with(kind, members, Persistence::None)
+    }
+
+    /// Like [`Servers::start`], with what a single Redis persists.
+    pub fn start_with(kind: Kind, members: usize, persistence: Persistence) -> Servers {
+        match kind {
+            Kind::Redis => Servers::Redis(
+                RedisServer::start_with(RedisOptions {
+                    persistence,
+                    ..Default::default()
+                })
+                .expect("start redis-server"),
+            ),
+            Kind::Redlock => Servers::Redlock(RedisSet::start(5).expect("start 5 redis-servers")),
+            Kind::Etcd => Servers::Etcd(EtcdCluster::start(members).expect("start etcd")),
+            Kind::Zk => Servers::Zk(
+                ZkEnsemble::start_with(
+                    members,
+                    ZkOptions {
+                        tick_time_ms: 200,
+                        ..Default::default()
+                    },
+                )
+                .expect("start zookeeper"),
+            ),
+        }
+    }
+
+    /// The servers the nemesis runs against: one Redis with `persistence`,
+    /// five for Redlock, three etcd members, three ZooKeeper servers whose
+    /// quorum links go through proxies ([`ZkEnsemble::quorum_link`]) so that
+    /// a follower can be cut from its leader while it serves clients.
+    pub fn start_for_nemesis(kind: Kind, persistence: Persistence) -> Servers {
+        match kind {
+            Kind::Zk => Servers::Zk(
+                ZkEnsemble::start_with_quorum_links(
+                    3,
+                    ZkOptions {
+                        tick_time_ms: 200,
+                        ..Default::default()
+                    },
+                )
+                .expect("start zookeeper"),
+            ),
+            _ => Servers::start_with(kind, 3, persistence),
+        }
+    }
+
+    /// The client addresses of the servers, in member order.
+    pub fn addrs(&self) -> Vec<SocketAddr> {
+        let parse = |s: String| s.parse::<SocketAddr>().expect("endpoint is host:port");
+        match self {
+            Servers::Redis(r) => vec![r.addr()],
+            Servers::Redlock(s) => s.addrs(),
+            Servers::Etcd(c) => c.endpoints().into_iter().map(parse).collect(),
+            Servers::Zk(z) => z.endpoints().into_iter().map(parse).collect(),
+        }
+    }
+
+    /// Pauses member `i` (SIGSTOP).
+    pub fn pause(&self, i: usize) {
+        match self {
+            Servers::Redis(r) => r.pause(),
+            Servers::Redlock(s) => s.nodes()[i].pause(),
+            Servers::Etcd(c) => c.pause(i),
+            Servers::Zk(z) => z.pause(i),
+        }
+        .expect("pause");
+    }
+
+    /// Resumes member `i` (SIGCONT).
+    pub fn resume(&self, i: usize) {
+        match self {
+            Servers::Redis(r) => r.resume(),
+            Servers::Redlock(s) => s.nodes()[i].resume(),
+            Servers::Etcd(c) => c.resume(i),
+            Servers::Zk(z) => z.resume(i),
+        }
+        .expect("resume");
+    }
+
+    /// Kills member `i` (SIGKILL).
+    pub fn kill(&mut self, i: usize) {
+        match self {
+            Servers::Redis(r) => r.kill(),
+            Servers::Redlock(s) => s.node_mut(i).kill(),
+            Servers::Etcd(c) => c.kill(i),
+            Servers::Zk(z) => z.kill(i),
+        }
+        .expect("kill");
+    }
+
+    /// Starts member `i` again (killing it first if it runs), with its data.
+    pub fn restart(&mut self, i: usize) {
+        match self {
+            Servers::Redis(r) => r.restart(),
+            Servers::Redlock(s) => s.node_mut(i).restart(),
+            Servers::Etcd(c) => c.restart(i),
+            Servers::Zk(z) => z.restart(i),
+        }
+        .expect("restart");
+    }
+
+    /// The etcd or ZooKeeper leader's member index (0 for Redis and Redlock).
+    pub fn leader(&self) -> usize {
+        match self {
+            Servers::Etcd(c) => c.leader().expect("etcd leader"),
+            Servers::Zk(z) => z.leader().expect("zookeeper leader"),
+            _ => 0,
+        }
+    }
+
+    /// A client of this backend that talks to `addrs` (the servers or proxies in front of them).
+    pub async fn client(&self, kind: Kind, addrs: &[SocketAddr]) -> Arc<dyn LockService> {
+        Servers::connect(kind, addrs).await
+    }
+
+    /// A client of `kind` that talks to `addrs`, with the timeouts of
+    /// [`Kind::request_timeout`] and the TTL of [`Kind::ttl`] (etcd's lease,
+    /// ZooKeeper's session).
+    pub async fn connect(kind: Kind, addrs: &[SocketAddr]) -> Arc<dyn LockService> {
+        let ttl = kind.ttl();
+        match kind {
+            Kind::Redis => Arc::new(
+                RedisLock::connect(
+                    RedisLockConfig::new(format!("redis://{}/", addrs[0]))
+                        .request_timeout(kind.request_timeout())
+                        .connect_timeout(Duration::from_millis(500)),
+                )
+                .await
+                .expect("connect redis"),
+            ),
+            Kind::Redlock => Arc::new(
+                RedlockLock::connect(
+                    RedlockConfig::new(addrs.iter().map(|a| format!("redis://{a}/")))
+                        .node_timeout(kind.request_timeout())
+                        .connect_timeout(Duration::from_millis(500)),
+                )
+                .await
+                .expect("connect redlock"),
+            ),
+            Kind::Etcd => Arc::new(
+                EtcdLock::connect(
+                    EtcdConfig::new(addrs.iter().map(|a| a.to_string()))
+                        .lease_ttl(ttl)
+                        .request_timeout(kind.request_timeout())
+                        .connect_timeout(Duration::from_secs(2)),
+                )
+                .await
+                .expect("connect etcd"),
+            ),
+            Kind::Zk => {
+                let connect = addrs
+                    .iter()
+                    .map(|a| a.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",");
+                Arc::new(
+                    ZkLock::connect(
+                        ZkConfig::new(connect)
+                            .session_timeout(ttl)
+                            .request_timeout(kind.request_timeout())
+                            .connect_timeout(Duration::from_secs(2)),
+                    )
+                    .await
+                    .expect("connect zookeeper"),
+                )
+            }
+        }
+    }
+
+    /// A client behind its own proxies (one per server), so that its network
+    /// can be cut, delayed or reset without touching other clients.
+    pub async fn proxied_client(&self, kind: Kind) -> Proxied {
+        let proxies: Vec<Proxy> = self
+            .addrs()
+            .into_iter()
+            .map(|a| Proxy::start(a).expect("proxy"))
+            .collect();
+        let addrs: Vec<SocketAddr> = proxies.iter().map(Proxy::addr).collect();
+        let lock = self.client(kind, &addrs).await;
+        Proxied { lock, proxies }
+    }
+}
+
+/// A client behind proxies of its own, one per server.
+pub struct Proxied {
+    /// The client.
+    pub lock: Arc<dyn LockService>,
+    /// Its proxies, in member order.
+    pub proxies: Vec<Proxy>,
+}
+
+impl Proxied {
+    /// Cuts every link of the client.
+    pub fn cut(&self) {
+        self.proxies.iter().for_each(Proxy::cut);
+    }
+    /// Heals every link of the client.
+    pub fn heal(&self) {
+        self.proxies.iter().for_each(Proxy::heal);
+    }
+}
