@@ -137,10 +137,18 @@ pub fn check(grants: &[Grant], horizon: Instant, fenced: bool) -> Vec<Violation>
     let mut found = Vec::new();
     for ((_, kind), mut grants) in locks {
         grants.sort_by_key(|g| g.returned);
+        // A guard whose validity had passed when its call returned (a member
+        // of `acquire_all` that expired while the call waited for the
+        // others) never said held: it holds nothing.
+        let held: Vec<&Grant> = grants
+            .iter()
+            .copied()
+            .filter(|g| g.end_or(horizon) > g.returned)
+            .collect();
         if kind == LockKind::Semaphore {
-            found.extend(permits_exceeded(&grants, horizon));
+            found.extend(permits_exceeded(&held, horizon));
         } else {
-            found.extend(overlaps(&grants, horizon));
+            found.extend(overlaps(&held, horizon));
         }
         if fenced {
             found.extend(token_order(&grants, horizon));
@@ -317,6 +325,15 @@ mod tests {
         let found = check(&[r0, r2], horizon(), true);
         assert_eq!(found.len(), 1, "{found:?}");
         assert!(found[0].to_string().contains("returned before"));
+    }
+
+    /// A guard that was already past its validity when its call returned
+    /// never said held, so it overlaps nothing.
+    #[test]
+    fn a_guard_born_past_its_validity_holds_nothing() {
+        let a = grant(0, LockMode::Exclusive, 1, 0, 5, 20);
+        let b = grant(1, LockMode::Exclusive, 2, 0, 10, 9);
+        assert!(check(&[a, b], horizon(), false).is_empty());
     }
 
     /// Without fencing, tokens are not checked.
