@@ -180,7 +180,15 @@ impl History {
 /// Follows a guard's published state and ends grant `id` at the first state
 /// that is not held or suspended, or when its validity passes without a
 /// renewal (the guard then reports lost, whether or not its keeper noticed).
+///
+/// A state seen late never moves the end past the validity the guard had
+/// published before it: the guard reported lost from then on anyway.
 async fn follow(history: Arc<History>, id: usize, mut states: GuardStates) {
+    let mut last_valid: Option<Instant> = None;
+    let end = |at: Instant, last_valid: Option<Instant>, cause: String| match last_valid {
+        Some(v) if v < at => history.end(id, v, "its validity passed"),
+        _ => history.end(id, at, &cause),
+    };
     loop {
         let valid_until = {
             let state = states.borrow_and_update();
@@ -189,20 +197,22 @@ async fn follow(history: Arc<History>, id: usize, mut states: GuardStates) {
                 None => {
                     let cause = format!("guard said {:?}", &*state);
                     drop(state);
-                    history.end(id, Instant::now(), &cause);
+                    end(Instant::now(), last_valid, cause);
                     return;
                 }
             }
         };
+        last_valid = Some(valid_until);
         tokio::select! {
-            changed = states.changed() => if changed.is_err() {
-                history.end(id, Instant::now(), "the guard's keeper ended");
-                return;
-            },
+            biased;
             () = tokio::time::sleep_until(valid_until) => {
                 history.end(id, valid_until, "its validity passed");
                 return;
             }
+            changed = states.changed() => if changed.is_err() {
+                end(Instant::now(), last_valid, "the guard's keeper ended".into());
+                return;
+            },
         }
     }
 }
