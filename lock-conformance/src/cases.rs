@@ -62,6 +62,7 @@ cases! {
     acquire_all_takes_all_or_nothing if always,
     crossing_multi_locks_never_deadlock_or_overlap if always,
     multi_lock_reports_a_lost_member if always,
+    acquire_all_never_returns_a_lost_member if always,
     readers_hold_together_and_a_writer_alone if |c| c.read_write,
     waiting_writer_is_not_starved_by_new_readers if |c| c.read_write,
     read_write_exclusion_under_contention if |c| c.read_write,
@@ -1080,6 +1081,53 @@ async fn crossing_multi_locks_never_deadlock_or_overlap(h: Arc<dyn Harness>) {
             .unwrap();
     }
     assert_eq!(overlaps.load(Ordering::SeqCst), 0);
+}
+
+/// `acquire_all` never returns a set one of whose members was lost while
+/// it waited for the others: it fails (retryably) and leaves every name free.
+async fn acquire_all_never_returns_a_lost_member(h: Arc<dyn Harness>) {
+    let mut names = vec![unique_name("waiting-all-a"), unique_name("waiting-all-b")];
+    names.sort();
+    let (first, last) = (names[0].clone(), names[1].clone());
+    let (a, b) = (client(&*h).await, client(&*h).await);
+    let blocker = b.acquire(&last, &opts(&*h)).await.unwrap();
+    let waiting = {
+        let (a, names) = (a.clone(), names.clone());
+        let o = opts(&*h);
+        tokio::spawn(async move { a.acquire_all(&names, &o).await })
+    };
+    let deadline = Instant::now() + h.slack();
+    while !b.inspect(&first).await.unwrap().held {
+        assert!(
+            Instant::now() < deadline,
+            "acquire_all never took {first} while it waited for {last}"
+        );
+        sleep(Duration::from_millis(10)).await;
+    }
+    h.remove_behind_back(&first).await;
+    // Long enough for the member's keeper to learn of the loss: a loss
+    // event, or its next renewal (every TTL/3).
+    sleep(h.ttl() + h.slack()).await;
+    assert!(blocker.release().await.unwrap());
+    let got = timeout(h.ttl() + h.slack(), waiting)
+        .await
+        .expect("acquire_all did not return once the last name was free")
+        .unwrap();
+    match got {
+        Ok(all) => {
+            let lost = all.first_lost().map(|(n, _)| n);
+            let held = all.is_held();
+            let _ = all.release().await;
+            assert!(
+                held,
+                "acquire_all returned a set whose member {lost:?} was already lost"
+            );
+        }
+        Err(e) => assert!(e.is_retryable(), "{e}"),
+    }
+    for n in &names {
+        assert_no_leftovers(&*h, n).await;
+    }
 }
 
 /// A member lost while the set is held is reported with its name, and a

@@ -501,8 +501,10 @@ pub trait DistributedLockExt: DistributedLock {
     /// (sorted by name, so that two tasks needing overlapping sets never wait
     /// for each other in a cycle), within one wait of `opts.wait` for the
     /// whole set. On a timeout or an error everything already taken is
-    /// released (in reverse order) before the error is returned. Duplicate
-    /// or no names are an `InvalidArgument` error.
+    /// released (in reverse order) before the error is returned. A name
+    /// taken early and lost while the call waited for a later one fails the
+    /// call the same way, with a (retryable) `Lost` error: a returned set
+    /// is held in full. Duplicate or no names are an `InvalidArgument` error.
     ///
     /// ```
     /// # async fn demo() -> Result<(), lock_core::LockError> {

@@ -168,24 +168,39 @@ pub(crate) async fn acquire_all<L: DistributedLock + ?Sized>(
         match locks.acquire(name, &opts.clone().wait(left)).await {
             Ok(guard) => taken.guards.push(guard),
             Err(err) => {
-                let held: Vec<String> = taken.names().map(ToString::to_string).collect();
-                if let Err(release_err) = taken.release().await {
-                    tracing::warn!(error = %release_err, "distlock: releasing the locks already taken failed; they expire with their TTL");
-                }
-                let message = format!(
-                    "acquire_all: lock {name} not acquired; released the {} already taken{}",
-                    held.len(),
-                    if held.is_empty() {
-                        String::new()
-                    } else {
-                        format!(": {}", held.join(", "))
-                    }
-                );
+                let message = give_back(taken, &format!("lock {name} not acquired")).await;
                 return Err(LockError::new(err.kind(), message).with_source(err));
             }
         }
     }
+    // A member taken early can be lost while the call waits for a later one
+    // (its validity passed, it was deleted): all or nothing means the set
+    // is not returned then.
+    if let Some((name, cause)) = taken.first_lost() {
+        let cause = cause.map_or_else(|| "its validity passed".to_string(), |c| c.to_string());
+        let why = format!("lock {name} was lost ({cause}) while the others were awaited");
+        let message = give_back(taken, &why).await;
+        return Err(LockError::new(LockErrorKind::Lost, message));
+    }
     Ok(taken)
+}
+
+/// Releases what `taken` holds after the call failed for `why`, and says
+/// so for the error message.
+async fn give_back(taken: MultiGuard, why: &str) -> String {
+    let held: Vec<String> = taken.names().map(ToString::to_string).collect();
+    if let Err(release_err) = taken.release().await {
+        tracing::warn!(error = %release_err, "distlock: releasing the locks already taken failed; they expire with their TTL");
+    }
+    format!(
+        "acquire_all: {why}; released the {} already taken{}",
+        held.len(),
+        if held.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", held.join(", "))
+        }
+    )
 }
 
 #[cfg(test)]

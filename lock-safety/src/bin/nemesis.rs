@@ -36,7 +36,7 @@ struct Args {
     #[arg(long)]
     seed: Option<u64>,
     /// Clients per run.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 6)]
     clients: usize,
     /// Lock names per run.
     #[arg(long, default_value_t = 2)]

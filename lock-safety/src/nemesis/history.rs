@@ -116,6 +116,9 @@ impl History {
             });
             id
         };
+        if !guard.is_held() {
+            self.end(id, returned, "not held when its call returned");
+        }
         tokio::spawn(follow(self.clone(), id, guard.subscribe()));
         id
     }

@@ -69,13 +69,13 @@ pub struct Config {
 }
 
 impl Config {
-    /// A run of `kind` with `seed` for `duration`, with 4 clients on 2 names.
+    /// A run of `kind` with `seed` for `duration`, with 6 clients on 2 names.
     pub fn new(kind: Kind, seed: u64, duration: Duration) -> Config {
         Config {
             kind,
             seed,
             duration,
-            clients: 4,
+            clients: 6,
             names: 2,
         }
     }
