@@ -160,7 +160,8 @@ impl QueueOps {
     /// Stamps the grant of a reader that waited: puts our key again (the
     /// same value, the same lease) if it is still the key created at `rev`,
     /// and returns the revision of that put, the grant's fencing token, or
-    /// `None` if the key is gone. See `Backend::acquire_key` for why.
+    /// `None` if the key is gone. Why: the comment on the token in
+    /// `EtcdLock::acquire`.
     pub(crate) async fn stamp(
         &self,
         key: &str,
