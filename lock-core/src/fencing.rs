@@ -10,11 +10,14 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-/// A strictly increasing number handed out with every grant of one lock name.
+/// A strictly increasing number handed out with every grant of one lock.
 ///
-/// Tokens of one name compare by grant order: a later holder always has a
-/// larger token. Tokens of different names are unrelated (on etcd and
-/// ZooKeeper they happen to share one global order).
+/// A lock is a name and a kind (mutex, read-write lock, semaphore). Tokens
+/// of one lock compare by grant order: a later grant always has a larger
+/// token, whether it is a mutex holder, a reader, a writer, the read guard
+/// of a downgrade or a permit, and no two grants share one. Tokens of
+/// different locks are unrelated (on etcd and ZooKeeper they happen to
+/// share one global order).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct FencingToken(u64);
 

@@ -163,8 +163,14 @@ impl GuardView {
     }
 
     /// The fencing token of this grant, if the backend has them
-    /// ([`crate::Capabilities::fencing`]). Strictly larger than every earlier
-    /// grant of this name. Send it with every write to the protected resource.
+    /// ([`crate::Capabilities::fencing`]). Strictly larger than the token of
+    /// every earlier grant of the same lock, and unique to this grant. A
+    /// lock is a name and a kind: a name's mutex, its read-write lock and
+    /// its semaphore are three locks; in the read-write lock, read guards,
+    /// write guards and the read guard of a downgrade are all grants (a
+    /// reader let in after a writer has a larger token than the writer's),
+    /// and so is every permit of the semaphore. Send it with every write to
+    /// the protected resource.
     pub fn fencing_token(&self) -> Option<FencingToken> {
         self.token
     }

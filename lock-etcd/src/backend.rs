@@ -215,8 +215,8 @@ impl EtcdLock {
                 Placed::At { rev, position } => (rev, position),
             };
             ours.rev = Some(rev);
-            let (at, sent, own) = match position {
-                Position::Held { at } => (at, sent, None),
+            let (mut at, sent, own, waited) = match position {
+                Position::Held { at } => (at, sent, None, false),
                 Position::Gone => {
                     turn = ours.nothing_written();
                     continue;
@@ -236,7 +236,7 @@ impl EtcdLock {
                             .await?
                     };
                     match turn_came {
-                        Turn::Mine { at, sent, own } => (at, sent, own),
+                        Turn::Mine { at, sent, own } => (at, sent, own, true),
                         Turn::Deadline => {
                             // Out of the line before the call returns: its
                             // caller may exit at once. On an error the
@@ -254,13 +254,49 @@ impl EtcdLock {
                     }
                 }
             };
-            // The token: our key's create revision, which orders every grant
-            // of the name; a writer takes the revision at which it found
-            // nothing ahead, above any downgraded read granted before it.
-            let token = if req.mode == LockMode::Write {
-                at.max(rev)
-            } else {
-                rev
+            // The token: a revision above every earlier grant's token of
+            // the name, and unique to this grant.
+            //
+            // - A contender granted by its own put (nothing ahead blocked
+            //   it there) takes its key's create revision: every earlier
+            //   grant's token is a revision from before that put. A mutex
+            //   and a permit take it even after a wait: they are granted in
+            //   the order of their keys, so in create revision order.
+            // - A writer that waited takes the revision at which it found
+            //   nothing ahead (`at`, at least the deletion of the last key
+            //   ahead): every earlier grant of the read-write lock (a
+            //   downgrade's put, a reader's stamp, a writer's `at`) is from
+            //   before that deletion, and no other grant can be shown by
+            //   the same revision (the writer is alone).
+            // - A reader that waited (behind a writer) is stamped: our key
+            //   is put again, if still ours, and the revision of that put
+            //   is its token. Its create revision may be below the writer
+            //   it waited for (which took its `at`), and readers let in by
+            //   the same deletion would share that deletion's revision; a
+            //   put of its own is above both and unique. The stamp is made
+            //   while our key exists, so a writer granted after this
+            //   reader (once our key is deleted) still has a larger token
+            //   and fenced storage refuses this reader once it is stale.
+            let token = match req.mode {
+                LockMode::Write => at.max(rev),
+                LockMode::Read if waited => {
+                    match inner
+                        .ops
+                        .stamp(&ours.key, rev, session.id(), req.mode)
+                        .await?
+                    {
+                        Some(stamped) => {
+                            at = stamped;
+                            stamped
+                        }
+                        None => {
+                            tracing::debug!(name = %req.name, "distlock etcd: contender key gone before its grant was stamped; queueing again");
+                            turn = ours.nothing_written();
+                            continue;
+                        }
+                    }
+                }
+                _ => rev,
             };
             let confirmed = Confirmed { token, at, sent };
             return grant(

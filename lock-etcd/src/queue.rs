@@ -157,6 +157,32 @@ impl QueueOps {
         Ok(Placed::At { rev, position })
     }
 
+    /// Stamps the grant of a reader that waited: puts our key again (the
+    /// same value, the same lease) if it is still the key created at `rev`,
+    /// and returns the revision of that put, the grant's fencing token, or
+    /// `None` if the key is gone. Why: the comment on the token in
+    /// `EtcdLock::acquire`.
+    pub(crate) async fn stamp(
+        &self,
+        key: &str,
+        rev: i64,
+        lease: i64,
+        mode: LockMode,
+    ) -> Result<Option<i64>> {
+        let txn = Txn::new()
+            .when([Compare::create_revision(key, CompareOp::Equal, rev)])
+            .and_then([TxnOp::put(
+                key,
+                value_of(mode),
+                Some(PutOptions::new().with_lease(lease)),
+            )]);
+        let resp = self.client.call("acquire", txn_call(&txn)).await?;
+        if !resp.succeeded() {
+            return Ok(None);
+        }
+        header_revision(&resp).map(Some)
+    }
+
     /// Reads whether our key (created at `rev`) still exists and what is
     /// ahead of it, in one range read (our key is the newest key created at
     /// or before `rev`). With `fresh: Some(r)` the member we talk to answers

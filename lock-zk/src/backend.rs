@@ -269,13 +269,87 @@ impl Backend {
                 until,
             )
             .await?;
-        match turn {
-            Turn::Held => Ok(None),
-            Turn::Granted { looked, contended } => {
-                lease::grant(&c.session, &self.nodes, &created, req.ttl, looked, until)
-                    .await
-                    .map(|l| Some(l.with_contended(contended)))
+        let (looked, contended, pzxid) = match turn {
+            Turn::Held => return Ok(None),
+            Turn::Granted {
+                looked,
+                contended,
+                pzxid,
+            } => (looked, contended, pzxid),
+        };
+        let stamped = match recipe {
+            Recipe::Mutex => None,
+            Recipe::Read | Recipe::Write => {
+                let czxid = created.stat.as_ref().map(|s| s.czxid);
+                let at_create = czxid.is_some() && pzxid == czxid;
+                if at_create {
+                    None
+                } else {
+                    Some(self.stamp(c, &created.path, until).await?)
+                }
             }
+        };
+        lease::grant(
+            &c.session,
+            &self.nodes,
+            &created,
+            req.ttl,
+            looked,
+            stamped,
+            until,
+        )
+        .await
+        .map(|l| Some(l.with_contended(contended)))
+    }
+
+    /// The fencing token of a read-write lock's grant that was not proven at
+    /// our node's create: the zxid of a transaction that checks our node is
+    /// still there and writes the lock znode's data (or, where the lock's
+    /// ACL refuses that write, our node's data).
+    ///
+    /// Why: a node's czxid orders the grants of a mutex (each waits for
+    /// every node ahead), but not those of a read-write lock. A writer
+    /// queued behind a downgraded writer is granted after the downgrade's
+    /// read node (created after the writer's node, so with a larger czxid)
+    /// goes; readers queued behind a writer are let in together when it
+    /// goes. So a grant that came after a wait takes the zxid of a write of
+    /// its own, made once it holds:
+    ///
+    /// - above every earlier grant's token: each earlier token is the zxid
+    ///   of a transaction (a create, a downgrade's create, a stamp) that
+    ///   came before this one;
+    /// - unique: one transaction per grant, even for readers let in by the
+    ///   same deletion;
+    /// - below every later grant's token, so fenced storage still refuses a
+    ///   stale holder: the stamp happens while our node exists (the check),
+    ///   and a grant that conflicts with ours comes after its deletion.
+    ///
+    /// A grant shown by a listing whose pzxid is our node's czxid (nothing
+    /// under the lock's znode was created or deleted between our create and
+    /// that listing) held from the create on: its czxid is its token, with
+    /// no extra request. That is the usual uncontended acquire.
+    async fn stamp(&self, c: &Contender, path: &str, until: Instant) -> Result<i64> {
+        let own_node = !self.nodes.counting.load(Ordering::Relaxed);
+        let what = || format!("stamping the grant of {path}");
+        match c
+            .session
+            .stamp(&c.dir, path, &self.nodes.data, own_node, until)
+            .await
+        {
+            Ok(zxid) => Ok(zxid),
+            Err(f) if f.is_no_node() => Err(crate::queue::vanished(path)),
+            Err(crate::error::Failure::Zk(zk::Error::NoAuth)) if !own_node => c
+                .session
+                .stamp(&c.dir, path, &self.nodes.data, true, until)
+                .await
+                .map_err(|f| {
+                    if f.is_no_node() {
+                        crate::queue::vanished(path)
+                    } else {
+                        lock_error(&what(), f)
+                    }
+                }),
+            Err(f) => Err(lock_error(&what(), f)),
         }
     }
 

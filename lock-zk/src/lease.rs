@@ -19,9 +19,11 @@ use crate::own::{Flags, OwnNode};
 use crate::queue::{Contender, Created, Nodes};
 use crate::session::{Retired, Session};
 
-/// The lease of our node `created` on `session`: its token is the node's
-/// czxid (from the create's reply, or read when the node was found after a
-/// lost reply), its own validity `ttl` from `looked` (taken before
+/// The lease of our node `created` on `session`: its token is `stamped`
+/// (the zxid of the transaction that stamped a read-write lock's grant, see
+/// `Backend::contend`) or else the node's czxid (from the create's reply,
+/// or read when the node was found after a lost reply), its own validity
+/// `ttl` from `looked` (taken before
 /// the request that showed it ours was sent), its session validity what the
 /// session vouches for now. Its events are the session's (through the hub)
 /// and the watch on the node, so a deletion by someone else is
@@ -34,6 +36,7 @@ pub(crate) async fn grant(
     created: &Created,
     ttl: Duration,
     looked: Instant,
+    stamped: Option<i64>,
     until: Instant,
 ) -> Result<Lease> {
     let path = created.path.as_str();
@@ -75,7 +78,9 @@ pub(crate) async fn grant(
         path: shared_path.clone(),
         flags,
     };
-    let token = u64::try_from(czxid).ok().map(FencingToken::new);
+    let token = u64::try_from(stamped.unwrap_or(czxid))
+        .ok()
+        .map(FencingToken::new);
     Ok(Lease::new(Box::new(handle), valid_until)
         .with_session_until(session_until)
         .with_token(token)
@@ -165,7 +170,10 @@ impl LeaseHandle for ZkLease {
     /// same sequence text, so it sorts where the write node stands, ahead
     /// of every contender that came after it: a writer queued behind us
     /// waits for it, as it waited for us), then deletes the write node. The
-    /// read lease's token is the new node's czxid, above the write token.
+    /// read lease's token is the new node's czxid: the zxid of its create,
+    /// above every earlier grant of the lock (they all happened before it)
+    /// and below every later one (a later grant is stamped, or created,
+    /// after it; see `Backend::contend`).
     async fn downgrade(&self, ttl: Duration) -> Result<Lease> {
         let (dir, name) = self.path.rsplit_once('/').unwrap_or(("", &self.path));
         let Some(read_name) = node::downgraded(name) else {
@@ -210,7 +218,7 @@ impl LeaseHandle for ZkLease {
             stat: Some(stat),
             listing: None,
         };
-        let lease = match grant(session, &self.nodes, &read, ttl, looked, until).await {
+        let lease = match grant(session, &self.nodes, &read, ttl, looked, None, until).await {
             Ok(lease) => lease,
             Err(err) => {
                 let read = Contender::known(session.clone(), &read_path);

@@ -11,12 +11,20 @@
 //! | write side | `_c_<uuid>-__WRIT__<seq>` | `<32 hex>__lock__<seq>` |
 //! | semaphore lease (under `leases`) | `_c_<uuid>-lease-<seq>` | - |
 //!
-//! `<uuid>` is a lowercase hyphenated uuid (36 characters), `<seq>` the
-//! 10 characters ZooKeeper appends (`%010d`, so `-000000001` after the
-//! 32-bit counter wrapped). Only a child of exactly one of these shapes is a
-//! contender: the znode of a child lock (`a/x-lock-0000000001` under `a`)
-//! never is, and lock names with a segment of such a shape are refused
-//! ([`check_name`]).
+//! `<uuid>` is a lowercase hyphenated uuid (36 characters), `<seq>` what
+//! ZooKeeper appends: `%010d` of the parent's 32-bit child counter, so 10
+//! characters, and after 2^31 child changes (the counter wrapped to
+//! negative numbers) `-000000001` or 11 characters such as `-2147483648`.
+//! Only a child of exactly one of these shapes is a contender: the znode of
+//! a child lock (`a/x-lock-0000000001` under `a`) never is, and lock names
+//! with a segment of such a shape are refused ([`check_name`]).
+//!
+//! Contenders are ordered as Curator and kazoo order them, by the sequence
+//! *text* after the marker compared as a string (Curator's
+//! `StandardLockInternalsDriver.fixForSorting`, kazoo's sort key), then by
+//! name: all agree on who holds a lock. Across the wrap that puts negative
+//! sequences (a `-` sorts before every digit) ahead of the positive ones,
+//! as it does in Curator.
 
 use lock_core::{LockError, LockName};
 
@@ -87,10 +95,26 @@ pub(crate) struct Contender {
     pub marker: Marker,
 }
 
+impl Contender {
+    /// The sequence suffix as ZooKeeper wrote it, what Curator and kazoo
+    /// sort by (as a string).
+    pub(crate) fn seq_text(&self) -> &str {
+        &self.name[self.name.len() - seq_width(self.seq)..]
+    }
+}
+
 /// The sequence number and marker of a child named exactly like a contender
 /// node (see the [module docs](self)), `None` for any other child.
 pub(crate) fn parse(name: &str) -> Option<(i64, Marker)> {
-    let (rest, seq) = name.split_at_checked(name.len().checked_sub(10)?)?;
+    // The two widths never both fit one name: the 11-character form starts
+    // with `-`, which would have to end a marker that the 10-character form
+    // finds followed by a digit.
+    [10, 11].into_iter().find_map(|width| parse_as(name, width))
+}
+
+/// [`parse`] with a sequence suffix of `width` characters.
+fn parse_as(name: &str, width: usize) -> Option<(i64, Marker)> {
+    let (rest, seq) = name.split_at_checked(name.len().checked_sub(width)?)?;
     let seq = parse_seq(seq)?;
     let marker = Marker::ALL.into_iter().find(|m| rest.ends_with(m.text()))?;
     let prefix = &rest[..rest.len() - marker.text().len()];
@@ -105,13 +129,25 @@ pub(crate) fn parse(name: &str) -> Option<(i64, Marker)> {
     shaped.then_some((seq, marker))
 }
 
-/// ZooKeeper's sequence suffix: `%010d` of a 32-bit counter.
+/// ZooKeeper's sequence suffix: `%010d` of a signed 32-bit counter, so 10
+/// characters (digits, or `-` and 9 digits), or `-` and 10 digits below
+/// -999,999,999 once the counter wrapped.
 fn parse_seq(s: &str) -> Option<i64> {
     let digits = s.strip_prefix('-').unwrap_or(s);
-    if s.len() != 10 || digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+    if !digits.bytes().all(|b| b.is_ascii_digit()) || digits.is_empty() {
         return None;
     }
-    s.parse().ok()
+    let value = i64::from(s.parse::<i32>().ok()?);
+    (seq_width(value) == s.len()).then_some(value)
+}
+
+/// The width of `%010d` of `seq`: 11 characters below -999,999,999, else 10.
+fn seq_width(seq: i64) -> usize {
+    if seq < -999_999_999 {
+        11
+    } else {
+        10
+    }
 }
 
 fn is_lower_hex(b: u8) -> bool {
@@ -127,8 +163,9 @@ fn is_hyphenated_uuid(s: &str) -> bool {
         })
 }
 
-/// The contenders among `children` that `counts` accepts, in lock order
-/// (sequence number, then name).
+/// The contenders among `children` that `counts` accepts, in lock order:
+/// the sequence text compared as a string, as Curator and kazoo compare it
+/// (see the [module docs](self)), then the name.
 pub(crate) fn contenders<I, S>(children: I, counts: impl Fn(Marker) -> bool) -> Vec<Contender>
 where
     I: IntoIterator<Item = S>,
@@ -143,7 +180,11 @@ where
                 .map(|(seq, marker)| Contender { name, seq, marker })
         })
         .collect();
-    out.sort_by(|a, b| a.seq.cmp(&b.seq).then_with(|| a.name.cmp(&b.name)));
+    out.sort_by(|a, b| {
+        a.seq_text()
+            .cmp(b.seq_text())
+            .then_with(|| a.name.cmp(&b.name))
+    });
     out
 }
 
@@ -179,8 +220,8 @@ pub(crate) fn is_lease(marker: Marker) -> bool {
 /// write node stands, ahead of every contender that came after it.
 pub(crate) fn downgraded(name: &str) -> Option<String> {
     match parse(name) {
-        Some((_, Marker::CuratorWrite)) => {
-            let (rest, seq) = name.split_at(name.len() - 10);
+        Some((seq, Marker::CuratorWrite)) => {
+            let (rest, seq) = name.split_at(name.len() - seq_width(seq));
             let prefix = rest.strip_suffix(Marker::CuratorWrite.text())?;
             Some(format!("{prefix}{}{seq}", Marker::CuratorRead.text()))
         }
@@ -246,6 +287,109 @@ mod tests {
             parse(&format!("{HEX}__lock__-000000001")),
             Some((-1, Marker::KazooLock))
         );
+    }
+
+    /// Issue 31 item 10: after 2^31 child changes ZooKeeper writes 11-char
+    /// negative sequences; they parse, and sort exactly as Curator's
+    /// `fixForSorting` (the suffix after the marker, compared as a string)
+    /// sorts them.
+    #[test]
+    fn wrapped_sequences_parse_and_sort_as_curator_does() {
+        let suffixes = [
+            "2147483646",
+            "2147483647",
+            "-2147483648",
+            "-2147483647",
+            "-1000000000",
+            "-999999999",
+            "-000000001",
+            "0000000000",
+            "0000000007",
+        ];
+        let values = [
+            2_147_483_646,
+            2_147_483_647,
+            -2_147_483_648,
+            -2_147_483_647,
+            -1_000_000_000,
+            -999_999_999,
+            -1,
+            0,
+            7,
+        ];
+        let names: Vec<String> = suffixes
+            .iter()
+            .enumerate()
+            .map(|(i, seq)| match i % 3 {
+                0 => format!("_c_{UUID}-lock-{seq}"),
+                1 => format!("{HEX}__lock__{seq}"),
+                _ => format!("_c_{UUID}-lock-{seq}"),
+            })
+            .collect();
+        for ((name, value), seq) in names.iter().zip(values).zip(suffixes) {
+            let marker = if name.contains("__lock__") {
+                Marker::KazooLock
+            } else {
+                Marker::CuratorLock
+            };
+            assert_eq!(parse(name), Some((value, marker)), "{name}");
+            // And in every other recipe's shape.
+            for text in ["__READ__", "__WRIT__", "lease-"] {
+                let other = format!("_c_{UUID}-{text}{seq}");
+                assert_eq!(parse(&other).map(|(v, _)| v), Some(value), "{other}");
+            }
+        }
+        // Curator: `fixForSorting(name, "lock-")` is the text after the
+        // last `lock-`; kazoo's key the text after `__lock__`.
+        let fix_for_sorting = |name: &str| -> String {
+            let marker = if name.contains("__lock__") {
+                "__lock__"
+            } else {
+                "lock-"
+            };
+            let at = name.rfind(marker).unwrap() + marker.len();
+            name[at..].to_string()
+        };
+        let mut curator: Vec<&String> = names.iter().collect();
+        curator.sort_by(|a, b| fix_for_sorting(a).cmp(&fix_for_sorting(b)).then(a.cmp(b)));
+        let ours = contenders(names.iter().map(String::as_str), is_mutex);
+        let ours: Vec<&String> = ours.iter().map(|c| &c.name).collect();
+        assert_eq!(ours, curator);
+        // Spelled out: negatives first, in string order.
+        let first: Vec<String> = contenders(names.iter().map(String::as_str), is_mutex)
+            .iter()
+            .map(|c| fix_for_sorting(&c.name))
+            .collect();
+        assert_eq!(
+            first,
+            [
+                "-000000001",
+                "-1000000000",
+                "-2147483647",
+                "-2147483648",
+                "-999999999",
+                "0000000000",
+                "0000000007",
+                "2147483646",
+                "2147483647",
+            ]
+        );
+        // A downgrade keeps an 11-character sequence.
+        let w = format!("_c_{UUID}-__WRIT__-2147483648");
+        let r = downgraded(&w).unwrap();
+        assert_eq!(r, format!("_c_{UUID}-__READ__-2147483648"));
+        assert_eq!(parse(&r), Some((-2_147_483_648, Marker::CuratorRead)));
+        // Not a 32-bit counter's `%010d`: refused.
+        for bad in [
+            format!("_c_{UUID}-lock-2147483648"),   // above i32::MAX
+            format!("_c_{UUID}-lock--2147483649"),  // below i32::MIN
+            format!("_c_{UUID}-lock--0999999999"),  // 11 chars, but `%010d` gives 10
+            format!("_c_{UUID}-lock-00000000001"),  // 11 digits
+            format!("_c_{UUID}-lock--00000000001"), // 12 chars
+            format!("_c_{UUID}-lock-+000000001"),
+        ] {
+            assert_eq!(parse(&bad), None, "{bad}");
+        }
     }
 
     #[test]

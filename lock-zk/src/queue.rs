@@ -101,6 +101,9 @@ pub(crate) struct Listing {
     pub looked: Instant,
     /// The children it listed.
     pub children: Vec<String>,
+    /// The pzxid of the lock's znode in that listing (the zxid of the last
+    /// create or delete of a child), where the request returned it.
+    pub pzxid: Option<i64>,
 }
 
 /// Our node, as [`Nodes::create`] made (or found) it.
@@ -200,10 +203,12 @@ impl Nodes {
                     .create_counted(&prefix, &self.data, &self.acls, &c.dir, until)
                     .await
                 {
-                    // Alone under `dir`: the listing would name only us.
+                    // Alone under `dir`: the listing would name only us,
+                    // and our create was its last change of children.
                     Ok((path, stat, 1)) => {
                         let ours = path.rsplit('/').next().unwrap_or_default().to_string();
-                        (Ok((path, stat)), Some(vec![ours]))
+                        let pzxid = stat.czxid;
+                        (Ok((path, stat)), Some((vec![ours], Some(pzxid))))
                     }
                     Ok((path, stat, _)) => {
                         self.crowded.store(true, Ordering::Relaxed);
@@ -221,10 +226,10 @@ impl Nodes {
                     .session
                     .create_and_list(&prefix, &self.data, &self.acls, &c.dir, until)
                     .await;
-                if let (Ok(_), Ok(children), Look::Count) = (&created, &listed, look) {
+                if let (Ok(_), Ok((children, _)), Look::Count) = (&created, &listed, look) {
                     self.crowded.store(children.len() > 1, Ordering::Relaxed);
                 }
-                (created, listed.ok())
+                (created, listed.ok().map(|(c, pzxid)| (c, Some(pzxid))))
             };
             c.update(|st| st.in_flight = false);
             match created {
@@ -236,7 +241,11 @@ impl Nodes {
                     return Ok(Created {
                         path,
                         stat: Some(stat),
-                        listing: listed.map(|children| Listing { looked, children }),
+                        listing: listed.map(|(children, pzxid)| Listing {
+                            looked,
+                            children,
+                            pzxid,
+                        }),
                     });
                 }
                 Err(f) if f.is_no_node() => self.make_parents(&c.session, &c.dir, until).await?,
@@ -419,14 +428,19 @@ impl Contender {
         }
     }
 
-    /// The contenders under our directory now.
+    /// The contenders under our directory now, with its pzxid.
     async fn list(&self, until: Instant) -> Result<Listing> {
         let looked = Instant::now();
-        match self.session.list(&self.dir, until).await {
-            Ok(children) => Ok(Listing { looked, children }),
+        match self.session.list_with_pzxid(&self.dir, until).await {
+            Ok((children, pzxid)) => Ok(Listing {
+                looked,
+                children,
+                pzxid: Some(pzxid),
+            }),
             Err(f) if f.is_no_node() => Ok(Listing {
                 looked,
                 children: Vec::new(),
+                pzxid: None,
             }),
             Err(f) => Err(lock_error(&format!("listing {}", self.dir), f)),
         }
@@ -455,7 +469,11 @@ impl Contender {
         let mut contended = None;
         let mut armed: Vec<Armed> = Vec::new();
         loop {
-            let Listing { looked, children } = match listing.take() {
+            let Listing {
+                looked,
+                children,
+                pzxid,
+            } = match listing.take() {
                 Some(listing) => listing,
                 None => self.list(until).await?,
             };
@@ -467,6 +485,7 @@ impl Contender {
                 return Ok(Turn::Granted {
                     looked,
                     contended: *contended.get_or_insert(false),
+                    pzxid,
                 });
             };
             contended.get_or_insert(true);
@@ -521,6 +540,7 @@ impl Contender {
                 return Ok(Turn::Granted {
                     looked: Instant::now(),
                     contended: true,
+                    pzxid: None,
                 });
             }
         }
@@ -600,6 +620,9 @@ pub(crate) enum Turn {
         looked: Instant,
         /// Whether someone held it when we first looked.
         contended: bool,
+        /// The pzxid of the lock's znode in the listing that showed it
+        /// (`None`: shown by a watch event, or the listing had none).
+        pzxid: Option<i64>,
     },
     /// Someone else still holds it (the wait ran out, or none was asked for).
     Held,

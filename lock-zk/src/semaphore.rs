@@ -124,12 +124,24 @@ async fn permit(
         .to_string();
     let mut listing = created.listing.take();
     loop {
-        let (Listing { looked, children }, watcher) = match listing.take() {
+        let (
+            Listing {
+                looked, children, ..
+            },
+            watcher,
+        ) = match listing.take() {
             Some(listing) => (listing, None),
             None => {
                 let looked = Instant::now();
                 match session.watch_children(&lease.dir, until).await {
-                    Ok((children, watcher)) => (Listing { looked, children }, Some(watcher)),
+                    Ok((children, watcher)) => (
+                        Listing {
+                            looked,
+                            children,
+                            pzxid: None,
+                        },
+                        Some(watcher),
+                    ),
                     Err(f) => return Err(lock_error(&format!("listing {}", lease.dir), f)),
                 }
             }
@@ -138,7 +150,8 @@ async fn permit(
             return Err(vanished(&created.path));
         }
         if count(&children) <= permits {
-            let lease = lease::grant(session, &b.nodes, &created, req.ttl, looked, until).await?;
+            let lease =
+                lease::grant(session, &b.nodes, &created, req.ttl, looked, None, until).await?;
             return Ok(Some(lease.with_contended(contended)));
         }
         contended = true;

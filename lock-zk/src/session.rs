@@ -344,6 +344,54 @@ impl Session {
         }
     }
 
+    /// The children of `path` and its pzxid (the zxid of the last create or
+    /// delete of one of its children).
+    pub async fn list_with_pzxid(&self, path: &str, until: Instant) -> Reply<(Vec<String>, i64)> {
+        self.request("list", until, true, false, |c| async move {
+            c.get_children(path)
+                .await
+                .map(|(children, stat)| (children, stat.pzxid))
+        })
+        .await
+    }
+
+    /// Stamps a grant of our contender node `path` under `dir` (see
+    /// `lease::grant`): one transaction that checks that `path` still
+    /// exists and sets `dir`'s data to empty, as a contender's create does;
+    /// its zxid (the new mzxid of `dir`) is the grant's fencing token. With
+    /// `own_node` (the lock's ACL refuses writes to `dir`'s data) it sets
+    /// the data of `path` itself to `data` instead. A `NoNode` means that
+    /// `path` is gone. Retried after a lost reply: a second stamp only
+    /// gives a later zxid, still while `path` exists.
+    pub async fn stamp(
+        &self,
+        dir: &str,
+        path: &str,
+        data: &[u8],
+        own_node: bool,
+        until: Instant,
+    ) -> Reply<i64> {
+        self.request("stamp", until, true, true, |c| async move {
+            if own_node {
+                return c.set_data(path, data, None).await.map(|stat| stat.mzxid);
+            }
+            let mut txn = c.new_multi_writer();
+            txn.add_check_version(path, -1)?;
+            txn.add_set_data(dir, &[], None)?;
+            let results = txn.commit().await.map_err(|err| match err {
+                zk::MultiWriteError::RequestFailed { source }
+                | zk::MultiWriteError::OperationFailed { source, .. } => source,
+            })?;
+            match results.into_iter().nth(1) {
+                Some(zk::MultiWriteResult::SetData { stat }) => Ok(stat.mzxid),
+                _ => Err(zk::Error::UnexpectedError(
+                    "a check and set-data transaction answered with other results".into(),
+                )),
+            }
+        })
+        .await
+    }
+
     /// The children of `path`.
     pub async fn list(&self, path: &str, until: Instant) -> Reply<Vec<String>> {
         self.request("list", until, true, false, |c| async move {
@@ -399,10 +447,10 @@ impl Session {
     }
 
     /// Creates an ephemeral sequential node `prefix<seq>` (its path and
-    /// stat) and lists the children of `dir`, sent right behind it on the
-    /// same connection (one round trip for both): the server answers the
-    /// listing after it applied the create, so a created node is in the
-    /// listing, with every contender created before it. The create is never
+    /// stat) and lists the children of `dir` with its pzxid, sent right
+    /// behind it on the same connection (one round trip for both): the
+    /// server answers the listing after it applied the create, so a created
+    /// node is in the listing, with every contender created before it. The create is never
     /// retried here: after a lost reply the caller looks for the node.
     pub async fn create_and_list(
         &self,
@@ -411,7 +459,7 @@ impl Session {
         acls: &[zk::Acl],
         dir: &str,
         until: Instant,
-    ) -> (Reply<(String, zk::Stat)>, Reply<Vec<String>>) {
+    ) -> (Reply<(String, zk::Stat)>, Reply<(Vec<String>, i64)>) {
         let client = match self.client() {
             Ok(client) => client,
             Err(f) => {
@@ -429,7 +477,7 @@ impl Session {
         let sent = Instant::now();
         // Both requests are on the wire before either reply is awaited.
         let create = client.create(prefix, data, &options);
-        let list = client.list_children(dir);
+        let list = client.get_children(dir);
         let (created, listed) = tokio::join!(
             tokio::time::timeout_at(deadline, create),
             tokio::time::timeout_at(deadline, list)
@@ -444,7 +492,9 @@ impl Session {
         };
         let listed = match listed {
             Err(_) => Err(Failure::Elapsed),
-            Ok(result) => result.map_err(Failure::Zk),
+            Ok(result) => result
+                .map(|(children, stat)| (children, stat.pzxid))
+                .map_err(Failure::Zk),
         };
         (created, listed)
     }

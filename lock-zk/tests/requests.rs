@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use lock_core::{AcquireOptions, DistributedLock};
+use lock_core::{AcquireOptions, DistributedLock, ReadWriteLock};
 use lock_testbed::ZkEnsemble;
 use lock_zk::{ZkConfig, ZkLock};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
@@ -135,4 +135,42 @@ async fn every_request_sent_is_counted() {
             "{cycle:?}"
         );
     }
+
+    // Read-write lock grants: one shown holding at its create keeps its
+    // czxid as its token, with no stamp (a reader alone, and a reader
+    // joining another, whose listing's pzxid is its own czxid); a reader
+    // queued behind a writer is stamped once (its token must be above the
+    // writer's, see `Backend::stamp`).
+    let rw = name("counted-rw");
+    let first = holder.acquire_read(&rw, &opts).await.unwrap();
+    counted(&snapshotter);
+    let second = waiter.acquire_read(&rw, &opts).await.unwrap();
+    let joined = counted(&snapshotter);
+    assert_eq!(joined.get("stamp"), None, "{joined:?}");
+    assert!(second.fencing_token() > first.fencing_token());
+    assert!(first.release().await.unwrap() && second.release().await.unwrap());
+    counted(&snapshotter);
+    let alone = holder.acquire_read(&rw, &opts).await.unwrap();
+    let cycle = counted(&snapshotter);
+    assert_eq!(
+        (cycle.get("create").copied(), cycle.get("stamp")),
+        (Some(1), None),
+        "{cycle:?}"
+    );
+    assert!(alone.release().await.unwrap());
+    let writer = holder.acquire_write(&rw, &opts).await.unwrap();
+    let written = writer.fencing_token();
+    counted(&snapshotter);
+    let reading = {
+        let (waiter, rw) = (waiter.clone(), rw.clone());
+        let opts = opts.clone().wait(Duration::from_secs(10));
+        tokio::spawn(async move { waiter.acquire_read(&rw, &opts).await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(writer.release().await.unwrap());
+    let reader = reading.await.unwrap().unwrap();
+    let queued = counted(&snapshotter);
+    assert_eq!(queued.get("stamp").copied(), Some(1), "{queued:?}");
+    assert!(reader.fencing_token() > written);
+    assert!(reader.release().await.unwrap());
 }
