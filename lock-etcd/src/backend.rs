@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use crate::client::EtcdClient;
 use crate::config::EtcdConfig;
 use crate::held::{grant, Confirmed};
-use crate::key::OurKey;
+use crate::key::{Carry, OurKey};
 use crate::layout::{lease_hex, Kind, Queue};
 use crate::permit::Turns;
 use crate::queue::{in_line, Placed, Position, QueueOps, Turn};
@@ -180,18 +180,28 @@ impl EtcdLock {
                 None => return Ok(None),
             }
         }
-        for _round in 0..MAX_ROUNDS {
+        // The turn, and the doubt about a put of our mutex key that may
+        // still be applied (a later round puts a key of the same name).
+        let mut carry = Carry::from(turn);
+        // Until when a put of unknown outcome is tried again (with a key of
+        // its own name, or once the late put is ruled out): within the
+        // request timeout of the first such put, as a request that fails
+        // over within its call.
+        let mut place_until: Option<Instant> = None;
+        for round in 0..MAX_ROUNDS {
             let session = self.session().await?;
             let seq = inner.seq.fetch_add(1, Ordering::Relaxed);
             let mut ours = OurKey::new(
                 inner.client.clone(),
                 session.clone(),
                 queue.key(session.id(), seq),
-                turn.take(),
+                std::mem::take(&mut carry),
             );
             // From here on, whatever ends this acquisition removes our key
             // (`OurKey` is armed), unless it becomes a guard's.
             let sent = Sent::now();
+            let place_by =
+                *place_until.get_or_insert_with(|| Instant::now() + inner.client.request_timeout());
             let placed = match inner
                 .ops
                 .place(&queue, &ours.key, session.id(), req.mode)
@@ -200,7 +210,7 @@ impl EtcdLock {
                 Err(e) if e.kind() == LockErrorKind::Lost => {
                     // A put with an expired lease writes nothing.
                     session.end("the server no longer knows the session lease");
-                    turn = ours.nothing_written();
+                    carry = ours.nothing_written();
                     continue;
                 }
                 other => other?,
@@ -209,16 +219,39 @@ impl EtcdLock {
                 Placed::Stale { rev } => {
                     // Our own key from an attempt whose answer we never saw.
                     ours.rev = Some(rev);
-                    turn = ours.remove().await?.1;
+                    carry = ours.remove_and_carry().await?.1;
                     continue;
                 }
-                Placed::At { rev, position } => (rev, position),
+                Placed::Unknown(e) => {
+                    tracing::debug!(name = %req.name, error = %e, "distlock etcd: the put of our key has an unknown outcome");
+                    ours.doubt();
+                    let again = Instant::now() < place_by && round + 1 < MAX_ROUNDS;
+                    if queue.kind == Kind::Mutex && again {
+                        // The next key has the same name: while it is
+                        // there, the late put cannot land (it puts only if
+                        // absent); once it is gone, its clean-up looks out
+                        // for the late put, holding the turn.
+                        carry = ours.nothing_written();
+                        continue;
+                    }
+                    // Looked for and removed in the background (dropped
+                    // armed), at once: a key of its own name, or the end.
+                    drop(ours);
+                    if !again {
+                        return Err(e);
+                    }
+                    continue;
+                }
+                Placed::At { rev, position } => {
+                    place_until = None;
+                    (rev, position)
+                }
             };
             ours.rev = Some(rev);
             let (at, sent, own) = match position {
                 Position::Held { at } => (at, sent, None),
                 Position::Gone => {
-                    turn = ours.nothing_written();
+                    carry = ours.nothing_written();
                     continue;
                 }
                 Position::Blocked(line) => {
@@ -248,7 +281,7 @@ impl EtcdLock {
                         }
                         Turn::Requeue(why) => {
                             tracing::debug!(name = %req.name, why, "distlock etcd: contender key gone while waiting; queueing again");
-                            turn = ours.nothing_written();
+                            carry = ours.nothing_written();
                             continue;
                         }
                     }

@@ -184,7 +184,7 @@ impl LeaseHandle for EtcdLease {
             self.watch.cancel();
         }
         match ours {
-            Some(ours) => ours.remove().await.map(|(was_ours, _turn)| was_ours),
+            Some(ours) => ours.remove().await,
             None => Ok(false),
         }
     }

@@ -32,8 +32,29 @@ async fn start_cluster(members: usize) -> EtcdCluster {
         .unwrap_or_else(|e| panic!("starting a {members}-member etcd cluster: {e}"))
 }
 
+/// A 3-member cluster, a proxy in front of its leader, and the endpoints of
+/// a client that talks to the leader through the proxy first (it pins the
+/// leader at connect) and to the two other members directly.
+async fn cluster_behind_a_proxy() -> (EtcdCluster, Proxy, Vec<String>) {
+    let cluster = start_cluster(3).await;
+    let leader = tokio::task::block_in_place(|| cluster.leader()).expect("leader");
+    let eps = cluster.endpoints();
+    let proxy = Proxy::start(eps[leader].parse().unwrap()).expect("proxy");
+    let mut through = vec![proxy.addr().to_string()];
+    through.extend(
+        eps.iter()
+            .enumerate()
+            .filter(|(i, _)| *i != leader)
+            .map(|(_, e)| e.clone()),
+    );
+    (cluster, proxy, through)
+}
+
 const REQUEST: Duration = Duration::from_secs(1);
 const LEASE: Duration = Duration::from_secs(10);
+/// Longer than the request timeout: a request through the proxy is applied
+/// after its call gave up.
+const LATENCY: Duration = Duration::from_millis(1500);
 
 fn config(endpoints: Vec<String>) -> EtcdConfig {
     EtcdConfig::new(endpoints)
@@ -44,6 +65,83 @@ fn config(endpoints: Vec<String>) -> EtcdConfig {
 
 fn opts() -> AcquireOptions {
     AcquireOptions::new().ttl(LEASE)
+}
+
+/// Item 1: a release whose delete is delayed past its call, then an
+/// acquisition of the same name at once. The late delete must not remove
+/// the new key: nobody else gets the name while our second guard holds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_delete_never_removes_our_next_key() {
+    let (cluster, proxy, through) = cluster_behind_a_proxy().await;
+    let a = connect(config(through)).await;
+    let b = connect(config(cluster.endpoints())).await;
+    let n = name("late-delete");
+    let first = a.acquire(&n, &opts()).await.expect("first acquire");
+    proxy.set_latency(LATENCY);
+    let t = Instant::now();
+    let released = first.release().await;
+    println!("release answered {released:?} after {:?}", t.elapsed());
+    let second = a
+        .try_acquire(&n, &opts())
+        .await
+        .expect("acquire again")
+        .expect("the name is free after our release");
+    println!("acquired again after {:?}", t.elapsed());
+    // The delayed copy of the delete lands about LATENCY after it was sent.
+    sleep(LATENCY * 2 + Duration::from_millis(500)).await;
+    let other = b.try_acquire(&n, &opts()).await.expect("try from b");
+    assert!(
+        other.is_none(),
+        "another client took the name {:?} after our release while our second guard reports held = {}",
+        t.elapsed(),
+        second.is_held()
+    );
+    assert!(second.is_held(), "{:?}", second.state());
+    proxy.heal();
+    assert!(second.release().await.expect("release the second guard"));
+}
+
+/// Item 2: a put applied after its call gave up (the acquisition went on
+/// through another member, or failed) must not leave our key behind the
+/// holder: once the holder releases, another client gets the name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_put_leaves_no_orphan_key() {
+    let (cluster, proxy, through) = cluster_behind_a_proxy().await;
+    let a = connect(config(through)).await;
+    let b = connect(config(cluster.endpoints())).await;
+    let n = name("late-put");
+    let holder = b.acquire(&n, &opts()).await.expect("b holds the name");
+    proxy.set_latency(LATENCY);
+    let t = Instant::now();
+    let tried = a.try_acquire(&n, &opts()).await;
+    println!(
+        "a's try_acquire: {:?} after {:?}",
+        tried.as_ref().map(|g| g.is_some()),
+        t.elapsed()
+    );
+    assert!(
+        !matches!(tried, Ok(Some(_))),
+        "a got the name while b holds it"
+    );
+    // The delayed put lands about LATENCY after it was sent.
+    sleep(LATENCY * 2 + Duration::from_millis(500)).await;
+    assert!(holder.release().await.expect("b releases"));
+    let deadline = Instant::now() + REQUEST * 3;
+    loop {
+        match b.try_acquire(&n, &opts()).await.expect("try from b") {
+            Some(g) => {
+                assert!(g.release().await.expect("release"));
+                break;
+            }
+            None => assert!(
+                Instant::now() < deadline,
+                "the name stays taken {:?} after its holder released: a late put of a left an orphan key",
+                t.elapsed()
+            ),
+        }
+        sleep(Duration::from_millis(100)).await;
+    }
+    proxy.heal();
 }
 
 /// Item 4: waiters and guards whose watches are asked for while the watch
