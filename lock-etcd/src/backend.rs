@@ -16,7 +16,7 @@ use lock_core::{
 };
 use tokio::time::Instant;
 
-use crate::client::EtcdClient;
+use crate::client::{bounded_by, EtcdClient};
 use crate::config::EtcdConfig;
 use crate::held::{grant, Confirmed};
 use crate::key::{Carry, OurKey};
@@ -159,8 +159,21 @@ impl EtcdLock {
     }
 
     /// One acquisition of `req.mode`. `deadline: None` is a single attempt
-    /// that never waits.
+    /// that never waits. Every request it makes is answered by the deadline
+    /// (now for a single attempt) plus ONE request timeout, or given up: so
+    /// is the whole call (a delete left unfinished goes on in the
+    /// background).
     async fn acquire(
+        &self,
+        req: &LeaseRequest,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Lease>> {
+        let bound = deadline.unwrap_or_else(Instant::now) + self.inner.client.request_timeout();
+        bounded_by(bound, self.acquire_within(req, deadline)).await
+    }
+
+    /// [`EtcdLock::acquire`] within its bound.
+    async fn acquire_within(
         &self,
         req: &LeaseRequest,
         deadline: Option<Instant>,
@@ -257,7 +270,10 @@ impl EtcdLock {
                 Position::Blocked(line) => {
                     contended = true;
                     let Some(deadline) = deadline else {
-                        ours.remove().await?;
+                        // On an error the delete goes on in the background.
+                        if let Err(e) = ours.remove().await {
+                            tracing::debug!(name = %req.name, error = %e, "distlock etcd: leaving the queue goes on in the background");
+                        }
                         return Ok(None);
                     };
                     let (ops, key) = (&inner.ops, &ours.key);

@@ -15,6 +15,22 @@ use tokio::time::Instant;
 
 use crate::config::EtcdConfig;
 
+tokio::task_local! {
+    /// The instant by which every request made by the current call of the
+    /// crate's API must be answered (see [`bounded_by`]).
+    static BOUND: Instant;
+}
+
+/// Runs `fut` with every request it makes on this task bounded by `bound`
+/// as well as by its own request timeout (an enclosing bound still
+/// applies): a call of the crate's API that makes several requests keeps
+/// to its one bound (wait + one request timeout) in all. Background tasks
+/// spawned from it are not bounded by it.
+pub(crate) async fn bounded_by<F: Future>(bound: Instant, fut: F) -> F::Output {
+    let bound = BOUND.try_with(|outer| (*outer).min(bound)).unwrap_or(bound);
+    BOUND.scope(bound, fut).await
+}
+
 /// What became of a mutation sent at most once ([`EtcdClient::call_once`]).
 #[derive(Debug)]
 pub(crate) enum Outcome<T> {
@@ -242,9 +258,10 @@ impl EtcdClient {
     }
 
     /// When a request starting now must be answered: one request timeout
-    /// from now.
+    /// from now, or the enclosing call's bound ([`bounded_by`]) if sooner.
     pub(crate) fn request_deadline(&self) -> Instant {
-        Instant::now() + self.cfg.request_timeout
+        let own = Instant::now() + self.cfg.request_timeout;
+        BOUND.try_with(|b| own.min(*b)).unwrap_or(own)
     }
 
     /// The endpoints to try, in order, for a call starting now: the pinned

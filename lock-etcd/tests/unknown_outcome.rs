@@ -144,6 +144,56 @@ async fn a_late_put_leaves_no_orphan_key() {
     proxy.heal();
 }
 
+/// Item 6: with answers that take most of a request timeout, a try_acquire
+/// that finds the name held, and an acquire whose wait runs out, return
+/// within their wait plus ONE request timeout (slack for scheduling only).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_on_a_slow_network_keep_to_one_request_timeout() {
+    let cluster = start_cluster(1).await;
+    let proxy = Proxy::start(cluster.endpoints()[0].parse().unwrap()).expect("proxy");
+    let a = connect(config(vec![proxy.addr().to_string()])).await;
+    let b = connect(config(cluster.endpoints())).await;
+    let slack = Duration::from_millis(400);
+    // A round trip is 0.7 request timeouts: one fits in the bound, two do not.
+    proxy.set_latency(REQUEST * 7 / 20);
+    for round in 0..2 {
+        // Two names held by b: a try on one, a wait on the other (a name
+        // of its own, so that the wait is not spent on this client's turn
+        // of the first name while its delete goes on in the background).
+        let (tried_name, waited_name) = (name("slow-bound-try"), name("slow-bound-wait"));
+        let held = b
+            .acquire(&tried_name, &opts())
+            .await
+            .expect("b holds the name");
+        let held2 = b
+            .acquire(&waited_name, &opts())
+            .await
+            .expect("b holds the name");
+        let t = Instant::now();
+        let tried = a.try_acquire(&tried_name, &opts()).await;
+        let took = t.elapsed();
+        println!(
+            "round {round}: try_acquire {:?} took {took:?}",
+            tried.as_ref().map(|g| g.is_some())
+        );
+        assert!(!matches!(tried, Ok(Some(_))), "got a held name");
+        assert!(took <= REQUEST + slack, "try_acquire took {took:?}");
+        let wait = Duration::from_millis(200);
+        let t = Instant::now();
+        let waited = a.acquire(&waited_name, &opts().wait(wait)).await;
+        let took = t.elapsed();
+        println!(
+            "round {round}: acquire with a wait of {wait:?}: {:?} took {took:?}",
+            waited.as_ref().map(|g| g.mode())
+        );
+        assert!(waited.is_err(), "got a held name");
+        assert!(took <= wait + REQUEST + slack, "acquire took {took:?}");
+        assert!(held.release().await.expect("release"));
+        assert!(held2.release().await.expect("release"));
+    }
+    proxy.heal();
+}
+
 /// Item 4: waiters and guards whose watches are asked for while the watch
 /// stream reopens (its connection was reset while it carried many
 /// watches, whose re-creation takes a while through a slow link) get them:
