@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use lock_core::{AcquireOptions, DistributedLock, LockName};
+use lock_core::{AcquireOptions, DistributedLock, LockName, ReadWriteLock};
 use lock_etcd::{EtcdConfig, EtcdLock};
 use lock_testbed::{unique_name, EtcdCluster, Proxy};
 use tokio::time::{sleep, Instant};
@@ -142,6 +142,41 @@ async fn a_late_put_leaves_no_orphan_key() {
         sleep(Duration::from_millis(100)).await;
     }
     proxy.heal();
+}
+
+/// Item 3: a downgrade applied at once whose reply comes after the request
+/// timeout is not reported lost: the caller gets its read guard, readers
+/// get in, writers do not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_downgrade_whose_reply_is_late_gives_the_read_guard() {
+    let (cluster, proxy, through) = cluster_behind_a_proxy().await;
+    let a = connect(config(through)).await;
+    let b = connect(config(cluster.endpoints())).await;
+    let n = name("late-downgrade");
+    let write = a.acquire_write(&n, &opts()).await.expect("write lock");
+    proxy.set_reply_delay(LATENCY);
+    let t = Instant::now();
+    let downgraded = a.downgrade(write).await;
+    println!(
+        "downgrade answered {:?} after {:?}",
+        downgraded.as_ref().map(|g| g.mode()),
+        t.elapsed()
+    );
+    let read = downgraded.expect("the downgrade was applied: a read guard");
+    assert!(read.is_held(), "{:?}", read.state());
+    let reader = b
+        .try_acquire_read(&n, &opts())
+        .await
+        .expect("try read from b");
+    assert!(reader.is_some(), "a reader is kept out by a read guard");
+    let writer = b
+        .try_acquire_write(&n, &opts())
+        .await
+        .expect("try write from b");
+    assert!(writer.is_none(), "a writer got in while readers hold");
+    drop(reader);
+    proxy.heal();
+    assert!(read.release().await.expect("release the read guard"));
 }
 
 /// Item 6: with answers that take most of a request timeout, a try_acquire
