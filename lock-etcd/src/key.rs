@@ -52,7 +52,10 @@ pub(crate) struct OurKey {
 /// the turn, and the doubt about a put still on its way.
 #[derive(Default)]
 pub(crate) struct Carry {
+    /// The in-process turn of a mutex name, if the acquisition holds one.
     pub(crate) permit: Option<NamePermit>,
+    /// Until when a put of the (mutex) key whose outcome is unknown may
+    /// still be applied.
     pub(crate) doubt: Option<Instant>,
 }
 
