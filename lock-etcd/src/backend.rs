@@ -16,10 +16,10 @@ use lock_core::{
 };
 use tokio::time::Instant;
 
-use crate::client::EtcdClient;
+use crate::client::{bounded_by, EtcdClient};
 use crate::config::EtcdConfig;
 use crate::held::{grant, Confirmed};
-use crate::key::OurKey;
+use crate::key::{Carry, OurKey};
 use crate::layout::{lease_hex, Kind, Queue};
 use crate::permit::Turns;
 use crate::queue::{in_line, Placed, Position, QueueOps, Turn};
@@ -159,8 +159,21 @@ impl EtcdLock {
     }
 
     /// One acquisition of `req.mode`. `deadline: None` is a single attempt
-    /// that never waits.
+    /// that never waits. Every request it makes is answered by the deadline
+    /// (now for a single attempt) plus ONE request timeout, or given up: so
+    /// is the whole call (a delete left unfinished goes on in the
+    /// background).
     async fn acquire(
+        &self,
+        req: &LeaseRequest,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Lease>> {
+        let bound = deadline.unwrap_or_else(Instant::now) + self.inner.client.request_timeout();
+        bounded_by(bound, self.acquire_within(req, deadline)).await
+    }
+
+    /// [`EtcdLock::acquire`] within its bound.
+    async fn acquire_within(
         &self,
         req: &LeaseRequest,
         deadline: Option<Instant>,
@@ -180,18 +193,28 @@ impl EtcdLock {
                 None => return Ok(None),
             }
         }
-        for _round in 0..MAX_ROUNDS {
+        // The turn, and the doubt about a put of our mutex key that may
+        // still be applied (a later round puts a key of the same name).
+        let mut carry = Carry::from(turn);
+        // Until when a put of unknown outcome is tried again (with a key of
+        // its own name, or once the late put is ruled out): within the
+        // request timeout of the first such put, as a request that fails
+        // over within its call.
+        let mut place_until: Option<Instant> = None;
+        for round in 0..MAX_ROUNDS {
             let session = self.session().await?;
             let seq = inner.seq.fetch_add(1, Ordering::Relaxed);
             let mut ours = OurKey::new(
                 inner.client.clone(),
                 session.clone(),
                 queue.key(session.id(), seq),
-                turn.take(),
+                std::mem::take(&mut carry),
             );
             // From here on, whatever ends this acquisition removes our key
             // (`OurKey` is armed), unless it becomes a guard's.
             let sent = Sent::now();
+            let place_by =
+                *place_until.get_or_insert_with(|| Instant::now() + inner.client.request_timeout());
             let placed = match inner
                 .ops
                 .place(&queue, &ours.key, session.id(), req.mode)
@@ -200,7 +223,7 @@ impl EtcdLock {
                 Err(e) if e.kind() == LockErrorKind::Lost => {
                     // A put with an expired lease writes nothing.
                     session.end("the server no longer knows the session lease");
-                    turn = ours.nothing_written();
+                    carry = ours.nothing_written();
                     continue;
                 }
                 other => other?,
@@ -209,22 +232,48 @@ impl EtcdLock {
                 Placed::Stale { rev } => {
                     // Our own key from an attempt whose answer we never saw.
                     ours.rev = Some(rev);
-                    turn = ours.remove().await?.1;
+                    carry = ours.remove_and_carry().await?.1;
                     continue;
                 }
-                Placed::At { rev, position } => (rev, position),
+                Placed::Unknown(e) => {
+                    tracing::debug!(name = %req.name, error = %e, "distlock etcd: the put of our key has an unknown outcome");
+                    ours.doubt();
+                    let again = Instant::now() < place_by && round + 1 < MAX_ROUNDS;
+                    if queue.kind == Kind::Mutex && again {
+                        // The next key has the same name: while it is
+                        // there, the late put cannot land (it puts only if
+                        // absent); once it is gone, its clean-up looks out
+                        // for the late put, holding the turn.
+                        carry = ours.nothing_written();
+                        continue;
+                    }
+                    // Looked for and removed in the background (dropped
+                    // armed), at once: a key of its own name, or the end.
+                    drop(ours);
+                    if !again {
+                        return Err(e);
+                    }
+                    continue;
+                }
+                Placed::At { rev, position } => {
+                    place_until = None;
+                    (rev, position)
+                }
             };
             ours.rev = Some(rev);
             let (mut at, sent, own, waited) = match position {
                 Position::Held { at } => (at, sent, None, false),
                 Position::Gone => {
-                    turn = ours.nothing_written();
+                    carry = ours.nothing_written();
                     continue;
                 }
                 Position::Blocked(line) => {
                     contended = true;
                     let Some(deadline) = deadline else {
-                        ours.remove().await?;
+                        // On an error the delete goes on in the background.
+                        if let Err(e) = ours.remove().await {
+                            tracing::debug!(name = %req.name, error = %e, "distlock etcd: leaving the queue goes on in the background");
+                        }
                         return Ok(None);
                     };
                     let (ops, key) = (&inner.ops, &ours.key);
@@ -248,7 +297,7 @@ impl EtcdLock {
                         }
                         Turn::Requeue(why) => {
                             tracing::debug!(name = %req.name, why, "distlock etcd: contender key gone while waiting; queueing again");
-                            turn = ours.nothing_written();
+                            carry = ours.nothing_written();
                             continue;
                         }
                     }

@@ -15,6 +15,34 @@ use tokio::time::Instant;
 
 use crate::config::EtcdConfig;
 
+tokio::task_local! {
+    /// The instant by which every request made by the current call of the
+    /// crate's API must be answered (see [`bounded_by`]).
+    static BOUND: Instant;
+}
+
+/// Runs `fut` with every request it makes on this task bounded by `bound`
+/// as well as by its own request timeout (an enclosing bound still
+/// applies): a call of the crate's API that makes several requests keeps
+/// to its one bound (wait + one request timeout) in all. Background tasks
+/// spawned from it are not bounded by it.
+pub(crate) async fn bounded_by<F: Future>(bound: Instant, fut: F) -> F::Output {
+    let bound = BOUND.try_with(|outer| (*outer).min(bound)).unwrap_or(bound);
+    BOUND.scope(bound, fut).await
+}
+
+/// What became of a mutation sent at most once ([`EtcdClient::call_once`]).
+#[derive(Debug)]
+pub(crate) enum Outcome<T> {
+    /// Applied; the answer.
+    Done(T),
+    /// Not applied: the server refused it, or it never left this process.
+    Refused(LockError),
+    /// Unknown: the request may have been applied, or may still be, later
+    /// (it timed out, or its connection failed after it was sent).
+    Unknown(LockError),
+}
+
 /// Why one request to one endpoint failed.
 #[derive(Debug)]
 pub(crate) enum Failure {
@@ -34,6 +62,25 @@ impl Failure {
                 status.code() == tonic::Code::Unavailable
                     && (status.message().starts_with("etcdserver: no leader")
                         || status.message().starts_with("etcdserver: leader changed"))
+            }
+            _ => false,
+        }
+    }
+}
+
+impl Failure {
+    /// The request surely never took effect: the member refused it before
+    /// processing it (no leader: every request asks for one), or it could
+    /// not even connect. As clientv3's `isSafeRetryMutableRPC`: only then
+    /// may a mutation go to another endpoint.
+    fn never_applied(&self) -> bool {
+        match self {
+            Failure::Etcd(etcd_client::Error::GRpcStatus(status)) => {
+                let msg = status.message();
+                status.code() == tonic::Code::Unavailable
+                    && (msg.starts_with("etcdserver: no leader")
+                        || msg.contains("error trying to connect")
+                        || msg.contains("tcp connect error"))
             }
             _ => false,
         }
@@ -210,6 +257,13 @@ impl EtcdClient {
         self.cfg.request_timeout
     }
 
+    /// When a request starting now must be answered: one request timeout
+    /// from now, or the enclosing call's bound ([`bounded_by`]) if sooner.
+    pub(crate) fn request_deadline(&self) -> Instant {
+        let own = Instant::now() + self.cfg.request_timeout;
+        BOUND.try_with(|b| own.min(*b)).unwrap_or(own)
+    }
+
     /// The endpoints to try, in order, for a call starting now: the pinned
     /// one first, then the others, those in backoff last.
     fn order(&self) -> Vec<usize> {
@@ -322,7 +376,9 @@ impl EtcdClient {
     /// that the cluster is between leaders is asked again after a short
     /// pause, while time is left: an election shorter than the request
     /// timeout never fails a call. Only for requests that are safe to
-    /// repeat.
+    /// repeat: reads, and writes whose every copy is harmless after the
+    /// first (a delete that compares the key's create revision, a lease
+    /// revoke). Other mutations go through [`EtcdClient::call_once`].
     pub(crate) async fn call<T, F, Fut>(&self, what: &str, mut op: F) -> Result<T>
     where
         F: FnMut(Client) -> Fut,
@@ -330,7 +386,7 @@ impl EtcdClient {
     {
         lock_core::metrics::count_request("etcd", "request");
         let limit = self.cfg.request_timeout;
-        let deadline = Instant::now() + limit;
+        let deadline = self.request_deadline();
         let mut last = None;
         let mut order = self.order();
         'passes: loop {
@@ -378,6 +434,100 @@ impl EtcdClient {
             map_error(
                 Failure::TimedOut(limit),
                 &format!("{what} (every endpoint)"),
+            )
+        }))
+    }
+
+    /// Runs the mutation `op` at most once, within `within` and the
+    /// request's deadline ([`EtcdClient::request_deadline`]), giving each
+    /// endpoint an equal share of that time as [`EtcdClient::call`] does:
+    /// it goes to another endpoint only when the failure proves that it
+    /// never took effect (it could not connect, or the member had no
+    /// leader); after a timeout or a broken connection its first copy may
+    /// still be applied, so the outcome is [`Outcome::Unknown`] and the
+    /// caller settles it. A server's refusal is [`Outcome::Refused`].
+    pub(crate) async fn call_once<T, F, Fut>(
+        &self,
+        what: &str,
+        within: Duration,
+        mut op: F,
+    ) -> Outcome<T>
+    where
+        F: FnMut(Client) -> Fut,
+        Fut: Future<Output = std::result::Result<T, etcd_client::Error>>,
+    {
+        lock_core::metrics::count_request("etcd", "request");
+        let deadline = self.request_deadline().min(Instant::now() + within);
+        let mut last = None;
+        let mut order = self.order();
+        'passes: loop {
+            let mut electing = Vec::new();
+            for (tried, idx) in order.iter().copied().enumerate() {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break 'passes;
+                }
+                let where_ = format!("{what} (endpoint {})", self.endpoints[idx].addr);
+                // Connecting: nothing has been sent yet.
+                let share = left / u32::try_from(order.len() - tried).unwrap_or(1).max(1);
+                let client = match tokio::time::timeout(share, self.client(idx)).await {
+                    Ok(Ok(c)) => c,
+                    Ok(Err(f)) => {
+                        let err = map_error(f, &where_);
+                        if err.kind() != LockErrorKind::Unavailable {
+                            return Outcome::Refused(err);
+                        }
+                        self.failed(idx);
+                        last = Some(err);
+                        continue;
+                    }
+                    Err(_) => {
+                        self.failed(idx);
+                        last = Some(map_error(Failure::TimedOut(share), &where_));
+                        continue;
+                    }
+                };
+                // The request gets its share, as in `call`: after a silent
+                // member the caller may try again elsewhere within its
+                // own request timeout, once it has settled the outcome.
+                let left = deadline.saturating_duration_since(Instant::now());
+                let share = left / u32::try_from(order.len() - tried).unwrap_or(1).max(1);
+                let failure = match tokio::time::timeout(share, op(client)).await {
+                    Ok(Ok(v)) => {
+                        self.succeeded(idx);
+                        return Outcome::Done(v);
+                    }
+                    Ok(Err(e)) => Failure::Etcd(e),
+                    Err(_) => Failure::TimedOut(share),
+                };
+                if failure.never_applied() {
+                    if failure.between_leaders() {
+                        electing.push(idx);
+                    }
+                    self.failed(idx);
+                    last = Some(map_error(failure, &where_));
+                    continue;
+                }
+                let err = map_error(failure, &where_);
+                if err.kind() != LockErrorKind::Unavailable {
+                    // The server answered: it refused the request.
+                    return Outcome::Refused(err);
+                }
+                self.failed(idx);
+                return Outcome::Unknown(err);
+            }
+            if electing.is_empty() {
+                break;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            let pause = rand::rng().random_range(ELECTION_PAUSE / 2..=ELECTION_PAUSE);
+            tokio::time::sleep(pause.min(left)).await;
+            order = electing;
+        }
+        Outcome::Refused(last.unwrap_or_else(|| {
+            map_error(
+                Failure::TimedOut(self.cfg.request_timeout),
+                &format!("{what} (no time left to send it)"),
             )
         }))
     }

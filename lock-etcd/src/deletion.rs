@@ -59,6 +59,15 @@ impl Deletion {
         }
     }
 
+    /// The key may not be ours as we held it any more (a change of it
+    /// whose outcome is unknown): the lock must not count on it.
+    pub(crate) fn doubted(&self, key: &[u8]) {
+        if self.settle(GONE) {
+            let key = String::from_utf8_lossy(key);
+            tracing::warn!(%key, "distlock etcd: a change of our key has an unknown outcome; lock lost");
+        }
+    }
+
     /// The watch ended: nothing more will be known about the key.
     pub(crate) fn end(&self) {
         self.settle(ENDED);

@@ -2,10 +2,12 @@
 //! that tell its guard about the session and about our key.
 
 use std::pin::Pin;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use crate::client::{bounded_by, EtcdClient, Outcome};
 use crate::deletion::Deletion;
 use crate::key::OurKey;
 use crate::layout::{READ, WRITE};
@@ -25,6 +27,9 @@ use lock_core::{
 pub(crate) struct EtcdLease {
     ours: StdMutex<Option<OurKey>>,
     rev: i64,
+    /// The mod revision our key has as far as we know: a change of it
+    /// compares this, so that a late copy of an earlier change fails.
+    mod_rev: AtomicI64,
     mode: LockMode,
     /// The watch on our key: whether it was deleted (then the lock is not
     /// ours any more), shared with the guard's events.
@@ -88,6 +93,7 @@ pub(crate) fn grant(
     let handle = EtcdLease {
         ours: StdMutex::new(Some(ours)),
         rev,
+        mod_rev: AtomicI64::new(rev),
         mode,
         watch,
     };
@@ -184,7 +190,7 @@ impl LeaseHandle for EtcdLease {
             self.watch.cancel();
         }
         match ours {
-            Some(ours) => ours.remove().await.map(|(was_ours, _turn)| was_ours),
+            Some(ours) => ours.remove().await,
             None => Ok(false),
         }
     }
@@ -193,6 +199,16 @@ impl LeaseHandle for EtcdLease {
     /// `read` while the key keeps its place in the queue, so no writer queued
     /// behind it gets in, and readers behind it (watching it) go ahead. The
     /// read guard's token is the revision of that change.
+    ///
+    /// The transaction compares the key's create and mod revisions (our
+    /// write key, unchanged) and is sent once, within half the request
+    /// timeout; the other half settles an unknown outcome or a failed
+    /// compare by reading the key back: `read` is a downgrade that was
+    /// applied (a read guard), `write` is kept as it is by a put that
+    /// bumps its mod revision (so a late copy of the downgrade fails; an
+    /// error, the write lock unchanged). What cannot be settled in time
+    /// loses the write lock (its key is removed in the background): it
+    /// never reports held when the key may be a read lock.
     async fn downgrade(&self, ttl: Duration) -> Result<Lease> {
         if self.mode != LockMode::Write {
             return Err(LockError::invalid(
@@ -202,25 +218,8 @@ impl LeaseHandle for EtcdLease {
         let (client, key, lease) = self
             .with_ours(|o| (o.client.clone(), o.key.clone(), o.session.id()))
             .ok_or_else(|| LockError::new(LockErrorKind::NotHeld, "etcd: already released"))?;
-        let sent = Sent::now();
-        let txn = Txn::new()
-            .when([
-                Compare::create_revision(&*key, CompareOp::Equal, self.rev),
-                Compare::value(&*key, CompareOp::Equal, WRITE),
-            ])
-            .and_then([TxnOp::put(
-                &*key,
-                READ,
-                Some(PutOptions::new().with_lease(lease)),
-            )]);
-        let resp = client.call("downgrade", txn_call(&txn)).await?;
-        if !resp.succeeded() {
-            return Err(LockError::new(
-                LockErrorKind::Lost,
-                format!("etcd: {key} is no longer our write lock"),
-            ));
-        }
-        let at = header_revision(&resp)?;
+        let bound = client.request_deadline();
+        let at = bounded_by(bound, self.downgrade_key(&client, &key, lease)).await?;
         let ours = self
             .ours
             .lock()
@@ -233,12 +232,159 @@ impl LeaseHandle for EtcdLease {
             None,
             LockMode::Read,
             Confirmed {
-                token: at,
-                at,
-                sent,
+                token: at.revision,
+                at: at.revision,
+                sent: at.sent,
             },
             ttl,
             false,
         )
+    }
+}
+
+/// A downgrade that was applied: at which revision, and when the request
+/// that applied it was sent.
+struct Downgraded {
+    revision: i64,
+    sent: Sent,
+}
+
+/// What a read of our key back says.
+enum Found {
+    /// Downgraded, at this mod revision.
+    Read(i64),
+    /// Still our write lock, at this mod revision.
+    Write(i64),
+    /// Not our key any more (gone, or another key of the name).
+    Gone,
+}
+
+impl EtcdLease {
+    /// The downgrade's transaction and the settling of its outcome (see
+    /// [`LeaseHandle::downgrade`]).
+    async fn downgrade_key(
+        &self,
+        client: &EtcdClient,
+        key: &Arc<str>,
+        lease: i64,
+    ) -> Result<Downgraded> {
+        let known = self.mod_rev.load(Ordering::SeqCst);
+        let sent = Sent::now();
+        let txn = Txn::new()
+            .when([
+                Compare::create_revision(&**key, CompareOp::Equal, self.rev),
+                Compare::mod_revision(&**key, CompareOp::Equal, known),
+            ])
+            .and_then([TxnOp::put(
+                &**key,
+                READ,
+                Some(PutOptions::new().with_lease(lease)),
+            )]);
+        let within = client.request_timeout() / 2;
+        let unknown = match client.call_once("downgrade", within, txn_call(&txn)).await {
+            Outcome::Done(resp) if resp.succeeded() => {
+                return Ok(Downgraded {
+                    revision: header_revision(&resp)?,
+                    sent,
+                })
+            }
+            // The compare failed: what is the key now?
+            Outcome::Done(_) => None,
+            // Not applied: the write lock is unchanged.
+            Outcome::Refused(e) => return Err(e),
+            Outcome::Unknown(e) => Some(e),
+        };
+        let found = match self.read_back(client, key, lease).await {
+            Ok(found) => found,
+            Err(e) => {
+                self.give_up(key);
+                return Err(LockError::new(
+                    LockErrorKind::Lost,
+                    format!("etcd: {key}: the downgrade's outcome is unknown; the write lock is given up"),
+                )
+                .with_source(e));
+            }
+        };
+        match found {
+            Found::Read(revision) => Ok(Downgraded { revision, sent }),
+            Found::Gone => {
+                self.give_up(key);
+                Err(LockError::new(
+                    LockErrorKind::Lost,
+                    format!("etcd: {key} is no longer our write lock"),
+                ))
+            }
+            Found::Write(now) if unknown.is_none() || now != known => {
+                // The downgrade did not apply, and no copy of it can.
+                self.mod_rev.store(now, Ordering::SeqCst);
+                Err(LockError::unavailable(format!(
+                    "etcd: {key}: the downgrade was not applied; the write lock is kept"
+                )))
+            }
+            Found::Write(_) => {
+                // A copy of the downgrade may still land: bump the key's
+                // mod revision so that it cannot.
+                let fence = Txn::new()
+                    .when([Compare::mod_revision(&**key, CompareOp::Equal, known)])
+                    .and_then([TxnOp::put(
+                        &**key,
+                        WRITE,
+                        Some(PutOptions::new().with_lease(lease)),
+                    )]);
+                let left = client.request_timeout();
+                match client
+                    .call_once("keep the write lock", left, txn_call(&fence))
+                    .await
+                {
+                    Outcome::Done(resp) if resp.succeeded() => {
+                        self.mod_rev
+                            .store(header_revision(&resp)?, Ordering::SeqCst);
+                        Err(LockError::unavailable(format!(
+                            "etcd: {key}: the downgrade was not applied; the write lock is kept"
+                        )))
+                    }
+                    _ => {
+                        self.give_up(key);
+                        Err(LockError::new(
+                            LockErrorKind::Lost,
+                            format!("etcd: {key}: the downgrade's outcome is unknown; the write lock is given up"),
+                        ))
+                    }
+                }
+            }
+        }
+    }
+
+    /// Reads our key back (a read: safe to repeat).
+    async fn read_back(&self, client: &EtcdClient, key: &Arc<str>, lease: i64) -> Result<Found> {
+        let resp = client
+            .call("read our key back", |mut c: etcd_client::Client| {
+                let key = key.clone();
+                async move { c.get(key.as_bytes(), None).await }
+            })
+            .await?;
+        Ok(match resp.kvs().first() {
+            Some(kv) if kv.create_revision() == self.rev && kv.lease() == lease => {
+                if kv.value() == READ.as_bytes() {
+                    Found::Read(kv.mod_revision())
+                } else {
+                    Found::Write(kv.mod_revision())
+                }
+            }
+            _ => Found::Gone,
+        })
+    }
+
+    /// The write lock is not ours as we held it (or may not be): the guard
+    /// hears it is lost, and our key, if still there, is removed in the
+    /// background (comparing its create revision).
+    fn give_up(&self, key: &Arc<str>) {
+        self.watch.deletion().doubted(key.as_bytes());
+        let ours = self.ours.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(ours) = ours {
+            self.watch.cancel();
+            // Dropped armed: its clean-up deletes it in the background.
+            drop(ours);
+        }
     }
 }

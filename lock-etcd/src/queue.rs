@@ -37,7 +37,7 @@ use lock_core::session::Sent;
 use lock_core::{LockError, LockErrorKind, LockMode, Result};
 use tokio::time::Instant;
 
-use crate::client::EtcdClient;
+use crate::client::{EtcdClient, Outcome};
 use crate::layout::{blocker, value_of, Contender, Kind, Queue, WRITE};
 use crate::session::Session;
 use crate::watcher::{QueueWatch, WatchEvent, Watcher};
@@ -79,6 +79,9 @@ pub(crate) enum Placed {
     /// Our key was already there, created at `rev` (a put whose answer we
     /// never saw): delete it and place again.
     Stale { rev: i64 },
+    /// The put's outcome is unknown (it timed out, or its connection
+    /// failed): it may have been applied, or may still be, later.
+    Unknown(LockError),
 }
 
 /// How a wait for our turn ended.
@@ -127,7 +130,18 @@ impl QueueOps {
                 TxnOp::get(queue.prefix.as_str(), Some(ahead_query(queue, None, page))),
             ])
             .or_else([TxnOp::get(key, Some(GetOptions::new().with_keys_only()))]);
-        let resp = self.client.call("acquire", txn_call(&txn)).await?;
+        // A put is sent once: a copy sent elsewhere after a timeout could
+        // be applied after the acquisition gave up (see `crate::key`).
+        let within = self.client.request_timeout();
+        let resp = match self
+            .client
+            .call_once("acquire", within, txn_call(&txn))
+            .await
+        {
+            Outcome::Done(resp) => resp,
+            Outcome::Refused(e) => return Err(e),
+            Outcome::Unknown(e) => return Ok(Placed::Unknown(e)),
+        };
         let at = header_revision(&resp)?;
         let gets = gets(&resp);
         if !resp.succeeded() {

@@ -636,22 +636,11 @@ async fn run(
                             break;
                         }
                     }
-                    if ok {
-                        // Watches asked for meanwhile were created with the
-                        // others (a little early for those due later); one
-                        // ended meanwhile may have been, so its cancel goes
-                        // out (for a watch the stream never had, the server
-                        // ignores it). Idle shared watches are looked at now.
-                        while let Ok(cmd) = cmds.try_recv() {
-                            if let Cmd::Cancel(id) = cmd {
-                                if c.sender.cancel(id).await.is_err() {
-                                    ok = false;
-                                    break;
-                                }
-                            }
-                        }
-                        later.clear();
-                    }
+                    // Watches asked for while these went out, and watches
+                    // ended meanwhile, have their commands still queued:
+                    // the loop below sends what is not sent yet (a watch
+                    // in `rest` is marked sent, and one due later is sent
+                    // when due) and the cancels.
                     if ok {
                         retry = Duration::from_millis(50);
                         sweep = Some(Instant::now());

@@ -1,0 +1,332 @@
+//! Requests whose outcome the client does not know (issue 31): a mutation
+//! that timed out may still be applied later, after the call gave up. On
+//! etcd clusters of their own, with a proxy that delays one member's
+//! traffic: a late delete never removes a newer key of ours, a late put
+//! never leaves an orphan key on our live lease, a downgrade whose reply
+//! was lost is not reported lost, watches asked for while the watch stream
+//! reopens are made, and every call keeps to its bound (wait + one request
+//! timeout).
+
+use std::time::Duration;
+
+use lock_core::{AcquireOptions, DistributedLock, LockName, ReadWriteLock};
+use lock_etcd::{EtcdConfig, EtcdLock};
+use lock_testbed::{unique_name, EtcdCluster, Proxy};
+use tokio::time::{sleep, Instant};
+
+fn name(prefix: &str) -> LockName {
+    LockName::new(unique_name(prefix)).expect("valid name")
+}
+
+async fn connect(cfg: EtcdConfig) -> EtcdLock {
+    EtcdLock::connect(cfg)
+        .await
+        .expect("connect to the test etcd")
+}
+
+/// Starts a cluster on a blocking thread (the testbed API is synchronous).
+async fn start_cluster(members: usize) -> EtcdCluster {
+    tokio::task::spawn_blocking(move || EtcdCluster::start(members))
+        .await
+        .expect("start thread")
+        .unwrap_or_else(|e| panic!("starting a {members}-member etcd cluster: {e}"))
+}
+
+/// A 3-member cluster, a proxy in front of its leader, and the endpoints of
+/// a client that talks to the leader through the proxy first (it pins the
+/// leader at connect) and to the two other members directly.
+async fn cluster_behind_a_proxy() -> (EtcdCluster, Proxy, Vec<String>) {
+    let cluster = start_cluster(3).await;
+    let leader = tokio::task::block_in_place(|| cluster.leader()).expect("leader");
+    let eps = cluster.endpoints();
+    let proxy = Proxy::start(eps[leader].parse().unwrap()).expect("proxy");
+    let mut through = vec![proxy.addr().to_string()];
+    through.extend(
+        eps.iter()
+            .enumerate()
+            .filter(|(i, _)| *i != leader)
+            .map(|(_, e)| e.clone()),
+    );
+    (cluster, proxy, through)
+}
+
+const REQUEST: Duration = Duration::from_secs(1);
+const LEASE: Duration = Duration::from_secs(10);
+/// Longer than the request timeout: a request through the proxy is applied
+/// after its call gave up.
+const LATENCY: Duration = Duration::from_millis(1500);
+
+fn config(endpoints: Vec<String>) -> EtcdConfig {
+    EtcdConfig::new(endpoints)
+        .lease_ttl(LEASE)
+        .request_timeout(REQUEST)
+        .connect_timeout(Duration::from_secs(5))
+}
+
+fn opts() -> AcquireOptions {
+    AcquireOptions::new().ttl(LEASE)
+}
+
+/// Item 1: a release whose delete is delayed past its call, then an
+/// acquisition of the same name at once. The late delete must not remove
+/// the new key: nobody else gets the name while our second guard holds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_delete_never_removes_our_next_key() {
+    let (cluster, proxy, through) = cluster_behind_a_proxy().await;
+    let a = connect(config(through)).await;
+    let b = connect(config(cluster.endpoints())).await;
+    let n = name("late-delete");
+    let first = a.acquire(&n, &opts()).await.expect("first acquire");
+    proxy.set_latency(LATENCY);
+    let t = Instant::now();
+    let released = first.release().await;
+    println!("release answered {released:?} after {:?}", t.elapsed());
+    let second = a
+        .try_acquire(&n, &opts())
+        .await
+        .expect("acquire again")
+        .expect("the name is free after our release");
+    println!("acquired again after {:?}", t.elapsed());
+    // The delayed copy of the delete lands about LATENCY after it was sent.
+    sleep(LATENCY * 2 + Duration::from_millis(500)).await;
+    let other = b.try_acquire(&n, &opts()).await.expect("try from b");
+    assert!(
+        other.is_none(),
+        "another client took the name {:?} after our release while our second guard reports held = {}",
+        t.elapsed(),
+        second.is_held()
+    );
+    assert!(second.is_held(), "{:?}", second.state());
+    proxy.heal();
+    assert!(second.release().await.expect("release the second guard"));
+}
+
+/// Item 2: a put applied after its call gave up (the acquisition went on
+/// through another member, or failed) must not leave our key behind the
+/// holder: once the holder releases, another client gets the name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_put_leaves_no_orphan_key() {
+    let (cluster, proxy, through) = cluster_behind_a_proxy().await;
+    let a = connect(config(through)).await;
+    let b = connect(config(cluster.endpoints())).await;
+    let n = name("late-put");
+    let holder = b.acquire(&n, &opts()).await.expect("b holds the name");
+    proxy.set_latency(LATENCY);
+    let t = Instant::now();
+    let tried = a.try_acquire(&n, &opts()).await;
+    println!(
+        "a's try_acquire: {:?} after {:?}",
+        tried.as_ref().map(|g| g.is_some()),
+        t.elapsed()
+    );
+    assert!(
+        !matches!(tried, Ok(Some(_))),
+        "a got the name while b holds it"
+    );
+    // The delayed put lands about LATENCY after it was sent.
+    sleep(LATENCY * 2 + Duration::from_millis(500)).await;
+    assert!(holder.release().await.expect("b releases"));
+    let deadline = Instant::now() + REQUEST * 3;
+    loop {
+        match b.try_acquire(&n, &opts()).await.expect("try from b") {
+            Some(g) => {
+                assert!(g.release().await.expect("release"));
+                break;
+            }
+            None => assert!(
+                Instant::now() < deadline,
+                "the name stays taken {:?} after its holder released: a late put of a left an orphan key",
+                t.elapsed()
+            ),
+        }
+        sleep(Duration::from_millis(100)).await;
+    }
+    proxy.heal();
+}
+
+/// Item 3: a downgrade applied at once whose reply comes after the request
+/// timeout is not reported lost: the caller gets its read guard, readers
+/// get in, writers do not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_downgrade_whose_reply_is_late_gives_the_read_guard() {
+    let (cluster, proxy, through) = cluster_behind_a_proxy().await;
+    let a = connect(config(through)).await;
+    let b = connect(config(cluster.endpoints())).await;
+    let n = name("late-downgrade");
+    let write = a.acquire_write(&n, &opts()).await.expect("write lock");
+    proxy.set_reply_delay(LATENCY);
+    let t = Instant::now();
+    let downgraded = a.downgrade(write).await;
+    println!(
+        "downgrade answered {:?} after {:?}",
+        downgraded.as_ref().map(|g| g.mode()),
+        t.elapsed()
+    );
+    let read = downgraded.expect("the downgrade was applied: a read guard");
+    assert!(read.is_held(), "{:?}", read.state());
+    let reader = b
+        .try_acquire_read(&n, &opts())
+        .await
+        .expect("try read from b");
+    assert!(reader.is_some(), "a reader is kept out by a read guard");
+    let writer = b
+        .try_acquire_write(&n, &opts())
+        .await
+        .expect("try write from b");
+    assert!(writer.is_none(), "a writer got in while readers hold");
+    drop(reader);
+    proxy.heal();
+    assert!(read.release().await.expect("release the read guard"));
+}
+
+/// Item 6: with answers that take most of a request timeout, a try_acquire
+/// that finds the name held, and an acquire whose wait runs out, return
+/// within their wait plus ONE request timeout (slack for scheduling only).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_on_a_slow_network_keep_to_one_request_timeout() {
+    let cluster = start_cluster(1).await;
+    let proxy = Proxy::start(cluster.endpoints()[0].parse().unwrap()).expect("proxy");
+    let a = connect(config(vec![proxy.addr().to_string()])).await;
+    let b = connect(config(cluster.endpoints())).await;
+    let slack = Duration::from_millis(400);
+    // A round trip is 0.7 request timeouts: one fits in the bound, two do not.
+    proxy.set_latency(REQUEST * 7 / 20);
+    for round in 0..2 {
+        // Two names held by b: a try on one, a wait on the other (a name
+        // of its own, so that the wait is not spent on this client's turn
+        // of the first name while its delete goes on in the background).
+        let (tried_name, waited_name) = (name("slow-bound-try"), name("slow-bound-wait"));
+        let held = b
+            .acquire(&tried_name, &opts())
+            .await
+            .expect("b holds the name");
+        let held2 = b
+            .acquire(&waited_name, &opts())
+            .await
+            .expect("b holds the name");
+        let t = Instant::now();
+        let tried = a.try_acquire(&tried_name, &opts()).await;
+        let took = t.elapsed();
+        println!(
+            "round {round}: try_acquire {:?} took {took:?}",
+            tried.as_ref().map(|g| g.is_some())
+        );
+        assert!(!matches!(tried, Ok(Some(_))), "got a held name");
+        assert!(took <= REQUEST + slack, "try_acquire took {took:?}");
+        let wait = Duration::from_millis(200);
+        let t = Instant::now();
+        let waited = a.acquire(&waited_name, &opts().wait(wait)).await;
+        let took = t.elapsed();
+        println!(
+            "round {round}: acquire with a wait of {wait:?}: {:?} took {took:?}",
+            waited.as_ref().map(|g| g.mode())
+        );
+        assert!(waited.is_err(), "got a held name");
+        assert!(took <= wait + REQUEST + slack, "acquire took {took:?}");
+        assert!(held.release().await.expect("release"));
+        assert!(held2.release().await.expect("release"));
+    }
+    proxy.heal();
+}
+
+/// Item 4: waiters and guards whose watches are asked for while the watch
+/// stream reopens (its connection was reset while it carried many
+/// watches, whose re-creation takes a while through a slow link) get them:
+/// every waiter is granted its lock once the holder releases, none fails
+/// with "watch not created", and a guard granted then hears that its key
+/// was deleted. The request timeout leaves room for re-creating the many
+/// watches on a busy machine: a watch that is never made fails either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watches_asked_for_while_the_stream_reopens_are_made() {
+    let cluster = start_cluster(1).await;
+    let proxy = Proxy::start(cluster.endpoints()[0].parse().unwrap()).expect("proxy");
+    let request = Duration::from_secs(3);
+    let a = connect(config(vec![proxy.addr().to_string()]).request_timeout(request)).await;
+    let b = connect(config(cluster.endpoints())).await;
+    let admin = cluster.endpoints();
+    // Many held keys, each with a watch of its own on a's stream: reopening
+    // the stream re-creates them all, which takes a while.
+    let mut guards = Vec::new();
+    for _ in 0..1500 {
+        let g = a
+            .try_acquire(&name("reopen-many"), &opts())
+            .await
+            .expect("acquire")
+            .expect("a fresh name");
+        guards.push(g);
+    }
+    sleep(Duration::from_millis(300)).await;
+    let mut held_by_b = Vec::new();
+    let mut waiters = Vec::new();
+    let mut fresh = Vec::new();
+    // Names for b first: the reset below must not catch b's requests.
+    let names: Vec<LockName> = (0..150).map(|_| name("reopen-wait")).collect();
+    for n in &names {
+        held_by_b.push(b.acquire(n, &opts()).await.expect("b holds"));
+    }
+    proxy.set_latency(Duration::from_millis(100));
+    proxy.reset_all();
+    // While the stream reopens: new waiters (one queue watch each) and new
+    // guards (a key watch each, 50 ms after their grant), a few every 5 ms.
+    for n in names {
+        let a2 = a.clone();
+        waiters.push(tokio::spawn(async move {
+            a2.acquire(&n, &opts().wait(Duration::from_secs(30))).await
+        }));
+        let a2 = a.clone();
+        fresh.push(tokio::spawn(async move {
+            a2.try_acquire(&name("reopen-fresh"), &opts()).await
+        }));
+        sleep(Duration::from_millis(5)).await;
+    }
+    let mut fresh_guards = Vec::new();
+    for (i, g) in fresh.into_iter().enumerate() {
+        let g = g
+            .await
+            .expect("fresh task")
+            .unwrap_or_else(|e| panic!("fresh guard {i}: acquire while reopening: {e}"))
+            .expect("a fresh name");
+        fresh_guards.push(g);
+    }
+    let fresh = fresh_guards;
+    sleep(Duration::from_millis(400)).await;
+    proxy.heal();
+    sleep(Duration::from_secs(1)).await;
+    for g in held_by_b {
+        assert!(g.release().await.expect("b releases"));
+    }
+    for (i, w) in waiters.into_iter().enumerate() {
+        let g = w
+            .await
+            .expect("waiter task")
+            .unwrap_or_else(|e| panic!("waiter {i}: {e}"));
+        assert!(g.is_held());
+        drop(g);
+    }
+    // Every fresh guard's key deleted behind its back: each must hear it.
+    let mut admin = etcd_client::Client::connect(&admin, None)
+        .await
+        .expect("admin client");
+    for g in &fresh {
+        let key = g
+            .server_key()
+            .expect("an etcd guard knows its key")
+            .to_string();
+        admin
+            .delete(key, None)
+            .await
+            .expect("delete behind a guard");
+    }
+    let deadline = Instant::now() + LEASE;
+    for (i, g) in fresh.iter().enumerate() {
+        while g.is_held() {
+            assert!(
+                Instant::now() < deadline,
+                "guard {i} never heard its key was deleted: {:?}",
+                g.state()
+            );
+            sleep(Duration::from_millis(20)).await;
+        }
+    }
+    drop(guards);
+}
