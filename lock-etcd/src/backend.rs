@@ -340,7 +340,7 @@ impl EtcdLock {
                         }
                         None => {
                             tracing::debug!(name = %req.name, "distlock etcd: contender key gone before its grant was stamped; queueing again");
-                            turn = ours.nothing_written();
+                            carry = ours.nothing_written();
                             continue;
                         }
                     }

@@ -190,7 +190,19 @@ impl QueueOps {
                 value_of(mode),
                 Some(PutOptions::new().with_lease(lease)),
             )]);
-        let resp = self.client.call("acquire", txn_call(&txn)).await?;
+        // Sent once, like every put of our key: a copy sent elsewhere after
+        // a timeout could be applied later. An unknown outcome fails the
+        // acquisition (its key is removed on the way out, comparing its
+        // create revision, so a late copy finds nothing to put).
+        let within = self.client.request_timeout();
+        let resp = match self
+            .client
+            .call_once("acquire", within, txn_call(&txn))
+            .await
+        {
+            Outcome::Done(resp) => resp,
+            Outcome::Refused(e) | Outcome::Unknown(e) => return Err(e),
+        };
         if !resp.succeeded() {
             return Ok(None);
         }
