@@ -15,8 +15,8 @@
 //!    grant the history proves earlier (see [`check`]);
 //! 3. the fenced register in PostgreSQL accepted no stale write;
 //! 4. once the faults stopped and the clients went idle (still connected),
-//!    every name can be taken again, in every kind of lock, within the TTL
-//!    plus one request timeout (plus slack): nothing of a finished
+//!    every name can be taken again, in every kind of lock, within the longest
+//!    TTL the workload used plus one request timeout (plus slack): nothing of a finished
 //!    acquisition is left blocking it;
 //!
 //! and that no call took longer than its bound (its wait, plus one request
@@ -259,7 +259,7 @@ pub async fn run(config: Config) -> Outcome {
     tokio::time::sleep(kind.request_timeout() + Duration::from_millis(200)).await;
 
     let horizon = Instant::now();
-    let blocked = retake_all(&target, kind, &names).await;
+    let blocked = retake_all(&target, kind, &names, config.shape().max_ttl).await;
     let grants = history.grants();
     let found = check(&grants, horizon, kind.fencing());
     let (violations, excused): (Vec<Violation>, Vec<Violation>) = found
@@ -356,15 +356,22 @@ fn excused(v: &Violation, schedule: &Schedule, history: &History, kind: Kind) ->
 }
 
 /// Takes every name again, in every kind of lock the backend offers, with a
-/// new client, while the workload's clients stay connected and idle.
-async fn retake_all(target: &Target, kind: Kind, names: &[LockName]) -> Vec<Blocked> {
+/// new client, while the workload's clients stay connected and idle: each
+/// within the longest lease the workload held (`max_ttl`: a release lost
+/// to the last fault leaves a key that long) plus one request timeout.
+async fn retake_all(
+    target: &Target,
+    kind: Kind,
+    names: &[LockName],
+    max_ttl: Duration,
+) -> Vec<Blocked> {
     let addrs = target
         .servers
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .addrs();
     let fresh = Servers::connect(kind, &addrs).await;
-    let within = kind.ttl() + kind.request_timeout() + SLACK;
+    let within = max_ttl + kind.request_timeout() + SLACK;
     let opts = AcquireOptions::new().ttl(kind.ttl()).wait(within);
     let mut blocked = Vec::new();
     for name in names {
@@ -393,7 +400,7 @@ async fn retake_all(target: &Target, kind: Kind, names: &[LockName]) -> Vec<Bloc
                 name: name.as_str().to_string(),
                 mode,
                 outcome: format!(
-                    "{outcome} (bound: TTL + request timeout = {} ms)",
+                    "{outcome} (bound: longest TTL + request timeout + slack = {} ms)",
                     within.as_millis()
                 ),
             });

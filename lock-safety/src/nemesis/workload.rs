@@ -72,10 +72,14 @@ impl Shared {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .push(format!(
-                    "client {client}: {what} took {} ms, bound {} ms + {} ms",
+                    "client {client}: {what} called at {:.0} ms took {} ms, bound {} ms + {} ms; faults then: {}",
+                    self.history.ms(started),
                     took.as_millis(),
                     bound.as_millis(),
-                    self.overrun.as_millis()
+                    self.overrun.as_millis(),
+                    self.history
+                        .faults_around(started, started + took, Duration::ZERO)
+                        .join("; ")
                 ));
         }
         out
