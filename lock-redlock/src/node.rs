@@ -11,7 +11,9 @@ use lock_core::{
     TlsConfig,
 };
 use lock_redis::renew::{BatchSender, Batcher, KeyOutcome, RenewBatching, RenewItem, RENEW_BATCH};
-use lock_redis::scripts::{Keys, Scripts, ACQUIRE_IN_LINE, LEAVE_LINE, LINE, LINE_LAPSE, RELEASED};
+use lock_redis::scripts::{
+    Keys, Scripts, ACQUIRE_IN_LINE, LEAVE_LINE, LINE, LINE_LAPSE, LINE_SEQ, RELEASED,
+};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{RedisError, RedisResult, Script, Value};
 use tokio::time::Instant;
@@ -78,10 +80,14 @@ pub(crate) enum SetReply {
     /// The key now holds our token.
     Won,
     /// Someone else's token is there (`holder`, if it was still there when
-    /// read); its remaining TTL if it has one.
+    /// read); its remaining TTL if it has one; `seen`, the node's turn
+    /// sequence when it refused (a round in line reads it, see
+    /// [`ACQUIRE_IN_LINE`]): a reservation for us announced with a larger
+    /// one was made after this refusal.
     Taken {
         pttl: Option<Duration>,
         holder: Option<String>,
+        seen: Option<u64>,
     },
     /// A plain `SET NX` was refused: the key is set, by whom and for how
     /// long was not read.
@@ -97,14 +103,15 @@ pub(crate) enum ReleaseReply {
     Deleted,
 }
 
-/// One lock's keys, the same on every node: the key, its release channel
-/// and its line of waiters (see [`ACQUIRE_IN_LINE`]).
+/// One lock's keys, the same on every node: the key, its release channel,
+/// its line of waiters and the turn sequence (see [`ACQUIRE_IN_LINE`]).
 #[derive(Debug)]
 pub(crate) struct NameKeys {
     pub key: Arc<str>,
     pub channel: Arc<str>,
     pub line: Arc<str>,
     pub lapse: Arc<str>,
+    pub seq: Arc<str>,
 }
 
 impl NameKeys {
@@ -114,6 +121,7 @@ impl NameKeys {
             channel: Keys::aux(&key, RELEASED).into(),
             line: Keys::aux(&key, LINE).into(),
             lapse: Keys::aux(&key, LINE_LAPSE).into(),
+            seq: Keys::aux(&key, LINE_SEQ).into(),
             key,
         })
     }
@@ -378,6 +386,7 @@ impl Node {
                         SetReply::Taken {
                             pttl: pttl(ms),
                             holder: value,
+                            seen: None,
                         }
                     },
                 )
@@ -405,6 +414,7 @@ impl Node {
                 let mut call = scripts.acquire_in_line.key(&*keys.key);
                 call.key(&*keys.line)
                     .key(&*keys.lapse)
+                    .key(&*keys.seq)
                     .arg(token)
                     .arg(ttl_ms);
                 Place::add_args(&mut call, place);
@@ -413,9 +423,12 @@ impl Node {
             .await?;
         match reply.as_slice() {
             [Value::Int(1)] => Ok(SetReply::Won),
-            [Value::Int(0), Value::Int(ms), holder] => Ok(SetReply::Taken {
+            [Value::Int(0), Value::Int(ms), holder, seen] => Ok(SetReply::Taken {
                 pttl: pttl(*ms),
                 holder: redis::from_redis_value_ref(holder).ok(),
+                seen: redis::from_redis_value_ref::<String>(seen)
+                    .ok()
+                    .and_then(|s| s.parse().ok()),
             }),
             other => Err(RedisError::from((
                 redis::ErrorKind::Parse,
@@ -470,6 +483,7 @@ impl Node {
                 call.key(&*keys.channel)
                     .key(&*keys.line)
                     .key(&*keys.lapse)
+                    .key(&*keys.seq)
                     .arg(token)
                     .arg(if announce { "1" } else { "0" });
                 Place::add_args(&mut call, rejoin);
@@ -499,6 +513,7 @@ impl Node {
                 .key(&*keys.channel)
                 .key(&*keys.line)
                 .key(&*keys.lapse)
+                .key(&*keys.seq)
                 .arg(wait_id)
                 .arg(if holding { "1" } else { "" })
                 .arg(&*self.inbox)

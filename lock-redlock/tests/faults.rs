@@ -1713,3 +1713,69 @@ async fn a_waiter_cut_off_holds_no_one_up_past_its_deadline() {
     );
     drop(proxies);
 }
+
+/// A turn announcement is no proof of a reservation: only a reservation
+/// made after the waiter's round reached the node is. Here nobody released:
+/// the holder holds the key on every node, and a turn message naming the
+/// waiter (the holder's release as it would be announced, without the
+/// node's sequence, then with a stale one) is published in the waiter's
+/// inbox on a quorum of nodes, all at once. The waiter must not get a
+/// guard (it may run a round, which the holder's keys refuse); it gets
+/// the lock at the holder's real release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_turn_announced_without_a_reservation_grants_nothing() {
+    let set = start_set();
+    let holder = RedlockLock::connect(config(&set)).await.unwrap();
+    let name = lock_name("forged-turn");
+    let key = holder.key_of(&name);
+    let ttl = Duration::from_secs(60);
+    let line = format!("{{{key}}} line");
+    let held = holder.acquire(&name, &opts(ttl)).await.unwrap();
+    let token = get(&set.nodes()[0], &key).expect("the holder's key");
+    let (mut rx, ids) = waiters(&set, &name, ttl, 1, &line).await;
+    let id = &ids[0];
+    let client = id.split('.').next().expect("a wait id names its client");
+    let inbox = format!("distlock inbox {client}");
+    let channel = format!("{{{key}}} released");
+    let mut publishers = Vec::new();
+    for n in &set.nodes()[..3] {
+        let c = redis::Client::open(n.url()).unwrap();
+        publishers.push(c.get_multiplexed_async_connection().await.unwrap());
+    }
+    for message in [
+        format!("{channel}\nn {token} {id}"),
+        format!("{channel}\nn {token} {id} 1"),
+    ] {
+        let sent = futures::future::join_all(publishers.iter_mut().map(|c| {
+            let (inbox, message) = (inbox.clone(), message.clone());
+            async move {
+                redis::cmd("PUBLISH")
+                    .arg(inbox)
+                    .arg(message)
+                    .query_async::<i64>(c)
+                    .await
+                    .unwrap()
+            }
+        }))
+        .await;
+        assert_eq!(sent, vec![1, 1, 1], "the waiter's client hears its inbox");
+        sleep(Duration::from_millis(500)).await;
+        if let Ok((_, got)) = rx.try_recv() {
+            panic!(
+                "the waiter got {:?} on a turn message alone, while the holder holds every key",
+                got.map(|g| g.is_held())
+            );
+        }
+        assert!(held.is_held());
+        for n in set.nodes() {
+            assert_eq!(get(n, &key).as_deref(), Some(token.as_str()));
+        }
+    }
+    assert!(held.release().await.unwrap());
+    let (_, got) = timeout(SLACK, rx.recv())
+        .await
+        .expect("the waiter got the lock at the real release")
+        .unwrap();
+    assert!(got.unwrap().release().await.unwrap());
+    assert_gone_from(set.nodes(), &key).await;
+}
