@@ -239,7 +239,8 @@ impl Client {
     }
 
     /// One mutex attempt ([`ACQUIRE_FENCED`]): the lock for `token`, or
-    /// who holds it and the last token issued (0 when acquired). A caller
+    /// who holds it and a bound at least the last token issued, `max(the
+    /// counter, the server's clock in µs)` (0 when acquired). A caller
     /// that will wait passes how long its `queued` place lasts (in ms) and
     /// takes that place if the lock is not free.
     pub(crate) async fn acquire(

@@ -90,9 +90,13 @@ macro_rules! mutex_queue {
 /// place lasts unless renewed (ms).
 /// Returns `{1, token}` when acquired, `{0, pttl, last}` when held by
 /// someone else (`pttl` = the holder's remaining ms, -1 if it has no
-/// expiry; `last` = the last token issued: a hand-over to this caller
-/// announced with a token up to `last` happened before this attempt and is
-/// void, since the attempt did not find the lock its own).
+/// expiry; `last` = `max(the counter, the server's clock in µs)`, at least
+/// every token issued so far: a hand-over to this caller announced with a
+/// token up to `last` happened before this attempt and is void, since the
+/// attempt did not find the lock its own). The bare counter would not do:
+/// it can go back (see below), and a late announcement would then pass for
+/// a new one; the clock, which bounds every token issued from below, does
+/// not.
 ///
 /// With nobody queued this is `SET key token NX PX ttl` (the peers' layout).
 /// Otherwise the lock goes in arrival order: a release hands it straight to
@@ -157,7 +161,8 @@ if ARGV[3] == '1' then
     if redis.call('PTTL', k) < lasts then redis.call('PEXPIRE', k, lasts) end
   end
 end
-return {0, redis.call('PTTL', KEYS[1]), tonumber(redis.call('GET', KEYS[2])) or 0}
+local last = math.max(tonumber(redis.call('GET', KEYS[2])) or 0, tonumber(t[1]) * 1000000 + tonumber(t[2]))
+return {0, redis.call('PTTL', KEYS[1]), last}
 "#
 );
 
