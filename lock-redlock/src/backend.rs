@@ -150,18 +150,30 @@ impl RedlockLock {
         self.inner.keys(name).key.to_string()
     }
 
-    /// Connects to every node (loading the shared scripts); `Ok` if a quorum answered.
+    /// Connects to every node (loading the shared scripts, reading its
+    /// eviction policy); `Ok` if a quorum answered and no node that did has
+    /// a policy [`RedlockConfig::require_noeviction`] refuses.
     async fn check_quorum(&self) -> Result<()> {
         let inner = &self.inner;
         let limit = inner.config.connect_timeout;
         let mut pending = fan_out(inner, inner.all(), limit, |inner, i| async move {
-            inner.nodes[i].load_scripts(&inner.scripts).await
+            let node = &inner.nodes[i];
+            node.load_scripts(&inner.scripts).await?;
+            node.eviction_policy().await
         });
         let mut failures = Vec::new();
         let mut ok = 0;
-        while let Some((_, r)) = pending.next().await {
+        while let Some((i, r)) = pending.next().await {
             match r {
-                Ok(()) => ok += 1,
+                Ok(policy) => {
+                    ok += 1;
+                    lock_redis::eviction::check_policy(
+                        policy.as_deref(),
+                        inner.config.require_noeviction,
+                        &inner.nodes[i].addr,
+                        "redlock",
+                    )?;
+                }
                 Err(f) => failures.push(f),
             }
         }

@@ -554,6 +554,15 @@ impl Node {
         .await
     }
 
+    /// The node's `maxmemory-policy`, if it tells
+    /// ([`lock_redis::eviction::read_policy`]).
+    pub async fn eviction_policy(&self) -> RedisResult<Option<String>> {
+        self.call("connect", |mut c| async move {
+            Ok(lock_redis::eviction::read_policy(&mut c, &self.addr).await)
+        })
+        .await
+    }
+
     /// Loads the scripts (so the first release or extension needs no
     /// `NOSCRIPT` round trip) — also the reachability check of `connect`.
     pub async fn load_scripts(&self, scripts: &Scripts) -> RedisResult<()> {
