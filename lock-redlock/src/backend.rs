@@ -1605,11 +1605,12 @@ impl LeaseHandle for RedlockLease {
     }
 
     /// Compare-and-delete on every node in parallel (the script publishes
-    /// the release to waiters). `true` once a quorum deleted our key, or
-    /// when a quorum answered and some of it deleted our key; `false` once
-    /// so many nodes say "not ours" that it cannot have been ours on a
-    /// quorum; an `Unavailable` error when fewer than a quorum answered.
-    /// The requests to slower nodes still complete in the background.
+    /// the release to waiters). `true` once a quorum deleted our key (it
+    /// was ours: held on a quorum); `false` once so many nodes say "not
+    /// ours" that it cannot have been ours on a quorum; otherwise (too few
+    /// answers, or too few deletes among them to tell: the silent nodes may
+    /// have held ours) an `Unavailable` error. The requests to slower nodes
+    /// still complete in the background.
     async fn release(&self) -> Result<bool> {
         let inner = &self.inner;
         let n = inner.nodes.len();
@@ -1672,20 +1673,17 @@ impl LeaseHandle for RedlockLease {
         }
         finish_in_background(pending);
         failures.extend(silent(inner, &heard));
-        if deleted > 0 && deleted + not_ours >= inner.quorum {
-            // A quorum answered and some deleted our key: it was ours (the
-            // core knows whether it was still valid); the silent nodes get
-            // the delete when they answer, else their key expires.
-            for f in &failures {
-                tracing::debug!(node = %f.node, reason = %f.reason, detail = %f.detail, "redlock: release not confirmed by this node");
-            }
-            return Ok(true);
-        }
+        // Fewer than a quorum of deletes proves nothing: the lock may have
+        // been lost (our key expired or was taken on some nodes) or still
+        // ours (on the nodes that did not answer). The silent nodes get the
+        // delete when they answer, else their key expires.
         Err(LockError::unavailable(format!(
-            "redlock: only {} of {n} nodes answered the release of {} ({deleted} deleted our key); \
-             the rest of the keys expire with their TTL",
-            deleted + not_ours,
-            self.key
+            "redlock: the release of {} was confirmed by {deleted} of {n} nodes ({not_ours} said the key \
+             was not ours, {} failed or did not answer); a quorum of {} deletes is needed to tell whether it was \
+             still ours; the rest of the keys expire with their TTL",
+            self.key,
+            n - deleted - not_ours,
+            inner.quorum
         ))
         .with_nodes(failures))
     }

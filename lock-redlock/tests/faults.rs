@@ -1779,3 +1779,44 @@ async fn a_turn_announced_without_a_reservation_grants_nothing() {
     assert!(got.unwrap().release().await.unwrap());
     assert_gone_from(set.nodes(), &key).await;
 }
+
+/// `release` says the lock was still ours only when a quorum of nodes
+/// deleted our key. Here our key is left on one node of five (two hold a
+/// stranger's key, two are down): a quorum answered, one delete proved
+/// nothing, so the outcome is an error (unknown: the nodes that are down
+/// may have held ours), never `Ok(true)`. The delete still happens where
+/// the key was ours.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn release_is_ours_only_when_a_quorum_deleted_our_key() {
+    let mut set = start_set();
+    let locks = RedlockLock::connect(config(&set)).await.unwrap();
+    let name = lock_name("release-quorum");
+    let key = locks.key_of(&name);
+    let g = locks
+        .acquire(&name, &opts(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    for n in &set.nodes()[1..3] {
+        set_foreign(n, &key, "0123456789abcdef0123456789abcdef");
+    }
+    set.node_mut(3).kill().unwrap();
+    set.node_mut(4).kill().unwrap();
+    let t = Instant::now();
+    let released = g.release().await;
+    assert!(
+        t.elapsed() < NODE_TIMEOUT + SLACK,
+        "release took {:?}",
+        t.elapsed()
+    );
+    match released {
+        Err(e) => assert_eq!(e.kind(), LockErrorKind::Unavailable, "{e}"),
+        Ok(ours) => panic!("release said {ours} after 1 delete of 5 (quorum 3)"),
+    }
+    assert!(gone_within(&set.nodes()[0], &key, SLACK).await);
+    for n in &set.nodes()[1..3] {
+        assert_eq!(
+            get(n, &key).as_deref(),
+            Some("0123456789abcdef0123456789abcdef")
+        );
+    }
+}
