@@ -278,7 +278,9 @@ fn node_bit(i: usize) -> u64 {
 enum Ask {
     /// A plain `SET NX` ([`Node::set_nx`]): the first round of a call that
     /// saw no contention on the name lately (no other waiter of this client
-    /// on it). A key reserved for a waiter in line is not free to it.
+    /// on it). A key reserved for a waiter in line is not free to it, and a
+    /// free key with waiters in line (its holder expired) is given back to
+    /// the first of them at once.
     Plain,
     /// The line's script ([`Node::acquire`]): as a waiter in its place, or
     /// (`None`) as a single try that respects the line.
@@ -383,7 +385,7 @@ impl Inner {
                     }
                     let node = &inner.nodes[i];
                     match ask {
-                        Ask::Plain => node.set_nx(&keys.key, &token, ttl_ms).await,
+                        Ask::Plain => node.set_nx(&inner.scripts, &keys, &token, ttl_ms).await,
                         Ask::InLine(place) => {
                             node.acquire(&inner.scripts, &keys, &token, ttl_ms, place.as_deref())
                                 .await

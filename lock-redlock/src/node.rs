@@ -351,36 +351,52 @@ impl Node {
     }
 
     /// `SET key token NX PX ttl`: the first round of a call that saw no
-    /// contention lately (one command, no script, as the peers send). A key
-    /// reserved for a waiter in line is not free to it. A refused `SET`
-    /// reads nothing: the call then goes in line, whose script tells who
-    /// holds the key and for how long. The retry on a fresh connection (the
-    /// first `SET` may have landed before the connection dropped) sends
-    /// `GET` and `PTTL` in the same pipeline, which recognises our own
-    /// token.
-    pub async fn set_nx(&self, key: &str, token: &str, ttl_ms: u64) -> RedisResult<SetReply> {
+    /// contention lately (one command, no script, as the peers send, with
+    /// `EXISTS` of the line in the same pipeline). A key reserved for a
+    /// waiter in line is not free to it. A key that was free while waiters
+    /// are in line (its holder expired, or vanished) is not ours to take
+    /// ahead of them: we give it back at once with [`RELEASE`](Node::release),
+    /// which reserves it for the first in line and announces that waiter's
+    /// turn, and the node counts as refused. A refused `SET` reads nothing:
+    /// the call then goes in line, whose script tells who holds the key
+    /// and for how long. The retry on a fresh connection (the first `SET`
+    /// may have landed before the connection dropped) sends `GET` and
+    /// `PTTL` in the same pipeline, which recognises our own token.
+    pub async fn set_nx(
+        &self,
+        scripts: &Scripts,
+        keys: &NameKeys,
+        token: &str,
+        ttl_ms: u64,
+    ) -> RedisResult<SetReply> {
         let retried = AtomicBool::new(false);
-        self.call("acquire", |mut c| {
-            let retry = retried.swap(true, Ordering::Relaxed);
-            async move {
-                let mut set = redis::cmd("SET");
-                set.arg(key).arg(token).arg("NX").arg("PX").arg(ttl_ms);
-                if !retry {
-                    return Ok(match set.query_async(&mut c).await? {
-                        Value::Nil => SetReply::TakenUnread,
-                        _ => SetReply::Won,
-                    });
-                }
-                let mut pipe = redis::pipe();
-                pipe.add_command(set)
-                    .cmd("GET")
-                    .arg(key)
-                    .cmd("PTTL")
-                    .arg(key);
-                let (set, value, ms): (Value, Option<String>, i64) =
-                    pipe.query_async(&mut c).await?;
-                Ok(
-                    if !matches!(set, Value::Nil) || value.as_deref() == Some(token) {
+        let (reply, line) = self
+            .call("acquire", |mut c| {
+                let retry = retried.swap(true, Ordering::Relaxed);
+                async move {
+                    let key = &*keys.key;
+                    let mut set = redis::cmd("SET");
+                    set.arg(key).arg(token).arg("NX").arg("PX").arg(ttl_ms);
+                    let mut pipe = redis::pipe();
+                    pipe.add_command(set);
+                    if !retry {
+                        pipe.cmd("EXISTS").arg(&*keys.line);
+                        let (set, line): (Value, i64) = pipe.query_async(&mut c).await?;
+                        let reply = match set {
+                            Value::Nil => SetReply::TakenUnread,
+                            _ => SetReply::Won,
+                        };
+                        return Ok((reply, line > 0));
+                    }
+                    pipe.cmd("GET")
+                        .arg(key)
+                        .cmd("PTTL")
+                        .arg(key)
+                        .cmd("EXISTS")
+                        .arg(&*keys.line);
+                    let (set, value, ms, line): (Value, Option<String>, i64, i64) =
+                        pipe.query_async(&mut c).await?;
+                    let reply = if !matches!(set, Value::Nil) || value.as_deref() == Some(token) {
                         SetReply::Won
                     } else {
                         SetReply::Taken {
@@ -388,11 +404,16 @@ impl Node {
                             holder: value,
                             seen: None,
                         }
-                    },
-                )
-            }
-        })
-        .await
+                    };
+                    Ok((reply, line > 0))
+                }
+            })
+            .await?;
+        if reply == SetReply::Won && line {
+            self.release(scripts, keys, token, true, None).await?;
+            return Ok(SetReply::TakenUnread);
+        }
+        Ok(reply)
     }
 
     /// One attempt on this node in line ([`ACQUIRE_IN_LINE`]): `SET key

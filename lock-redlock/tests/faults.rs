@@ -1820,3 +1820,56 @@ async fn release_is_ours_only_when_a_quorum_deleted_our_key() {
         );
     }
 }
+
+/// FIFO holds after an expiry: a holder vanished (here a stranger's key
+/// with no release to announce its end), a waiter is in line, and the keys
+/// expire. A newcomer's first round (a plain `SET NX` on every node) must
+/// not take the free keys ahead of the waiter: the waiter gets the lock
+/// first (at once: the newcomer gives the keys back, which reserves them
+/// for the first in line and announces its turn; its own re-check is 10 s
+/// away), and the newcomer gets it at the waiter's release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_newcomer_does_not_overtake_the_line_after_an_expiry() {
+    let set = start_set();
+    let name = lock_name("expiry-fifo");
+    let newcomer = RedlockLock::connect(config(&set)).await.unwrap();
+    let key = newcomer.key_of(&name);
+    let line = format!("{{{key}}} line");
+    let ttl = Duration::from_secs(30);
+    for n in set.nodes() {
+        set_foreign(n, &key, "0123456789abcdef0123456789abcdef");
+    }
+    let (mut rx, _) = waiters(&set, &name, ttl, 1, &line).await;
+    for n in set.nodes() {
+        tokio::task::block_in_place(|| n.expire_now(&key)).unwrap();
+    }
+    let late = {
+        let name = name.clone();
+        tokio::spawn(async move { newcomer.acquire(&name, &opts(ttl)).await })
+    };
+    let (_, first) = timeout(SLACK, rx.recv())
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "the waiter in line got nothing within {SLACK:?} (newcomer done: {})",
+                late.is_finished()
+            )
+        })
+        .unwrap();
+    let first = first.expect("the waiter's acquire");
+    assert!(first.is_held());
+    sleep(Duration::from_millis(200)).await;
+    assert!(
+        !late.is_finished(),
+        "the newcomer got the lock while the waiter holds it"
+    );
+    assert!(first.release().await.unwrap());
+    let second = timeout(SLACK, late)
+        .await
+        .expect("the newcomer got the lock at the waiter's release")
+        .unwrap()
+        .expect("the newcomer's acquire");
+    assert!(second.release().await.unwrap());
+    assert_gone_from(set.nodes(), &key).await;
+    assert_no_place_in(set.nodes(), &line);
+}
