@@ -208,6 +208,11 @@ const OPTIONS: &[OptionSpec] = &[
         schemes: &[Redis, Redlock, Etcd],
     },
     OptionSpec {
+        name: "require_noeviction",
+        kind: Kind::Bool,
+        schemes: &[Redis, Redlock],
+    },
+    OptionSpec {
         name: "tls",
         kind: Kind::Bool,
         schemes: &[Redis, Redlock, Etcd, Zk],
@@ -837,7 +842,8 @@ impl LockUrl {
     }
 
     /// The [`lock_redis::RedisLockConfig`] of a `redis://` URL: options
-    /// `connect_timeout`, `request_timeout`, `max_recheck`, `prefix`.
+    /// `connect_timeout`, `request_timeout`, `max_recheck`, `prefix`,
+    /// `require_noeviction`.
     #[cfg(feature = "redis")]
     #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
     pub fn redis_config(&self) -> Result<lock_redis::RedisLockConfig, LockError> {
@@ -855,6 +861,9 @@ impl LockUrl {
         if let Some(prefix) = self.option("prefix") {
             config = config.key_prefix(prefix);
         }
+        if let Some(require) = self.option("require_noeviction") {
+            config = config.require_noeviction(require == "true");
+        }
         if let Some(tls) = self.tls() {
             config = config.tls(tls);
         }
@@ -864,7 +873,7 @@ impl LockUrl {
 
     /// The [`lock_redlock::RedlockConfig`] of a `redlock://` URL: options
     /// `connect_timeout`, `node_timeout`, `retry_count`, `retry_delay`,
-    /// `retry_jitter`, `max_extensions`, `prefix`.
+    /// `retry_jitter`, `max_extensions`, `prefix`, `require_noeviction`.
     #[cfg(feature = "redlock")]
     #[cfg_attr(docsrs, doc(cfg(feature = "redlock")))]
     pub fn redlock_config(&self) -> Result<lock_redlock::RedlockConfig, LockError> {
@@ -892,6 +901,9 @@ impl LockUrl {
         }
         if let Some(prefix) = self.option("prefix") {
             config = config.key_prefix(prefix);
+        }
+        if let Some(require) = self.option("require_noeviction") {
+            config = config.require_noeviction(require == "true");
         }
         if let Some(tls) = self.tls() {
             config = config.tls(tls);
@@ -1069,6 +1081,14 @@ mod tests {
         let default = ok("redis://localhost").redis_config().unwrap();
         assert_eq!(default.url, "redis://localhost:6379/0");
         assert_eq!(default.connect_timeout, lock_redis::DEFAULT_CONNECT_TIMEOUT);
+        assert!(!default.require_noeviction);
+        assert!(
+            ok("redis://h?require_noeviction=true")
+                .redis_config()
+                .unwrap()
+                .require_noeviction
+        );
+        assert!(bad("redis://h?require_noeviction=yes").contains("neither `true` nor `false`"));
         assert!(ok("memory://").redis_config().is_err());
     }
 
@@ -1086,6 +1106,13 @@ mod tests {
         assert!(bad("redlock://a:1?retry_count=-1").contains("non-negative integer"));
         assert!(bad("redlock://a:1?max_extensions=lots").contains("none"));
         assert!(bad("redlock://a:1?request_timeout=1s").contains("unknown option"));
+        #[cfg(feature = "redlock")]
+        assert!(
+            ok("redlock://a:1,b:2,c:3?require_noeviction=true")
+                .redlock_config()
+                .unwrap()
+                .require_noeviction
+        );
     }
 
     #[cfg(feature = "redlock")]

@@ -126,26 +126,46 @@ impl Client {
                 load.cmd("SCRIPT").arg("LOAD").arg(code);
             }
             load.query_async::<()>(&mut probe).await?;
+            // The eviction policy: lock keys must never be evicted.
+            let policy = crate::eviction::read_policy(&mut probe, &config.redacted_url()).await;
             drop(probe);
             let conn = ConnectionManager::new_with_config(client.clone(), manager_config).await?;
-            Ok::<_, RedisError>((conn, Scripts::default()))
+            Ok::<_, RedisError>((conn, Scripts::default(), policy))
         })
         .await;
         match connected {
             Err(_) => Err(map_error(&what, Failure::TimedOut(config.connect_timeout))),
             Ok(Err(e)) => Err(map_error(&what, Failure::Redis(e))),
-            Ok(Ok((conn, scripts))) => Ok(Arc::new_cyclic(|this| {
-                let renewals = Batcher::new(BatchOnClient(this.clone()), config.renew_batching);
-                Self {
-                    config,
-                    redis: client,
-                    conn,
-                    scripts,
-                    renew_script: redis::Script::new(RENEW_BATCH),
-                    renewals,
-                }
-            })),
+            Ok(Ok((conn, scripts, policy))) => {
+                crate::eviction::check_policy(
+                    policy.as_deref(),
+                    config.require_noeviction,
+                    &config.redacted_url(),
+                    "distlock redis",
+                )?;
+                Ok(Self::with_connection(config, client, conn, scripts))
+            }
         }
+    }
+
+    /// The client over an open connection.
+    fn with_connection(
+        config: RedisLockConfig,
+        client: redis::Client,
+        conn: ConnectionManager,
+        scripts: Scripts,
+    ) -> Arc<Self> {
+        Arc::new_cyclic(|this| {
+            let renewals = Batcher::new(BatchOnClient(this.clone()), config.renew_batching);
+            Self {
+                config,
+                redis: client,
+                conn,
+                scripts,
+                renew_script: redis::Script::new(RENEW_BATCH),
+                renewals,
+            }
+        })
     }
 
     /// Runs `script` (picked from the loaded scripts) with `keys` and
@@ -239,7 +259,8 @@ impl Client {
     }
 
     /// One mutex attempt ([`ACQUIRE_FENCED`]): the lock for `token`, or
-    /// who holds it and the last token issued (0 when acquired). A caller
+    /// who holds it and a bound at least the last token issued, `max(the
+    /// counter, the server's clock in µs)` (0 when acquired). A caller
     /// that will wait passes how long its `queued` place lasts (in ms) and
     /// takes that place if the lock is not free.
     pub(crate) async fn acquire(

@@ -69,6 +69,15 @@ pub struct RedisLockConfig {
     /// window, at most 1/50 of a lease's TTL; at most 256 renewals per
     /// request).
     pub renew_batching: RenewBatching,
+    /// Refuse to connect to a server whose `maxmemory-policy` is not
+    /// `noeviction` (an [`InvalidArgument`](lock_core::LockErrorKind::InvalidArgument)
+    /// error). Under any other policy a server at its `maxmemory` may evict
+    /// lock keys silently, and another client then gets a lock that is
+    /// still held. Either way the policy is read at connect (`CONFIG GET`,
+    /// else `INFO memory`; see [`crate::eviction`]) and any other policy is
+    /// a warning; a server that answers neither is not checked (logged at
+    /// debug level). Default: `false`.
+    pub require_noeviction: bool,
 }
 
 impl Default for RedisLockConfig {
@@ -81,6 +90,7 @@ impl Default for RedisLockConfig {
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             max_recheck: DEFAULT_MAX_RECHECK,
             renew_batching: RenewBatching::default(),
+            require_noeviction: false,
         }
     }
 }
@@ -130,6 +140,12 @@ impl RedisLockConfig {
         self
     }
 
+    /// Sets [`RedisLockConfig::require_noeviction`].
+    pub fn require_noeviction(mut self, require: bool) -> Self {
+        self.require_noeviction = require;
+        self
+    }
+
     /// Checks the configuration: timeouts in 1 ms ..= [`MAX_TIMEOUT`],
     /// `max_recheck` in 1 ms ..= one day, a key prefix without whitespace or
     /// control characters, the renewal batching's bounds
@@ -160,6 +176,7 @@ impl fmt::Debug for RedisLockConfig {
             .field("request_timeout", &self.request_timeout)
             .field("max_recheck", &self.max_recheck)
             .field("renew_batching", &self.renew_batching)
+            .field("require_noeviction", &self.require_noeviction)
             .finish()
     }
 }

@@ -4,6 +4,7 @@
 mod backend;
 mod client;
 mod config;
+pub mod eviction;
 pub mod notify;
 mod primitive;
 pub mod renew;

@@ -43,9 +43,13 @@
 //! clients on 5 nodes, 5 deliveries per hand-off instead of 35). The inbox
 //! is subscribed on a node while any channel is (with the first of them),
 //! and a channel counts as confirmed on a node only with the inbox. Each
-//! node that announces a turn has reserved the key for that waiter;
-//! [`Subscription::turn_reached`] counts them, and a waiter that a quorum
-//! named holds the lock by those reservations, with no further request. A
+//! node that announces a turn has reserved the key for that waiter, with
+//! the node's turn sequence (`n <owner token> <wait id> <sequence>`);
+//! [`Subscription::turn_reached`] reports them ([`TurnHeard`]), and a
+//! waiter that a quorum named after its last round (a sequence above the
+//! one that round's refusal read there) holds the lock by those
+//! reservations, with no further request. An announcement alone proves
+//! nothing: it may be late, or replayed. A
 //! node whose release arrives after the next holder
 //! already left its line names the waiter behind it; that waiter sleeps on
 //! once a quorum of nodes named one other waiter that this client hears of
@@ -156,20 +160,55 @@ struct GrantSlot {
     turn_of: Mutex<Option<String>>,
     /// The owner token of the latest release announced as this waiter's
     /// turn since its last attempt began, and the nodes that announced it
-    /// (bit `i`: node `i`).
-    heard: Mutex<(String, u64)>,
+    /// with their turn sequences.
+    heard: Mutex<(String, TurnHeard)>,
     notify: Notify,
 }
 
 impl GrantSlot {
-    /// Node `bit` announced the release by `owner` as this waiter's turn.
-    fn heard_turn(&self, owner: &str, bit: u64) {
+    /// Node `node` announced the release by `owner` as this waiter's
+    /// turn, with turn sequence `seq` (if the message carried one).
+    fn heard_turn(&self, owner: &str, node: usize, seq: Option<u64>) {
         let mut heard = locked(&self.heard);
-        if heard.0 == owner {
-            heard.1 |= bit;
-        } else {
-            *heard = (owner.to_string(), bit);
+        if heard.0 != owner {
+            *heard = (owner.to_string(), TurnHeard::default());
         }
+        heard.1.add(node, seq);
+    }
+}
+
+/// The nodes that announced one release as a waiter's turn in their line
+/// (see [`Subscription::turn_reached`]), each with the turn sequence of its
+/// reservation.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TurnHeard {
+    /// Bit `i`: node `i` announced it (nodes past the 64th are left out).
+    pub nodes: u64,
+    /// `(node, sequence)`: the largest sequence each node announced it
+    /// with (an announcement without one proves nothing and is not here).
+    seqs: Vec<(usize, u64)>,
+}
+
+impl TurnHeard {
+    fn add(&mut self, node: usize, seq: Option<u64>) {
+        let bit = u32::try_from(node)
+            .ok()
+            .and_then(|n| 1u64.checked_shl(n))
+            .unwrap_or(0);
+        if bit == 0 {
+            return;
+        }
+        self.nodes |= bit;
+        let Some(seq) = seq else { return };
+        match self.seqs.iter_mut().find(|(n, _)| *n == node) {
+            Some((_, s)) => *s = (*s).max(seq),
+            None => self.seqs.push((node, seq)),
+        }
+    }
+
+    /// The turn sequence node `node` announced, if any.
+    pub fn seq(&self, node: usize) -> Option<u64> {
+        self.seqs.iter().find(|(n, _)| *n == node).map(|(_, s)| *s)
     }
 }
 
@@ -278,15 +317,22 @@ impl Shared {
             .ok()
             .and_then(|n| 1u64.checked_shl(n))
             .unwrap_or(0);
-        // The turn of one waiter in the nodes' line, if it is ours.
-        let turn = message
-            .strip_prefix(b"n ")
-            .and_then(parse_turn)
-            .and_then(|(owner, wait_id)| {
-                let slot = locked(&state.grants).get(wait_id).cloned()?;
-                slot.heard_turn(owner, bit);
-                Some((owner, slot))
-            });
+        // The turn of one waiter in the nodes' line, if it is ours. Copies
+        // from several nodes differ only by the node's turn sequence: that
+        // is left out of the message remembered below.
+        let parsed = message.strip_prefix(b"n ").and_then(parse_turn);
+        let message = match parsed {
+            Some((_, _, Some(_))) => message
+                .iter()
+                .rposition(|b| *b == b' ')
+                .map_or(message, |at| &message[..at]),
+            _ => message,
+        };
+        let turn = parsed.and_then(|(owner, wait_id, seq)| {
+            let slot = locked(&state.grants).get(wait_id).cloned()?;
+            slot.heard_turn(owner, node, seq);
+            Some((owner, slot))
+        });
         if self.nodes > 1 {
             state.copies.send_modify(|n| *n += 1);
             let mut recent = locked(&state.recent);
@@ -313,9 +359,14 @@ impl Shared {
     }
 }
 
-/// `<owner token or -> <wait id>` of a turn message.
-fn parse_turn(turn: &[u8]) -> Option<(&str, &str)> {
-    std::str::from_utf8(turn).ok()?.split_once(' ')
+/// `<owner token or -> <wait id> [<turn sequence>]` of a turn message (a
+/// last field that is not a number is no sequence).
+fn parse_turn(turn: &[u8]) -> Option<(&str, &str, Option<u64>)> {
+    let (owner, rest) = std::str::from_utf8(turn).ok()?.split_once(' ')?;
+    Some(match rest.split_once(' ') {
+        Some((wait_id, seq)) => (owner, wait_id, Some(seq.parse().ok()?)),
+        None => (owner, rest, None),
+    })
 }
 
 /// `<owner token> <fencing token> <ttl ms>` of a grant message.
@@ -599,24 +650,31 @@ impl Subscription {
     /// key on the nodes whose delete is on its way, and fail.
     ///
     /// Returns the nodes that announced that release as this waiter's turn
-    /// since its last attempt began (bit `i`: node `i`; each of them
-    /// reserved the key for it then); none when the wake-up named no release (a waiter left the
-    /// line) or was not a turn. `None` when `n` nodes announced that same
+    /// since its last attempt began, with their turn sequences (an
+    /// announcement is no proof of a reservation: the caller compares each
+    /// sequence with the one its round's refusal read on that node); none
+    /// when the wake-up named no release (a waiter left the line) or was not
+    /// a turn. `None` when `n` nodes announced that same
     /// release as the turn of one other waiter before `n` announced it as
     /// ours: the nodes' lines differed (that waiter had already left this
     /// node's line, holding the lock the others gave it), so the lock is
     /// that waiter's on a quorum and a round of ours would fail. We go on
     /// waiting; its release makes it our turn everywhere.
-    pub async fn turn_reached(&mut self, n: usize, among: u64, until: Instant) -> Option<u64> {
+    pub async fn turn_reached(
+        &mut self,
+        n: usize,
+        among: u64,
+        until: Instant,
+    ) -> Option<TurnHeard> {
         let Some((id, slot)) = &self.grant else {
-            return Some(0);
+            return Some(TurnHeard::default());
         };
         let Some(owner) = locked(&slot.turn_of).take() else {
-            return Some(0);
+            return Some(TurnHeard::default());
         };
         if owner == "-" {
             // A waiter left the line; no release is on its way.
-            return Some(0);
+            return Some(TurnHeard::default());
         }
         let id = id.clone();
         let live = locked(&self.state.live).iter().filter(|l| **l).count();
@@ -631,13 +689,13 @@ impl Subscription {
             let ours = {
                 let heard = locked(&slot.heard);
                 if heard.0 == owner {
-                    heard.1
+                    heard.1.clone()
                 } else {
-                    0
+                    TurnHeard::default()
                 }
             };
             let another = self.turns_of(&owner, &id);
-            if (ours & among).count_ones() as usize >= enough {
+            if (ours.nodes & among).count_ones() as usize >= enough {
                 return Some(ours);
             }
             if another >= n {
@@ -662,7 +720,7 @@ impl Subscription {
                 continue;
             };
             match parse_turn(turn) {
-                Some((o, waiter)) if o == owner && waiter != id => {
+                Some((o, waiter, _)) if o == owner && waiter != id => {
                     another = another.max(seen.count_ones() as usize);
                 }
                 _ => {}
@@ -990,6 +1048,27 @@ mod tests {
             wake_after(&n, "{k} released", &id, bare.as_bytes()).await,
             Wake::Timer
         );
+    }
+
+    #[test]
+    fn turn_messages_carry_the_nodes_sequence() {
+        assert_eq!(
+            parse_turn(b"tok w.1+5+9 42"),
+            Some(("tok", "w.1+5+9", Some(42)))
+        );
+        assert_eq!(parse_turn(b"- w.1+5+9"), Some(("-", "w.1+5+9", None)));
+        assert_eq!(parse_turn(b"tok w.1 not-a-number"), None);
+        let mut heard = TurnHeard::default();
+        heard.add(1, Some(7));
+        heard.add(1, Some(5));
+        heard.add(3, None);
+        assert_eq!(heard.nodes, 0b1010);
+        assert_eq!(
+            heard.seq(1),
+            Some(7),
+            "the largest sequence a node announced"
+        );
+        assert_eq!(heard.seq(3), None, "no sequence, no proof");
     }
 
     #[test]

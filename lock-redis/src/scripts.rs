@@ -90,9 +90,13 @@ macro_rules! mutex_queue {
 /// place lasts unless renewed (ms).
 /// Returns `{1, token}` when acquired, `{0, pttl, last}` when held by
 /// someone else (`pttl` = the holder's remaining ms, -1 if it has no
-/// expiry; `last` = the last token issued: a hand-over to this caller
-/// announced with a token up to `last` happened before this attempt and is
-/// void, since the attempt did not find the lock its own).
+/// expiry; `last` = `max(the counter, the server's clock in µs)`, at least
+/// every token issued so far: a hand-over to this caller announced with a
+/// token up to `last` happened before this attempt and is void, since the
+/// attempt did not find the lock its own). The bare counter would not do:
+/// it can go back (see below), and a late announcement would then pass for
+/// a new one; the clock, which bounds every token issued from below, does
+/// not.
 ///
 /// With nobody queued this is `SET key token NX PX ttl` (the peers' layout).
 /// Otherwise the lock goes in arrival order: a release hands it straight to
@@ -157,7 +161,8 @@ if ARGV[3] == '1' then
     if redis.call('PTTL', k) < lasts then redis.call('PEXPIRE', k, lasts) end
   end
 end
-return {0, redis.call('PTTL', KEYS[1]), tonumber(redis.call('GET', KEYS[2])) or 0}
+local last = math.max(tonumber(redis.call('GET', KEYS[2])) or 0, tonumber(t[1]) * 1000000 + tonumber(t[2]))
+return {0, redis.call('PTTL', KEYS[1]), last}
 "#
 );
 
@@ -261,8 +266,19 @@ macro_rules! announce_turn {
 /// vanished holds the name up for one TTL, as one that took the key with a
 /// round would. Otherwise (a place without a TTL, or one the waiter is
 /// giving up) the reservation lasts as long as the place.
+///
+/// Each reservation gets the node's next turn sequence in the local
+/// `turn_seq` (declared by the caller; needs `t` from `now_ms!`): `max(the
+/// stored sequence + 1, the server's clock in µs + 1)`, kept in `$seq` (see
+/// [`LINE_SEQ`]), which the announcement carries. A refused round is told
+/// `max(the stored sequence, the clock in µs)` ([`ACQUIRE_IN_LINE`]), so a
+/// reservation announced with a larger sequence was made after that round
+/// ran, even if the stored sequence was lost (then the clock decides, as it
+/// does for the fencing tokens). The stored sequence goes with the line:
+/// it is deleted whenever the line is left empty, so that a name nobody
+/// waits for leaves no key behind.
 macro_rules! reserve_for_head {
-    ($key:literal, $line:literal, $lapse:literal) => {
+    ($key:literal, $line:literal, $lapse:literal, $seq:literal) => {
         concat!(
             "head = nil\n",
             "local lapse\n",
@@ -294,9 +310,19 @@ macro_rules! reserve_for_head {
             "  redis.call('SET', ",
             $key,
             ", 'line:' .. head, 'PX', math.max(hold, 1))\n",
+            "  turn_seq = math.max((tonumber(redis.call('GET', ",
+            $seq,
+            ")) or 0) + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]) + 1)\n",
+            "  redis.call('SET', ",
+            $seq,
+            ", string.format('%.0f', turn_seq), 'PX', math.max(hold, redis.call('PTTL', ",
+            $line,
+            "), 1))\n",
             "else\n",
             "  redis.call('DEL', ",
             $key,
+            ", ",
+            $seq,
             ")\n",
             "end\n"
         )
@@ -308,7 +334,8 @@ macro_rules! reserve_for_head {
 /// it was in line). If it was its turn (first in line while the key was
 /// free, or the key reserved for it), the turn passes on: the key is
 /// reserved for the next in line, or freed if nobody waits, and the next in
-/// line is told (`n - <wait id>`, with `announce_turn`) when `$announce`.
+/// line is told (`n - <wait id> <turn sequence>`, with `announce_turn`)
+/// when `$announce`.
 macro_rules! leave_line {
     ($id:literal, $holder:literal, $announce:literal) => {
         concat!(
@@ -319,6 +346,7 @@ macro_rules! leave_line {
             "local left = redis.call('ZREM', KEYS[3], ",
             $id,
             ") == 1\n",
+            "if redis.call('EXISTS', KEYS[3]) == 0 then redis.call('DEL', KEYS[5]) end\n",
             "if left and (",
             $holder,
             " == 'line:' .. ",
@@ -328,12 +356,12 @@ macro_rules! leave_line {
             " and not ",
             $holder,
             ")) then\n",
-            "local head\n",
+            "local head, turn_seq\n",
             now_ms!(),
-            reserve_for_head!("KEYS[1]", "KEYS[3]", "KEYS[4]"),
+            reserve_for_head!("KEYS[1]", "KEYS[3]", "KEYS[4]", "KEYS[5]"),
             "if head and ",
             $announce,
-            " then announce_turn('n - ' .. head, head) end\n",
+            " then announce_turn('n - ' .. head .. ' ' .. string.format('%.0f', turn_seq), head) end\n",
             "end\n"
         )
     };
@@ -344,7 +372,8 @@ macro_rules! leave_line {
 /// `KEYS[1]` = lock key, `KEYS[2]` = the line (`{key} line`: wait ids
 /// scored by the waiter's arrival in µs of its own clock, so that every node
 /// sorts the same waiters the same way), `KEYS[3]` = when each place lapses
-/// (`{key} line lapse`: the same wait ids scored by this node's ms);
+/// (`{key} line lapse`: the same wait ids scored by this node's ms),
+/// `KEYS[4]` = the turn sequence (`{key} line seq`, see [`LINE_SEQ`]);
 /// `ARGV[1]` = owner token, `ARGV[2]` = ttl ms, `ARGV[3]` = the caller's wait
 /// id ('' for a single try, which never takes a place), `ARGV[4]` = its
 /// arrival score, `ARGV[5]` = how long its place lasts unless it tries again
@@ -364,10 +393,13 @@ macro_rules! leave_line {
 /// that a quorum of nodes reserved the key for holds the lock by those
 /// reservations (its owner token is `line:<wait id>`) and keeps its place
 /// until it releases.
-/// Returns `{1}` when the key is ours, `{0, pttl, holder}` otherwise:
+/// Returns `{1}` when the key is ours, `{0, pttl, holder, seen}` otherwise:
 /// `holder` is the owner token holding the key (`pttl` its remaining ms,
 /// -1 without expiry), or `line:<wait id>` when the lock is the turn of
-/// another waiter (`pttl` = until its place lapses, in ms).
+/// another waiter (`pttl` = until its place lapses, in ms); `seen` (a
+/// decimal string) = `max(the node's turn sequence, its clock in µs)`: a
+/// reservation for the caller announced with a larger sequence was made
+/// after this refusal (see `reserve_for_head`).
 pub const ACQUIRE_IN_LINE: &str = concat!(
     r#"
 if redis.call('EXISTS', KEYS[2]) == 0 and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
@@ -378,6 +410,7 @@ local function leave()
   if ARGV[3] ~= '' then
     redis.call('ZREM', KEYS[2], ARGV[3])
     redis.call('ZREM', KEYS[3], ARGV[3])
+    if redis.call('EXISTS', KEYS[2]) == 0 then redis.call('DEL', KEYS[4]) end
   end
 end
 if holder == ARGV[1] then
@@ -387,6 +420,10 @@ end
 "#,
     now_ms!(),
     r#"
+local function seen()
+  local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  return string.format('%.0f', math.max(tonumber(redis.call('GET', KEYS[4])) or 0, us))
+end
 local function join()
   if ARGV[3] == '' then return end
 "#,
@@ -413,19 +450,21 @@ if not holder then
     return {1}
   end
   join()
+  local turn_seq
 "#,
-    reserve_for_head!("KEYS[1]", "KEYS[2]", "KEYS[3]"),
+    reserve_for_head!("KEYS[1]", "KEYS[2]", "KEYS[3]", "KEYS[4]"),
     r#"
-  return {0, redis.call('PTTL', KEYS[1]), 'line:' .. head}
+  return {0, redis.call('PTTL', KEYS[1]), 'line:' .. head, seen()}
 end
 join()
-return {0, redis.call('PTTL', KEYS[1]), holder}
+return {0, redis.call('PTTL', KEYS[1]), holder, seen()}
 "#
 );
 
 /// Compare-and-delete, then notify waiters (the release of `lock-redlock`).
 /// `KEYS[1]` = lock key, `KEYS[2]` = release channel, `KEYS[3]` = the line,
-/// `KEYS[4]` = its lapse times (see [`ACQUIRE_IN_LINE`]); `ARGV[1]` = owner
+/// `KEYS[4]` = its lapse times, `KEYS[5]` = the turn sequence (see
+/// [`ACQUIRE_IN_LINE`]); `ARGV[1]` = owner
 /// token, `ARGV[2]` = `0` to release without notifying (the clean-up of a
 /// round that lost to a holder: the lock is not free, so waking the waiters
 /// would only make them try in vain), anything else to notify; `ARGV[3]`,
@@ -436,8 +475,11 @@ return {0, redis.call('PTTL', KEYS[1]), holder}
 /// channels ('' to announce turns on the release channel).
 /// With someone in line the key is reserved for the first in line (it holds
 /// `line:<wait id>` until that place lapses) and the announcement is
-/// `n <owner token> <wait id>`, in that waiter's client's inbox (see
-/// `announce_turn`), which wakes that waiter alone: the lock is its turn.
+/// `n <owner token> <wait id> <turn sequence>`, in that waiter's client's
+/// inbox (see `announce_turn`), which wakes that waiter alone: the lock is
+/// its turn. The sequence tells the waiter that the reservation was made
+/// after its last round (see `reserve_for_head`): an announcement is no
+/// proof by itself (it may arrive late, or be replayed).
 /// With nobody in line the key is deleted and the announcement is the
 /// owner token, on the release channel (it wakes one waiter of each
 /// client).
@@ -455,7 +497,7 @@ pub const RELEASE: &str = concat!(
     r#"
 local holder = redis.call('GET', KEYS[1])
 local granted = string.sub(ARGV[1], 1, 5) == 'line:' and string.sub(ARGV[1], 6)
-local head
+local head, turn_seq
 if holder ~= ARGV[1] then
   if granted then
 "#,
@@ -479,12 +521,12 @@ else
     take_place!("KEYS[3]", "KEYS[4]", "ARGV[3]", "ARGV[4]", "ARGV[5]"),
     r#"  end
 "#,
-    reserve_for_head!("KEYS[1]", "KEYS[3]", "KEYS[4]"),
+    reserve_for_head!("KEYS[1]", "KEYS[3]", "KEYS[4]", "KEYS[5]"),
     r#"end
 if ARGV[2] == '0' then return 1 end
 local heard
 if head then
-  heard = announce_turn('n ' .. ARGV[1] .. ' ' .. head, head)
+  heard = announce_turn('n ' .. ARGV[1] .. ' ' .. head .. ' ' .. string.format('%.0f', turn_seq), head)
 else
   heard = redis.pcall('PUBLISH', KEYS[2], ARGV[1])
 end
@@ -501,7 +543,7 @@ return 1
 /// If it was its turn (first in line while the lock was free, or the key
 /// reserved for it), the turn passes on: the key is reserved for the next
 /// in line, or freed if nobody waits. The next in line is told
-/// (`n - <wait id>`) unless the leaver holds the lock: the lock is not free
+/// (`n - <wait id> <turn sequence>`) unless the leaver holds the lock: the lock is not free
 /// then, and a waiter woken would only run a round in vain; the holder's
 /// release wakes it. (This node's release can reach it after the new
 /// holder's round did, which then lost here and leaves its place.)
@@ -897,6 +939,10 @@ pub const RELEASED: &str = "released";
 pub const LINE: &str = "line";
 /// The suffix of the lapse times of a Redlock lock's line.
 pub const LINE_LAPSE: &str = "line lapse";
+/// The suffix of a Redlock lock's turn sequence on one node: the sequence
+/// of the node's latest reservation for the first in line (it expires with
+/// the line; the server's clock stands in for it when it is gone).
+pub const LINE_SEQ: &str = "line seq";
 /// The suffix of the read-write lock's holders key ([`Keys::rw`]).
 pub const RW: &str = "rw";
 /// The suffix of the semaphore's holders key ([`Keys::permits`]).

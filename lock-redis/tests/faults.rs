@@ -875,3 +875,87 @@ async fn a_lock_handed_to_a_vanished_waiter_goes_on_after_its_ttl() {
     );
     assert!(got.release().await.unwrap());
 }
+
+/// The late-grant check holds when the counter goes back: here the fencing
+/// counter is deleted (a `DEL`, an eviction, a restart that lost it) while
+/// a waiter waits, so the waiter's next attempt finds no counter at all.
+/// A hand-over announcement for that waiter with a token issued before
+/// that attempt (the holder's own, a late or replayed message) must still
+/// grant nothing: the attempt's "last token" is `max(counter, the server's
+/// clock in µs)`, as the tokens are, not the bare counter, which would
+/// read 0 and let any announcement through. The waiter gets the lock, with
+/// a newer token, at the holder's real release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_hand_over_grants_nothing_after_the_counter_went_back() {
+    let server = start_server(RedisOptions::default()).await;
+    let holder = client(&server.url()).await;
+    // The waiter re-checks every 100 ms: its attempts after the `DEL` come
+    // by themselves.
+    let recheck = Duration::from_millis(100);
+    let other = RedisLock::connect(config(&server.url()).max_recheck(recheck))
+        .await
+        .unwrap();
+    let name = name("counter-back");
+    let keys = lock_redis::Keys::new("", name.as_str());
+    let held = holder
+        .acquire(&name, &opts(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    let issued = held.fencing_token().unwrap().get();
+    let waiting = {
+        let (other, name) = (other.clone(), name.clone());
+        tokio::spawn(async move { other.acquire(&name, &opts(Duration::from_secs(10))).await })
+    };
+    let waiter = first_waiter(&server, &name).await;
+    let member = format!("{waiter} 10000");
+    let lapse_of = || async {
+        cmd(&server, &["ZSCORE", &keys.lapse, &member])
+            .await
+            .as_str()
+            .map(str::to_string)
+    };
+    assert_eq!(
+        cmd(&server, &["DEL", &keys.fencing]).await,
+        RespValue::Int(1),
+        "the counter existed"
+    );
+    // Each attempt of the waiter moves its place's lapse time on: wait for
+    // one that ran after the `DEL` (two, to be sure one began after it).
+    for _ in 0..2 {
+        let before = lapse_of().await;
+        let deadline = Instant::now() + recheck + SLACK;
+        while lapse_of().await == before {
+            assert!(
+                Instant::now() < deadline,
+                "the waiter made no attempt within {:?}",
+                recheck + SLACK
+            );
+            sleep(Duration::from_millis(5)).await;
+        }
+    }
+    assert_eq!(
+        counter(&server, &name).await,
+        None,
+        "the counter stayed gone"
+    );
+    let stale = format!("g {waiter} {issued} 10000");
+    assert_eq!(
+        cmd(&server, &["PUBLISH", &keys.released, &stale]).await,
+        RespValue::Int(1),
+        "the waiter's client listens on the channel"
+    );
+    sleep(Duration::from_millis(300)).await;
+    assert!(
+        !waiting.is_finished(),
+        "an announcement with a token issued before the waiter's attempt let it in while the holder holds"
+    );
+    assert!(held.is_held());
+    assert!(held.release().await.unwrap());
+    let got = timeout(SLACK, waiting)
+        .await
+        .expect("the release hands the lock over at once")
+        .unwrap()
+        .expect("the waiter gets the lock");
+    assert!(got.fencing_token().unwrap().get() > issued);
+    assert!(got.release().await.unwrap());
+}

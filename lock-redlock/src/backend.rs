@@ -21,7 +21,7 @@ use tokio::time::Instant;
 
 use crate::config::RedlockConfig;
 use crate::node::{self, NameKeys, Node, Place, ReleaseReply, SetReply};
-use lock_redis::notify::{Notifier, NotifyNode, Subscription, Timeouts, Wake};
+use lock_redis::notify::{Notifier, NotifyNode, Subscription, Timeouts, TurnHeard, Wake};
 
 /// What [`RedlockLock`] guarantees, as [`lock_core::DistributedLock::capabilities`] reports it.
 pub const FAULT_TOLERANCE: &str =
@@ -150,18 +150,30 @@ impl RedlockLock {
         self.inner.keys(name).key.to_string()
     }
 
-    /// Connects to every node (loading the shared scripts); `Ok` if a quorum answered.
+    /// Connects to every node (loading the shared scripts, reading its
+    /// eviction policy); `Ok` if a quorum answered and no node that did has
+    /// a policy [`RedlockConfig::require_noeviction`] refuses.
     async fn check_quorum(&self) -> Result<()> {
         let inner = &self.inner;
         let limit = inner.config.connect_timeout;
         let mut pending = fan_out(inner, inner.all(), limit, |inner, i| async move {
-            inner.nodes[i].load_scripts(&inner.scripts).await
+            let node = &inner.nodes[i];
+            node.load_scripts(&inner.scripts).await?;
+            node.eviction_policy().await
         });
         let mut failures = Vec::new();
         let mut ok = 0;
-        while let Some((_, r)) = pending.next().await {
+        while let Some((i, r)) = pending.next().await {
             match r {
-                Ok(()) => ok += 1,
+                Ok(policy) => {
+                    ok += 1;
+                    lock_redis::eviction::check_policy(
+                        policy.as_deref(),
+                        inner.config.require_noeviction,
+                        &inner.nodes[i].addr,
+                        "redlock",
+                    )?;
+                }
                 Err(f) => failures.push(f),
             }
         }
@@ -266,7 +278,9 @@ fn node_bit(i: usize) -> u64 {
 enum Ask {
     /// A plain `SET NX` ([`Node::set_nx`]): the first round of a call that
     /// saw no contention on the name lately (no other waiter of this client
-    /// on it). A key reserved for a waiter in line is not free to it.
+    /// on it). A key reserved for a waiter in line is not free to it, and a
+    /// free key with waiters in line (its holder expired) is given back to
+    /// the first of them at once.
     Plain,
     /// The line's script ([`Node::acquire`]): as a waiter in its place, or
     /// (`None`) as a single try that respects the line.
@@ -371,7 +385,7 @@ impl Inner {
                     }
                     let node = &inner.nodes[i];
                     match ask {
-                        Ask::Plain => node.set_nx(&keys.key, &token, ttl_ms).await,
+                        Ask::Plain => node.set_nx(&inner.scripts, &keys, &token, ttl_ms).await,
                         Ask::InLine(place) => {
                             node.acquire(&inner.scripts, &keys, &token, ttl_ms, place.as_deref())
                                 .await
@@ -465,14 +479,21 @@ impl Inner {
         let (mut ours, mut unknown, mut late) = (Vec::new(), Vec::new(), Vec::new());
         // How many nodes each other owner token was seen on, and where.
         let mut holders: Vec<(String, usize)> = Vec::new();
-        // The nodes that refused the key (bit `i`: node `i`).
+        // The nodes that refused the key (bit `i`: node `i`), and the turn
+        // sequence each read when it refused (0: not read).
         let mut taken_on = 0u64;
+        let seen: Arc<[AtomicU64]> = (0..n).map(|_| AtomicU64::new(0)).collect();
         for (i, r) in results.into_iter().enumerate() {
             match r {
                 Some(Ok(SetReply::Won)) => ours.push(i),
-                Some(Ok(SetReply::Taken { pttl, holder })) => {
+                Some(Ok(SetReply::Taken {
+                    pttl,
+                    holder,
+                    seen: seq,
+                })) => {
                     taken += 1;
                     taken_on |= node_bit(i);
+                    seen[i].store(seq.unwrap_or(0), Ordering::Relaxed);
                     if let Some(holder) = holder {
                         match holders.iter_mut().find(|(h, _)| *h == holder) {
                             Some((_, seen)) => *seen += 1,
@@ -543,7 +564,13 @@ impl Inner {
         }
         let taken_late = Arc::new(AtomicU64::new(0));
         if !late.is_empty() {
-            unanswered.push(self.settle_late(pending, &late, &delete, order, taken_late.clone()));
+            unanswered.push(self.settle_late(
+                pending,
+                &late,
+                &delete,
+                order,
+                (taken_late.clone(), seen.clone()),
+            ));
         }
         // The nodes we won are released at once, waiting only for what is
         // left of this round's node timeout (the call's bound): when the
@@ -575,6 +602,7 @@ impl Inner {
                 lost_to: LostTo {
                     taken_on,
                     taken_late,
+                    seen,
                     start,
                 },
             }
@@ -596,6 +624,7 @@ impl Inner {
                 lost_to: LostTo {
                     taken_on,
                     taken_late,
+                    seen,
                     start,
                 },
             }
@@ -648,15 +677,16 @@ impl Inner {
     /// round lost to a holder everywhere); one that won or failed gets
     /// `delete`, as [`start_release`](Self::start_release) sends it, after
     /// it on the node's connection. The nodes that refused it are added to
-    /// `taken_late` (bit `i`: node `i`). With `order`, the call's later
-    /// requests to those nodes go after this.
+    /// `taken_late.0` (bit `i`: node `i`), with the turn sequence each read
+    /// in `taken_late.1`. With `order`, the call's later requests to those
+    /// nodes go after this.
     fn settle_late<F>(
         self: &Arc<Self>,
         mut pending: FuturesUnordered<F>,
         late: &[usize],
         delete: &Delete,
         order: Option<&Arc<NodeOrder>>,
-        taken_late: Arc<AtomicU64>,
+        taken_late: (Arc<AtomicU64>, Arc<[AtomicU64]>),
     ) -> Released
     where
         F: Future<Output = (usize, std::result::Result<SetReply, NodeFailure>)> + Send + 'static,
@@ -675,8 +705,13 @@ impl Inner {
             let deletes = FuturesUnordered::new();
             while let Some((i, r)) = pending.next().await {
                 let done = done.get_mut(i).and_then(Option::take);
+                if let Ok(SetReply::Taken { seen, .. }) = &r {
+                    if let Some(slot) = taken_late.1.get(i) {
+                        slot.store(seen.unwrap_or(0), Ordering::Relaxed);
+                    }
+                }
                 if matches!(r, Ok(SetReply::Taken { .. } | SetReply::TakenUnread)) {
-                    taken_late.fetch_or(node_bit(i), Ordering::Relaxed);
+                    taken_late.0.fetch_or(node_bit(i), Ordering::Relaxed);
                     confirmed.fetch_sub(1, Ordering::Relaxed);
                     continue;
                 }
@@ -997,7 +1032,7 @@ impl Inner {
                     let among = lost_to.as_ref().map_or(0, LostTo::refused_by);
                     match s.turn_reached(self.quorum, among, by).await {
                         Some(turn) => {
-                            let turns = lost_to.as_ref().map_or(0, |l| l.reserved_by(turn));
+                            let turns = lost_to.as_ref().map_or(0, |l| l.reserved_by(&turn));
                             // A quorum reserved the key for us: that is the
                             // lock, with no round. Otherwise a round takes it.
                             if turns >= self.quorum {
@@ -1029,8 +1064,9 @@ impl Inner {
     /// for `place` ([`lock_redis::scripts::ACQUIRE_IN_LINE`]), with no
     /// round: the owner token is the reservation, `line:<wait id>`, and the
     /// place stays in line until the release takes it out. Each node made
-    /// its reservation after the latest round reached it (`lost_to`, see
-    /// [`LostTo::reserved_by`]), and before [`Place::ttl_reserved_before`]
+    /// its reservation after the latest round reached it (its announcement
+    /// carried a turn sequence above the one that round's refusal read
+    /// there: `lost_to`, see [`LostTo::reserved_by`]), and before [`Place::ttl_reserved_before`]
     /// (we are still waiting), so it keeps it for the requested TTL at
     /// least: the lease is valid as long as that of a round sent when that
     /// round was.
@@ -1078,6 +1114,9 @@ struct LostTo {
     taken_on: u64,
     /// After (the late replies, see [`Inner::settle_late`]).
     taken_late: Arc<AtomicU64>,
+    /// Per node, the turn sequence its refusal read (0: none read, as by a
+    /// plain `SET NX`; see [`lock_redis::scripts::ACQUIRE_IN_LINE`]).
+    seen: Arc<[AtomicU64]>,
     start: Instant,
 }
 
@@ -1087,16 +1126,28 @@ impl LostTo {
         self.taken_on | self.taken_late.load(Ordering::Relaxed)
     }
 
-    /// How many of the nodes `turn` (bit `i`: node `i`) that announced our
-    /// turn since the round began hold the lock for us by their
-    /// reservation: those that refused the round. A release that reached such a node before the
-    /// round did would have left the key reserved for us, and the round
-    /// would have taken it as its own; so the reservation came after the
-    /// round, and no request of ours has touched the key since (our earlier
-    /// requests to a node reach it before our later ones, see
+    /// How many of the nodes that announced our turn (`turn`) hold the lock
+    /// for us by their reservation: those that refused the round and
+    /// announced a turn sequence above the one the refusal read there. The
+    /// announcement alone proves nothing (it may have been published before
+    /// the round arrived and be delivered after it began, or be replayed);
+    /// the sequence proves that the node reserved the key for us after the
+    /// round ran there. A reservation made before would have been taken by
+    /// the round as its own. No request of ours has touched the key since
+    /// (our earlier requests to a node reach it before our later ones, see
     /// [`NodeOrder`], and [`Deletes::all_answered`] rules out the rest).
-    fn reserved_by(&self, turn: u64) -> usize {
-        (turn & self.refused_by()).count_ones() as usize
+    fn reserved_by(&self, turn: &TurnHeard) -> usize {
+        let refused = turn.nodes & self.refused_by();
+        self.seen
+            .iter()
+            .enumerate()
+            .filter(|(i, seen)| {
+                let seen = seen.load(Ordering::Relaxed);
+                refused & node_bit(*i) != 0
+                    && seen > 0
+                    && turn.seq(*i).is_some_and(|announced| announced > seen)
+            })
+            .count()
     }
 }
 
@@ -1556,11 +1607,12 @@ impl LeaseHandle for RedlockLease {
     }
 
     /// Compare-and-delete on every node in parallel (the script publishes
-    /// the release to waiters). `true` once a quorum deleted our key, or
-    /// when a quorum answered and some of it deleted our key; `false` once
-    /// so many nodes say "not ours" that it cannot have been ours on a
-    /// quorum; an `Unavailable` error when fewer than a quorum answered.
-    /// The requests to slower nodes still complete in the background.
+    /// the release to waiters). `true` once a quorum deleted our key (it
+    /// was ours: held on a quorum); `false` once so many nodes say "not
+    /// ours" that it cannot have been ours on a quorum; otherwise (too few
+    /// answers, or too few deletes among them to tell: the silent nodes may
+    /// have held ours) an `Unavailable` error. The requests to slower nodes
+    /// still complete in the background.
     async fn release(&self) -> Result<bool> {
         let inner = &self.inner;
         let n = inner.nodes.len();
@@ -1623,20 +1675,17 @@ impl LeaseHandle for RedlockLease {
         }
         finish_in_background(pending);
         failures.extend(silent(inner, &heard));
-        if deleted > 0 && deleted + not_ours >= inner.quorum {
-            // A quorum answered and some deleted our key: it was ours (the
-            // core knows whether it was still valid); the silent nodes get
-            // the delete when they answer, else their key expires.
-            for f in &failures {
-                tracing::debug!(node = %f.node, reason = %f.reason, detail = %f.detail, "redlock: release not confirmed by this node");
-            }
-            return Ok(true);
-        }
+        // Fewer than a quorum of deletes proves nothing: the lock may have
+        // been lost (our key expired or was taken on some nodes) or still
+        // ours (on the nodes that did not answer). The silent nodes get the
+        // delete when they answer, else their key expires.
         Err(LockError::unavailable(format!(
-            "redlock: only {} of {n} nodes answered the release of {} ({deleted} deleted our key); \
-             the rest of the keys expire with their TTL",
-            deleted + not_ours,
-            self.key
+            "redlock: the release of {} was confirmed by {deleted} of {n} nodes ({not_ours} said the key \
+             was not ours, {} failed or did not answer); a quorum of {} deletes is needed to tell whether it was \
+             still ours; the rest of the keys expire with their TTL",
+            self.key,
+            n - deleted - not_ours,
+            inner.quorum
         ))
         .with_nodes(failures))
     }

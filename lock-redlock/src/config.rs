@@ -92,6 +92,17 @@ pub struct RedlockConfig {
     /// Default: [`RenewBatching::default`] (a 50 ms window, at most 1/50 of
     /// a lease's TTL; at most 256 renewals per request).
     pub renew_batching: RenewBatching,
+    /// Refuse to connect ([`RedlockLock::connect`](crate::RedlockLock::connect))
+    /// when a node that answers has a `maxmemory-policy` other than
+    /// `noeviction` (an [`InvalidArgument`](lock_core::LockErrorKind::InvalidArgument)
+    /// error naming the node). Under any other policy a node at its
+    /// `maxmemory` may evict lock keys silently, which counts as that node
+    /// failing. Either way `connect` reads each node's policy (`CONFIG GET`,
+    /// else `INFO memory`, see [`lock_redis::eviction`]) and warns of any
+    /// other; a node that answers neither is not checked (logged at debug
+    /// level), and [`RedlockLock::connect_lazy`](crate::RedlockLock::connect_lazy),
+    /// which does no I/O, checks nothing. Default: `false`.
+    pub require_noeviction: bool,
 }
 
 /// The longest connect or node timeout accepted: one hour.
@@ -116,6 +127,7 @@ impl std::fmt::Debug for RedlockConfig {
             .field("max_extensions", &self.max_extensions)
             .field("max_recheck", &self.max_recheck)
             .field("renew_batching", &self.renew_batching)
+            .field("require_noeviction", &self.require_noeviction)
             .finish()
     }
 }
@@ -139,7 +151,14 @@ impl RedlockConfig {
             max_extensions: None,
             max_recheck: Duration::from_secs(10),
             renew_batching: RenewBatching::default(),
+            require_noeviction: false,
         }
+    }
+
+    /// Sets [`RedlockConfig::require_noeviction`].
+    pub fn require_noeviction(mut self, require: bool) -> Self {
+        self.require_noeviction = require;
+        self
     }
 
     /// Sets [`RedlockConfig::tls`].

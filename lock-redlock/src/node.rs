@@ -11,7 +11,9 @@ use lock_core::{
     TlsConfig,
 };
 use lock_redis::renew::{BatchSender, Batcher, KeyOutcome, RenewBatching, RenewItem, RENEW_BATCH};
-use lock_redis::scripts::{Keys, Scripts, ACQUIRE_IN_LINE, LEAVE_LINE, LINE, LINE_LAPSE, RELEASED};
+use lock_redis::scripts::{
+    Keys, Scripts, ACQUIRE_IN_LINE, LEAVE_LINE, LINE, LINE_LAPSE, LINE_SEQ, RELEASED,
+};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{RedisError, RedisResult, Script, Value};
 use tokio::time::Instant;
@@ -78,10 +80,14 @@ pub(crate) enum SetReply {
     /// The key now holds our token.
     Won,
     /// Someone else's token is there (`holder`, if it was still there when
-    /// read); its remaining TTL if it has one.
+    /// read); its remaining TTL if it has one; `seen`, the node's turn
+    /// sequence when it refused (a round in line reads it, see
+    /// [`ACQUIRE_IN_LINE`]): a reservation for us announced with a larger
+    /// one was made after this refusal.
     Taken {
         pttl: Option<Duration>,
         holder: Option<String>,
+        seen: Option<u64>,
     },
     /// A plain `SET NX` was refused: the key is set, by whom and for how
     /// long was not read.
@@ -97,14 +103,15 @@ pub(crate) enum ReleaseReply {
     Deleted,
 }
 
-/// One lock's keys, the same on every node: the key, its release channel
-/// and its line of waiters (see [`ACQUIRE_IN_LINE`]).
+/// One lock's keys, the same on every node: the key, its release channel,
+/// its line of waiters and the turn sequence (see [`ACQUIRE_IN_LINE`]).
 #[derive(Debug)]
 pub(crate) struct NameKeys {
     pub key: Arc<str>,
     pub channel: Arc<str>,
     pub line: Arc<str>,
     pub lapse: Arc<str>,
+    pub seq: Arc<str>,
 }
 
 impl NameKeys {
@@ -114,6 +121,7 @@ impl NameKeys {
             channel: Keys::aux(&key, RELEASED).into(),
             line: Keys::aux(&key, LINE).into(),
             lapse: Keys::aux(&key, LINE_LAPSE).into(),
+            seq: Keys::aux(&key, LINE_SEQ).into(),
             key,
         })
     }
@@ -343,47 +351,69 @@ impl Node {
     }
 
     /// `SET key token NX PX ttl`: the first round of a call that saw no
-    /// contention lately (one command, no script, as the peers send). A key
-    /// reserved for a waiter in line is not free to it. A refused `SET`
-    /// reads nothing: the call then goes in line, whose script tells who
-    /// holds the key and for how long. The retry on a fresh connection (the
-    /// first `SET` may have landed before the connection dropped) sends
-    /// `GET` and `PTTL` in the same pipeline, which recognises our own
-    /// token.
-    pub async fn set_nx(&self, key: &str, token: &str, ttl_ms: u64) -> RedisResult<SetReply> {
+    /// contention lately (one command, no script, as the peers send, with
+    /// `EXISTS` of the line in the same pipeline). A key reserved for a
+    /// waiter in line is not free to it. A key that was free while waiters
+    /// are in line (its holder expired, or vanished) is not ours to take
+    /// ahead of them: we give it back at once with [`RELEASE`](Node::release),
+    /// which reserves it for the first in line and announces that waiter's
+    /// turn, and the node counts as refused. A refused `SET` reads nothing:
+    /// the call then goes in line, whose script tells who holds the key
+    /// and for how long. The retry on a fresh connection (the first `SET`
+    /// may have landed before the connection dropped) sends `GET` and
+    /// `PTTL` in the same pipeline, which recognises our own token.
+    pub async fn set_nx(
+        &self,
+        scripts: &Scripts,
+        keys: &NameKeys,
+        token: &str,
+        ttl_ms: u64,
+    ) -> RedisResult<SetReply> {
         let retried = AtomicBool::new(false);
-        self.call("acquire", |mut c| {
-            let retry = retried.swap(true, Ordering::Relaxed);
-            async move {
-                let mut set = redis::cmd("SET");
-                set.arg(key).arg(token).arg("NX").arg("PX").arg(ttl_ms);
-                if !retry {
-                    return Ok(match set.query_async(&mut c).await? {
-                        Value::Nil => SetReply::TakenUnread,
-                        _ => SetReply::Won,
-                    });
-                }
-                let mut pipe = redis::pipe();
-                pipe.add_command(set)
-                    .cmd("GET")
-                    .arg(key)
-                    .cmd("PTTL")
-                    .arg(key);
-                let (set, value, ms): (Value, Option<String>, i64) =
-                    pipe.query_async(&mut c).await?;
-                Ok(
-                    if !matches!(set, Value::Nil) || value.as_deref() == Some(token) {
+        let (reply, line) = self
+            .call("acquire", |mut c| {
+                let retry = retried.swap(true, Ordering::Relaxed);
+                async move {
+                    let key = &*keys.key;
+                    let mut set = redis::cmd("SET");
+                    set.arg(key).arg(token).arg("NX").arg("PX").arg(ttl_ms);
+                    let mut pipe = redis::pipe();
+                    pipe.add_command(set);
+                    if !retry {
+                        pipe.cmd("EXISTS").arg(&*keys.line);
+                        let (set, line): (Value, i64) = pipe.query_async(&mut c).await?;
+                        let reply = match set {
+                            Value::Nil => SetReply::TakenUnread,
+                            _ => SetReply::Won,
+                        };
+                        return Ok((reply, line > 0));
+                    }
+                    pipe.cmd("GET")
+                        .arg(key)
+                        .cmd("PTTL")
+                        .arg(key)
+                        .cmd("EXISTS")
+                        .arg(&*keys.line);
+                    let (set, value, ms, line): (Value, Option<String>, i64, i64) =
+                        pipe.query_async(&mut c).await?;
+                    let reply = if !matches!(set, Value::Nil) || value.as_deref() == Some(token) {
                         SetReply::Won
                     } else {
                         SetReply::Taken {
                             pttl: pttl(ms),
                             holder: value,
+                            seen: None,
                         }
-                    },
-                )
-            }
-        })
-        .await
+                    };
+                    Ok((reply, line > 0))
+                }
+            })
+            .await?;
+        if reply == SetReply::Won && line {
+            self.release(scripts, keys, token, true, None).await?;
+            return Ok(SetReply::TakenUnread);
+        }
+        Ok(reply)
     }
 
     /// One attempt on this node in line ([`ACQUIRE_IN_LINE`]): `SET key
@@ -405,6 +435,7 @@ impl Node {
                 let mut call = scripts.acquire_in_line.key(&*keys.key);
                 call.key(&*keys.line)
                     .key(&*keys.lapse)
+                    .key(&*keys.seq)
                     .arg(token)
                     .arg(ttl_ms);
                 Place::add_args(&mut call, place);
@@ -413,9 +444,12 @@ impl Node {
             .await?;
         match reply.as_slice() {
             [Value::Int(1)] => Ok(SetReply::Won),
-            [Value::Int(0), Value::Int(ms), holder] => Ok(SetReply::Taken {
+            [Value::Int(0), Value::Int(ms), holder, seen] => Ok(SetReply::Taken {
                 pttl: pttl(*ms),
                 holder: redis::from_redis_value_ref(holder).ok(),
+                seen: redis::from_redis_value_ref::<String>(seen)
+                    .ok()
+                    .and_then(|s| s.parse().ok()),
             }),
             other => Err(RedisError::from((
                 redis::ErrorKind::Parse,
@@ -470,6 +504,7 @@ impl Node {
                 call.key(&*keys.channel)
                     .key(&*keys.line)
                     .key(&*keys.lapse)
+                    .key(&*keys.seq)
                     .arg(token)
                     .arg(if announce { "1" } else { "0" });
                 Place::add_args(&mut call, rejoin);
@@ -499,6 +534,7 @@ impl Node {
                 .key(&*keys.channel)
                 .key(&*keys.line)
                 .key(&*keys.lapse)
+                .key(&*keys.seq)
                 .arg(wait_id)
                 .arg(if holding { "1" } else { "" })
                 .arg(&*self.inbox)
@@ -535,6 +571,15 @@ impl Node {
         self.call("list", |mut c| async move {
             lock_redis::scripts::list_keys(&mut c, &scripts.list_page, key_prefix, name_prefix)
                 .await
+        })
+        .await
+    }
+
+    /// The node's `maxmemory-policy`, if it tells
+    /// ([`lock_redis::eviction::read_policy`]).
+    pub async fn eviction_policy(&self) -> RedisResult<Option<String>> {
+        self.call("connect", |mut c| async move {
+            Ok(lock_redis::eviction::read_policy(&mut c, &self.addr).await)
         })
         .await
     }

@@ -1713,3 +1713,163 @@ async fn a_waiter_cut_off_holds_no_one_up_past_its_deadline() {
     );
     drop(proxies);
 }
+
+/// A turn announcement is no proof of a reservation: only a reservation
+/// made after the waiter's round reached the node is. Here nobody released:
+/// the holder holds the key on every node, and a turn message naming the
+/// waiter (the holder's release as it would be announced, without the
+/// node's sequence, then with a stale one) is published in the waiter's
+/// inbox on a quorum of nodes, all at once. The waiter must not get a
+/// guard (it may run a round, which the holder's keys refuse); it gets
+/// the lock at the holder's real release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_turn_announced_without_a_reservation_grants_nothing() {
+    let set = start_set();
+    let holder = RedlockLock::connect(config(&set)).await.unwrap();
+    let name = lock_name("forged-turn");
+    let key = holder.key_of(&name);
+    let ttl = Duration::from_secs(60);
+    let line = format!("{{{key}}} line");
+    let held = holder.acquire(&name, &opts(ttl)).await.unwrap();
+    let token = get(&set.nodes()[0], &key).expect("the holder's key");
+    let (mut rx, ids) = waiters(&set, &name, ttl, 1, &line).await;
+    let id = &ids[0];
+    let client = id.split('.').next().expect("a wait id names its client");
+    let inbox = format!("distlock inbox {client}");
+    let channel = format!("{{{key}}} released");
+    let mut publishers = Vec::new();
+    for n in &set.nodes()[..3] {
+        let c = redis::Client::open(n.url()).unwrap();
+        publishers.push(c.get_multiplexed_async_connection().await.unwrap());
+    }
+    for message in [
+        format!("{channel}\nn {token} {id}"),
+        format!("{channel}\nn {token} {id} 1"),
+    ] {
+        let sent = futures::future::join_all(publishers.iter_mut().map(|c| {
+            let (inbox, message) = (inbox.clone(), message.clone());
+            async move {
+                redis::cmd("PUBLISH")
+                    .arg(inbox)
+                    .arg(message)
+                    .query_async::<i64>(c)
+                    .await
+                    .unwrap()
+            }
+        }))
+        .await;
+        assert_eq!(sent, vec![1, 1, 1], "the waiter's client hears its inbox");
+        sleep(Duration::from_millis(500)).await;
+        if let Ok((_, got)) = rx.try_recv() {
+            panic!(
+                "the waiter got {:?} on a turn message alone, while the holder holds every key",
+                got.map(|g| g.is_held())
+            );
+        }
+        assert!(held.is_held());
+        for n in set.nodes() {
+            assert_eq!(get(n, &key).as_deref(), Some(token.as_str()));
+        }
+    }
+    assert!(held.release().await.unwrap());
+    let (_, got) = timeout(SLACK, rx.recv())
+        .await
+        .expect("the waiter got the lock at the real release")
+        .unwrap();
+    assert!(got.unwrap().release().await.unwrap());
+    assert_gone_from(set.nodes(), &key).await;
+}
+
+/// `release` says the lock was still ours only when a quorum of nodes
+/// deleted our key. Here our key is left on one node of five (two hold a
+/// stranger's key, two are down): a quorum answered, one delete proved
+/// nothing, so the outcome is an error (unknown: the nodes that are down
+/// may have held ours), never `Ok(true)`. The delete still happens where
+/// the key was ours.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn release_is_ours_only_when_a_quorum_deleted_our_key() {
+    let mut set = start_set();
+    let locks = RedlockLock::connect(config(&set)).await.unwrap();
+    let name = lock_name("release-quorum");
+    let key = locks.key_of(&name);
+    let g = locks
+        .acquire(&name, &opts(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    for n in &set.nodes()[1..3] {
+        set_foreign(n, &key, "0123456789abcdef0123456789abcdef");
+    }
+    set.node_mut(3).kill().unwrap();
+    set.node_mut(4).kill().unwrap();
+    let t = Instant::now();
+    let released = g.release().await;
+    assert!(
+        t.elapsed() < NODE_TIMEOUT + SLACK,
+        "release took {:?}",
+        t.elapsed()
+    );
+    match released {
+        Err(e) => assert_eq!(e.kind(), LockErrorKind::Unavailable, "{e}"),
+        Ok(ours) => panic!("release said {ours} after 1 delete of 5 (quorum 3)"),
+    }
+    assert!(gone_within(&set.nodes()[0], &key, SLACK).await);
+    for n in &set.nodes()[1..3] {
+        assert_eq!(
+            get(n, &key).as_deref(),
+            Some("0123456789abcdef0123456789abcdef")
+        );
+    }
+}
+
+/// FIFO holds after an expiry: a holder vanished (here a stranger's key
+/// with no release to announce its end), a waiter is in line, and the keys
+/// expire. A newcomer's first round (a plain `SET NX` on every node) must
+/// not take the free keys ahead of the waiter: the waiter gets the lock
+/// first (at once: the newcomer gives the keys back, which reserves them
+/// for the first in line and announces its turn; its own re-check is 10 s
+/// away), and the newcomer gets it at the waiter's release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_newcomer_does_not_overtake_the_line_after_an_expiry() {
+    let set = start_set();
+    let name = lock_name("expiry-fifo");
+    let newcomer = RedlockLock::connect(config(&set)).await.unwrap();
+    let key = newcomer.key_of(&name);
+    let line = format!("{{{key}}} line");
+    let ttl = Duration::from_secs(30);
+    for n in set.nodes() {
+        set_foreign(n, &key, "0123456789abcdef0123456789abcdef");
+    }
+    let (mut rx, _) = waiters(&set, &name, ttl, 1, &line).await;
+    for n in set.nodes() {
+        tokio::task::block_in_place(|| n.expire_now(&key)).unwrap();
+    }
+    let late = {
+        let name = name.clone();
+        tokio::spawn(async move { newcomer.acquire(&name, &opts(ttl)).await })
+    };
+    let (_, first) = timeout(SLACK, rx.recv())
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "the waiter in line got nothing within {SLACK:?} (newcomer done: {})",
+                late.is_finished()
+            )
+        })
+        .unwrap();
+    let first = first.expect("the waiter's acquire");
+    assert!(first.is_held());
+    sleep(Duration::from_millis(200)).await;
+    assert!(
+        !late.is_finished(),
+        "the newcomer got the lock while the waiter holds it"
+    );
+    assert!(first.release().await.unwrap());
+    let second = timeout(SLACK, late)
+        .await
+        .expect("the newcomer got the lock at the waiter's release")
+        .unwrap()
+        .expect("the newcomer's acquire");
+    assert!(second.release().await.unwrap());
+    assert_gone_from(set.nodes(), &key).await;
+    assert_no_place_in(set.nodes(), &line);
+}

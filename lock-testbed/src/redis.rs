@@ -74,6 +74,9 @@ pub struct RedisOptions {
     /// with the test process's certificates ([`TlsFiles::shared`]); clients
     /// must present the client certificate (mutual TLS).
     pub tls: bool,
+    /// `--maxmemory-policy` (for instance `volatile-ttl`); `None`: Redis's
+    /// default, `noeviction`.
+    pub maxmemory_policy: Option<&'static str>,
 }
 
 struct Local {
@@ -219,6 +222,9 @@ impl RedisServer {
                 "always",
             ]),
         };
+        if let Some(policy) = local.opts.maxmemory_policy {
+            cmd.args(["--maxmemory-policy", policy]);
+        }
         if let Some((tls_port, files)) = &local.tls {
             cmd.arg("--tls-port")
                 .arg(tls_port.to_string())
