@@ -518,4 +518,4 @@ impl LockBackend for EtcdLock {
 
 /// The fault tolerance, in words.
 pub(crate) const FAULT_TOLERANCE: &str =
-    "a minority of the 2N+1 etcd members (Raft); a leader change delays lease expiry but never shortens it";
+    "a minority of the 2N+1 etcd members (Raft); a leader change delays lease expiry but never shortens it (etcd 3.4.31, 3.5.13 and later; an older leader frozen past a lease TTL revokes leases when it resumes)";
