@@ -385,8 +385,10 @@ impl Target {
     /// `history`, and heals everything before returning.
     pub async fn run(&self, schedule: &Schedule, history: &History, stop: &tokio::sync::Notify) {
         for step in &schedule.steps {
+            let fault = blocking(|| self.resolve(step.fault));
+            let expired_before = blocking(|| self.leases_expired(fault));
             let record = history.fault(step.fault.to_string());
-            let undo = blocking(|| self.apply(step.fault));
+            let undo = blocking(|| self.apply(fault));
             let deadline = tokio::time::Instant::now() + step.lasts;
             let stopped = match step.fault {
                 Fault::Resets {
@@ -414,6 +416,9 @@ impl Target {
             };
             blocking(|| undo.heal(self));
             history.healed(record);
+            if let Some((member, before)) = expired_before {
+                self.note_revocations(member, before, history).await;
+            }
             if stopped {
                 return;
             }
@@ -421,6 +426,87 @@ impl Target {
                 () = stop.notified() => return,
                 () = tokio::time::sleep(step.gap) => {}
             }
+        }
+    }
+
+    /// `fault` with "the leader" replaced by the member that leads now.
+    fn resolve(&self, fault: Fault) -> Fault {
+        let at = |m: Member| Member::At(self.member(m));
+        match fault {
+            Fault::Latency {
+                client,
+                member,
+                delay,
+            } => Fault::Latency {
+                client,
+                member: at(member),
+                delay,
+            },
+            Fault::DropReplies { client, member } => Fault::DropReplies {
+                client,
+                member: at(member),
+            },
+            Fault::DropRequests { client, member } => Fault::DropRequests {
+                client,
+                member: at(member),
+            },
+            Fault::Blackhole { client, member } => Fault::Blackhole {
+                client,
+                member: at(member),
+            },
+            Fault::Resets {
+                client,
+                member,
+                every,
+            } => Fault::Resets {
+                client,
+                member: at(member),
+                every,
+            },
+            Fault::Pause { member } => Fault::Pause { member: at(member) },
+            Fault::Kill { member } => Fault::Kill { member: at(member) },
+            other => other,
+        }
+    }
+
+    /// For a pause of an etcd member: the member and how many leases its
+    /// expiry loop has revoked so far (`etcd_debugging_server_lease_expired_total`).
+    fn leases_expired(&self, fault: Fault) -> Option<(usize, u64)> {
+        let Fault::Pause {
+            member: Member::At(i),
+        } = fault
+        else {
+            return None;
+        };
+        let servers = lock(&self.servers);
+        let Servers::Etcd(etcd) = &*servers else {
+            return None;
+        };
+        Some((i, leases_expired(&etcd.endpoint(i))?))
+    }
+
+    /// After etcd member `member` resumed: if its expiry loop revoked leases
+    /// meanwhile (an etcd before 3.4.31 and 3.5.13 whose frozen leader
+    /// resumes revokes live leases, etcd-io/etcd#15247), records that in
+    /// the history, at the moment it resumed.
+    async fn note_revocations(&self, member: usize, before: u64, history: &History) {
+        let resumed = tokio::time::Instant::now();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let endpoint = match &*lock(&self.servers) {
+            Servers::Etcd(etcd) => etcd.endpoint(member),
+            _ => return,
+        };
+        let Some(after) = blocking(|| leases_expired(&endpoint)) else {
+            return;
+        };
+        if after > before {
+            history.server_event(
+                resumed,
+                format!(
+                    "{REVOKED_ON_RESUME}: member {member} revoked {} leases when it resumed",
+                    after - before
+                ),
+            );
         }
     }
 
@@ -496,6 +582,20 @@ impl Target {
             }
         }
     }
+}
+
+/// How the history names leases revoked by an etcd member that resumed.
+pub const REVOKED_ON_RESUME: &str = "etcd server revoked live leases (etcd-io/etcd#15247)";
+
+/// The count of leases an etcd member's expiry loop revoked, from its
+/// metrics; `None` if it does not answer.
+fn leases_expired(endpoint: &str) -> Option<u64> {
+    let metrics = lock_testbed::etcd_metrics(endpoint).ok()?;
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("etcd_debugging_server_lease_expired_total "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map(|v| v as u64)
 }
 
 /// How to heal one fault.

@@ -145,6 +145,16 @@ impl History {
         faults.len() - 1
     }
 
+    /// Records something a server did by itself at `at` (not a fault we
+    /// made), in words.
+    pub fn server_event(&self, at: Instant, what: String) {
+        lock(&self.faults).push(FaultRecord {
+            what,
+            applied: at,
+            healed: Some(at),
+        });
+    }
+
     /// Records that fault `i` was healed now.
     pub fn healed(&self, i: usize) {
         if let Some(f) = lock(&self.faults).get_mut(i) {
