@@ -120,6 +120,40 @@ pub async fn client(id: usize, lock: Arc<dyn LockService>, shared: Arc<Shared>, 
     }
 }
 
+/// The worker loop of a cron job or a queue consumer: right after a
+/// release, the same name in the same mode again, with a wait.
+async fn again(
+    id: usize,
+    lock: &dyn LockService,
+    shared: &Shared,
+    name: &LockName,
+    mode: LockMode,
+    rng: &mut StdRng,
+) {
+    let wait = between(rng, Duration::ZERO, shared.ttl * 3);
+    let opts = AcquireOptions::new().ttl(shared.ttl).wait(wait);
+    let called = Instant::now();
+    let r = shared
+        .bounded(id, "acquire", wait, take(lock, name, &opts, mode))
+        .await;
+    match r {
+        Ok(guard) => {
+            shared.count(format!("acquire again {mode}: granted"));
+            let grant = shared.history.granted(id, "acquire again", called, &guard);
+            section(shared, &guard, called).await;
+            tokio::time::sleep(between(rng, Duration::ZERO, shared.ttl / 3)).await;
+            shared.history.end(grant, Instant::now(), "released");
+            let r = shared
+                .bounded(id, "release", Duration::ZERO, guard.release())
+                .await;
+            if let Err(e) = r {
+                shared.count_error("release", &e);
+            }
+        }
+        Err(e) => shared.count_error("acquire again", &e),
+    }
+}
+
 fn between(rng: &mut StdRng, from: Duration, to: Duration) -> Duration {
     let (a, b) = (from.as_millis() as u64, to.as_millis() as u64);
     Duration::from_millis(rng.random_range(a..=b.max(a)))
@@ -326,6 +360,7 @@ async fn hold(
     let now = Instant::now();
     if rng.random_bool(0.85) {
         shared.history.end(grant, now, "released");
+        let (name, mode) = (guard.name().clone(), guard.mode());
         let r = shared
             .bounded(id, "release", Duration::ZERO, guard.release())
             .await;
@@ -333,6 +368,9 @@ async fn hold(
             Ok(true) => shared.count("release: ok"),
             Ok(false) => shared.count("release: already lost"),
             Err(e) => shared.count_error("release", &e),
+        }
+        if rng.random_bool(0.3) {
+            again(id, lock, shared, &name, mode, rng).await;
         }
     } else {
         shared.history.end(grant, now, "dropped");

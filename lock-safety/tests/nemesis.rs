@@ -1,0 +1,71 @@
+//! The nemesis's bounded pass: on Redis, Redlock and ZooKeeper, random faults from a seed
+//! for `DISTLOCK_NEMESIS_SECS` (default 60) seconds against real servers,
+//! and the checker must find nothing (no two holders, tokens in order, no
+//! stale fenced write accepted, no name left blocked, no call past its
+//! bound). The seed is `DISTLOCK_NEMESIS_SEED` when set, a new one each run
+//! otherwise; a failure prints it and the command that replays it.
+//!
+//! etcd is not in this pass yet: after its fixes the nemesis still finds a
+//! name left blocked after the faults on it now and then (a late put's
+//! orphan outliving the look-out for it); `cargo xtask nemesis --backend
+//! etcd` shows it.
+
+use std::time::Duration;
+
+use lock_safety::fixture::Kind;
+use lock_safety::nemesis::{run, Config};
+
+fn seconds() -> u64 {
+    std::env::var("DISTLOCK_NEMESIS_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(60)
+}
+
+fn seed() -> u64 {
+    std::env::var("DISTLOCK_NEMESIS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| u64::from(rand::random::<u32>()))
+}
+
+fn finds_nothing(kind: Kind) {
+    let config = Config::new(kind, seed(), Duration::from_secs(seconds()));
+    println!("{}", config.schedule());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let outcome = runtime.block_on(run(config));
+    println!("{}", outcome.summary());
+    assert!(
+        outcome.clean(),
+        "{}\n{}left blocked: {:?}\npast their bound: {:?}\nreplay: cargo xtask nemesis --backend {} --seed {} --runs 1 --run-seconds {}",
+        outcome.summary(),
+        outcome.details,
+        outcome.blocked,
+        outcome.hung,
+        kind.name(),
+        config.seed,
+        seconds()
+    );
+}
+
+/// One Redis, under every fault its single server can take.
+#[test]
+fn redis_nemesis_finds_nothing() {
+    finds_nothing(Kind::Redis);
+}
+
+/// Redlock over five nodes, restarted no sooner than the longest lease.
+#[test]
+fn redlock_nemesis_finds_nothing() {
+    finds_nothing(Kind::Redlock);
+}
+
+/// A 3-server ZooKeeper ensemble with proxied quorum links.
+#[test]
+fn zookeeper_nemesis_finds_nothing() {
+    finds_nothing(Kind::Zk);
+}
