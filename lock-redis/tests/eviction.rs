@@ -5,66 +5,10 @@
 //! is denied; a server that tells neither is connected to, with a debug
 //! line. Passwords never show in what is logged.
 
-use std::sync::{Arc, Mutex};
-
 use lock_core::LockErrorKind;
 use lock_redis::{RedisLock, RedisLockConfig};
-use lock_testbed::{RedisOptions, RedisServer};
-use tracing::{field, span, Event, Level, Metadata, Subscriber};
-
-/// Every event logged while it is the thread's default subscriber: its
-/// level and its fields (the message included) as text.
-#[derive(Clone, Default)]
-struct Capture(Arc<Mutex<Vec<(Level, String)>>>);
-
-impl Capture {
-    fn at(&self, level: Level) -> Vec<String> {
-        let events = self.0.lock().unwrap();
-        events
-            .iter()
-            .filter(|(l, _)| *l == level)
-            .map(|(_, text)| text.clone())
-            .collect()
-    }
-
-    fn all(&self) -> String {
-        let events = self.0.lock().unwrap();
-        events
-            .iter()
-            .map(|(_, t)| t.as_str())
-            .collect::<Vec<_>>()
-            .join("\n")
-    }
-}
-
-struct Fields(String);
-
-impl field::Visit for Fields {
-    fn record_debug(&mut self, field: &field::Field, value: &dyn std::fmt::Debug) {
-        self.0.push_str(&format!("{}={value:?} ", field.name()));
-    }
-}
-
-impl Subscriber for Capture {
-    fn enabled(&self, _: &Metadata<'_>) -> bool {
-        true
-    }
-    fn new_span(&self, _: &span::Attributes<'_>) -> span::Id {
-        span::Id::from_u64(1)
-    }
-    fn record(&self, _: &span::Id, _: &span::Record<'_>) {}
-    fn record_follows_from(&self, _: &span::Id, _: &span::Id) {}
-    fn event(&self, event: &Event<'_>) {
-        let mut fields = Fields(String::new());
-        event.record(&mut fields);
-        self.0
-            .lock()
-            .unwrap()
-            .push((*event.metadata().level(), fields.0));
-    }
-    fn enter(&self, _: &span::Id) {}
-    fn exit(&self, _: &span::Id) {}
-}
+use lock_testbed::{LogCapture, RedisOptions, RedisServer};
+use tracing::Level;
 
 fn start(policy: Option<&'static str>) -> RedisServer {
     RedisServer::start_with(RedisOptions {
@@ -84,7 +28,7 @@ fn cmd(server: &RedisServer, args: &[&str]) {
 /// names it. A `noeviction` server passes the requirement, with no warning.
 #[tokio::test]
 async fn a_server_that_may_evict_lock_keys_is_warned_of_or_refused() {
-    let capture = Capture::default();
+    let capture = LogCapture::default();
     let _default = tracing::subscriber::set_default(capture.clone());
     let evicting = start(Some("volatile-ttl"));
 
@@ -119,7 +63,7 @@ async fn a_server_that_may_evict_lock_keys_is_warned_of_or_refused() {
 /// to, the check skipped with a debug line. No password is ever logged.
 #[tokio::test]
 async fn the_policy_is_read_from_info_when_config_is_denied() {
-    let capture = Capture::default();
+    let capture = LogCapture::default();
     let _default = tracing::subscriber::set_default(capture.clone());
     let evicting = start(Some("volatile-ttl"));
     let addr = evicting.addr();

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::LockService;
+use lock_core::{AcquireOptions, LockGuard, LockMode, LockName, LockService};
 use lock_etcd::{EtcdConfig, EtcdLock};
 use lock_redis::{RedisLock, RedisLockConfig};
 use lock_redlock::{RedlockConfig, RedlockLock};
@@ -288,5 +288,36 @@ impl Proxied {
     /// Heals every link of the client.
     pub fn heal(&self) {
         self.proxies.iter().for_each(Proxy::heal);
+    }
+}
+
+/// Acquires `n` in `mode` (a mutex, a side of the read-write lock, a permit),
+/// waiting as `o` says.
+pub async fn take(
+    lock: &dyn LockService,
+    n: &LockName,
+    o: &AcquireOptions,
+    mode: LockMode,
+) -> lock_core::Result<LockGuard> {
+    match mode {
+        LockMode::Read => lock.acquire_read(n, o).await,
+        LockMode::Write => lock.acquire_write(n, o).await,
+        LockMode::Permit { permits } => lock.acquire_permit(n, permits, o).await,
+        _ => lock.acquire(n, o).await,
+    }
+}
+
+/// Like [`take`], without waiting (`try_acquire` and its kin).
+pub async fn try_take(
+    lock: &dyn LockService,
+    n: &LockName,
+    o: &AcquireOptions,
+    mode: LockMode,
+) -> lock_core::Result<Option<LockGuard>> {
+    match mode {
+        LockMode::Read => lock.try_acquire_read(n, o).await,
+        LockMode::Write => lock.try_acquire_write(n, o).await,
+        LockMode::Permit { permits } => lock.try_acquire_permit(n, permits, o).await,
+        _ => lock.try_acquire(n, o).await,
     }
 }

@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use libtest_mimic::{Arguments, Failed, Trial};
 use lock_core::{AcquireOptions, DistributedLock, LockGuard, LockMode, LockName, LockService};
-use lock_safety::fixture::{Kind, Servers};
+use lock_safety::fixture::{take, Kind, Servers};
 use lock_safety::{PgRegisters, Report, Row, Stats, Workload};
 use lock_testbed::{Persistence, PostgresServer, Proxy};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
@@ -94,21 +94,6 @@ async fn careful_section(w: &Workload, guard: &LockGuard, asked: Instant) {
         s.write();
     }
     s.exit_checked(guard);
-}
-
-/// Acquires `n` in `mode` (a mutex, a side of the read-write lock, a permit).
-async fn take(
-    lock: &dyn LockService,
-    n: &LockName,
-    o: &AcquireOptions,
-    mode: LockMode,
-) -> lock_core::Result<LockGuard> {
-    match mode {
-        LockMode::Read => lock.acquire_read(n, o).await,
-        LockMode::Write => lock.acquire_write(n, o).await,
-        LockMode::Permit { permits } => lock.acquire_permit(n, permits, o).await,
-        _ => lock.acquire(n, o).await,
-    }
 }
 
 /// Like [`acquire_retrying`], in `mode`.

@@ -90,6 +90,7 @@ mod bins;
 mod error;
 mod etcd;
 mod http;
+mod log_capture;
 mod member;
 mod postgres;
 mod process;
@@ -104,6 +105,7 @@ mod zk;
 
 pub use error::TestbedError;
 pub use etcd::{etcd_metrics, EtcdCluster};
+pub use log_capture::LogCapture;
 pub use postgres::{PostgresServer, ENV_POSTGRES_USER, POSTGRES_DATABASE, POSTGRES_USER};
 pub use process::{pid_alive, set_data_root};
 pub use proxy::Proxy;

@@ -15,6 +15,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
 
+use crate::fixture::{take, try_take};
 use crate::Workload;
 
 use super::history::History;
@@ -260,34 +261,6 @@ async fn all(
             }
         }
         Err(e) => shared.count_error("acquire_all", &e),
-    }
-}
-
-async fn take(
-    lock: &dyn LockService,
-    n: &LockName,
-    o: &AcquireOptions,
-    mode: LockMode,
-) -> lock_core::Result<LockGuard> {
-    match mode {
-        LockMode::Read => lock.acquire_read(n, o).await,
-        LockMode::Write => lock.acquire_write(n, o).await,
-        LockMode::Permit { permits } => lock.acquire_permit(n, permits, o).await,
-        _ => lock.acquire(n, o).await,
-    }
-}
-
-async fn try_take(
-    lock: &dyn LockService,
-    n: &LockName,
-    o: &AcquireOptions,
-    mode: LockMode,
-) -> lock_core::Result<Option<LockGuard>> {
-    match mode {
-        LockMode::Read => lock.try_acquire_read(n, o).await,
-        LockMode::Write => lock.try_acquire_write(n, o).await,
-        LockMode::Permit { permits } => lock.try_acquire_permit(n, permits, o).await,
-        _ => lock.try_acquire(n, o).await,
     }
 }
 
