@@ -6,7 +6,11 @@
 //!   off from the quorum cannot vouch for the session) every quarter of the
 //!   session timeout. Each answer confirms the session on the hub for the
 //!   heartbeat's send time plus the session timeout (minus drift): every
-//!   guard is held until the earlier of its own validity and that.
+//!   guard is held until the earlier of its own validity and that. A
+//!   heartbeat is not given up when the next one is due: on a slow but
+//!   healthy ensemble (answers slower than a quarter of the timeout) up to
+//!   [`IN_FLIGHT`] are out at once, and a late answer still confirms from
+//!   its own send time, until that confirmation would be worth nothing.
 //! - `Disconnected`, or no answer through the leader for half the session
 //!   timeout: every guard is suspended; the next answered heartbeat makes
 //!   them held again (and the core renews at once).
@@ -21,6 +25,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use futures::stream::{FuturesUnordered, StreamExt};
 use lock_core::{add_saturating, Sent, SessionStatus};
 use tokio::time::Instant;
 use zookeeper_client as zk;
@@ -31,6 +36,11 @@ use crate::session::{Liveness, Retired, Session};
 /// a silent session, so that guards see `Lost(SessionExpired)` rather than a
 /// bare `Lost(Expired)` of their validity.
 const RETIRE_LEAD: Duration = Duration::from_millis(50);
+
+/// How many heartbeats may be out at once: one per quarter of the session
+/// timeout, so the oldest is sent a whole timeout before the newest and its
+/// answer could not confirm anything more.
+const IN_FLIGHT: usize = 4;
 
 type Heartbeat = Pin<Box<dyn Future<Output = Option<Sent>> + Send>>;
 
@@ -44,13 +54,6 @@ fn heartbeat(client: Arc<zk::Client>, within: Duration) -> Heartbeat {
             _ => None,
         }
     })
-}
-
-async fn answer(hb: &mut Option<Heartbeat>) -> Option<Sent> {
-    match hb {
-        Some(f) => f.await,
-        None => std::future::pending().await,
-    }
 }
 
 /// When a silent session whose last confirmation runs out at `vouched` is
@@ -67,8 +70,10 @@ pub(crate) async fn monitor(
     mut states: zk::StateWatcher,
 ) {
     let every = (live.timeout / 4).max(Duration::from_millis(10));
-    let mut next_heartbeat = add_saturating(Instant::now(), every);
-    let mut in_flight: Option<Heartbeat> = None;
+    // The first at once: what vouches for the session until its answer is
+    // the connect, sent a round trip or more ago.
+    let mut next_heartbeat = Instant::now();
+    let mut in_flight: FuturesUnordered<Heartbeat> = FuturesUnordered::new();
     let mut disconnected = false;
     let retire = |cause: Retired| match session.upgrade() {
         Some(s) => s.retire(cause),
@@ -98,8 +103,7 @@ pub(crate) async fn monitor(
                 zk::SessionState::AuthFailed => return retire(Retired::AuthFailed),
                 zk::SessionState::Closed => return retire(Retired::Closed),
             },
-            answered = answer(&mut in_flight), if in_flight.is_some() => {
-                in_flight = None;
+            Some(answered) = in_flight.next(), if !in_flight.is_empty() => {
                 if let Some(sent) = answered {
                     live.answered(sent.at());
                     if !disconnected {
@@ -117,11 +121,13 @@ pub(crate) async fn monitor(
                     live.suspend("no reply from ZooKeeper for half the session timeout");
                 }
             }
-            _ = tokio::time::sleep_until(next_heartbeat), if in_flight.is_none() => {
+            _ = tokio::time::sleep_until(next_heartbeat), if in_flight.len() < IN_FLIGHT => {
                 next_heartbeat = add_saturating(Instant::now(), every);
                 let Some(s) = session.upgrade() else { return };
                 match s.client() {
-                    Ok(client) => in_flight = Some(heartbeat(client, every)),
+                    // An answer later than the session timeout confirms
+                    // nothing: its send time plus the timeout has passed.
+                    Ok(client) => in_flight.push(heartbeat(client, live.timeout)),
                     Err(_) => return,
                 }
             }

@@ -223,6 +223,58 @@ async fn lost_create_reply_then_lagging_follower_leaves_no_node() {
 /// timeout; it is never reported held once another client has the lock; the
 /// next holder's token is larger; after the network heals the same `ZkLock`
 /// opens a new session and acquires again.
+/// A slow but healthy server (every answer takes longer than a quarter of
+/// the session timeout, the heartbeat period, and well under half of it):
+/// the holder's session is confirmed by each late answer from its send
+/// time, so the lock stays held for three session timeouts and still
+/// excludes others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_but_healthy_server_keeps_the_lock() {
+    let server = standalone().await;
+    let upstream: SocketAddr = server.endpoint(0).parse().unwrap();
+    let proxy = Proxy::start(upstream).unwrap();
+    let session_timeout = Duration::from_secs(2);
+    // 300 ms each way: a round trip of at least 600 ms, above the 500 ms
+    // heartbeat period.
+    proxy.set_latency(Duration::from_millis(300));
+    let a = ZkLock::connect(
+        ZkConfig::new(proxy.addr().to_string())
+            .session_timeout(session_timeout)
+            .request_timeout(Duration::from_secs(3))
+            .connect_timeout(Duration::from_secs(5)),
+    )
+    .await
+    .unwrap();
+    let b =
+        ZkLock::connect(ZkConfig::new(server.connect_string()).session_timeout(session_timeout))
+            .await
+            .unwrap();
+    let lock = name("slow-server");
+    let held = a
+        .acquire(&lock, &AcquireOptions::new().ttl(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    let started = Instant::now();
+    while started.elapsed() < session_timeout * 3 {
+        assert!(
+            held.is_held(),
+            "lost on a slow but healthy server after {:?}: {:?}",
+            started.elapsed(),
+            held.state()
+        );
+        sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        b.try_acquire(&lock, &AcquireOptions::new())
+            .await
+            .unwrap()
+            .is_none(),
+        "another client took the lock while its holder's session lives"
+    );
+    proxy.heal();
+    assert!(held.release().await.unwrap());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn partitioned_holder_goes_suspended_then_lost_before_anyone_else_holds() {
     let server = standalone().await;
