@@ -208,6 +208,7 @@ impl EtcdLock {
                 inner.client.clone(),
                 session.clone(),
                 queue.key(session.id(), seq),
+                queue.fence_key(session.id()),
                 std::mem::take(&mut carry),
             );
             // From here on, whatever ends this acquisition removes our key
@@ -215,24 +216,34 @@ impl EtcdLock {
             let sent = Sent::now();
             let place_by =
                 *place_until.get_or_insert_with(|| Instant::now() + inner.client.request_timeout());
-            let placed = match inner
-                .ops
-                .place(&queue, &ours.key, session.id(), req.mode)
-                .await
-            {
+            // Until the put's answer comes, its outcome is unknown: an
+            // acquisition dropped meanwhile (a cancelled wait) or failing
+            // after the put (a read that pages further) leaves our key in
+            // doubt, and the clean-up settles it.
+            let before = ours.sending();
+            let placed = match inner.ops.place(&queue, &ours.key, &session, req.mode).await {
                 Err(e) if e.kind() == LockErrorKind::Lost => {
                     // A put with an expired lease writes nothing.
                     session.end("the server no longer knows the session lease");
+                    ours.answered(before);
                     carry = ours.nothing_written();
                     continue;
                 }
                 other => other?,
             };
+            if !matches!(placed, Placed::Unknown(_)) {
+                ours.answered(before);
+            }
             let (rev, position) = match placed {
                 Placed::Stale { rev } => {
                     // Our own key from an attempt whose answer we never saw.
                     ours.rev = Some(rev);
                     carry = ours.remove_and_carry().await?.1;
+                    continue;
+                }
+                Placed::Fenced => {
+                    // Nothing written; the session knows its fence now.
+                    carry = ours.nothing_written();
                     continue;
                 }
                 Placed::Unknown(e) => {
@@ -242,13 +253,15 @@ impl EtcdLock {
                     if queue.kind == Kind::Mutex && again {
                         // The next key has the same name: while it is
                         // there, the late put cannot land (it puts only if
-                        // absent); once it is gone, its clean-up looks out
-                        // for the late put, holding the turn.
+                        // absent); once it is gone, its clean-up settles
+                        // the late put (moves the session's fence on, then
+                        // looks for the key), holding the turn.
                         carry = ours.nothing_written();
                         continue;
                     }
-                    // Looked for and removed in the background (dropped
-                    // armed), at once: a key of its own name, or the end.
+                    // Settled in the background (dropped armed: the fence
+                    // moved on, then the key looked for and removed), at
+                    // once: a key of its own name, or the end.
                     drop(ours);
                     if !again {
                         return Err(e);

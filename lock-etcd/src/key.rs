@@ -16,16 +16,19 @@
 //! key's create revision is ours, then delete), and such a delete is safe
 //! to send again to another member. A put whose outcome is unknown (it
 //! timed out, [`crate::client::Outcome::Unknown`]) may still be applied
-//! later too: the key then carries a doubt until [`doubt_window`] after
-//! the put gave up, and whatever ends the key's life keeps looking for it
-//! (by name and lease) and removes it until then, holding the turn.
+//! later too, and no time window bounds how much later: a member paused
+//! for seconds holds it in its socket as long. So every put of a contender
+//! key also compares the session's fence key ([`Session::fence`]), and the
+//! key then carries a doubt: whatever ends its life moves the fence on
+//! ([`Session::bump`], retried until it is known applied), after which no
+//! copy of the put can be applied any more, then looks for the key by name
+//! and lease and removes what it finds, holding the turn until then.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 use lock_core::{LockErrorKind, Result};
-use tokio::time::Instant;
 
 use crate::client::EtcdClient;
 use crate::permit::NamePermit;
@@ -41,10 +44,13 @@ pub(crate) struct OurKey {
     pub(crate) key: Arc<str>,
     /// Its create revision, once known.
     pub(crate) rev: Option<i64>,
+    /// The session's fence key of the name, moved on to settle a put of
+    /// unknown outcome.
+    fence: Arc<str>,
     permit: Option<NamePermit>,
-    /// Until when a put of this key whose outcome is unknown may still be
-    /// applied (see the module docs).
-    doubt: Option<Instant>,
+    /// A put of this key had an unknown outcome: it may still be applied
+    /// until the session's fence has moved on (see the module docs).
+    doubt: bool,
     armed: bool,
 }
 
@@ -54,28 +60,18 @@ pub(crate) struct OurKey {
 pub(crate) struct Carry {
     /// The in-process turn of a mutex name, if the acquisition holds one.
     pub(crate) permit: Option<NamePermit>,
-    /// Until when a put of the (mutex) key whose outcome is unknown may
-    /// still be applied.
-    pub(crate) doubt: Option<Instant>,
+    /// A put of the (mutex) key had an unknown outcome and may still be
+    /// applied until the session's fence moves on.
+    pub(crate) doubt: bool,
 }
 
 impl From<Option<NamePermit>> for Carry {
     fn from(permit: Option<NamePermit>) -> Self {
         Self {
             permit,
-            doubt: None,
+            doubt: false,
         }
     }
-}
-
-/// How long after a put gave up with an unknown outcome it may still be
-/// applied, as this client assumes: a lease TTL, at least 5 s (a connection silent that
-/// long is closed by its keep-alive, and a request it still held is never
-/// sent) plus a request timeout (a request that reached a member is applied
-/// or fails within etcd's own request timeout, a few seconds).
-pub(crate) fn doubt_window(client: &EtcdClient) -> Duration {
-    let cfg = client.config();
-    cfg.lease_ttl.max(Duration::from_secs(5)) + cfg.request_timeout
 }
 
 impl OurKey {
@@ -85,6 +81,7 @@ impl OurKey {
         client: Arc<EtcdClient>,
         session: Arc<Session>,
         key: String,
+        fence: String,
         carry: Carry,
     ) -> Self {
         Self {
@@ -92,17 +89,31 @@ impl OurKey {
             session,
             key: key.into(),
             rev: None,
+            fence: fence.into(),
             permit: carry.permit,
             doubt: carry.doubt,
             armed: true,
         }
     }
 
-    /// The put of this key has an unknown outcome: it may still be applied
-    /// until [`doubt_window`] from now.
+    /// The put of this key has an unknown outcome: it may still be applied,
+    /// until the session's fence moves on.
     pub(crate) fn doubt(&mut self) {
-        let until = Instant::now() + doubt_window(&self.client);
-        self.doubt = Some(self.doubt.map_or(until, |d| d.max(until)));
+        self.doubt = true;
+    }
+
+    /// The put of this key is about to be sent: until its answer comes,
+    /// its outcome is unknown (an acquisition dropped meanwhile, a
+    /// cancelled wait, leaves the key in doubt for its clean-up to settle).
+    /// Returns the doubt it had before, for [`OurKey::answered`].
+    pub(crate) fn sending(&mut self) -> bool {
+        std::mem::replace(&mut self.doubt, true)
+    }
+
+    /// The put's answer came (applied or not, known either way): the key
+    /// is in doubt only as it was before it was sent (`before`).
+    pub(crate) fn answered(&mut self, before: bool) {
+        self.doubt = before;
     }
 
     /// The put did not happen (or the key already went with its lease):
@@ -112,7 +123,7 @@ impl OurKey {
         self.armed = false;
         Carry {
             permit: self.permit.take(),
-            doubt: self.doubt.take(),
+            doubt: std::mem::take(&mut self.doubt),
         }
     }
 
@@ -133,7 +144,7 @@ impl OurKey {
                     was_there,
                     Carry {
                         permit: self.permit.take(),
-                        doubt: self.doubt.take(),
+                        doubt: std::mem::take(&mut self.doubt),
                     },
                 ))
             }
@@ -154,12 +165,12 @@ impl OurKey {
         };
         if deleted.is_ok() {
             self.rev = None;
-            if self.doubt.is_none_or(|d| d <= Instant::now()) {
+            if !self.doubt {
                 self.armed = false;
             }
         }
-        // Still armed: the drop spawns what is left (the delete, the look-out
-        // for a late put).
+        // Still armed: the drop spawns what is left (the delete, settling a
+        // put of unknown outcome).
         deleted
     }
 }
@@ -173,6 +184,7 @@ impl Drop for OurKey {
             self.client.clone(),
             self.session.clone(),
             self.key.clone(),
+            self.fence.clone(),
             self.rev,
             self.doubt,
             self.permit.take(),
@@ -221,20 +233,22 @@ async fn find(client: &EtcdClient, key: &Arc<str>, lease: i64) -> Result<Option<
 
 /// Deletes our `key` (created at `rev`, if known), retrying while the
 /// server is unreachable and the session lives (after that the key goes
-/// with the lease anyway); then, while a put of it may still be applied
-/// (until `doubt`), looks for it by name and lease and deletes what it
-/// finds. Gives `permit` back at the end.
+/// with the lease anyway); then, if a put of it had an unknown outcome
+/// (`doubt`), moves the session's fence on (retrying likewise): from then
+/// on no copy of that put can be applied, so one look for the key by name
+/// and lease, and a delete of what it finds, settle it. Gives `permit`
+/// back at the end.
 pub(crate) async fn delete_until_done(
     client: Arc<EtcdClient>,
     session: Arc<Session>,
     key: Arc<str>,
+    fence: Arc<str>,
     rev: Option<i64>,
-    doubt: Option<Instant>,
+    doubt: bool,
     permit: Option<NamePermit>,
 ) {
     let mut delay = Duration::from_millis(50);
-    let mut rev = rev;
-    let mut look = doubt.is_some();
+    let (mut rev, mut doubt, mut look) = (rev, doubt, false);
     loop {
         if session.is_ended() {
             break;
@@ -243,25 +257,18 @@ pub(crate) async fn delete_until_done(
             Some(r) => delete(&client, &key, r).await.map(|_| {
                 rev = None;
             }),
+            None if doubt => session.bump(&fence).await.map(|()| {
+                doubt = false;
+                look = true;
+            }),
             None if look => find(&client, &key, session.id()).await.map(|found| {
                 rev = found;
-                look = found.is_some() || doubt.is_some_and(|d| Instant::now() < d);
+                look = false;
             }),
             None => break,
         };
         match step {
-            Ok(()) if rev.is_some() => continue,
-            Ok(()) => {
-                delay = Duration::from_millis(50);
-                if !look {
-                    break;
-                }
-                // Look again a little later while in doubt.
-                let until = doubt.unwrap_or_else(Instant::now);
-                let pause =
-                    Duration::from_millis(200).min(until.saturating_duration_since(Instant::now()));
-                tokio::time::sleep(pause).await;
-            }
+            Ok(()) => delay = Duration::from_millis(50),
             Err(e) if e.kind() == LockErrorKind::Unavailable => {
                 tracing::debug!(%key, error = %e, "distlock etcd: deleting our key failed; retrying");
                 tokio::time::sleep(delay).await;

@@ -61,6 +61,8 @@ pub(crate) struct Queue {
     /// Every contender key starts with this.
     pub(crate) prefix: String,
     pub(crate) kind: Kind,
+    /// The name's fence keys start with this: `P N fence/`.
+    fence: String,
 }
 
 impl Queue {
@@ -71,7 +73,24 @@ impl Queue {
             Kind::ReadWrite => format!("{key_prefix}{name}/ rw/"),
             Kind::Semaphore => format!("{key_prefix}{name}/ sem/"),
         };
-        Self { prefix, kind }
+        Self {
+            prefix,
+            kind,
+            fence: format!("{key_prefix}{name} fence/"),
+        }
+    }
+
+    /// A session's fence key of the name, `P N fence/<lease hex>`, on the
+    /// session's lease: every put of a contender key of the session
+    /// compares it, and after a put whose outcome is unknown the session
+    /// moves it on ([`crate::session::Session::bump`]), so that no copy of
+    /// that put can be applied any more. It is no contender of any queue,
+    /// and under no name's prefix `P M/` (that would need `M` to hold the
+    /// space): etcd's `etcdctl lock`, `concurrency.Mutex` and elections on
+    /// `N` never see it. It is beside `N` so that a role allowed the keys
+    /// of `N` by a prefix of the name (`P N` or shorter) is allowed it too.
+    pub(crate) fn fence_key(&self, lease: i64) -> String {
+        format!("{}{}", self.fence, lease_hex(lease))
     }
 
     /// Our contender key for a session lease and, for the kinds where one

@@ -80,8 +80,13 @@ pub(crate) enum Placed {
     /// never saw): delete it and place again.
     Stale { rev: i64 },
     /// The put's outcome is unknown (it timed out, or its connection
-    /// failed): it may have been applied, or may still be, later.
+    /// failed): it may have been applied, or may still be, later, until
+    /// the session's fence moves on ([`Session::bump`]).
     Unknown(LockError),
+    /// Nothing was put: the session's fence key had moved on (a bump of
+    /// ours applied late, or one that raced this put); the session now
+    /// knows it as it is: place again.
+    Fenced,
 }
 
 /// How a wait for our turn ended.
@@ -107,20 +112,26 @@ pub(crate) struct QueueOps {
 }
 
 impl QueueOps {
-    /// Puts `key` with `lease` if it does not exist, and reads, in the same
+    /// Puts `key` with the session's lease if it does not exist and the
+    /// session's fence key is as we know it, and reads, in the same
     /// transaction, the keys just ahead of it; pages further if needed.
     pub(crate) async fn place(
         &self,
         queue: &Queue,
         key: &str,
-        lease: i64,
+        session: &Session,
         mode: LockMode,
     ) -> Result<Placed> {
+        let lease = session.id();
+        let fence = queue.fence_key(lease);
         // Our put is the newest key under the prefix: the first of a
         // descending read.
         let page = first_page(mode).saturating_add(1);
         let txn = Txn::new()
-            .when([Compare::create_revision(key, CompareOp::Equal, 0)])
+            .when([
+                Compare::create_revision(key, CompareOp::Equal, 0),
+                session.fence(&fence),
+            ])
             .and_then([
                 TxnOp::put(
                     key,
@@ -129,7 +140,10 @@ impl QueueOps {
                 ),
                 TxnOp::get(queue.prefix.as_str(), Some(ahead_query(queue, None, page))),
             ])
-            .or_else([TxnOp::get(key, Some(GetOptions::new().with_keys_only()))]);
+            .or_else([
+                TxnOp::get(key, Some(GetOptions::new().with_keys_only())),
+                TxnOp::get(fence.as_str(), Some(GetOptions::new().with_keys_only())),
+            ]);
         // A put is sent once: a copy sent elsewhere after a timeout could
         // be applied after the acquisition gave up (see `crate::key`).
         let within = self.client.request_timeout();
@@ -145,14 +159,13 @@ impl QueueOps {
         let at = header_revision(&resp)?;
         let gets = gets(&resp);
         if !resp.succeeded() {
+            let seen = gets.get(1).and_then(|kvs| kvs.first());
+            session.saw_fence(&fence, seen);
             return match gets.first().and_then(|kvs| kvs.first()) {
                 Some(ours) => Ok(Placed::Stale {
                     rev: ours.create_revision(),
                 }),
-                None => Err(LockError::new(
-                    LockErrorKind::Protocol,
-                    "etcd: put-if-absent failed but the key is not there",
-                )),
+                None => Ok(Placed::Fenced),
             };
         }
         let rev = at;

@@ -10,11 +10,11 @@
 //! runs out on its own. The session ends only when the server says the
 //! lease is gone (or it is dropped, which revokes the lease).
 
-use std::collections::VecDeque;
-use std::sync::Arc;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
-use etcd_client::{LeaseKeepAliveStream, LeaseKeeper};
+use etcd_client::{Compare, CompareOp, KeyValue, LeaseKeepAliveStream, LeaseKeeper, PutOptions};
 use lock_core::session::{Sent, SessionEvents, SessionHub};
 use lock_core::{LockErrorKind, LossCause, Result};
 use tokio::time::Instant;
@@ -29,6 +29,11 @@ pub(crate) struct Session {
     hub: Arc<SessionHub>,
     task: tokio::task::AbortHandle,
     client: Arc<EtcdClient>,
+    /// The mod revision of each of the session's fence keys (one per lock
+    /// name, see [`crate::layout::Queue::fence_key`]) as this client last
+    /// knew it; a key not in the map does not exist (it is created by its
+    /// first bump).
+    fences: StdMutex<HashMap<String, i64>>,
 }
 
 impl Session {
@@ -54,7 +59,64 @@ impl Session {
             hub,
             task,
             client,
+            fences: StdMutex::new(HashMap::new()),
         }))
+    }
+
+    /// The compare every put of a contender key carries: the session's
+    /// fence key of the name (`key`) is as this client last knew it (absent
+    /// before its first bump). After a put whose outcome is unknown, a
+    /// [`Session::bump`] known applied makes every earlier copy of it fail,
+    /// however late it reaches the server.
+    pub(crate) fn fence(&self, key: &str) -> Compare {
+        match self.fences().get(key) {
+            None => Compare::create_revision(key, CompareOp::Equal, 0),
+            Some(rev) => Compare::mod_revision(key, CompareOp::Equal, *rev),
+        }
+    }
+
+    fn fences(&self) -> std::sync::MutexGuard<'_, HashMap<String, i64>> {
+        self.fences.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The fence key as a read found it (a put whose compare failed reads
+    /// it back): a later bump of ours, applied late, moves it on; the next
+    /// put compares what is there now. Safe: whatever compared an earlier
+    /// value stays refused, mod revisions only grow.
+    pub(crate) fn saw_fence(&self, key: &str, kv: Option<&KeyValue>) {
+        match kv {
+            Some(kv) => self.fences().insert(key.to_string(), kv.mod_revision()),
+            None => self.fences().remove(key),
+        };
+    }
+
+    /// Moves the fence key on (a put of it on the session lease, safe to
+    /// send again): once this returns, no copy of a put of ours sent
+    /// before it can be applied any more. Fails like any request
+    /// (`Unavailable`: try again; `Lost`: the lease is gone, and with it
+    /// whatever a late put could write).
+    pub(crate) async fn bump(&self, key: &str) -> Result<()> {
+        let lease = self.id;
+        let resp = self
+            .client
+            .call("move the session's fence on", |mut c| {
+                let key = key.to_string();
+                async move {
+                    c.put(key, "", Some(PutOptions::new().with_lease(lease)))
+                        .await
+                }
+            })
+            .await?;
+        let rev = resp.header().map(|h| h.revision()).ok_or_else(|| {
+            lock_core::LockError::new(
+                lock_core::LockErrorKind::Protocol,
+                "etcd: answer without a header",
+            )
+        })?;
+        let mut fences = self.fences();
+        let known = fences.entry(key.to_string()).or_insert(rev);
+        *known = (*known).max(rev);
+        Ok(())
     }
 
     /// The lease id.

@@ -330,3 +330,131 @@ async fn watches_asked_for_while_the_stream_reopens_are_made() {
     }
     drop(guards);
 }
+
+/// Item 7: a put held back longer than any time window the client could
+/// wait for it (a member paused for seconds holds a request in its socket
+/// as long; here a proxy delays the leader's traffic past a lease TTL plus
+/// a request timeout) is applied after the acquisition gave up, while the
+/// session lives on through the other members. It must not leave our key
+/// on our live lease: once the holder releases, the name is free. Both
+/// key shapes: a write contender (a key of its own per attempt) and a
+/// mutex (one key per session and name).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_put_applied_after_any_window_leaves_no_orphan_key() {
+    let (cluster, proxy, through) = cluster_behind_a_proxy().await;
+    let short = Duration::from_secs(2);
+    let a = connect(config(through).lease_ttl(short)).await;
+    let b = connect(config(cluster.endpoints())).await;
+    let (lease_before, _) = a.session_lease().await.expect("a's session");
+    let (w, m) = (name("late-put-write"), name("late-put-mutex"));
+    let held_w = b.acquire_write(&w, &opts()).await.expect("b writes");
+    let held_m = b.acquire(&m, &opts()).await.expect("b holds");
+    // One way, longer than any window the client could look for the key
+    // in (it used to: a lease TTL, at least 5 s, plus a request timeout
+    // after the put gave up).
+    let late = Duration::from_secs(5).max(short) + REQUEST * 3;
+    proxy.set_latency(late);
+    let t = Instant::now();
+    let o = opts();
+    let (tried_w, tried_m) = tokio::join!(a.try_acquire_write(&w, &o), a.try_acquire(&m, &o));
+    println!(
+        "a's tries: write {:?}, mutex {:?} after {:?}",
+        tried_w.as_ref().map(|g| g.is_some()),
+        tried_m.as_ref().map(|g| g.is_some()),
+        t.elapsed()
+    );
+    assert!(!matches!(tried_w, Ok(Some(_))), "a wrote while b writes");
+    assert!(!matches!(tried_m, Ok(Some(_))), "a got the mutex b holds");
+    // Stop delaying what is sent from now on; what the proxy holds is
+    // still delivered that late.
+    sleep(Duration::from_millis(300)).await;
+    proxy.heal();
+    sleep(late + Duration::from_secs(1)).await;
+    assert!(held_w.release().await.expect("b releases the write lock"));
+    assert!(held_m.release().await.expect("b releases the mutex"));
+    let (lease_after, _) = a.session_lease().await.expect("a's session lives on");
+    assert_eq!(
+        lease_before, lease_after,
+        "a's session ended: no orphan to see"
+    );
+    let deadline = Instant::now() + REQUEST * 3;
+    let (mut free_w, mut free_m) = (false, false);
+    while !(free_w && free_m) {
+        if !free_w {
+            if let Some(g) = b.try_acquire_write(&w, &opts()).await.expect("try write") {
+                assert!(g.release().await.expect("release"));
+                free_w = true;
+            }
+        }
+        if !free_m {
+            if let Some(g) = b.try_acquire(&m, &opts()).await.expect("try mutex") {
+                assert!(g.release().await.expect("release"));
+                free_m = true;
+            }
+        }
+        assert!(
+            Instant::now() < deadline || (free_w && free_m),
+            "names taken {:?} after their holder released (write free: {free_w}, mutex free: {free_m}): a put of a applied late left an orphan key on a's live lease",
+            t.elapsed()
+        );
+        sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Item 8: an acquisition dropped while its put is on its way (a wait
+/// cancelled part-way, as `tokio::time::timeout` or `select!` do) does not
+/// know whether the put was applied: it must not leave the key behind on
+/// our live lease when it was. The put takes a while through a slow link
+/// (below the request timeout); the acquisition is dropped before its
+/// answer; once the holder releases, the name is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquisition_dropped_while_its_put_is_on_its_way_leaves_no_key() {
+    let (cluster, proxy, through) = cluster_behind_a_proxy().await;
+    let a = connect(config(through)).await;
+    let b = connect(config(cluster.endpoints())).await;
+    let (lease_before, _) = a.session_lease().await.expect("a's session");
+    let (w, m) = (name("dropped-put-write"), name("dropped-put-mutex"));
+    let held_w = b.acquire_write(&w, &opts()).await.expect("b writes");
+    let held_m = b.acquire(&m, &opts()).await.expect("b holds");
+    let slow = REQUEST * 3 / 10;
+    proxy.set_latency(slow);
+    let o = opts().wait(Duration::from_secs(30));
+    let t = Instant::now();
+    let dropped = tokio::time::timeout(slow / 2, async {
+        tokio::join!(a.acquire_write(&w, &o), a.acquire(&m, &o))
+    })
+    .await;
+    assert!(dropped.is_err(), "the acquisitions were not dropped");
+    // The puts land `slow` after they were sent.
+    sleep(slow * 4).await;
+    proxy.heal();
+    assert!(held_w.release().await.expect("b releases the write lock"));
+    assert!(held_m.release().await.expect("b releases the mutex"));
+    let (lease_after, _) = a.session_lease().await.expect("a's session lives on");
+    assert_eq!(
+        lease_before, lease_after,
+        "a's session ended: no orphan to see"
+    );
+    let deadline = Instant::now() + REQUEST * 3;
+    let (mut free_w, mut free_m) = (false, false);
+    while !(free_w && free_m) {
+        if !free_w {
+            if let Some(g) = b.try_acquire_write(&w, &opts()).await.expect("try write") {
+                assert!(g.release().await.expect("release"));
+                free_w = true;
+            }
+        }
+        if !free_m {
+            if let Some(g) = b.try_acquire(&m, &opts()).await.expect("try mutex") {
+                assert!(g.release().await.expect("release"));
+                free_m = true;
+            }
+        }
+        assert!(
+            Instant::now() < deadline || (free_w && free_m),
+            "names taken {:?} after their holder released (write free: {free_w}, mutex free: {free_m}): a put of an acquisition dropped before its answer left its key on a's live lease",
+            t.elapsed()
+        );
+        sleep(Duration::from_millis(100)).await;
+    }
+}
