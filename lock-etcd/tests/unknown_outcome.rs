@@ -377,28 +377,14 @@ async fn a_put_applied_after_any_window_leaves_no_orphan_key() {
         lease_before, lease_after,
         "a's session ended: no orphan to see"
     );
-    let deadline = Instant::now() + REQUEST * 3;
-    let (mut free_w, mut free_m) = (false, false);
-    while !(free_w && free_m) {
-        if !free_w {
-            if let Some(g) = b.try_acquire_write(&w, &opts()).await.expect("try write") {
-                assert!(g.release().await.expect("release"));
-                free_w = true;
-            }
-        }
-        if !free_m {
-            if let Some(g) = b.try_acquire(&m, &opts()).await.expect("try mutex") {
-                assert!(g.release().await.expect("release"));
-                free_m = true;
-            }
-        }
-        assert!(
-            Instant::now() < deadline || (free_w && free_m),
-            "names taken {:?} after their holder released (write free: {free_w}, mutex free: {free_m}): a put of a applied late left an orphan key on a's live lease",
-            t.elapsed()
-        );
-        sleep(Duration::from_millis(100)).await;
-    }
+    both_free_soon(
+        &b,
+        &w,
+        &m,
+        t,
+        "a put of a applied late left an orphan key on a's live lease",
+    )
+    .await;
 }
 
 /// Item 8: an acquisition dropped while its put is on its way (a wait
@@ -435,24 +421,44 @@ async fn an_acquisition_dropped_while_its_put_is_on_its_way_leaves_no_key() {
         lease_before, lease_after,
         "a's session ended: no orphan to see"
     );
+    both_free_soon(
+        &b,
+        &w,
+        &m,
+        t,
+        "a put of an acquisition dropped before its answer left its key on a's live lease",
+    )
+    .await;
+}
+
+/// Waits until `b` can take the write lock `w` and the mutex `m` (each
+/// released at once), or fails after three request timeouts saying `why`
+/// (`t`: when the scenario started).
+async fn both_free_soon(
+    b: &dyn lock_core::LockService,
+    w: &lock_core::LockName,
+    m: &lock_core::LockName,
+    t: Instant,
+    why: &str,
+) {
     let deadline = Instant::now() + REQUEST * 3;
     let (mut free_w, mut free_m) = (false, false);
     while !(free_w && free_m) {
         if !free_w {
-            if let Some(g) = b.try_acquire_write(&w, &opts()).await.expect("try write") {
+            if let Some(g) = b.try_acquire_write(w, &opts()).await.expect("try write") {
                 assert!(g.release().await.expect("release"));
                 free_w = true;
             }
         }
         if !free_m {
-            if let Some(g) = b.try_acquire(&m, &opts()).await.expect("try mutex") {
+            if let Some(g) = b.try_acquire(m, &opts()).await.expect("try mutex") {
                 assert!(g.release().await.expect("release"));
                 free_m = true;
             }
         }
         assert!(
             Instant::now() < deadline || (free_w && free_m),
-            "names taken {:?} after their holder released (write free: {free_w}, mutex free: {free_m}): a put of an acquisition dropped before its answer left its key on a's live lease",
+            "names taken {:?} after their holder released (write free: {free_w}, mutex free: {free_m}): {why}",
             t.elapsed()
         );
         sleep(Duration::from_millis(100)).await;
