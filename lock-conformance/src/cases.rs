@@ -81,6 +81,7 @@ cases! {
     a_returning_writer_queues_behind_waiting_readers if |c| c.read_write,
     a_releaser_coming_back_queues_behind_the_waiter if |c| c.fifo,
     a_wait_that_times_out_has_left_the_line_when_it_returns if always,
+    a_waiter_cut_off_holds_nobody_up_long_after_its_deadline if |c| c.remote,
     a_reader_queued_behind_a_writer_gets_a_newer_token if |c| c.read_write && c.fencing.has_tokens(),
     a_writer_queued_behind_a_downgrade_gets_a_newer_token if |c| c.read_write && c.fencing.has_tokens(),
     readers_let_in_together_get_distinct_newer_tokens if |c| c.read_write && c.fencing.has_tokens(),
@@ -1918,6 +1919,62 @@ async fn a_wait_that_times_out_has_left_the_line_when_it_returns(h: Arc<dyn Harn
         };
         assert!(next.release().await.unwrap());
         drop(stopped);
+        assert_no_leftovers(&*h, &name).await;
+    }
+}
+
+/// A waiter that loses its link to the servers while it waits, and so
+/// cannot leave the line when it gives up, holds nobody up for long after
+/// its deadline: once the holder releases, the next caller gets the lock
+/// within the waiter's deadline plus one TTL (what a session or lease of
+/// the waiter's may last) and one request timeout, never after a long
+/// re-check period. The waiter stays cut off, as a process that died.
+async fn a_waiter_cut_off_holds_nobody_up_long_after_its_deadline(h: Arc<dyn Harness>) {
+    let caps = client(&*h).await.capabilities();
+    let request_timeout = Duration::from_millis(500);
+    let wait = Duration::from_millis(1500);
+    for mode in offered_modes(&caps) {
+        let name = unique_name("cutoff");
+        let (holder, next) = (client(&*h).await, client(&*h).await);
+        let held = acquire_as(&*holder, blocking_mode(mode), &name, &opts(&*h))
+            .await
+            .unwrap();
+        let (proxies, made) = client_through_proxies(&*h, request_timeout).await;
+        let waiter = made.expect("connect through healthy proxies");
+        let deadline = Instant::now() + wait;
+        let waiting = {
+            let (w, name, o) = (waiter.clone(), name.clone(), opts(&*h).wait(wait));
+            tokio::spawn(async move { acquire_as(&*w, mode, &name, &o).await.map(|_| ()) })
+        };
+        sleep(wait / 3).await;
+        for p in &proxies {
+            p.blackhole();
+        }
+        let outcome = timeout(wait + request_timeout * 4 + h.slack(), waiting)
+            .await
+            .unwrap_or_else(|_| panic!("{mode:?}: the cut-off waiter's call never returned"))
+            .unwrap();
+        outcome.expect_err("a waiter got a held lock");
+        assert!(held.release().await.unwrap());
+        let bound = h.ttl() + request_timeout + h.slack();
+        let got = acquire_as(
+            &*next,
+            blocking_mode(mode),
+            &name,
+            &opts(&*h).wait(Duration::from_secs(60)),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{mode:?}: the next caller never got the lock: {e}"));
+        let late = Instant::now().saturating_duration_since(deadline);
+        assert!(
+            late <= bound,
+            "{mode:?}: the next caller got the free lock only {late:?} after the cut-off \
+             waiter's deadline (bound: TTL + request timeout + slack = {bound:?}): \
+             the waiter's place outlived its call"
+        );
+        assert!(got.release().await.unwrap());
+        drop(waiter);
+        drop(proxies);
         assert_no_leftovers(&*h, &name).await;
     }
 }

@@ -15,6 +15,7 @@ use tokio::time::Instant;
 use crate::client::{ttl_millis, AcquireReply, Client};
 use crate::config::RedisLockConfig;
 use crate::notify::{Notifier, NotifyNode, Subscription, Timeouts, Wake};
+use crate::place::PlaceLife;
 use crate::primitive::{self, Intent, Primitive};
 use crate::scripts::{owner_token, Keys};
 
@@ -259,8 +260,9 @@ impl RedisLock {
     ) -> Result<Option<Lease>> {
         let client = &self.inner.client;
         let ttl_ms = ttl_millis(req.ttl);
-        // A waiter re-tries at least every `max_recheck`; its place outlasts that twice.
-        let lasts_ms = ttl_millis(2 * req.ttl.max(client.config.max_recheck));
+        // The attempt in flight at the deadline, then the leaving.
+        let slack = client.config.request_timeout.saturating_mul(2);
+        let place = PlaceLife::new(req.ttl, client.config.max_recheck, deadline, slack);
         // Subscribed already if other local waiters are; else the first
         // attempt goes out before the subscription (most find the lock free).
         let mut sub = self.inner.notifier.subscribe_if_live(&keys.released);
@@ -273,7 +275,9 @@ impl RedisLock {
                 sub.before_attempt();
             }
             let sent = Instant::now();
-            let reply = self.queue_attempt(keys, &token, ttl_ms, lasts_ms).await;
+            let reply = self
+                .queue_attempt(keys, &token, ttl_ms, place.lasts_ms())
+                .await;
             if let Some(sub) = &mut sub {
                 sub.after_attempt();
             }
@@ -458,9 +462,15 @@ impl LockBackend for RedisLock {
         // deadline before the call returns; after an error or when this
         // future is dropped in the background), and lapses by itself after
         // twice the longest time between two of its attempts.
+        let config = &self.inner.client.config;
         let intent = matches!(primitive, Primitive::Read | Primitive::Write).then(|| Intent {
             id: owner_token(),
-            lasts_ms: ttl_millis(2 * req.ttl.max(self.inner.client.config.max_recheck)),
+            place: PlaceLife::new(
+                req.ttl,
+                config.max_recheck,
+                deadline,
+                config.request_timeout.saturating_mul(2),
+            ),
         });
         let withdraw = intent.clone().map(|intent| {
             let (client, keys) = (self.inner.client.clone(), keys.clone());

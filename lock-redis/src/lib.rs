@@ -6,6 +6,7 @@ mod client;
 mod config;
 pub mod eviction;
 pub mod notify;
+pub mod place;
 mod primitive;
 pub mod renew;
 pub mod scripts;

@@ -9,6 +9,7 @@ use lock_core::{LockError, LockErrorKind, LockMode, Result};
 use tokio::time::Instant;
 
 use crate::client::{AcquireReply, Client};
+use crate::place::PlaceLife;
 use crate::renew::{LeaseKind, RenewItem};
 use crate::scripts::Keys;
 
@@ -33,8 +34,8 @@ pub(crate) enum Primitive {
 pub(crate) struct Intent {
     /// A random id for this wait (not an owner token: it holds nothing).
     pub(crate) id: String,
-    /// How long the place lasts unless the waiter tries again, in ms.
-    pub(crate) lasts_ms: u64,
+    /// How long the place lasts unless the waiter tries again.
+    pub(crate) place: PlaceLife,
 }
 
 impl Primitive {
@@ -90,7 +91,9 @@ impl Primitive {
         let (acquired, value): (i64, i64) = match self {
             Self::Mutex => return Ok(client.acquire(keys, token, ttl_ms, None).await?.0),
             Self::Read | Self::Write => {
-                let lasts = intent.map(|i| i.lasts_ms.to_string()).unwrap_or_default();
+                let lasts = intent
+                    .map(|i| i.place.lasts_ms().to_string())
+                    .unwrap_or_default();
                 let id = intent.map(|i| i.id.as_str()).unwrap_or("");
                 let side = if self == Self::Write { "w" } else { "r" };
                 client

@@ -318,13 +318,6 @@ impl Inner {
         NameKeys::of(format!("{}{}", self.config.key_prefix, name.as_str()).into())
     }
 
-    /// How long a waiter's place in the nodes' line lasts unless it tries
-    /// again: twice the longest it sleeps between attempts (re-checks come
-    /// at most every `max_recheck`), and never less than twice the TTL.
-    fn place_lasts(&self, ttl: Duration) -> Duration {
-        ttl.max(self.config.max_recheck).saturating_mul(2)
-    }
-
     /// Every node's index, for [`fan_out`].
     fn all(&self) -> std::ops::Range<usize> {
         0..self.nodes.len()
@@ -844,7 +837,7 @@ impl Inner {
             &self.notifier.wait_id(),
             req.ttl,
             deadline,
-            self.place_lasts(req.ttl),
+            self.config.max_recheck,
             slack,
         ));
         let order = NodeOrder::new(self.nodes.len());

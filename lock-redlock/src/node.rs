@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::{
-    add_saturating, drift, LockError, LockErrorKind, NodeFailure, NodeFailureReason, Result,
-    TlsConfig,
+    drift, LockError, LockErrorKind, NodeFailure, NodeFailureReason, Result, TlsConfig,
 };
+use lock_redis::place::PlaceLife;
 use lock_redis::renew::{BatchSender, Batcher, KeyOutcome, RenewBatching, RenewItem, RENEW_BATCH};
 use lock_redis::scripts::{
     Keys, Scripts, ACQUIRE_IN_LINE, LEAVE_LINE, LINE, LINE_LAPSE, LINE_SEQ, RELEASED,
@@ -138,19 +138,18 @@ pub(crate) struct Place {
     /// When the call began, in µs of this machine's clock since the Unix
     /// epoch (an order between waiters, not a time bound).
     pub arrival_us: u64,
-    /// How long a place lasts on a node unless the waiter tries again, at
-    /// most.
-    pub lasts: Duration,
-    /// No place lasts past this: the call's deadline and a little slack.
-    pub until: Instant,
+    /// How long a place lasts on a node unless the waiter tries again, and
+    /// its end: the call's deadline and a little slack.
+    life: PlaceLife,
     /// That slack.
     slack: Duration,
 }
 
 impl Place {
     /// A new place for a call that waits until `deadline` for a lock of
-    /// `ttl` and tries again at least every `lasts / 2`; each attempt keeps
-    /// the place `lasts` longer, but not past `deadline + slack`.
+    /// `ttl` and tries again at least every `max(ttl, max_recheck)`; each
+    /// attempt keeps the place twice that longer, but not past
+    /// `deadline + slack` ([`PlaceLife`]).
     ///
     /// Its wait id is `wait_id` ([`lock_redis::notify::Notifier::wait_id`])
     /// with `+<ttl ms>+<slack ms>` appended: a node that reserves the key
@@ -162,10 +161,10 @@ impl Place {
         wait_id: &str,
         ttl: Duration,
         deadline: Instant,
-        lasts: Duration,
+        max_recheck: Duration,
         slack: Duration,
     ) -> Self {
-        let until = add_saturating(deadline, slack);
+        let life = PlaceLife::new(ttl, max_recheck, deadline, slack);
         let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
         let id = format!("{wait_id}+{}+{}", ms(ttl), ms(slack));
         let arrival_us = std::time::SystemTime::now()
@@ -174,8 +173,7 @@ impl Place {
         Self {
             id,
             arrival_us,
-            lasts,
-            until,
+            life,
             slack,
         }
     }
@@ -187,8 +185,8 @@ impl Place {
     /// the drift allowance for the node's clock. Our deadline comes first
     /// unless the place was last renewed long before.
     pub fn ttl_reserved_before(&self, sent: Instant) -> Instant {
-        let lapse = add_saturating(sent, self.lasts).min(self.until);
-        let margin = self.slack.saturating_add(drift(self.lasts));
+        let lapse = self.life.lapse_after(sent);
+        let margin = self.slack.saturating_add(drift(self.life.lasts()));
         lapse.checked_sub(margin).unwrap_or(sent)
     }
 
@@ -196,20 +194,9 @@ impl Place {
     /// the place lasts from now), or `'', 0, 0` for none.
     fn add_args(call: &mut redis::ScriptInvocation<'_>, place: Option<&Place>) {
         match place {
-            Some(p) => call.arg(&p.id).arg(p.arrival_us).arg(p.lasts_ms()),
+            Some(p) => call.arg(&p.id).arg(p.arrival_us).arg(p.life.lasts_ms()),
             None => call.arg("").arg(0).arg(0),
         };
-    }
-
-    /// How long a place taken or renewed now lasts, in ms: `lasts`, but
-    /// not past the call's deadline (plus `slack`). A waiter that gave up
-    /// and could not leave the line (a node it could not reach) then holds
-    /// no one up for longer than it would have waited.
-    fn lasts_ms(&self) -> u64 {
-        let left = self.until.saturating_duration_since(Instant::now());
-        u64::try_from(self.lasts.min(left).as_millis())
-            .unwrap_or(u64::MAX)
-            .max(1)
     }
 }
 
