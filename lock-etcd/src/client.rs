@@ -211,15 +211,26 @@ pub(crate) struct EtcdClient {
 }
 
 /// The TLS settings of `tls`'s files (an `InvalidArgument` error naming a
-/// file that cannot be read).
+/// file that cannot be read): the server checked against the CA given,
+/// else against the system's roots (`SSL_CERT_FILE` and `SSL_CERT_DIR`
+/// are honoured). An `Unsupported` error when rustls has no crypto
+/// provider: neither the application installed one nor this crate's
+/// `rustls-aws-lc` or `rustls-ring` feature compiled one in.
 fn tls_options(tls: &lock_core::TlsConfig) -> Result<etcd_client::TlsOptions> {
-    let material = tls.load()?;
-    // The process-wide rustls provider, unless the application chose one.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let mut opts = etcd_client::TlsOptions::new();
-    if let Some(ca) = material.ca {
-        opts = opts.ca_certificate(etcd_client::Certificate::from_pem(ca));
+    let compiled_in = cfg!(any(feature = "rustls-aws-lc", feature = "rustls-ring"));
+    if !compiled_in && rustls::crypto::CryptoProvider::get_default().is_none() {
+        return Err(LockError::new(
+            LockErrorKind::Unsupported,
+            "etcd over TLS, and rustls has no crypto provider: enable the rustls-aws-lc \
+             or rustls-ring feature, or install a provider at startup",
+        ));
     }
+    let material = tls.load()?;
+    let mut opts = etcd_client::TlsOptions::new();
+    opts = match material.ca {
+        Some(ca) => opts.ca_certificate(etcd_client::Certificate::from_pem(ca)),
+        None => opts.with_native_roots(),
+    };
     if let (Some(cert), Some(key)) = (material.cert, material.key) {
         opts = opts.identity(etcd_client::Identity::from_pem(cert, key));
     }

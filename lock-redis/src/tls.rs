@@ -1,7 +1,7 @@
 //! Opening a `redis::Client` for a URL with the TLS files of a
 //! [`TlsConfig`], shared by `lock-redis` and `lock-redlock`.
 
-use lock_core::{LockError, TlsConfig};
+use lock_core::{LockError, LockErrorKind, TlsConfig};
 use redis::{ClientTlsConfig, TlsCertificates};
 
 use crate::config::redact_url;
@@ -19,17 +19,26 @@ pub fn open_client(url: &str, tls: &TlsConfig) -> Result<redis::Client, LockErro
             format!("invalid Redis URL {shown:?}: {}", e.category()),
         )
     };
+    let secure = url.trim_start().starts_with("rediss://");
+    if secure && !crypto_provider_available() {
+        return Err(LockError::new(
+            LockErrorKind::Unsupported,
+            format!(
+                "{shown:?} needs TLS, and rustls has no crypto provider: enable the \
+                 rustls-aws-lc or rustls-ring feature, or install a provider at startup"
+            ),
+        ));
+    }
     if *tls == TlsConfig::default() {
+        // Without a CA the server is checked against the system's roots.
         return redis::Client::open(url).map_err(invalid);
     }
-    if !url.trim_start().starts_with("rediss://") {
+    if !secure {
         return Err(LockError::invalid(format!(
             "TLS files are given for {shown:?}: use a rediss:// URL"
         )));
     }
     let material = tls.load()?;
-    // The process-wide rustls provider, unless the application chose one.
-    let _ = rustls::crypto::ring::default_provider().install_default();
     let client_tls = match (material.cert, material.key) {
         (Some(client_cert), Some(client_key)) => Some(ClientTlsConfig {
             client_cert,
@@ -45,4 +54,18 @@ pub fn open_client(url: &str, tls: &TlsConfig) -> Result<redis::Client, LockErro
         },
     )
     .map_err(invalid)
+}
+
+/// Whether rustls can build a TLS client for this process: with the
+/// provider the application installed, else with the one this crate's
+/// feature (`rustls-aws-lc` or `rustls-ring`) compiled in, which rustls
+/// then takes by itself. Nothing here installs a process-wide provider.
+/// A build with several providers and none installed has none: rustls
+/// cannot choose between them.
+fn crypto_provider_available() -> bool {
+    rustls::crypto::CryptoProvider::get_default().is_some()
+        || cfg!(any(
+            all(feature = "rustls-aws-lc", not(feature = "rustls-ring")),
+            all(feature = "rustls-ring", not(feature = "rustls-aws-lc"))
+        ))
 }

@@ -72,8 +72,12 @@ pub struct RedisOptions {
     pub persistence: Persistence,
     /// Also listen with TLS on a second port ([`RedisServer::tls_url`]),
     /// with the test process's certificates ([`TlsFiles::shared`]); clients
-    /// must present the client certificate (mutual TLS).
+    /// must present the client certificate (mutual TLS) unless
+    /// [`RedisOptions::tls_client_cert_optional`].
     pub tls: bool,
+    /// With [`RedisOptions::tls`]: clients may connect without a
+    /// certificate (`--tls-auth-clients optional`), as on managed services.
+    pub tls_client_cert_optional: bool,
     /// `--maxmemory-policy` (for instance `volatile-ttl`); `None`: Redis's
     /// default, `noeviction`.
     pub maxmemory_policy: Option<&'static str>,
@@ -234,7 +238,14 @@ impl RedisServer {
                 .arg(files.server_key())
                 .arg("--tls-ca-cert-file")
                 .arg(files.ca())
-                .args(["--tls-auth-clients", "yes"]);
+                .args([
+                    "--tls-auth-clients",
+                    if local.opts.tls_client_cert_optional {
+                        "optional"
+                    } else {
+                        "yes"
+                    },
+                ]);
         }
         cmd.arg("--dir")
             .arg(dir)

@@ -146,9 +146,9 @@ pub struct ZkConfig {
     /// `identifier`). Default: `lock-zk pid <process id>`.
     pub identifier: String,
     /// TLS to every server (ZooKeeper's `secureClientPort`): the CA to
-    /// trust (required: there are no default roots) and a client
-    /// certificate and key for servers with `ssl.clientAuth=need`.
-    /// Default: none (plain TCP).
+    /// trust (default: the system's roots) and a client certificate and
+    /// key for servers with `ssl.clientAuth=need`. Needs the
+    /// `rustls-aws-lc` feature (on by default). Default: none (plain TCP).
     pub tls: Option<TlsConfig>,
 }
 
@@ -260,11 +260,6 @@ impl ZkConfig {
         };
         if let Some(tls) = &self.tls {
             tls.validate()?;
-            if tls.ca.is_none() {
-                return Err(LockError::invalid(
-                    "ZooKeeper over TLS needs the CA to trust (`ca`): the client has no default roots",
-                ));
-            }
         }
         timeout("session_timeout", self.session_timeout)?;
         timeout("connect_timeout", self.connect_timeout)?;

@@ -145,21 +145,25 @@ pub(crate) type Reply<T> = Result<T, Failure>;
 pub(crate) type Watched = Reply<Option<(zk::Stat, zk::OneshotWatcher)>>;
 
 /// The client's TLS settings from `tls`'s files (an `InvalidArgument`
-/// error naming a file that cannot be read or parsed).
+/// error naming a file that cannot be read or parsed): the server checked
+/// against the CA given, else against the system's roots (`SSL_CERT_FILE`
+/// and `SSL_CERT_DIR` are honoured).
+#[cfg(feature = "rustls-aws-lc")]
 fn tls_options(tls: &lock_core::TlsConfig) -> Result<zk::TlsOptions, LockError> {
     let material = tls.load()?;
-    // The process-wide rustls provider, unless the application chose one.
-    let _ = rustls::crypto::ring::default_provider().install_default();
     let text = |bytes: Vec<u8>, what: &str| {
         String::from_utf8(bytes)
             .map_err(|_| LockError::invalid(format!("the TLS {what} is not PEM text")))
     };
     let mut options = zk::TlsOptions::new();
-    if let Some(ca) = material.ca {
-        options = options
+    options = match material.ca {
+        Some(ca) => options
             .with_pem_ca(&text(ca, "CA certificate")?)
-            .map_err(|e| LockError::invalid(format!("the TLS CA certificate: {e}")))?;
-    }
+            .map_err(|e| LockError::invalid(format!("the TLS CA certificate: {e}")))?,
+        None => options
+            .with_pem_ca(&system_roots()?)
+            .map_err(|e| LockError::invalid(format!("the system's root certificates: {e}")))?,
+    };
     if let (Some(cert), Some(key)) = (material.cert, material.key) {
         options = options
             .with_pem_identity(
@@ -171,6 +175,44 @@ fn tls_options(tls: &lock_core::TlsConfig) -> Result<zk::TlsOptions, LockError> 
             })?;
     }
     Ok(options)
+}
+
+/// The system's root certificates as PEM text (the ZooKeeper client takes
+/// its roots only as PEM); an `InvalidArgument` error when there are none.
+#[cfg(feature = "rustls-aws-lc")]
+fn system_roots() -> Result<String, LockError> {
+    use base64::Engine as _;
+    let found = rustls_native_certs::load_native_certs();
+    if found.certs.is_empty() {
+        let why = found
+            .errors
+            .first()
+            .map(|e| format!(": {e}"))
+            .unwrap_or_default();
+        return Err(LockError::invalid(format!(
+            "ZooKeeper over TLS without a CA (`ca`), and the system has no root certificates{why}"
+        )));
+    }
+    let mut pem = String::new();
+    for cert in &found.certs {
+        let b64 = base64::engine::general_purpose::STANDARD.encode(cert.as_ref());
+        pem.push_str("-----BEGIN CERTIFICATE-----\n");
+        for line in b64.as_bytes().chunks(64) {
+            pem.push_str(std::str::from_utf8(line).unwrap_or_default());
+            pem.push('\n');
+        }
+        pem.push_str("-----END CERTIFICATE-----\n");
+    }
+    Ok(pem)
+}
+
+/// Without the `rustls-aws-lc` feature the ZooKeeper client has no TLS.
+#[cfg(not(feature = "rustls-aws-lc"))]
+fn no_tls() -> LockError {
+    LockError::new(
+        LockErrorKind::Unsupported,
+        "ZooKeeper over TLS needs the rustls-aws-lc feature (the ZooKeeper client's TLS is built on aws-lc-rs)",
+    )
 }
 
 impl Session {
@@ -189,19 +231,27 @@ impl Session {
         for (scheme, auth) in &config.auth {
             connector = connector.with_auth(scheme, auth);
         }
-        if let Some(tls) = &config.tls {
-            connector = connector.with_tls(tls_options(tls)?);
-        }
+        #[cfg_attr(not(feature = "rustls-aws-lc"), allow(unused_variables))]
+        let secure = match &config.tls {
+            #[cfg(feature = "rustls-aws-lc")]
+            Some(tls) => {
+                connector = connector.with_tls(tls_options(tls)?);
+                true
+            }
+            #[cfg(not(feature = "rustls-aws-lc"))]
+            Some(_) => return Err(no_tls()),
+            None => false,
+        };
         // The session is created after this: it lives at least until then
         // plus its timeout.
         let started = Sent::now();
         let give_up = until.min(add_saturating(started.at(), config.connect_timeout));
         let connecting = async {
-            if config.tls.is_some() {
-                connector.secure_connect(hosts).await
-            } else {
-                connector.connect(hosts).await
+            #[cfg(feature = "rustls-aws-lc")]
+            if secure {
+                return connector.secure_connect(hosts).await;
             }
+            connector.connect(hosts).await
         };
         let client = match tokio::time::timeout_at(give_up, connecting).await {
             Err(_) => {

@@ -20,7 +20,8 @@
 //!   `target/assets`): `completions/` and `man/`.
 //!
 //! `test` (without arguments) and `ci` also build the `distlock` facade with
-//! each backend alone (`--no-default-features --features X`), build the docs
+//! each backend alone (`--no-default-features --features X`), the TLS build on
+//! ring with one crypto provider per build, build the docs
 //! with warnings denied, and generate the assets.
 
 use std::env;
@@ -317,6 +318,41 @@ fn each_backend_alone() -> Result<(), String> {
             "--features",
             feature,
         ]))?;
+    }
+    run(cargo().args([
+        "check",
+        "-p",
+        "distlock",
+        "--no-default-features",
+        "--features",
+        RING_BUILD,
+    ]))?;
+    one_crypto_provider()
+}
+
+/// Every backend with TLS on rustls's ring provider instead of aws-lc-rs.
+const RING_BUILD: &str = "redis,redlock,etcd,zk,rustls-ring";
+
+/// Each build has one rustls crypto provider, so that rustls never has to
+/// choose: the default build has no ring, the `rustls-ring` one no
+/// aws-lc-rs (`cargo tree -i` prints nothing for a crate not in the build).
+fn one_crypto_provider() -> Result<(), String> {
+    for (features, absent) in [(None, "ring"), (Some(RING_BUILD), "aws-lc-rs")] {
+        let mut cmd = cargo();
+        cmd.args(["tree", "-p", "distlock", "-e", "normal", "-i", absent]);
+        if let Some(features) = features {
+            cmd.args(["--no-default-features", "--features", features]);
+        }
+        let out = cmd
+            .output()
+            .map_err(|e| format!("cannot run cargo tree: {e}"))?;
+        let tree = String::from_utf8_lossy(&out.stdout);
+        if !tree.trim().is_empty() {
+            return Err(format!(
+                "the distlock build with features {} has {absent} as a second crypto provider:\n{tree}",
+                features.unwrap_or("(default)")
+            ));
+        }
     }
     Ok(())
 }
