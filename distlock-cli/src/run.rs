@@ -46,7 +46,10 @@ pub async fn run(args: RunArgs, url_cli: OnCommandLine, mode_cli: ModeOnCommandL
         Err(code) => return code,
     };
     let wait = args.wait.unwrap_or(Wait::For(Duration::ZERO));
-    let opts = AcquireOptions::new().ttl(args.ttl);
+    // A wait rides out the server restarting or failing over: it ends with
+    // the lock, or when it runs out (with the last error if the servers
+    // were still out of reach).
+    let opts = AcquireOptions::new().ttl(args.ttl).retry_errors(true);
     if let Err(err) = opts.clone().wait(wait_value(wait)).validate() {
         return fail(exit_code::USAGE, err.message());
     }

@@ -7,7 +7,6 @@ use std::sync::Mutex;
 use distlock::{
     async_trait, AcquireOptions, Capabilities, DistributedLock, DistributedLockExt, LockError,
     LockErrorKind, LockGuard, LockMode, LockName, LockService, LockStatus, MultiGuard, Result,
-    MAX_WAIT,
 };
 
 use crate::args::Wait;
@@ -47,13 +46,7 @@ pub async fn take(
     };
     let result = match wait {
         Wait::For(wait) => side.acquire_all(names, &opts.clone().wait(wait)).await,
-        // A wait longer than lock-core's MAX_WAIT, in rounds of MAX_WAIT.
-        Wait::Forever => loop {
-            match side.acquire_all(names, &opts.clone().wait(MAX_WAIT)).await {
-                Err(err) if err.kind() == LockErrorKind::Timeout => continue,
-                other => break other,
-            }
-        },
+        Wait::Forever => side.acquire_all(names, &opts.clone().wait_forever()).await,
     };
     result.map_err(|err| side.explain(err))
 }

@@ -18,7 +18,8 @@ pub use lock_core::{
     KeepAlive, LockError, LockErrorKind, LockGuard, LockMode, LockName, LockService, LockStatus,
     LossCause, MemoryLock, MultiGuard, NodeFailure, NodeFailureReason, ReadWriteLock,
     ReadWriteLockExt, Result, RetryPolicy, Semaphore, SemaphoreExt, StaleToken, StatesClosed,
-    TlsConfig, TokenFence, MAX_NAME_LEN, MAX_PERMITS, MAX_TTL, MAX_WAIT, MIN_TTL,
+    TlsConfig, TokenFence, ERROR_BACKOFF, MAX_NAME_LEN, MAX_PERMITS, MAX_TTL, MAX_WAIT, MIN_TTL,
+    WAIT_FOREVER,
 };
 
 /// The whole core crate, including the backend seam ([`lock_core::LockBackend`],

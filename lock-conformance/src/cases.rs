@@ -82,6 +82,7 @@ cases! {
     a_releaser_coming_back_queues_behind_the_waiter if |c| c.fifo,
     a_wait_that_times_out_has_left_the_line_when_it_returns if always,
     a_waiter_cut_off_holds_nobody_up_long_after_its_deadline if |c| c.remote,
+    a_forever_waiter_rides_out_an_outage if |c| c.remote,
     a_reader_queued_behind_a_writer_gets_a_newer_token if |c| c.read_write && c.fencing.has_tokens(),
     a_writer_queued_behind_a_downgrade_gets_a_newer_token if |c| c.read_write && c.fencing.has_tokens(),
     readers_let_in_together_get_distinct_newer_tokens if |c| c.read_write && c.fencing.has_tokens(),
@@ -1977,6 +1978,57 @@ async fn a_waiter_cut_off_holds_nobody_up_long_after_its_deadline(h: Arc<dyn Har
         drop(proxies);
         assert_no_leftovers(&*h, &name).await;
     }
+}
+
+/// A hot standby (a wait without end that rides out errors) keeps trying
+/// through an outage longer than the TTL (every connection of its client
+/// reset or refused), during which the holder releases, and takes the lock
+/// once its servers are reachable again: within the longest backoff, one
+/// TTL (a session or lease to renew) and two request timeouts.
+async fn a_forever_waiter_rides_out_an_outage(h: Arc<dyn Harness>) {
+    let name = unique_name("outage");
+    let holder = client(&*h).await;
+    let held = holder.acquire(&name, &opts(&*h)).await.unwrap();
+    let request_timeout = Duration::from_millis(500);
+    let (proxies, made) = client_through_proxies(&*h, request_timeout).await;
+    let standby = made.expect("connect through healthy proxies");
+    let waiting = {
+        let (c, name) = (standby.clone(), name.clone());
+        let o = opts(&*h).wait_forever().retry_errors(true);
+        tokio::spawn(async move { c.acquire(&name, &o).await })
+    };
+    sleep(Duration::from_millis(300)).await;
+    for p in &proxies {
+        p.cut();
+    }
+    let outage = (h.ttl() * 3).max(Duration::from_secs(6));
+    sleep(outage / 2).await;
+    assert!(held.release().await.unwrap());
+    sleep(outage / 2).await;
+    assert!(
+        !waiting.is_finished(),
+        "the standby stopped waiting during the outage: {:?}",
+        waiting.await
+    );
+    let healed = Instant::now();
+    for p in &proxies {
+        p.heal();
+    }
+    let bound = lock_core::ERROR_BACKOFF.max_delay + h.ttl() + request_timeout * 2 + h.slack();
+    let got = timeout(bound * 2, waiting)
+        .await
+        .expect("the standby never took the free lock after the outage")
+        .unwrap()
+        .expect("the standby's acquire failed");
+    let took = healed.elapsed();
+    assert!(
+        took <= bound,
+        "the standby took the free lock {took:?} after the outage (bound {bound:?})"
+    );
+    assert!(got.is_held());
+    assert!(got.release().await.unwrap());
+    drop(proxies);
+    assert_no_leftovers(&*h, &name).await;
 }
 
 /// Every grant seen so far of one lock, in the order the test observed

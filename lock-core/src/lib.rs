@@ -71,7 +71,8 @@ pub use multi::MultiGuard;
 pub use name::{LockName, MAX_NAME_LEN};
 pub use named::{IntoLockName, NamedLock};
 pub use options::{
-    check_duration, AcquireOptions, KeepAlive, RetryPolicy, MAX_TTL, MAX_WAIT, MIN_TTL,
+    check_duration, AcquireOptions, KeepAlive, RetryPolicy, ERROR_BACKOFF, MAX_TTL, MAX_WAIT,
+    MIN_TTL, WAIT_FOREVER,
 };
 pub use session::{Sent, SessionEvents, SessionHub, SessionStatus};
 pub use tls::{TlsConfig, TlsMaterial};

@@ -20,7 +20,7 @@ use crate::metrics as m;
 use crate::multi::MultiGuard;
 use crate::name::LockName;
 use crate::named::{IntoLockName, NamedLock};
-use crate::options::AcquireOptions;
+use crate::options::{AcquireOptions, ERROR_BACKOFF};
 
 /// A distributed lock service: one client of one backend, shared by any number
 /// of tasks. Object safe: `Arc<dyn DistributedLock>` is the usual way to pass
@@ -331,7 +331,7 @@ async fn grant_inner<B: LockBackend + ?Sized>(
     let result = if wait {
         let span = tracing::debug_span!("distlock.acquire", backend = backend_name, name = %name, mode = mode.as_str());
         let deadline = crate::backend::add_saturating(started, opts.wait_value());
-        LockBackend::lock(backend, &req, deadline)
+        wait_for(backend, &req, deadline, opts.retry_errors_value())
             .instrument(span)
             .await
     } else {
@@ -365,6 +365,33 @@ async fn grant_inner<B: LockBackend + ?Sized>(
     // keepers it starts to run and end.
     tokio::task::coop::consume_budget().await;
     Ok(Some(guard))
+}
+
+/// The waiting attempt of `acquire` until `deadline`; with `retry_errors`,
+/// an attempt that fails with a retryable error (the server restarting, a
+/// failover) is made again after [`ERROR_BACKOFF`] while the deadline has
+/// not passed, and the last error is returned if it has.
+async fn wait_for<B: LockBackend + ?Sized>(
+    backend: &B,
+    req: &LeaseRequest,
+    deadline: Instant,
+    retry_errors: bool,
+) -> Result<Option<Lease>> {
+    let mut failures = 0u32;
+    loop {
+        let err = match LockBackend::lock(backend, req, deadline).await {
+            Err(err) if retry_errors && err.is_retryable() => err,
+            done => return done,
+        };
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(err);
+        }
+        let delay = ERROR_BACKOFF.delay(failures).min(deadline - now);
+        failures = failures.saturating_add(1);
+        tracing::warn!(error = %err, retry_in = ?delay, "distlock: acquire failed; trying again");
+        tokio::time::sleep(delay).await;
+    }
 }
 
 /// `acquire`'s answer: a timeout error when the wait ran out.

@@ -164,8 +164,13 @@ pub(crate) async fn acquire_all<L: DistributedLock + ?Sized>(
         guards: Vec::with_capacity(order.len()),
     };
     for name in &order {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match locks.acquire(name, &opts.clone().wait(left)).await {
+        let member = if opts.waits_forever() {
+            opts.clone()
+        } else {
+            opts.clone()
+                .wait(deadline.saturating_duration_since(Instant::now()))
+        };
+        match locks.acquire(name, &member).await {
             Ok(guard) => taken.guards.push(guard),
             Err(err) => {
                 let message = give_back(taken, &format!("lock {name} not acquired")).await;
@@ -209,6 +214,29 @@ mod tests {
 
     fn n(s: &str) -> LockName {
         LockName::new(s).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_set_waits_forever_for_a_member_held_elsewhere() {
+        use crate::{DistributedLock, DistributedLockExt, MemoryLock};
+        let locks = MemoryLock::new();
+        let held = locks
+            .acquire(&n("b"), &AcquireOptions::new())
+            .await
+            .unwrap();
+        let waiting = {
+            let locks = locks.clone();
+            tokio::spawn(async move {
+                let opts = AcquireOptions::new().wait_forever();
+                locks.acquire_all(&[n("a"), n("b")], &opts).await
+            })
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        assert!(!waiting.is_finished());
+        assert!(held.release().await.unwrap());
+        let all = waiting.await.unwrap().expect("the set, once b was free");
+        assert!(all.is_held());
+        assert!(all.release().await.unwrap());
     }
 
     #[test]

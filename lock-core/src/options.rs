@@ -15,8 +15,20 @@ pub const MAX_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 /// request took; below this there is nothing left to hold the lock with.
 pub const MIN_TTL: Duration = Duration::from_millis(10);
 
-/// The longest wait accepted by [`AcquireOptions::wait`]: one day.
+/// The longest bounded wait accepted by [`AcquireOptions::wait`]: one day.
+/// [`AcquireOptions::wait_forever`] waits without a bound.
 pub const MAX_WAIT: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// The wait of [`AcquireOptions::wait_forever`]: until the lock is acquired.
+pub const WAIT_FOREVER: Duration = Duration::MAX;
+
+/// The backoff between two attempts of an acquire that rides out errors
+/// ([`AcquireOptions::retry_errors`]): 100 ms, doubling up to 5 s, with
+/// jitter.
+pub const ERROR_BACKOFF: RetryPolicy = RetryPolicy {
+    min_delay: Duration::from_millis(100),
+    max_delay: Duration::from_secs(5),
+};
 
 /// Delays between attempts for backends (or fallbacks) that retry, with
 /// random jitter so that contenders do not retry in lock-step.
@@ -84,6 +96,7 @@ pub struct AcquireOptions {
     wait: Duration,
     retry: RetryPolicy,
     keep_alive: KeepAlive,
+    retry_errors: bool,
 }
 
 impl Default for AcquireOptions {
@@ -93,6 +106,7 @@ impl Default for AcquireOptions {
             wait: Duration::from_secs(10),
             retry: RetryPolicy::default(),
             keep_alive: KeepAlive::Enabled { interval: None },
+            retry_errors: false,
         }
     }
 }
@@ -113,10 +127,41 @@ impl AcquireOptions {
 
     /// How long [`crate::DistributedLock::acquire`] waits for a held lock
     /// before returning a [`crate::LockErrorKind::Timeout`] error. Zero means
-    /// one attempt.
+    /// one attempt; at most [`MAX_WAIT`], or [`WAIT_FOREVER`].
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = wait;
         self
+    }
+
+    /// Waits until the lock is acquired, however long that takes (a hot
+    /// standby). Such an acquire ends only with the lock, an error, or when
+    /// its future is dropped; with [`retry_errors`](Self::retry_errors) it
+    /// also rides out outages of any length.
+    pub fn wait_forever(self) -> Self {
+        self.wait(WAIT_FOREVER)
+    }
+
+    /// Whether the wait has no bound ([`wait_forever`](Self::wait_forever)).
+    pub fn waits_forever(&self) -> bool {
+        self.wait == WAIT_FOREVER
+    }
+
+    /// Rides out retryable errors while waiting (off by default): an
+    /// acquire whose attempt fails with an error that
+    /// [`crate::LockError::is_retryable`] (the server restarting, a
+    /// failover, a network blip) tries again after [`ERROR_BACKOFF`], until
+    /// it gets the lock or its wait runs out; then it returns the last
+    /// error (or the timeout, if the lock was last seen held). A new
+    /// attempt queues anew: a FIFO backend serves it after those that
+    /// waited through the outage. `try_acquire` is never retried.
+    pub fn retry_errors(mut self, on: bool) -> Self {
+        self.retry_errors = on;
+        self
+    }
+
+    /// Whether retryable errors are ridden out ([`retry_errors`](Self::retry_errors)).
+    pub fn retry_errors_value(&self) -> bool {
+        self.retry_errors
     }
 
     /// The retry delays used where a backend has to retry.
@@ -172,11 +217,11 @@ impl AcquireOptions {
     }
 
     /// Checks the options: TTL in [`MIN_TTL`]` ..= `[`MAX_TTL`], wait at most
-    /// [`MAX_WAIT`], keep-alive interval positive and below the TTL, retry
-    /// delays ordered.
+    /// [`MAX_WAIT`] (or [`WAIT_FOREVER`]), keep-alive interval positive and
+    /// below the TTL, retry delays ordered.
     pub fn validate(&self) -> Result<(), LockError> {
         check_ttl(self.ttl)?;
-        if self.wait > MAX_WAIT {
+        if self.wait > MAX_WAIT && !self.waits_forever() {
             return Err(LockError::invalid(format!(
                 "wait {:?} is longer than the maximum {:?}",
                 self.wait, MAX_WAIT
@@ -270,6 +315,21 @@ mod tests {
             .keep_alive_every(Duration::from_secs(2))
             .validate()
             .is_err());
+    }
+
+    #[test]
+    fn a_wait_is_bounded_by_a_day_unless_it_is_forever() {
+        let day = AcquireOptions::new().wait(MAX_WAIT);
+        assert!(day.validate().is_ok() && !day.waits_forever());
+        let more = AcquireOptions::new().wait(MAX_WAIT + Duration::from_secs(1));
+        assert!(more.validate().is_err());
+        let forever = AcquireOptions::new().wait_forever();
+        assert!(forever.validate().is_ok() && forever.waits_forever());
+        assert!(!forever.retry_errors_value());
+        assert!(forever.retry_errors(true).retry_errors_value());
+        for attempt in 0..40 {
+            assert!(ERROR_BACKOFF.delay(attempt) <= ERROR_BACKOFF.max_delay);
+        }
     }
 
     #[test]
