@@ -22,6 +22,35 @@ pub use lock_core::{
     WAIT_FOREVER,
 };
 
+/// One `use distlock::prelude::*;` brings every trait whose methods a lock
+/// user calls (`acquire`, `with_lock`, `acquire_all`, `acquire_read`,
+/// `acquire_permit`, ...), and the types those calls take and return.
+///
+/// ```
+/// # async fn demo() -> Result<(), distlock::LockError> {
+/// use distlock::prelude::*;
+/// let locks = distlock::connect("memory://").await?;
+/// let name = LockName::new("reports/nightly")?;
+/// let n = locks
+///     .with_lock(&name, &AcquireOptions::new(), |view| async move {
+///         assert!(view.fencing_token().is_some());
+///         7
+///     })
+///     .await?;
+/// assert_eq!(n, 7);
+/// let reader = locks.acquire_read(&name, &AcquireOptions::new()).await?;
+/// reader.release().await?;
+/// # Ok(()) }
+/// # tokio::runtime::Runtime::new().unwrap().block_on(demo()).unwrap();
+/// ```
+pub mod prelude {
+    pub use lock_core::{
+        AcquireOptions, DistributedLock, DistributedLockExt, FencingToken, GuardView, IntoLockName,
+        LockError, LockErrorKind, LockGuard, LockName, LockService, MultiGuard, ReadWriteLock,
+        ReadWriteLockExt, Semaphore, SemaphoreExt,
+    };
+}
+
 /// The whole core crate, including the backend seam ([`lock_core::LockBackend`],
 /// [`lock_core::LeaseHandle`], ...) for writing a backend of your own.
 pub use lock_core;

@@ -22,7 +22,7 @@ pub mod postgres;
 pub mod redis;
 
 pub use error::FenceError;
-pub use write::{Admission, FencedWrite, MAX_RESOURCE_LEN};
+pub use write::{Admission, FencedWrite, HeldLock, MAX_RESOURCE_LEN};
 
 #[cfg(feature = "etcd")]
 pub use etcd::EtcdFence;

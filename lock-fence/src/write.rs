@@ -1,7 +1,7 @@
 //! What every fenced write carries: the resource, the lock holder's token and
 //! an optional idempotency key.
 
-use lock_core::{FencingToken, LockError, LockGuard};
+use lock_core::{FencingToken, GuardView, LockError, LockGuard, LockName};
 
 use crate::FenceError;
 
@@ -35,12 +35,14 @@ impl FencedWrite {
         })
     }
 
-    /// A write under `guard`'s token to the resource named like its lock.
+    /// A write under `guard`'s token to the resource named like its lock:
+    /// `guard` is a [`LockGuard`], or the [`GuardView`] that `with_lock`
+    /// hands the critical section.
     ///
     /// An [`InvalidArgument`](lock_core::LockErrorKind::InvalidArgument) error
     /// when the guard has no token: its backend (Redlock) cannot give one.
-    pub fn for_guard(guard: &LockGuard) -> Result<Self, FenceError> {
-        Self::with_token(guard.name().as_str(), guard.fencing_token())
+    pub fn for_guard(guard: &impl HeldLock) -> Result<Self, FenceError> {
+        Self::with_token(guard.lock_name().as_str(), guard.token())
     }
 
     /// A write to `resource` under an optional token, as
@@ -125,6 +127,34 @@ fn check_text(what: &str, text: &str) -> Result<(), FenceError> {
         .into());
     }
     Ok(())
+}
+
+/// What a fenced write needs of the lock it is made under: its name and its
+/// fencing token. Implemented by [`LockGuard`] and by [`GuardView`] (what
+/// `with_lock` hands the critical section).
+pub trait HeldLock {
+    /// The name of the lock held.
+    fn lock_name(&self) -> &LockName;
+    /// Its fencing token; `None` when its backend has none (Redlock).
+    fn token(&self) -> Option<FencingToken>;
+}
+
+impl HeldLock for LockGuard {
+    fn lock_name(&self) -> &LockName {
+        self.name()
+    }
+    fn token(&self) -> Option<FencingToken> {
+        self.fencing_token()
+    }
+}
+
+impl HeldLock for GuardView {
+    fn lock_name(&self) -> &LockName {
+        self.name()
+    }
+    fn token(&self) -> Option<FencingToken> {
+        self.fencing_token()
+    }
 }
 
 #[cfg(test)]

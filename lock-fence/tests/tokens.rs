@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{AcquireOptions, DistributedLock, LockErrorKind, LockName};
+use lock_core::{AcquireOptions, DistributedLock, DistributedLockExt, LockErrorKind, LockName};
 use lock_etcd::{EtcdConfig, EtcdLock};
 use lock_fence::{FencedWrite, RedisFence};
 use lock_redis::{RedisLock, RedisLockConfig};
@@ -50,6 +50,25 @@ async fn tokens_of_every_fencing_backend_fence_writes() {
             .unwrap_err();
         assert!(err.is_stale(), "{backend}: {err}");
         second.release().await.unwrap();
+    }
+}
+
+/// The view `with_lock` hands the critical section fences writes as the
+/// guard itself does: same resource, same token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_critical_section_fences_with_its_view() {
+    let opts = AcquireOptions::new().ttl(Duration::from_secs(5));
+    for (backend, lock) in locks().await {
+        let name = LockName::new(unique_name(backend)).unwrap();
+        let (write, token) = lock
+            .with_lock(&name, &opts, |view| async move {
+                (FencedWrite::for_guard(&view), view.fencing_token())
+            })
+            .await
+            .unwrap();
+        let write = write.unwrap();
+        assert_eq!(write.resource(), name.as_str(), "{backend}");
+        assert_eq!(Some(write.token()), token, "{backend}");
     }
 }
 
