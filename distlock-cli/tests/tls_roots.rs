@@ -55,6 +55,17 @@ fn trusted_by_the_system_roots(url: &str, files: &TlsFiles) {
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
 
+/// `SCHEME://ENDPOINTS?tls=true` with the client certificate and key of
+/// `files` (the server asks for one) and no `ca`.
+fn with_client_files(scheme: &str, endpoints: &[String], files: &TlsFiles) -> String {
+    format!(
+        "{scheme}://{}?tls=true&cert={}&key={}&connect_timeout=5s",
+        endpoints.join(","),
+        files.client_cert().display(),
+        files.client_key().display()
+    )
+}
+
 #[test]
 fn rediss_without_ca_or_client_files_trusts_the_system_roots() {
     let server = RedisServer::start_with(RedisOptions {
@@ -72,12 +83,7 @@ fn rediss_without_ca_or_client_files_trusts_the_system_roots() {
 fn etcd_over_tls_without_ca_trusts_the_system_roots() {
     let cluster = EtcdCluster::start_tls(1).expect("etcd with TLS");
     let files = cluster.tls_files().expect("TLS files");
-    let url = format!(
-        "etcd://{}?tls=true&cert={}&key={}&connect_timeout=5s",
-        cluster.tls_endpoints().join(","),
-        files.client_cert().display(),
-        files.client_key().display()
-    );
+    let url = with_client_files("etcd", &cluster.tls_endpoints(), files);
     trusted_by_the_system_roots(&url, files);
 }
 
@@ -92,11 +98,6 @@ fn zookeeper_over_tls_without_ca_trusts_the_system_roots() {
     )
     .expect("ZooKeeper with TLS");
     let files = TlsFiles::shared().expect("the testbed's TLS files");
-    let url = format!(
-        "zk://{}?tls=true&cert={}&key={}&connect_timeout=5s",
-        ensemble.tls_endpoints().join(","),
-        files.client_cert().display(),
-        files.client_key().display()
-    );
+    let url = with_client_files("zk", &ensemble.tls_endpoints(), files);
     trusted_by_the_system_roots(&url, files);
 }
