@@ -542,7 +542,7 @@ impl Report {
         );
         let _ = writeln!(
             m,
-            "| backend | renewals | guards | sessions | TTL s | idle ops/s (n ops) | holding ops/s (n ops) | extra ops/s per guard | client requests/s (n) | requests per guard per s | requests per renewal interval | heap/guard | RSS/guard | lost | created in s |"
+            "| backend | renewals | guards | sessions | TTL s | idle ops/s (n ops) | holding ops/s (n ops) | extra ops/s per guard | client requests/s (n) | requests per guard per s | requests per renewal interval | heap/guard | RSS/guard | lost | created in s (retries) |"
         );
         let _ = writeln!(
             m,
@@ -585,7 +585,7 @@ impl Report {
                     };
                 let _ = writeln!(
                     m,
-                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2} |",
+                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2} ({}) |",
                     b.backend,
                     if r.errors.is_empty() {
                         r.renewals.clone()
@@ -613,7 +613,8 @@ impl Report {
                         .map(|v| format!("{:.1} KiB", v / 1024.0))
                         .unwrap_or_else(|| "n/a".into()),
                     r.lost,
-                    r.create_s
+                    r.create_s,
+                    r.create_retries
                 );
             }
         }

@@ -17,6 +17,11 @@ use crate::subject::{BenchResult, Connector, Held, Locker};
 const KEPT_ERRORS: usize = 3;
 /// Bound on one acquire+release cycle of an uncontended run.
 const CYCLE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Tries per guard while a keep-alive run creates its guards: a busy
+/// machine fails some at first (a Redlock node past its 50 ms, a timeout);
+/// those are tried again after a backoff and counted, and only a guard that
+/// fails every time fails the run.
+pub const CREATE_ATTEMPTS: u32 = 5;
 
 /// Errors seen during a measurement: a count and the first few messages.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -409,6 +414,10 @@ pub struct KeepAlive {
     pub sessions: usize,
     /// Time to acquire them all.
     pub create_s: f64,
+    /// Acquisitions tried again while the guards were created (a transient
+    /// failure of an overloaded machine: a node that answered late, a
+    /// timeout); each guard gets [`CREATE_ATTEMPTS`] tries.
+    pub create_retries: usize,
     /// Server operations per second while they were held (measured window).
     pub hold_ops_per_s: Option<f64>,
     /// Server operations counted in the window.
@@ -432,6 +441,36 @@ pub struct KeepAlive {
     pub lost: usize,
     /// Failed acquires or releases.
     pub errors: Errors,
+}
+
+/// Acquires `name` for a keep-alive run, up to [`CREATE_ATTEMPTS`] times
+/// (100 ms, 200 ms, ... between them), adding each retry to `retries`; the
+/// last failure if every try failed.
+async fn create_one(
+    locker: &dyn Locker,
+    name: &str,
+    retries: &mut usize,
+) -> BenchResult<Box<dyn Held>> {
+    let mut attempt = 0;
+    loop {
+        let failure = match tokio::time::timeout(
+            CYCLE_TIMEOUT,
+            locker.acquire(name, CYCLE_TIMEOUT / 2),
+        )
+        .await
+        {
+            Ok(Ok(Some(h))) => return Ok(h),
+            Ok(Ok(None)) => format!("acquire {name}: timed out"),
+            Ok(Err(e)) => e,
+            Err(_) => format!("acquire {name}: took more than {CYCLE_TIMEOUT:?}"),
+        };
+        attempt += 1;
+        if attempt >= CREATE_ATTEMPTS {
+            return Err(format!("{failure} (after {attempt} tries)"));
+        }
+        *retries += 1;
+        tokio::time::sleep(Duration::from_millis(100) * 2u32.pow(attempt - 1)).await;
+    }
 }
 
 /// Reads the server counter over `window`: operations per second and count.
@@ -466,7 +505,7 @@ pub async fn keep_alive(
         let (next, held, clients) = (next.clone(), held.clone(), clients.to_vec());
         let (guards, prefix, spread) = (p.guards, p.prefix.clone(), p.spread);
         handles.push(tokio::spawn(async move {
-            let mut errors = Errors::default();
+            let (mut errors, mut retries) = (Errors::default(), 0usize);
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 if i >= guards {
@@ -476,31 +515,28 @@ pub async fn keep_alive(
                 tokio::time::sleep_until(tokio::time::Instant::from_std(not_before)).await;
                 let name = format!("{prefix}/g{i}");
                 let locker = &clients[i % clients.len()];
-                match tokio::time::timeout(CYCLE_TIMEOUT, locker.acquire(&name, CYCLE_TIMEOUT / 2))
-                    .await
-                {
-                    Ok(Ok(Some(h))) => {
+                match create_one(locker.as_ref(), &name, &mut retries).await {
+                    Ok(h) => {
                         if let Ok(mut v) = held.lock() {
                             v.push(h);
                         }
                     }
-                    Ok(Ok(None)) => errors.push(format!("acquire {name}: timed out")),
-                    Ok(Err(e)) => errors.push(e),
-                    Err(_) => {
-                        errors.push(format!("acquire {name}: took more than {CYCLE_TIMEOUT:?}"))
+                    Err(e) => {
+                        errors.push(e);
+                        break;
                     }
                 }
-                if errors.count > 0 {
-                    break;
-                }
             }
-            errors
+            (errors, retries)
         }));
     }
-    let mut errors = Errors::default();
+    let (mut errors, mut create_retries) = (Errors::default(), 0);
     for h in handles {
         match h.await {
-            Ok(e) => errors.merge(e),
+            Ok((e, retries)) => {
+                errors.merge(e);
+                create_retries += retries;
+            }
             Err(e) => errors.push(format!("creator task failed: {e}")),
         }
     }
@@ -516,6 +552,7 @@ pub async fn keep_alive(
         guards: count,
         sessions: clients.len(),
         create_s,
+        create_retries,
         hold_ops_per_s: None,
         hold_ops: None,
         hold_requests_per_s: None,
