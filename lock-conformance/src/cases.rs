@@ -1932,7 +1932,7 @@ async fn a_wait_that_times_out_has_left_the_line_when_it_returns(h: Arc<dyn Harn
 /// re-check period. The waiter stays cut off, as a process that died.
 async fn a_waiter_cut_off_holds_nobody_up_long_after_its_deadline(h: Arc<dyn Harness>) {
     let caps = client(&*h).await.capabilities();
-    let request_timeout = Duration::from_millis(500);
+    let request_timeout = Duration::from_secs(1);
     let wait = Duration::from_millis(1500);
     for mode in offered_modes(&caps) {
         let name = unique_name("cutoff");
@@ -1989,7 +1989,7 @@ async fn a_forever_waiter_rides_out_an_outage(h: Arc<dyn Harness>) {
     let name = unique_name("outage");
     let holder = client(&*h).await;
     let held = holder.acquire(&name, &opts(&*h)).await.unwrap();
-    let request_timeout = Duration::from_millis(500);
+    let request_timeout = Duration::from_secs(1);
     let (proxies, made) = client_through_proxies(&*h, request_timeout).await;
     let standby = made.expect("connect through healthy proxies");
     let waiting = {
