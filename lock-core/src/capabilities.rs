@@ -12,8 +12,9 @@ pub enum Fencing {
     Durable,
     /// Strictly increasing tokens while the server keeps its data; a restart
     /// without persistence or a failover to an asynchronous replica can reset
-    /// the counter (single Redis: durable only with `appendonly yes` and
-    /// `appendfsync always`).
+    /// the counter (a plain Redis counter: durable only with `appendonly yes`
+    /// and `appendfsync always`; `lock-redis` puts a clock floor under its
+    /// counter and reports [`Fencing::ServerClock`]).
     RequiresPersistence,
     /// Strictly increasing as long as the server's wall clock never steps
     /// back: each token is at least the server's clock in microseconds, so

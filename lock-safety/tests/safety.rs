@@ -132,7 +132,7 @@ impl Load {
     fn mode(self, c: usize) -> LockMode {
         match self {
             Load::Mutex => LockMode::Exclusive,
-            Load::ReadWrite if c % 3 == 0 => LockMode::Write,
+            Load::ReadWrite if c.is_multiple_of(3) => LockMode::Write,
             Load::ReadWrite => LockMode::Read,
             Load::Permits => LockMode::Permit { permits: 2 },
         }

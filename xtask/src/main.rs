@@ -18,11 +18,20 @@
 //! - `cargo xtask assets [DIR]`: the `distlock` command's shell completion
 //!   scripts and man pages, for packagers, into `DIR` (default
 //!   `target/assets`): `completions/` and `man/`.
+//! - `cargo xtask package [--no-verify]`: the same set-up, then `cargo
+//!   package` of every published crate (the workspace members without
+//!   `publish = false`), together, each one built from its packaged sources
+//!   unless `--no-verify` is given; the `.crate` files land in
+//!   `target/package`.
 //!
 //! `test` (without arguments) and `ci` also build the `distlock` facade with
 //! each backend alone (`--no-default-features --features X`), the TLS build on
-//! ring with one crypto provider per build, build the docs
-//! with warnings denied, and generate the assets.
+//! ring with one crypto provider per build, check that the declared
+//! `rust-version` is at least the highest `rust-version` of the dependencies
+//! built on the main platforms ([`PLATFORMS`]), package the published crates
+//! without building them (`cargo xtask package --no-verify`: building them
+//! as well took over 5 minutes on a 2-core machine from a cold cache), build
+//! the docs with warnings denied, and generate the assets.
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -121,6 +130,8 @@ fn main() -> ExitCode {
         "bench" => setup().and_then(|()| bench(rest)),
         "nemesis" => setup().and_then(|()| nemesis(rest)),
         "ci" => setup().and_then(|()| ci()),
+        "package" if rest.is_empty() => setup().and_then(|()| package(true)),
+        "package" if rest == ["--no-verify"] => setup().and_then(|()| package(false)),
         "assets" if rest.len() <= 1 => setup().and_then(|()| {
             assets(
                 &rest
@@ -130,7 +141,7 @@ fn main() -> ExitCode {
         }),
         _ => {
             eprintln!(
-                "usage: cargo xtask <setup | test [cargo test args] | bench [--quick] | nemesis [--backend B] [--minutes N] [--seed S] | ci | assets [DIR]>"
+                "usage: cargo xtask <setup | test [cargo test args] | bench [--quick] | nemesis [--backend B] [--minutes N] [--seed S] | ci | package [--no-verify] | assets [DIR]>"
             );
             return ExitCode::from(2);
         }
@@ -286,8 +297,9 @@ const SHELLS: &[(&str, &str)] = &[
     ("powershell", "_distlock.ps1"),
 ];
 
-/// Formatting, lints, the facade with each backend alone, the docs, every
-/// test, the assets, the benchmark's smoke run.
+/// Formatting, lints, the facade with each backend alone, the declared
+/// `rust-version`, the published crates' packages, the docs, every test, the
+/// assets, the benchmark's smoke run.
 fn ci() -> Result<(), String> {
     run(cargo().args(["fmt", "--all", "--", "--check"]))?;
     run(cargo().args([
@@ -299,6 +311,8 @@ fn ci() -> Result<(), String> {
         "warnings",
     ]))?;
     each_backend_alone()?;
+    rust_version()?;
+    package(false)?;
     docs()?;
     test(&[])?;
     assets(&root().join("target/assets"))?;
@@ -348,6 +362,183 @@ fn one_crypto_provider() -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The platforms whose builds set the minimum Rust version. Only what a build
+/// on one of them compiles counts (`cargo metadata --filter-platform`): a
+/// dependency behind a cfg that no build sets, such as `cfg(loom)`, is in
+/// `Cargo.lock` but never compiled.
+const PLATFORMS: &[&str] = &[
+    "x86_64-unknown-linux-gnu",
+    "aarch64-unknown-linux-gnu",
+    "x86_64-apple-darwin",
+    "aarch64-apple-darwin",
+    "x86_64-pc-windows-msvc",
+];
+
+/// `cargo metadata` as JSON, with `args` added (`--no-deps`,
+/// `--filter-platform T`, ...).
+fn metadata(args: &[&str]) -> Result<serde_json::Value, String> {
+    let mut cmd = cargo();
+    cmd.args(["metadata", "--format-version", "1"]).args(args);
+    let out = cmd
+        .output()
+        .map_err(|e| format!("cannot run {cmd:?}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{cmd:?} failed with {}:\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    serde_json::from_slice(&out.stdout).map_err(|e| format!("{cmd:?} printed no JSON: {e}"))
+}
+
+/// A `rust-version` as (major, minor, patch): `1.88` is 1.88.0.
+fn parse_rust_version(version: &str) -> Option<(u64, u64, u64)> {
+    let mut parts = version.split('.').map(str::parse::<u64>);
+    let major = parts.next()?.ok()?;
+    let minor = parts.next().unwrap_or(Ok(0)).ok()?;
+    let patch = parts.next().unwrap_or(Ok(0)).ok()?;
+    parts.next().is_none().then_some((major, minor, patch))
+}
+
+/// Every workspace member declares a `rust-version` at least the highest
+/// `rust-version` among the dependencies built on [`PLATFORMS`] (normal,
+/// build and dev-dependencies, as locked in `Cargo.lock`), so that the
+/// declared minimum is one the locked tree really builds with.
+fn rust_version() -> Result<(), String> {
+    let mut args = Vec::new();
+    for platform in PLATFORMS {
+        args.extend(["--filter-platform", platform]);
+    }
+    let meta = metadata(&args)?;
+    let strings = |v: &serde_json::Value| -> Vec<String> {
+        v.as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|x| x.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let members = strings(&meta["workspace_members"]);
+    let built: Vec<String> = meta["resolve"]["nodes"]
+        .as_array()
+        .map(|nodes| {
+            nodes
+                .iter()
+                .filter_map(|n| n["id"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut highest: Option<((u64, u64, u64), String)> = None;
+    let mut declared = Vec::new();
+    for package in meta["packages"].as_array().into_iter().flatten() {
+        let id = package["id"].as_str().unwrap_or_default();
+        let name = package["name"].as_str().unwrap_or_default();
+        let version = package["version"].as_str().unwrap_or_default();
+        let rust_version = package["rust_version"].as_str();
+        if members.iter().any(|m| m == id) {
+            declared.push((name.to_owned(), rust_version.map(str::to_owned)));
+            continue;
+        }
+        let Some(rust_version) = rust_version else {
+            continue;
+        };
+        if !built.iter().any(|b| b == id) {
+            continue;
+        }
+        let parsed = parse_rust_version(rust_version)
+            .ok_or_else(|| format!("{name} {version}: unreadable rust-version {rust_version:?}"))?;
+        if highest.as_ref().is_none_or(|(h, _)| parsed > *h) {
+            highest = Some((
+                parsed,
+                format!("{name} {version} declares rust-version {rust_version}"),
+            ));
+        }
+    }
+    let Some((needed, by)) = highest else {
+        return Err("no dependency declares a rust-version".into());
+    };
+    let mut low = Vec::new();
+    for (name, rust_version) in declared {
+        match rust_version.as_deref().map(|v| (v, parse_rust_version(v))) {
+            Some((_, Some(v))) if v >= needed => {}
+            Some((v, _)) => low.push(format!("{name} declares rust-version {v}")),
+            None => low.push(format!("{name} declares no rust-version")),
+        }
+    }
+    if low.is_empty() {
+        eprintln!("xtask: rust-version: the highest among the dependencies: {by}");
+        Ok(())
+    } else {
+        Err(format!(
+            "the dependencies need Rust {}.{}.{} ({by}), but {}: raise `rust-version` in the workspace's Cargo.toml",
+            needed.0,
+            needed.1,
+            needed.2,
+            low.join(", ")
+        ))
+    }
+}
+
+/// The workspace members that are published: those whose `publish` is not
+/// `false` (`cargo metadata` shows `null` for any registry, `[]` for none).
+fn published_crates() -> Result<Vec<String>, String> {
+    let meta = metadata(&["--no-deps"])?;
+    let mut names = Vec::new();
+    for package in meta["packages"].as_array().into_iter().flatten() {
+        let publish = &package["publish"];
+        if publish.is_null() || publish.as_array().is_some_and(|r| !r.is_empty()) {
+            let name = package["name"].as_str().unwrap_or_default().to_owned();
+            let missing: Vec<&str> = [
+                "description",
+                "license",
+                "repository",
+                "readme",
+                "keywords",
+                "categories",
+            ]
+            .into_iter()
+            .filter(|field| {
+                let v = &package[*field];
+                v.is_null() || v.as_array().is_some_and(Vec::is_empty)
+            })
+            .collect();
+            if !missing.is_empty() {
+                return Err(format!(
+                    "{name} is published but its Cargo.toml has no {}",
+                    missing.join(", ")
+                ));
+            }
+            names.push(name);
+        }
+    }
+    if names.is_empty() {
+        return Err("no workspace member is published".into());
+    }
+    Ok(names)
+}
+
+/// `cargo package` of every published crate at once, so that cargo resolves
+/// their dependencies on each other among the packages it makes: each
+/// manifest is complete, every internal dependency has a version, and no
+/// published crate needs a test-only one. With `verify`, each package is
+/// also built from its own packaged sources. Uncommitted changes are
+/// packaged as they are (`--allow-dirty`), so that the check runs on a
+/// working tree too.
+fn package(verify: bool) -> Result<(), String> {
+    let crates = published_crates()?;
+    let mut cmd = cargo();
+    cmd.args(["package", "--allow-dirty"]);
+    if !verify {
+        cmd.arg("--no-verify");
+    }
+    for name in &crates {
+        cmd.args(["-p", name]);
+    }
+    run(&mut cmd)
 }
 
 /// The API docs of every crate, with rustdoc's warnings (broken links, ...) denied.
