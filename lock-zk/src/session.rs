@@ -147,9 +147,18 @@ pub(crate) type Watched = Reply<Option<(zk::Stat, zk::OneshotWatcher)>>;
 /// The client's TLS settings from `tls`'s files (an `InvalidArgument`
 /// error naming a file that cannot be read or parsed): the server checked
 /// against the CA given, else against the system's roots (`SSL_CERT_FILE`
-/// and `SSL_CERT_DIR` are honoured).
+/// and `SSL_CERT_DIR` are honoured). An `Unsupported` error when the
+/// build also has ring (`rustls-ring`) and the application installed no
+/// provider: rustls could not choose between the two.
 #[cfg(feature = "rustls-aws-lc")]
 fn tls_options(tls: &lock_core::TlsConfig) -> Result<zk::TlsOptions, LockError> {
+    if cfg!(feature = "rustls-ring") && rustls::crypto::CryptoProvider::get_default().is_none() {
+        return Err(LockError::new(
+            LockErrorKind::Unsupported,
+            "ZooKeeper over TLS in a build with two rustls providers (rustls-aws-lc and \
+             rustls-ring) and none installed: enable one feature, or install a provider at startup",
+        ));
+    }
     let material = tls.load()?;
     let text = |bytes: Vec<u8>, what: &str| {
         String::from_utf8(bytes)
