@@ -461,7 +461,8 @@ impl LockBackend for RedisLock {
         // and writers; the place goes when it gets in or gives up (at the
         // deadline before the call returns; after an error or when this
         // future is dropped in the background), and lapses by itself after
-        // twice the longest time between two of its attempts.
+        // twice the longest time between two of its attempts, or two request
+        // timeouts after the deadline, whichever comes first.
         let config = &self.inner.client.config;
         let intent = matches!(primitive, Primitive::Read | Primitive::Write).then(|| Intent {
             id: owner_token(),
