@@ -370,17 +370,12 @@ async fn a_put_applied_after_any_window_leaves_no_orphan_key() {
     sleep(Duration::from_millis(300)).await;
     proxy.heal();
     sleep(late + Duration::from_secs(1)).await;
-    assert!(held_w.release().await.expect("b releases the write lock"));
-    assert!(held_m.release().await.expect("b releases the mutex"));
-    let (lease_after, _) = a.session_lease().await.expect("a's session lives on");
-    assert_eq!(
-        lease_before, lease_after,
-        "a's session ended: no orphan to see"
-    );
-    both_free_soon(
+    released_then_both_free(
+        &a,
+        lease_before,
         &b,
-        &w,
-        &m,
+        [held_w, held_m],
+        (&w, &m),
         t,
         "a put of a applied late left an orphan key on a's live lease",
     )
@@ -414,6 +409,32 @@ async fn an_acquisition_dropped_while_its_put_is_on_its_way_leaves_no_key() {
     // The puts land `slow` after they were sent.
     sleep(slow * 4).await;
     proxy.heal();
+    released_then_both_free(
+        &a,
+        lease_before,
+        &b,
+        [held_w, held_m],
+        (&w, &m),
+        t,
+        "a put of an acquisition dropped before its answer left its key on a's live lease",
+    )
+    .await;
+}
+
+/// `b` releases what it holds (`held`: the write lock `w`, then the mutex
+/// `m`); `a`'s session is still the one it had (`lease_before`), so a key
+/// left on it would still be there; then both names are free soon
+/// ([`both_free_soon`]).
+async fn released_then_both_free(
+    a: &EtcdLock,
+    lease_before: i64,
+    b: &EtcdLock,
+    held: [lock_core::LockGuard; 2],
+    (w, m): (&LockName, &LockName),
+    t: Instant,
+    why: &str,
+) {
+    let [held_w, held_m] = held;
     assert!(held_w.release().await.expect("b releases the write lock"));
     assert!(held_m.release().await.expect("b releases the mutex"));
     let (lease_after, _) = a.session_lease().await.expect("a's session lives on");
@@ -421,14 +442,7 @@ async fn an_acquisition_dropped_while_its_put_is_on_its_way_leaves_no_key() {
         lease_before, lease_after,
         "a's session ended: no orphan to see"
     );
-    both_free_soon(
-        &b,
-        &w,
-        &m,
-        t,
-        "a put of an acquisition dropped before its answer left its key on a's live lease",
-    )
-    .await;
+    both_free_soon(b, w, m, t, why).await;
 }
 
 /// Waits until `b` can take the write lock `w` and the mutex `m` (each

@@ -218,6 +218,36 @@ async fn lost_create_reply_then_lagging_follower_leaves_no_node() {
     );
 }
 
+/// A proxy in front of the shared standalone server (with `latency` each way
+/// from the start, if given), a client `a` through the proxy with these
+/// timeouts and a client `b` straight to the server.
+async fn through_a_proxy(
+    session_timeout: Duration,
+    latency: Option<Duration>,
+    request_timeout: Duration,
+    connect_timeout: Duration,
+) -> (Proxy, ZkLock, ZkLock) {
+    let server = standalone().await;
+    let upstream: SocketAddr = server.endpoint(0).parse().unwrap();
+    let proxy = Proxy::start(upstream).unwrap();
+    if let Some(latency) = latency {
+        proxy.set_latency(latency);
+    }
+    let a = ZkLock::connect(
+        ZkConfig::new(proxy.addr().to_string())
+            .session_timeout(session_timeout)
+            .request_timeout(request_timeout)
+            .connect_timeout(connect_timeout),
+    )
+    .await
+    .unwrap();
+    let b =
+        ZkLock::connect(ZkConfig::new(server.connect_string()).session_timeout(session_timeout))
+            .await
+            .unwrap();
+    (proxy, a, b)
+}
+
 /// A holder cut off (blackholed, no reset) beyond its session timeout: its
 /// guard goes suspended, then lost with `SessionExpired` within the session
 /// timeout; it is never reported held once another client has the lock; the
@@ -230,25 +260,16 @@ async fn lost_create_reply_then_lagging_follower_leaves_no_node() {
 /// excludes others.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_but_healthy_server_keeps_the_lock() {
-    let server = standalone().await;
-    let upstream: SocketAddr = server.endpoint(0).parse().unwrap();
-    let proxy = Proxy::start(upstream).unwrap();
     let session_timeout = Duration::from_secs(2);
     // 300 ms each way: a round trip of at least 600 ms, above the 500 ms
     // heartbeat period.
-    proxy.set_latency(Duration::from_millis(300));
-    let a = ZkLock::connect(
-        ZkConfig::new(proxy.addr().to_string())
-            .session_timeout(session_timeout)
-            .request_timeout(Duration::from_secs(3))
-            .connect_timeout(Duration::from_secs(5)),
+    let (proxy, a, b) = through_a_proxy(
+        session_timeout,
+        Some(Duration::from_millis(300)),
+        Duration::from_secs(3),
+        Duration::from_secs(5),
     )
-    .await
-    .unwrap();
-    let b =
-        ZkLock::connect(ZkConfig::new(server.connect_string()).session_timeout(session_timeout))
-            .await
-            .unwrap();
+    .await;
     let lock = name("slow-server");
     let held = a
         .acquire(&lock, &AcquireOptions::new().ttl(Duration::from_secs(30)))
@@ -277,22 +298,14 @@ async fn a_slow_but_healthy_server_keeps_the_lock() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn partitioned_holder_goes_suspended_then_lost_before_anyone_else_holds() {
-    let server = standalone().await;
-    let upstream: SocketAddr = server.endpoint(0).parse().unwrap();
-    let proxy = Proxy::start(upstream).unwrap();
     let session_timeout = Duration::from_secs(2);
-    let a = ZkLock::connect(
-        ZkConfig::new(proxy.addr().to_string())
-            .session_timeout(session_timeout)
-            .request_timeout(Duration::from_secs(1))
-            .connect_timeout(Duration::from_secs(2)),
+    let (proxy, a, b) = through_a_proxy(
+        session_timeout,
+        None,
+        Duration::from_secs(1),
+        Duration::from_secs(2),
     )
-    .await
-    .unwrap();
-    let b =
-        ZkLock::connect(ZkConfig::new(server.connect_string()).session_timeout(session_timeout))
-            .await
-            .unwrap();
+    .await;
     let lock = name("partition");
     // A TTL far beyond the session timeout: the session, not the TTL, decides.
     let opts = AcquireOptions::new().ttl(Duration::from_secs(30));
