@@ -117,7 +117,7 @@ pub use shared::{
 };
 pub use tls::TlsFiles;
 pub use util::{free_port, unique_name};
-pub use zk::{ZkEnsemble, ZkOptions};
+pub use zk::{zk_session_expiry, ZkEnsemble, ZkOptions};
 
 /// The `etcdctl` binary (`DISTLOCK_ETCDCTL`, default `etcdctl` on `PATH`), for tests
 /// that want to drive etcd from the command line; an error naming the Debian package

@@ -48,6 +48,9 @@ struct Control {
     /// long after the first.
     replay_after_ns: AtomicU64,
     open: AtomicUsize,
+    /// When the upstream last sent anything, in ns after `born` (0: never).
+    last_reply_ns: AtomicU64,
+    born: std::time::Instant,
     /// Bumped to reset every connection open at that moment.
     kill_gen: watch::Sender<u64>,
 }
@@ -71,6 +74,11 @@ impl Control {
 
     fn replay_after(&self) -> Duration {
         Duration::from_nanos(self.replay_after_ns.load(Ordering::SeqCst))
+    }
+
+    fn saw_reply(&self) {
+        let ns = duration_ns(self.born.elapsed()).max(1);
+        self.last_reply_ns.store(ns, Ordering::SeqCst);
     }
 
     fn reset_open(&self) {
@@ -126,6 +134,8 @@ impl Proxy {
             subscriber_delay_ns: AtomicU64::new(0),
             replay_after_ns: AtomicU64::new(0),
             open: AtomicUsize::new(0),
+            last_reply_ns: AtomicU64::new(0),
+            born: std::time::Instant::now(),
             kill_gen,
         });
         let (shutdown_tx, shutdown_rx) = tokio::sync::oneshot::channel();
@@ -268,6 +278,17 @@ impl Proxy {
         self.control.reply_delay_ns.store(0, Ordering::SeqCst);
         self.control.subscriber_delay_ns.store(0, Ordering::SeqCst);
         self.control.mode.store(PASS, Ordering::SeqCst);
+    }
+
+    /// When the upstream last sent anything on any connection (whether or
+    /// not the proxy passed it on), or `None` if it never did. On a quiet
+    /// link this shows when the server speaks of its own accord, e.g. a
+    /// ZooKeeper leader's pings to a follower.
+    pub fn last_reply_at(&self) -> Option<std::time::Instant> {
+        match self.control.last_reply_ns.load(Ordering::SeqCst) {
+            0 => None,
+            ns => Some(self.control.born + Duration::from_nanos(ns)),
+        }
     }
 
     /// Client connections open now (a connection reset a moment ago may still count
@@ -451,6 +472,7 @@ async fn serve(
             r = read_some(&mut upstream, &mut ubuf), if !upstream_eof => match r {
                 Ok(0) => upstream_eof = true,
                 Ok(n) => {
+                    control.saw_reply();
                     if forwards_replies(control.mode()) {
                         let now = Instant::now();
                         let mut due = now + control.latency() + control.reply_delay();

@@ -63,6 +63,44 @@ struct Local {
     classpath: String,
 }
 
+/// When a ZooKeeper server whose `tickTime` is `tick` expires a session it
+/// last touched at `touched`, with session timeout `timeout`: ZooKeeper
+/// rounds every expiry up to the next multiple of the tick on its elapsed
+/// clock (`System.nanoTime()` in whole ms, which on Linux is
+/// `CLOCK_MONOTONIC`, the clock of [`std::time::Instant`]), so the session
+/// lives a little longer than `touched + timeout`, by an amount a test can
+/// know in advance. The server's own scheduling may add a few ms.
+pub fn zk_session_expiry(touched: Instant, timeout: Duration, tick: Duration) -> Instant {
+    let now = Instant::now();
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    let now_ns = i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec);
+    let ns = |d: Duration| i128::try_from(d.as_nanos()).unwrap_or(i128::MAX);
+    let touched_ns = match touched.checked_duration_since(now) {
+        Some(ahead) => now_ns + ns(ahead),
+        None => now_ns - ns(now.duration_since(touched)),
+    };
+    let tick_ms = i128::from(u64::try_from(tick.as_millis()).unwrap_or(u64::MAX).max(1));
+    let due_ms = (touched_ns / 1_000_000
+        + i128::from(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)))
+        / tick_ms
+        * tick_ms
+        + tick_ms;
+    let due_ns = due_ms * 1_000_000;
+    if due_ns >= now_ns {
+        now + Duration::from_nanos(u64::try_from(due_ns - now_ns).unwrap_or(u64::MAX))
+    } else {
+        now.checked_sub(Duration::from_nanos(
+            u64::try_from(now_ns - due_ns).unwrap_or(0),
+        ))
+        .unwrap_or(now)
+    }
+}
+
 /// A ZooKeeper ensemble of N servers on loopback (N = 1 runs standalone), or one
 /// started elsewhere (see [`ZkEnsemble::external`]).
 ///

@@ -12,6 +12,7 @@ mod own;
 mod queue;
 mod semaphore;
 mod session;
+mod vouch;
 
 pub use backend::ZkLock;
 pub use config::{

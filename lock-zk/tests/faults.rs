@@ -17,7 +17,7 @@ use lock_core::{
 use lock_testbed::{Proxy, ZkEnsemble, ZkOptions};
 use lock_zk::{ZkConfig, ZkLock};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::time::{sleep, timeout, Instant};
+use tokio::time::{sleep, sleep_until, timeout, Instant};
 mod support;
 use support::{admin, children, interop, name, server as standalone, Interop};
 
@@ -216,6 +216,153 @@ async fn lost_create_reply_then_lagging_follower_leaves_no_node() {
         Some(session_timeout),
         "A's session was lost"
     );
+}
+
+/// The next time after `after` that the leader sends something on `link`,
+/// a follower's quorum link on which nothing but the leader's pings passes.
+async fn next_ping(link: &Proxy, after: Option<std::time::Instant>) -> std::time::Instant {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(at) = link.last_reply_at() {
+            if after.is_none_or(|after| at > after) {
+                return at;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the leader sent no ping for 10 s"
+        );
+        sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// Clients on a follower whose messages to the leader are lost from some
+/// moment on (the leader's still arrive). A ZooKeeper leader hears of a
+/// session's activity on a follower only in the follower's replies to its
+/// pings, every half tick, so it counts the session timeout from the last
+/// reply it got, not from the client's last request. Cut just before a
+/// ping, with a session timeout for which the leader's rounding of the
+/// expiry adds little, the clients' last heartbeats are answered after the
+/// last activity the leader heard of. No guard may still claim validity
+/// when another client is granted its lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_cut_from_its_leader_never_vouches_past_the_leaders_expiry() {
+    const CLIENTS: usize = 10;
+    let tick = Duration::from_secs(2);
+    let ensemble = tokio::task::spawn_blocking(|| {
+        ZkEnsemble::start_with_quorum_links(
+            3,
+            ZkOptions {
+                tick_time_ms: 2000,
+                ..Default::default()
+            },
+        )
+    })
+    .await
+    .unwrap()
+    .unwrap_or_else(|e| panic!("starting a 3-server ensemble: {e}"));
+    let leader = ensemble.leader().unwrap();
+    let followers: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
+    let (near, quiet) = (followers[0], followers[1]);
+    // One loop of the leader pings every follower: what it sends `quiet`
+    // (nothing else while nothing is written) shows when `near` is pinged.
+    let pings = ensemble.quorum_link(quiet, leader).unwrap();
+    let seen = next_ping(pings, None).await;
+    let ping = next_ping(pings, Some(seen)).await;
+    // A session timeout of 2 to 3 ticks for which the leader's rounding adds
+    // about 200 ms to a touch at this ping's phase (every other ping).
+    let extra = |touched: std::time::Instant, timeout: Duration| {
+        lock_testbed::zk_session_expiry(touched, timeout, tick)
+            .saturating_duration_since(touched + timeout)
+    };
+    let session_timeout = (4000..6000)
+        .step_by(10)
+        .map(Duration::from_millis)
+        .find(|&t| (180..=220).contains(&extra(ping, t).as_millis()))
+        .expect("a session timeout with a small rounding");
+
+    let config = ZkConfig::new(ensemble.endpoint(near)).session_timeout(session_timeout);
+    let rival = ZkLock::connect(
+        ZkConfig::new(ensemble.endpoint(leader)).session_timeout(Duration::from_secs(20)),
+    )
+    .await
+    .unwrap();
+    let opts = AcquireOptions::new().ttl(Duration::from_secs(60));
+    let mut held = Vec::new();
+    let mut rivals = Vec::new();
+    for _ in 0..CLIENTS {
+        // Spread over a heartbeat period: whatever the client's heartbeat
+        // rhythm, some are sent between the leader's last ping and the cut.
+        sleep(session_timeout / 4 / CLIENTS as u32).await;
+        let client = ZkLock::connect(config.clone()).await.unwrap();
+        assert_eq!(client.session_timeout(), Some(session_timeout));
+        let lock = name("follower-cut");
+        held.push((client.acquire(&lock, &opts).await.unwrap(), client));
+        let (rival, opts) = (rival.clone(), opts.clone().wait(Duration::from_secs(60)));
+        rivals.push(tokio::spawn(async move {
+            let guard = rival.acquire(&lock, &opts).await;
+            (std::time::Instant::now(), guard)
+        }));
+    }
+    sleep(Duration::from_millis(500)).await;
+
+    // Cut `near`'s messages to the leader 900 ms after a ping of the chosen
+    // phase, just before the next: its reply to that ping is the last news
+    // of the clients the leader gets, while their heartbeats go on being
+    // answered until the cut.
+    let mut last = next_ping(pings, None).await;
+    let touched = loop {
+        let ping = next_ping(pings, Some(last)).await;
+        if (100..=300).contains(&extra(ping, session_timeout).as_millis()) {
+            break ping;
+        }
+        last = ping;
+    };
+    sleep_until(Instant::from_std(touched + Duration::from_millis(900))).await;
+    ensemble.quorum_link(near, leader).unwrap().drop_requests();
+    let cut = std::time::Instant::now();
+    sleep(Duration::from_millis(200)).await;
+    let claims: Vec<std::time::Instant> = held
+        .iter()
+        .map(|(g, _)| g.valid_until().expect("a held guard's validity").into_std())
+        .collect();
+
+    let expected = lock_testbed::zk_session_expiry(touched, session_timeout, tick);
+    println!(
+        "session timeout {session_timeout:?}; cut {:?} after the last ping; the leader should expire the sessions {:?} after the cut",
+        cut - touched,
+        expected.saturating_duration_since(cut)
+    );
+    let mut failures = Vec::new();
+    for (i, rival) in rivals.into_iter().enumerate() {
+        let (granted_at, guard) = timeout(session_timeout + tick * 2, rival)
+            .await
+            .expect("the leader never expired the cut-off session")
+            .unwrap();
+        let guard = guard.expect("the rival's acquire");
+        let claim = claims[i];
+        println!(
+            "client {i}: guard valid until cut + {:?}, lock granted to another at cut + {:?}",
+            claim.saturating_duration_since(cut),
+            granted_at.saturating_duration_since(cut)
+        );
+        // The leader expires no earlier than its rounding says (else what
+        // this test sets up, and what the backend's bound rests on, is off).
+        assert!(
+            granted_at + Duration::from_millis(20) >= expected,
+            "client {i}'s lock was granted to another {:?} before the leader should expire its session",
+            expected - granted_at
+        );
+        if claim > granted_at {
+            failures.push(format!(
+                "client {i}'s guard claimed validity {:?} past the moment its lock was granted to another",
+                claim - granted_at
+            ));
+        }
+        assert!(guard.release().await.unwrap());
+    }
+    ensemble.quorum_link(near, leader).unwrap().heal();
+    assert!(failures.is_empty(), "{failures:#?}");
 }
 
 /// A proxy in front of the shared standalone server (with `latency` each way
