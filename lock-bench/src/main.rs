@@ -11,7 +11,8 @@
 //!   longest wait, share of hand-offs to a different client;
 //! - the raw-protocol limit with the same client crates (Redis `SET NX PX` +
 //!   `EVALSHA` compare-and-delete, on 1 and on 5 nodes; etcd txn put-if-absent
-//!   with a lease + delete; ZooKeeper create ephemeral-sequential + delete);
+//!   with a lease + delete; ZooKeeper create ephemeral-sequential + delete),
+//!   with what fencing alone (Redis) and a compared delete alone (etcd) add;
 //! - peers on the same servers: `rslock`, etcd's Lock RPC, `zookeeper-client`'s
 //!   lock recipe;
 //! - keep-alive cost: server operations per second, client requests and

@@ -31,7 +31,7 @@ fn color(backend: &str) -> RGBColor {
 fn width(kind: Kind) -> u32 {
     match kind {
         Kind::Ours => 3,
-        Kind::Raw | Kind::Fenced => 1,
+        Kind::Raw | Kind::Fenced | Kind::Checked => 1,
         Kind::Peer => 2,
     }
 }
@@ -45,7 +45,7 @@ fn marker<DB: DrawingBackend>(
         Kind::Ours => Circle::new(at, 4, style).into_dyn(),
         Kind::Raw => Cross::new(at, 4, style).into_dyn(),
         Kind::Peer => TriangleMarker::new(at, 5, style).into_dyn(),
-        Kind::Fenced => {
+        Kind::Fenced | Kind::Checked => {
             Rectangle::new([(at.0 - 3, at.1 - 3), (at.0 + 3, at.1 + 3)], style).into_dyn()
         }
     }

@@ -176,10 +176,15 @@ impl Held for RawRedisHeld {
 }
 
 /// etcd: a transaction "put `NAME/<lease hex>` with the client's lease if its
-/// create revision is 0" (the `concurrency.Mutex` key) and a delete.
+/// create revision is 0" (the `concurrency.Mutex` key) and a delete: a plain
+/// delete, or (`compared`) a transaction that deletes the key only if its
+/// create revision is still the one the put made, as a release must when a
+/// late copy of it could meet the same client's next key of that name.
 pub struct RawEtcd {
     /// Client endpoints.
     pub endpoints: Vec<String>,
+    /// Whether the delete compares the key's create revision.
+    pub compared: bool,
 }
 
 #[async_trait]
@@ -193,13 +198,18 @@ impl Connector for RawEtcd {
             .await
             .map_err(|e| format!("etcd lease grant: {e}"))?
             .id();
-        Ok(Arc::new(RawEtcdClient { client, lease }))
+        Ok(Arc::new(RawEtcdClient {
+            client,
+            lease,
+            compared: self.compared,
+        }))
     }
 }
 
 struct RawEtcdClient {
     client: etcd_client::Client,
     lease: i64,
+    compared: bool,
 }
 
 #[async_trait]
@@ -223,22 +233,54 @@ impl Locker for RawEtcdClient {
                 "etcd txn {key}: key already exists (raw runs are uncontended)"
             ));
         }
-        Ok(Some(Box::new(RawEtcdHeld { client, key })))
+        // The put's revision is the key's create revision.
+        let revision = self
+            .compared
+            .then(|| resp.header().map(|h| h.revision()))
+            .flatten();
+        Ok(Some(Box::new(RawEtcdHeld {
+            client,
+            key,
+            revision,
+        })))
     }
 }
 
 struct RawEtcdHeld {
     client: etcd_client::Client,
     key: String,
+    /// The create revision a compared delete checks.
+    revision: Option<i64>,
 }
 
 #[async_trait]
 impl Held for RawEtcdHeld {
     async fn release(mut self: Box<Self>) -> BenchResult<()> {
-        self.client
-            .delete(self.key.as_str(), None)
-            .await
-            .map_err(|e| format!("etcd delete {}: {e}", self.key))?;
+        let failed = |e: etcd_client::Error| format!("etcd delete {}: {e}", self.key);
+        match self.revision {
+            None => {
+                self.client
+                    .delete(self.key.as_str(), None)
+                    .await
+                    .map_err(failed)?;
+            }
+            Some(revision) => {
+                let txn = Txn::new()
+                    .when([Compare::create_revision(
+                        self.key.as_str(),
+                        CompareOp::Equal,
+                        revision,
+                    )])
+                    .and_then([TxnOp::delete(self.key.as_str(), None)]);
+                let resp = self.client.txn(txn).await.map_err(failed)?;
+                if !resp.succeeded() {
+                    return Err(format!(
+                        "etcd delete {}: the key's create revision is no longer {revision}",
+                        self.key
+                    ));
+                }
+            }
+        }
         Ok(())
     }
 }

@@ -204,6 +204,11 @@ impl BackendReport {
         self.subjects.iter().find(|s| s.kind == Kind::Fenced)
     }
 
+    /// The raw protocol with a compared delete (etcd).
+    pub fn checked(&self) -> Option<&SubjectReport> {
+        self.subjects.iter().find(|s| s.kind == Kind::Checked)
+    }
+
     /// The first peer.
     pub fn peer(&self) -> Option<&SubjectReport> {
         self.subjects.iter().find(|s| s.kind == Kind::Peer)

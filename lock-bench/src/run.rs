@@ -371,7 +371,23 @@ fn groups(args: &Args, profile: &Profile, servers: &Servers) -> Vec<Group> {
                         Plan {
                             label: "raw txn put-if-absent (lease) + delete".into(),
                             kind: Kind::Raw,
-                            connector: eps.clone().map(|endpoints| arc(RawEtcd { endpoints })),
+                            connector: eps.clone().map(|endpoints| {
+                                arc(RawEtcd {
+                                    endpoints,
+                                    compared: false,
+                                })
+                            }),
+                            contended: false,
+                        },
+                        Plan {
+                            label: "raw txn put-if-absent (lease) + compared delete (txn on the create revision)".into(),
+                            kind: Kind::Checked,
+                            connector: eps.clone().map(|endpoints| {
+                                arc(RawEtcd {
+                                    endpoints,
+                                    compared: true,
+                                })
+                            }),
                             contended: false,
                         },
                         Plan {

@@ -26,6 +26,10 @@ pub enum Kind {
     /// step: what fencing alone costs, against which the raw limit of a
     /// fenced lock can be read.
     Fenced,
+    /// The raw protocol whose release deletes only the key it created
+    /// (compared in the same transaction): what a release that a late copy
+    /// cannot turn against the client's next key costs.
+    Checked,
 }
 
 /// Makes independent clients (own connection or session, like another process).

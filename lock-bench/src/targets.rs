@@ -1,7 +1,7 @@
 //! The targets from the issue, checked against the measured values. A target
 //! is never loosened here: what is missed is reported as missed.
 
-use crate::report::{fmt_ms, fmt_rate, raw_ratios, BackendReport, Status, Target};
+use crate::report::{fmt_ms, fmt_rate, raw_ratios, BackendReport, Status, SubjectReport, Target};
 
 /// Uncontended acquire+release at least this fraction of the raw limit.
 pub const RAW_FRACTION: f64 = 0.85;
@@ -88,21 +88,31 @@ pub fn evaluate(backends: &[BackendReport]) -> Vec<Target> {
             let w = lat.min(thr);
             worst = Some(worst.map_or(w, |x: f64| x.min(w)));
         }
-        // What a fencing counter alone costs, in the same run: the bare
-        // protocol with a token counted in the same atomic step.
-        let fenced = b.fenced().map(|f| {
-            let levels: Vec<String> = f
-                .uncontended
-                .iter()
-                .filter_map(|fu| {
-                    let ru = raw.at(fu.tasks)?;
-                    let (_, thr) = raw_ratios(fu, ru)?;
-                    Some(format!("x{} {thr:.2} (n={})", fu.tasks, fu.cycles))
-                })
-                .collect();
-            format!(
-                "; the raw protocol with a fencing counter alone (MULTI SET NX PX + INCR, no queue, no counter floor, no wake-up), its throughput/raw: {}",
-                levels.join(", ")
+        // What a fencing counter alone (Redis, Redlock) or a compared
+        // delete alone (etcd) costs, in the same run: the bare protocol with
+        // only that added.
+        let reference = |subject: Option<&SubjectReport>, what: &str| {
+            subject.map(|f| {
+                let levels: Vec<String> = f
+                    .uncontended
+                    .iter()
+                    .filter_map(|fu| {
+                        let ru = raw.at(fu.tasks)?;
+                        let (_, thr) = raw_ratios(fu, ru)?;
+                        Some(format!("x{} {thr:.2} (n={})", fu.tasks, fu.cycles))
+                    })
+                    .collect();
+                format!("; {what}, its throughput/raw: {}", levels.join(", "))
+            })
+        };
+        let fenced = reference(
+            b.fenced(),
+            "the raw protocol with a fencing counter alone (MULTI SET NX PX + INCR, no queue, no counter floor, no wake-up)",
+        )
+        .or_else(|| {
+            reference(
+                b.checked(),
+                "the raw protocol with a compared delete alone (a txn on the key's create revision)",
             )
         });
         match worst {
