@@ -15,13 +15,14 @@ Exit status:
            (128+N if CMD died of signal N, e.g. 143 after a forwarded SIGTERM)
   status   0 held, 3 free
   list     0 when the locks were listed (none is fine)
+  release  0 a holder was removed (--force), 3 nothing was held
   64       bad command line: malformed URL, unknown URL option, invalid lock name, bad duration
   69       lock service unreachable or not answering in time
   70       internal error or an answer distlock does not understand
   75       lock held by someone else (one attempt, or --wait elapsed): CMD not run
            (change it with --conflict-exit-code; --quiet keeps it silent)
   77       credentials rejected
-  78       the backend does not offer this (read-write locks, permits, list)
+  78       the backend does not offer this (read-write locks, permits, list, force release)
   79       lock lost while CMD ran: CMD got SIGTERM, then SIGKILL after --grace
   126/127  CMD could not be executed / was not found
 
@@ -97,6 +98,29 @@ pub enum Cmd {
     /// list its locks exits 78.
     #[command(after_help = AFTER_HELP)]
     List(ListArgs),
+    /// Remove whoever holds NAME now (needs --force): an operator's way to free a lock whose holder is stuck.
+    ///
+    /// A lock is released by its holder; this evicts the holder instead:
+    /// the mutex's holder, every holder of NAME's read-write lock and every
+    /// permit of its semaphore. The next waiter gets the lock as after a
+    /// normal release, with a larger fencing token.
+    ///
+    /// The evicted process is NOT stopped. Its guard finds out at its next
+    /// renewal or server event (a `distlock run` holding it then kills its
+    /// CMD and exits 79), but until then it may still be working in its
+    /// critical section while the next holder works in its own. Only a
+    /// store that checks fencing tokens (lock-fence) refuses its late
+    /// writes once the next holder has written; without one, two processes
+    /// may act at once. Use it when the holder is known to be gone or hung.
+    ///
+    /// Prints `key=value` lines (or one JSON object with --json): name,
+    /// backend, state (released|free), removed (holders removed in all),
+    /// removed_mutex, removed_read_write, removed_permits. Exits 0 when a
+    /// holder was removed, 3 when nothing was held, 64 without --force, 78
+    /// when the backend cannot force a release. --force has no environment
+    /// variable: it is asked for on the command line each time.
+    #[command(after_help = AFTER_HELP)]
+    Release(ReleaseArgs),
     /// Print the completion script of a shell, e.g. `distlock completions bash > /etc/bash_completion.d/distlock`.
     Completions(CompletionsArgs),
     /// Print the man page (roff), or write every page (distlock.1, distlock-run.1, ...) into a directory.
@@ -180,6 +204,23 @@ pub struct StatusArgs {
     /// Where the lock service is.
     #[command(flatten)]
     pub conn: Connection,
+    /// Print one JSON object instead of `key=value` lines.
+    #[arg(long, env = "DISTLOCK_JSON", value_parser = BoolishValueParser::new())]
+    pub json: bool,
+    /// Lock name.
+    #[arg(value_name = "NAME")]
+    pub name: String,
+}
+
+/// `distlock release`.
+#[derive(Debug, Args)]
+pub struct ReleaseArgs {
+    /// Where the lock service is.
+    #[command(flatten)]
+    pub conn: Connection,
+    /// Evict whoever holds NAME now (required: a lock is otherwise released by its holder).
+    #[arg(long)]
+    pub force: bool,
     /// Print one JSON object instead of `key=value` lines.
     #[arg(long, env = "DISTLOCK_JSON", value_parser = BoolishValueParser::new())]
     pub json: bool,

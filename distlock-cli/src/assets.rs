@@ -70,6 +70,7 @@ mod tests {
             "distlock-run.1",
             "distlock-status.1",
             "distlock-list.1",
+            "distlock-release.1",
         ] {
             let text = std::fs::read_to_string(dir.path().join(page)).unwrap();
             assert!(text.contains(".TH"), "{page} is not roff: {text}");

@@ -1,10 +1,11 @@
 //! `distlock status` and `distlock list`: what the lock service says about
-//! its locks, as `key=value` lines or JSON.
+//! its locks, as `key=value` lines or JSON; `distlock release --force`, the
+//! operator's eviction of a lock's holders.
 
-use distlock::{LockName, LockService, LockStatus};
+use distlock::{ForceReleased, LockName, LockService, LockStatus};
 use serde_json::{json, Value};
 
-use crate::args::{ListArgs, StatusArgs};
+use crate::args::{ListArgs, ReleaseArgs, StatusArgs};
 use crate::exit_code;
 use crate::report::{fail, fail_error, warn};
 use crate::signals::Signals;
@@ -80,6 +81,98 @@ pub async fn list(args: ListArgs, url_cli: OnCommandLine) -> i32 {
         ));
     }
     exit_code::HELD
+}
+
+/// Runs `distlock release --force`: exit 0 when a holder was removed, 3
+/// when nothing was held, 64 without `--force`, 78 when the backend cannot.
+pub async fn release(args: ReleaseArgs, url_cli: OnCommandLine) -> i32 {
+    let name = match lock_name(&args.name) {
+        Ok(name) => name,
+        Err(code) => return code,
+    };
+    if !args.force {
+        return fail(
+            exit_code::USAGE,
+            format!(
+                "a lock is released by its holder (`distlock run` releases when CMD exits); `distlock release --force {name}` evicts whoever holds it now, and their process may still be working: see `distlock release --help`"
+            ),
+        );
+    }
+    let Opened {
+        locks, mut signals, ..
+    } = match open(&args.conn, url_cli).await {
+        Ok(opened) => opened,
+        Err(code) => return code,
+    };
+    let backend = locks.capabilities().backend;
+    let removed = tokio::select! {
+        result = locks.force_release(&name) => match result {
+            Ok(removed) => removed,
+            Err(err) if err.kind() == distlock::LockErrorKind::Unsupported => {
+                return fail(
+                    exit_code::UNSUPPORTED,
+                    format!("the {backend} backend cannot force the release of lock {name} (unsupported): {err}"),
+                )
+            }
+            Err(err) => return fail_error(&format!("cannot force the release of lock {name} (some holders may have been removed; run it again)"), &err),
+        },
+        sig = signals.recv() => return Signals::interrupted(sig, &format!("forcing the release of lock {name}")),
+    };
+    if args.json {
+        println!("{}", released_json(&name, backend, &removed));
+    } else {
+        print!("{}", released_lines(&name, backend, &removed));
+    }
+    if removed.removed_any() {
+        warn(format!(
+            "evicted {} holder(s) of lock {name}; they may still be working until they notice: only fencing tokens checked by the storage keep their late writes out",
+            removed.total()
+        ));
+        exit_code::HELD
+    } else {
+        exit_code::FREE
+    }
+}
+
+/// The fields of a force release, in output order.
+fn released_fields(removed: &ForceReleased) -> [(&'static str, String); 5] {
+    [
+        (
+            "state",
+            if removed.removed_any() {
+                "released"
+            } else {
+                "free"
+            }
+            .to_string(),
+        ),
+        ("removed", removed.total().to_string()),
+        ("removed_mutex", removed.mutex.to_string()),
+        ("removed_read_write", removed.read_write.to_string()),
+        ("removed_permits", removed.permits.to_string()),
+    ]
+}
+
+/// `release --force`'s `key=value` lines.
+pub fn released_lines(name: &LockName, backend: &str, removed: &ForceReleased) -> String {
+    let mut out = format!("name={name}\nbackend={backend}\n");
+    for (key, value) in released_fields(removed) {
+        out.push_str(&format!("{key}={value}\n"));
+    }
+    out
+}
+
+/// `release --force`'s JSON object.
+pub fn released_json(name: &LockName, backend: &str, removed: &ForceReleased) -> Value {
+    json!({
+        "name": name.as_str(),
+        "backend": backend,
+        "state": if removed.removed_any() { "released" } else { "free" },
+        "removed": removed.total(),
+        "removed_mutex": removed.mutex,
+        "removed_read_write": removed.read_write,
+        "removed_permits": removed.permits,
+    })
 }
 
 async fn held(

@@ -57,6 +57,7 @@ pub fn main() -> ! {
         }
         Cmd::Status(args) => with_runtime(inspect::status(args, url_cli)),
         Cmd::List(args) => with_runtime(inspect::list(args, url_cli)),
+        Cmd::Release(args) => with_runtime(inspect::release(args, url_cli)),
     };
     std::process::exit(code);
 }

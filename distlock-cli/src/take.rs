@@ -5,8 +5,9 @@
 use std::sync::Mutex;
 
 use distlock::{
-    async_trait, AcquireOptions, Capabilities, DistributedLock, DistributedLockExt, LockError,
-    LockErrorKind, LockGuard, LockMode, LockName, LockService, LockStatus, MultiGuard, Result,
+    async_trait, AcquireOptions, Capabilities, DistributedLock, DistributedLockExt, ForceReleased,
+    LockError, LockErrorKind, LockGuard, LockMode, LockName, LockService, LockStatus, MultiGuard,
+    Result,
 };
 
 use crate::args::Wait;
@@ -138,6 +139,10 @@ impl DistributedLock for Side<'_> {
 
     async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<(LockName, LockStatus)>> {
         self.locks.list(prefix, limit).await
+    }
+
+    async fn force_release(&self, name: &LockName) -> Result<ForceReleased> {
+        self.locks.force_release(name).await
     }
 }
 

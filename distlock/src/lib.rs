@@ -14,9 +14,9 @@ pub use url::{Endpoint, LockUrl, Scheme};
 #[doc(no_inline)]
 pub use lock_core::{
     async_trait, metrics, AcquireOptions, Capabilities, DistributedLock, DistributedLockExt,
-    FencedRegister, Fencing, FencingToken, GuardState, GuardStateRef, GuardStates, GuardView,
-    KeepAlive, LockError, LockErrorKind, LockGuard, LockMode, LockName, LockService, LockStatus,
-    LossCause, MemoryLock, MultiGuard, NodeFailure, NodeFailureReason, ReadWriteLock,
+    FencedRegister, Fencing, FencingToken, ForceReleased, GuardState, GuardStateRef, GuardStates,
+    GuardView, KeepAlive, LockError, LockErrorKind, LockGuard, LockMode, LockName, LockService,
+    LockStatus, LossCause, MemoryLock, MultiGuard, NodeFailure, NodeFailureReason, ReadWriteLock,
     ReadWriteLockExt, Result, RetryPolicy, Semaphore, SemaphoreExt, StaleToken, StatesClosed,
     TlsConfig, TokenFence, ERROR_BACKOFF, MAX_NAME_LEN, MAX_PERMITS, MAX_TTL, MAX_WAIT, MIN_TTL,
     WAIT_FOREVER,

@@ -7,7 +7,7 @@
 //! use std::sync::Arc;
 //! use std::time::Duration;
 //! use lock_conformance::{Harness, async_trait};
-//! use lock_core::{Capabilities, Fencing, LockError, LockName, LockService, MemoryLock};
+//! use lock_core::{Capabilities, DistributedLock, Fencing, LockError, LockName, LockService, MemoryLock};
 //!
 //! struct Mem(MemoryLock);
 //!
@@ -15,7 +15,7 @@
 //! impl Harness for Mem {
 //!     async fn client(&self) -> Arc<dyn LockService> { Arc::new(self.0.clone()) }
 //!     fn ttl(&self) -> Duration { Duration::from_millis(300) }
-//!     async fn remove_behind_back(&self, name: &LockName) { self.0.force_release(name); }
+//!     async fn remove_behind_back(&self, name: &LockName) { self.0.force_release(name).await.unwrap(); }
 //!     async fn leftovers(&self, _name: &LockName) -> Vec<String> { Vec::new() }
 //! }
 //!

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{LockName, LockService, MemoryLock};
+use lock_core::{LockBackend, LockName, LockService, MemoryLock};
 
 use crate::{async_trait, Harness};
 
@@ -42,7 +42,9 @@ impl Harness for MemoryHarness {
     }
 
     async fn remove_behind_back(&self, name: &LockName) {
-        self.lock.force_release(name);
+        LockBackend::force_release(&self.lock, name)
+            .await
+            .expect("an in-process force release cannot fail");
     }
 
     async fn leftovers(&self, name: &LockName) -> Vec<String> {

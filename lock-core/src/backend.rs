@@ -334,6 +334,76 @@ impl LockStatus {
     }
 }
 
+/// What a force release removed from one lock name: how many holders of each
+/// kind of lock (a name's mutex, read-write lock and semaphore are kept apart,
+/// see [`LockMode`]). All zero when nobody held the name.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ForceReleased {
+    /// The mutex's holder removed (0 or 1).
+    pub mutex: usize,
+    /// The read-write lock's holders removed (readers, or one writer).
+    pub read_write: usize,
+    /// The semaphore's permits removed (one per holder).
+    pub permits: usize,
+}
+
+impl ForceReleased {
+    /// Nothing removed.
+    pub fn none() -> Self {
+        Self::default()
+    }
+
+    /// Sets the number of mutex holders removed.
+    pub fn with_mutex(mut self, n: usize) -> Self {
+        self.mutex = n;
+        self
+    }
+
+    /// Sets the number of read-write lock holders removed.
+    pub fn with_read_write(mut self, n: usize) -> Self {
+        self.read_write = n;
+        self
+    }
+
+    /// Sets the number of semaphore permits removed.
+    pub fn with_permits(mut self, n: usize) -> Self {
+        self.permits = n;
+        self
+    }
+
+    /// Every holder removed, of any kind.
+    pub fn total(&self) -> usize {
+        self.mutex
+            .saturating_add(self.read_write)
+            .saturating_add(self.permits)
+    }
+
+    /// Whether anyone was removed.
+    pub fn removed_any(&self) -> bool {
+        self.total() > 0
+    }
+}
+
+impl std::fmt::Display for ForceReleased {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if !self.removed_any() {
+            return f.write_str("nothing held");
+        }
+        let mut parts = Vec::new();
+        if self.mutex > 0 {
+            parts.push("the mutex holder".to_string());
+        }
+        if self.read_write > 0 {
+            parts.push(format!("{} read-write holder(s)", self.read_write));
+        }
+        if self.permits > 0 {
+            parts.push(format!("{} semaphore permit(s)", self.permits));
+        }
+        write!(f, "removed {}", parts.join(", "))
+    }
+}
+
 /// The protocol side of a lock backend. Implement this; the core turns it into
 /// a [`crate::DistributedLock`].
 #[async_trait]
@@ -382,6 +452,28 @@ pub trait LockBackend: Send + Sync + 'static {
             "this backend cannot list its locks",
         ))
     }
+
+    /// Removes whoever holds `name` now, as an operator would, whatever
+    /// owner holds it: the mutex's holder, every holder of the read-write
+    /// lock and every permit of the semaphore of that name, where the
+    /// backend offers them. Waiters are not removed: the lock goes to the
+    /// next of them exactly as on a normal release (the same hand-off and
+    /// notification, queue order kept). The evicted holders' guards find
+    /// out at their next renewal or server event and become lost
+    /// ([`LossCause::NotOwner`]); their processes may still be running
+    /// their critical sections, and only a store that checks fencing
+    /// tokens refuses their late writes.
+    ///
+    /// Bounded by the backend's request timeouts like every other call;
+    /// an error leaves the outcome unknown (some holders may be removed).
+    /// The default says the backend cannot do it (`Unsupported`).
+    async fn force_release(&self, name: &LockName) -> Result<ForceReleased> {
+        let _ = name;
+        Err(crate::LockError::new(
+            crate::LockErrorKind::Unsupported,
+            "this backend cannot force a release",
+        ))
+    }
 }
 
 #[async_trait]
@@ -400,6 +492,9 @@ impl<B: LockBackend + ?Sized> LockBackend for Arc<B> {
     }
     async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<(LockName, LockStatus)>> {
         (**self).list(prefix, limit).await
+    }
+    async fn force_release(&self, name: &LockName) -> Result<ForceReleased> {
+        (**self).force_release(name).await
     }
 }
 

@@ -54,8 +54,8 @@ pub mod session;
 mod tls;
 
 pub use backend::{
-    add_saturating, drift, validity, CleanupOnDrop, Lease, LeaseEvent, LeaseHandle, LeaseRequest,
-    LockBackend, LockMode, LockStatus, Renewal, MAX_PERMITS,
+    add_saturating, drift, validity, CleanupOnDrop, ForceReleased, Lease, LeaseEvent, LeaseHandle,
+    LeaseRequest, LockBackend, LockMode, LockStatus, Renewal, MAX_PERMITS,
 };
 pub use capabilities::{Capabilities, Fencing};
 pub use error::{LockError, LockErrorKind, NodeFailure, NodeFailureReason, Result};

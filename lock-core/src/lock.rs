@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::backend::{Lease, LeaseRequest, LockBackend, LockMode, LockStatus};
+use crate::backend::{ForceReleased, Lease, LeaseRequest, LockBackend, LockMode, LockStatus};
 use crate::capabilities::Capabilities;
 use crate::clock::{self, SuspendMark};
 use crate::error::{LockError, LockErrorKind, Result};
@@ -70,6 +70,25 @@ pub trait DistributedLock: Send + Sync {
     /// ""), sorted by name, at most `limit`, with their status; an
     /// [`LockErrorKind::Unsupported`] error where the backend cannot list.
     async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<(LockName, LockStatus)>>;
+
+    /// An operator's tool: removes whoever holds `name` now (the mutex's
+    /// holder, and every holder of the read-write lock and of the semaphore
+    /// of that name where the backend offers them) and hands the lock to
+    /// the next waiter as a normal release does. Says how many holders it
+    /// removed; all zero when nobody held the name.
+    ///
+    /// What it means for fencing: the evicted process is not stopped. Its
+    /// guard becomes lost ([`crate::LossCause::NotOwner`]) at its next
+    /// renewal or server event, but until it notices it may still be in its
+    /// critical section while the next holder is in its own. The next
+    /// holder's fencing token is larger than the evicted one's, so a store
+    /// that checks tokens (`lock-fence`) refuses the evicted process's
+    /// writes once the next holder has written; without such a store, two
+    /// processes may act at once.
+    ///
+    /// An [`LockErrorKind::Unsupported`] error where the backend cannot do
+    /// it; other errors leave the outcome unknown.
+    async fn force_release(&self, name: &LockName) -> Result<ForceReleased>;
 }
 
 /// A read-write lock service: many readers at once, or one writer alone.
@@ -185,6 +204,24 @@ impl<B: LockBackend> DistributedLock for B {
 
     async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<(LockName, LockStatus)>> {
         LockBackend::list(self, prefix, limit).await
+    }
+
+    async fn force_release(&self, name: &LockName) -> Result<ForceReleased> {
+        let backend = self.backend_capabilities().backend;
+        let span = tracing::info_span!("distlock.force_release", backend, name = %name);
+        let outcome = LockBackend::force_release(self, name)
+            .instrument(span)
+            .await;
+        match &outcome {
+            Ok(removed) => {
+                tracing::warn!(backend, name = %name, removed = %removed, "distlock: force release")
+            }
+            Err(err) => {
+                metrics::counter!(m::ERRORS, "backend" => backend, "kind" => err.kind().as_str())
+                    .increment(1);
+            }
+        }
+        outcome
     }
 }
 

@@ -17,8 +17,8 @@ use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
 use crate::backend::{
-    add_saturating, Lease, LeaseEvent, LeaseHandle, LeaseRequest, LockBackend, LockMode,
-    LockStatus, Renewal,
+    add_saturating, ForceReleased, Lease, LeaseEvent, LeaseHandle, LeaseRequest, LockBackend,
+    LockMode, LockStatus, Renewal,
 };
 use crate::capabilities::{Capabilities, Fencing};
 use crate::error::{LockError, LockErrorKind, Result};
@@ -162,28 +162,6 @@ impl MemoryLock {
 
     fn state(&self) -> MutexGuard<'_, State> {
         self.shared.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Removes every lease on `name` (mutex, read-write lock and semaphore)
-    /// behind its holders' backs (an operator deleting the keys): their
-    /// guards get a loss event at once. Returns whether any was held. For
-    /// tests of loss handling.
-    pub fn force_release(&self, name: &LockName) -> bool {
-        let now = Instant::now();
-        let mut st = self.state();
-        let mut any = false;
-        for kind in [Kind::Mutex, Kind::ReadWrite, Kind::Semaphore] {
-            let Some(entry) = st.locks.get_mut(&(name.clone(), kind)) else {
-                continue;
-            };
-            entry.purge_expired(now);
-            for (_, holder) in std::mem::take(&mut entry.holders) {
-                let _ = holder.events.send(LeaseEvent::Lost(LossCause::NotOwner));
-                any = true;
-            }
-            entry.wake_eligible();
-        }
-        any
     }
 
     /// The number of names with a holder or waiters now, over every kind of
@@ -395,6 +373,35 @@ impl LockBackend for MemoryLock {
                     .next()
                     .map(|o| format!("memory-owner-{o}")),
             ))
+    }
+
+    /// Removes every holder of `name` (mutex, read-write lock and
+    /// semaphore) at once: their guards get a loss event
+    /// ([`LossCause::NotOwner`]) right away, and the waiters that can be
+    /// granted now are woken in queue order.
+    async fn force_release(&self, name: &LockName) -> Result<ForceReleased> {
+        cooperate().await;
+        let now = Instant::now();
+        let mut st = self.state();
+        let mut removed = [0usize; 3];
+        for (i, kind) in [Kind::Mutex, Kind::ReadWrite, Kind::Semaphore]
+            .into_iter()
+            .enumerate()
+        {
+            let Some(entry) = st.locks.get_mut(&(name.clone(), kind)) else {
+                continue;
+            };
+            entry.purge_expired(now);
+            for (_, holder) in std::mem::take(&mut entry.holders) {
+                let _ = holder.events.send(LeaseEvent::Lost(LossCause::NotOwner));
+                removed[i] += 1;
+            }
+            entry.wake_eligible();
+        }
+        Ok(ForceReleased::none()
+            .with_mutex(removed[0])
+            .with_read_write(removed[1])
+            .with_permits(removed[2]))
     }
 
     async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<(LockName, LockStatus)>> {

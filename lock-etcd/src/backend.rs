@@ -11,8 +11,8 @@ use async_trait::async_trait;
 use etcd_client::{GetOptions, SortOrder, SortTarget};
 use lock_core::session::Sent;
 use lock_core::{
-    Capabilities, Fencing, FencingToken, Lease, LeaseRequest, LockBackend, LockError,
-    LockErrorKind, LockMode, LockName, LockStatus, Result,
+    Capabilities, Fencing, FencingToken, ForceReleased, Lease, LeaseRequest, LockBackend,
+    LockError, LockErrorKind, LockMode, LockName, LockStatus, Result,
 };
 use tokio::time::Instant;
 
@@ -463,6 +463,30 @@ impl LockBackend for EtcdLock {
             .with_ttl_remaining(ttl)
             .with_waiters(Some(contenders.saturating_sub(1)))
             .with_owner(Some(lease_hex(lease))))
+    }
+
+    /// Deletes the holders' contender keys of the mutex, the read-write
+    /// lock and the semaphore of `name` ([`crate::force`]); the waiters
+    /// watching them go on as after a release, and the evicted guards see
+    /// their keys' deletion. Within one request timeout in all.
+    async fn force_release(&self, name: &LockName) -> Result<ForceReleased> {
+        let client = &self.inner.client;
+        let prefix = self.config().key_prefix.clone();
+        let bound = Instant::now() + client.request_timeout();
+        bounded_by(bound, async {
+            let mut removed = [0usize; 3];
+            for (i, kind) in [Kind::Mutex, Kind::ReadWrite, Kind::Semaphore]
+                .into_iter()
+                .enumerate()
+            {
+                removed[i] = crate::force::force_release(client, &prefix, name, kind).await?;
+            }
+            Ok(ForceReleased::none()
+                .with_mutex(removed[0])
+                .with_read_write(removed[1])
+                .with_permits(removed[2]))
+        })
+        .await
     }
 
     /// The mutexes held under `prefix`: one read of the keys under it (at

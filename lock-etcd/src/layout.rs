@@ -9,7 +9,8 @@
 //!   other kinds below never count.
 //! - read-write lock: `P N/ rw/<lease hex>-<seq hex>`, value `read` or
 //!   `write` (a downgrade puts `read` on the same key, keeping its place).
-//! - semaphore: `P N/ sem/<lease hex>-<seq hex>`, empty value.
+//! - semaphore: `P N/ sem/<lease hex>-<seq hex>`, value the permit count
+//!   in decimal (every client of a name uses the same count).
 //!
 //! The space in ` rw` and ` sem` is what no lock name can contain, so these
 //! keys never belong to a child name's mutex (`N/rw` is a lock name; `N/ rw`
@@ -41,12 +42,15 @@ impl Kind {
     }
 }
 
-/// The value a contender key of `mode` is put with.
-pub(crate) fn value_of(mode: LockMode) -> &'static str {
+/// The value a contender key of `mode` is put with: `read` or `write`, a
+/// semaphore's permit count in decimal (which tells its holders from its
+/// waiters, for a force release), nothing for a mutex.
+pub(crate) fn value_of(mode: LockMode) -> String {
     match mode {
-        LockMode::Read => READ,
-        LockMode::Write => WRITE,
-        _ => "",
+        LockMode::Read => READ.to_string(),
+        LockMode::Write => WRITE.to_string(),
+        LockMode::Permit { permits } => permits.to_string(),
+        _ => String::new(),
     }
 }
 

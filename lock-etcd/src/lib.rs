@@ -5,6 +5,7 @@ mod backend;
 mod client;
 mod config;
 mod deletion;
+mod force;
 mod held;
 mod key;
 mod layout;

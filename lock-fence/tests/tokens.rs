@@ -89,3 +89,64 @@ async fn a_redlock_guard_cannot_fence() {
     );
     guard.release().await.unwrap();
 }
+
+/// After an operator's force release, the evicted holder is still running:
+/// once the next holder (handed the lock as a waiter) has written, the
+/// evicted holder's fenced write is refused as stale, on every fencing
+/// backend; before that, nothing but the token order stands between them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_evicted_holders_late_write_is_refused_after_a_force_release() {
+    let mut conn = redis::Client::open(shared_redis().unwrap().url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let fence = RedisFence::new();
+    let opts = AcquireOptions::new()
+        .ttl(Duration::from_secs(30))
+        .wait(Duration::from_secs(30));
+    for ((backend, holder), (_, waiter)) in locks().await.into_iter().zip(locks().await) {
+        let operator = locks()
+            .await
+            .into_iter()
+            .find(|(b, _)| *b == backend)
+            .map(|(_, l)| l)
+            .unwrap();
+        let name = LockName::new(unique_name(backend)).unwrap();
+        let evicted = holder.acquire(&name, &opts).await.unwrap();
+        // The data lives beside the lock (on Redis, the lock name is the lock's key).
+        let data = format!("{name}-data");
+        let late = FencedWrite::with_token(&data, evicted.fencing_token()).unwrap();
+        let next = {
+            let (waiter, name, opts) = (waiter.clone(), name.clone(), opts.clone());
+            tokio::spawn(async move { waiter.acquire(&name, &opts).await })
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let removed = operator.force_release(&name).await.unwrap();
+        assert_eq!(removed.mutex, 1, "{backend}: {removed:?}");
+        let next = tokio::time::timeout(Duration::from_secs(5), next)
+            .await
+            .unwrap_or_else(|_| panic!("{backend}: the waiter was not handed the lock"))
+            .unwrap()
+            .unwrap();
+        let new = FencedWrite::with_token(&data, next.fencing_token()).unwrap();
+        assert!(new.token() > late.token(), "{backend}");
+        fence
+            .set(&mut conn, &new, &data, "next holder")
+            .await
+            .unwrap();
+        let err = fence
+            .set(&mut conn, &late, &data, "evicted holder")
+            .await
+            .unwrap_err();
+        assert!(err.is_stale(), "{backend}: {err}");
+        let value: String = redis::cmd("GET")
+            .arg(&data)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(value, "next holder", "{backend}");
+        assert!(!evicted.release().await.unwrap(), "{backend}");
+        assert!(next.release().await.unwrap(), "{backend}");
+    }
+}

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::{
-    add_saturating, validity, Capabilities, CleanupOnDrop, Fencing, FencingToken, Lease,
-    LeaseHandle, LeaseRequest, LockBackend, LockError, LockErrorKind, LockName, LockStatus,
+    add_saturating, validity, Capabilities, CleanupOnDrop, Fencing, FencingToken, ForceReleased,
+    Lease, LeaseHandle, LeaseRequest, LockBackend, LockError, LockErrorKind, LockName, LockStatus,
     Renewal, Result,
 };
 use tokio::time::Instant;
@@ -499,6 +499,37 @@ impl LockBackend for RedisLock {
         Ok(LockStatus::new(seen.pttl != -2)
             .with_token(seen.counter.filter(|c| *c > 0).map(FencingToken::new))
             .with_ttl_remaining(ttl_remaining))
+    }
+
+    /// The mutex by [`RELEASE_QUEUED`](crate::scripts::RELEASE_QUEUED)
+    /// with the owner not compared (the first waiter is handed the lock
+    /// and woken, as on a release), then the read-write lock's holders and
+    /// the semaphore's permits by
+    /// [`FORCE_RELEASE_SHARED`](crate::scripts::FORCE_RELEASE_SHARED), a
+    /// release notice published for each; two requests, each within the
+    /// request timeout. The evicted guards find out at their next renewal.
+    async fn force_release(&self, name: &LockName) -> Result<ForceReleased> {
+        let keys = self.keys(name);
+        let client = &self.inner.client;
+        let mutex = client.force_release_mutex(&keys).await?;
+        let (rw, permits): (i64, i64) = client
+            .eval(
+                "force release",
+                |s| &s.force_release_shared,
+                &[
+                    &keys.rw,
+                    &keys.rw_released,
+                    &keys.permits,
+                    &keys.permits_released,
+                ],
+                &[],
+                false,
+            )
+            .await?;
+        Ok(ForceReleased::none()
+            .with_mutex(usize::from(mutex))
+            .with_read_write(usize::try_from(rw).unwrap_or(0))
+            .with_permits(usize::try_from(permits).unwrap_or(0)))
     }
 
     /// The keys under the prefix that hold a lock (a 32-hex-digit owner

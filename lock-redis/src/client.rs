@@ -312,9 +312,23 @@ impl Client {
     ) -> Result<bool> {
         let mut conn = self.conn.clone();
         let mut call = on_mutex_keys(&self.scripts.release_queued, keys);
-        call.arg(token).arg(leaving.unwrap_or(""));
+        call.arg(token).arg(leaving.unwrap_or("")).arg("");
         let n: i64 = self
             .request("release", call.invoke_async(&mut conn))
+            .await?;
+        Ok(n == 1)
+    }
+
+    /// An operator's force release of the mutex ([`RELEASE_QUEUED`] without
+    /// the owner compared): whoever holds it is removed and the lock goes
+    /// to the first waiter, as on its holder's release. `true` if it was
+    /// held. Not repeated after a failure (a hand-off is not idempotent).
+    pub(crate) async fn force_release_mutex(&self, keys: &Keys) -> Result<bool> {
+        let mut conn = self.conn.clone();
+        let mut call = on_mutex_keys(&self.scripts.release_queued, keys);
+        call.arg("").arg("").arg("1");
+        let n: i64 = self
+            .request("force release", call.invoke_async(&mut conn))
             .await?;
         Ok(n == 1)
     }

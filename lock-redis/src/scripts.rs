@@ -472,7 +472,11 @@ return {0, redis.call('PTTL', KEYS[1]), holder, seen()}
 /// waiter whose failed round is cleaned up ('' for none): it gets back the
 /// place its round's win here took, in the same step, so that it stays
 /// first in line if it was; `ARGV[6]` = the prefix of the waiters' inbox
-/// channels ('' to announce turns on the release channel).
+/// channels ('' to announce turns on the release channel); `ARGV[7]` = `1`
+/// for an operator's force release: the owner token is whatever the key
+/// holds (`ARGV[1]` is not compared; a key reserved for a waiter is that
+/// waiter's, which loses its turn here as if it released), 0 if it holds
+/// nothing.
 /// With someone in line the key is reserved for the first in line (it holds
 /// `line:<wait id>` until that place lapses) and the announcement is
 /// `n <owner token> <wait id> <turn sequence>`, in that waiter's client's
@@ -496,9 +500,14 @@ pub const RELEASE: &str = concat!(
     announce_turn!("KEYS[2]", "ARGV[6]"),
     r#"
 local holder = redis.call('GET', KEYS[1])
-local granted = string.sub(ARGV[1], 1, 5) == 'line:' and string.sub(ARGV[1], 6)
+local owner = ARGV[1]
+if ARGV[7] == '1' then
+  if not holder then return 0 end
+  owner = holder
+end
+local granted = string.sub(owner, 1, 5) == 'line:' and string.sub(owner, 6)
 local head, turn_seq
-if holder ~= ARGV[1] then
+if holder ~= owner then
   if granted then
 "#,
     leave_line!("granted", "holder", "ARGV[2] ~= '0'"),
@@ -526,9 +535,9 @@ else
 if ARGV[2] == '0' then return 1 end
 local heard
 if head then
-  heard = announce_turn('n ' .. ARGV[1] .. ' ' .. head .. ' ' .. string.format('%.0f', turn_seq), head)
+  heard = announce_turn('n ' .. owner .. ' ' .. head .. ' ' .. string.format('%.0f', turn_seq), head)
 else
-  heard = redis.pcall('PUBLISH', KEYS[2], ARGV[1])
+  heard = redis.pcall('PUBLISH', KEYS[2], owner)
 end
 if type(heard) == 'number' then return 1 + heard end
 return 1
@@ -561,7 +570,9 @@ pub const LEAVE_LINE: &str = concat!(
 /// `KEYS[4]` = lapse times, `KEYS[5]` = release channel; `ARGV[1]` = owner
 /// token, `ARGV[2]` = a queue member to remove first ('' for none: a waiter
 /// that gives up passes its own, so that a lock handed to it meanwhile goes
-/// on to the next waiter).
+/// on to the next waiter), `ARGV[3]` = `1` for an operator's force release
+/// (the lock is released whoever holds it, `ARGV[1]` is not compared, and
+/// the announcement names the evicted holder's token), '' otherwise.
 ///
 /// The waiter gets the lock with its own token and TTL and a new fencing
 /// token, and the release publishes `g <its owner token> <fencing token>
@@ -577,10 +588,11 @@ if ARGV[2] ~= '' then
   redis.call('ZREM', KEYS[3], ARGV[2])
   redis.call('ZREM', KEYS[4], ARGV[2])
 end
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+local holder = redis.call('GET', KEYS[1])
+if not holder or (ARGV[3] ~= '1' and holder ~= ARGV[1]) then return 0 end
 if redis.call('EXISTS', KEYS[3]) == 0 then
   redis.call('DEL', KEYS[1])
-  redis.pcall('PUBLISH', KEYS[5], ARGV[1])
+  redis.pcall('PUBLISH', KEYS[5], holder)
   return 1
 end
 local t = redis.call('TIME')
@@ -590,7 +602,7 @@ local t = redis.call('TIME')
 local head = next_waiter()
 if head == nil then
   redis.call('DEL', KEYS[1])
-  redis.pcall('PUBLISH', KEYS[5], ARGV[1])
+  redis.pcall('PUBLISH', KEYS[5], holder)
 else
   hand_to(head)
 end
@@ -735,6 +747,41 @@ if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then
 end
 return 0
 "#;
+
+/// An operator's force release of a name's read-write lock and semaphore:
+/// every holder of each is removed, whoever holds it, and each removal is
+/// published on that primitive's release channel, as its release script
+/// ([`RELEASE_RW`], [`RELEASE_PERMIT`]) does, so that the waiters wake as
+/// they would for that many releases (the mutex's force release is
+/// [`RELEASE_QUEUED`]'s). `KEYS[1]` = read-write holders, `KEYS[2]` = its
+/// release channel, `KEYS[3]` = semaphore holders, `KEYS[4]` = its release
+/// channel. Returns `{read-write holders removed, permits removed}`,
+/// counting only holders that had not expired.
+pub const FORCE_RELEASE_SHARED: &str = concat!(
+    now_ms!(),
+    r#"
+local rw = 0
+local all = redis.call('HGETALL', KEYS[1])
+for i = 1, #all, 2 do
+  local exp = tonumber(string.sub(all[i + 1], 3))
+  redis.call('HDEL', KEYS[1], all[i])
+  if exp and exp > now then
+    rw = rw + 1
+    redis.pcall('PUBLISH', KEYS[2], all[i])
+  end
+end
+local permits = 0
+local held = redis.call('ZRANGE', KEYS[3], 0, -1, 'WITHSCORES')
+for i = 1, #held, 2 do
+  redis.call('ZREM', KEYS[3], held[i])
+  if tonumber(held[i + 1]) > now then
+    permits = permits + 1
+    redis.pcall('PUBLISH', KEYS[4], held[i])
+  end
+end
+return {rw, permits}
+"#
+);
 
 /// Semaphore acquire. `KEYS[1]` = holders (`{key} permits`: a sorted set of
 /// owner tokens scored by expiry ms in the server's clock), `KEYS[2]` =
@@ -885,6 +932,8 @@ pub struct Scripts {
     pub acquire_permit: Script,
     /// See [`RELEASE_PERMIT`].
     pub release_permit: Script,
+    /// See [`FORCE_RELEASE_SHARED`].
+    pub force_release_shared: Script,
 }
 
 impl Default for Scripts {
@@ -902,6 +951,7 @@ impl Default for Scripts {
             withdraw_waiter: Script::new(WITHDRAW_WAITER),
             acquire_permit: Script::new(ACQUIRE_PERMIT),
             release_permit: Script::new(RELEASE_PERMIT),
+            force_release_shared: Script::new(FORCE_RELEASE_SHARED),
         }
     }
 }

@@ -9,9 +9,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures::stream::{FuturesUnordered, StreamExt};
 use lock_core::{
-    add_saturating, drift, validity, Capabilities, CleanupOnDrop, Fencing, Lease, LeaseHandle,
-    LeaseRequest, LockBackend, LockError, LockErrorKind, LockName, LockStatus, NodeFailure,
-    NodeFailureReason, Renewal, Result,
+    add_saturating, drift, validity, Capabilities, CleanupOnDrop, Fencing, ForceReleased, Lease,
+    LeaseHandle, LeaseRequest, LockBackend, LockError, LockErrorKind, LockName, LockStatus,
+    NodeFailure, NodeFailureReason, Renewal, Result,
 };
 use lock_redis::scripts::{owner_token, Scripts, RESERVED_FOR};
 use rand::Rng;
@@ -1407,6 +1407,59 @@ impl LockBackend for RedlockLock {
                 .with_owner(Some(owner_hint(token))),
             _ => LockStatus::new(false),
         })
+    }
+
+    /// On every node in parallel, the shared `RELEASE` script with the
+    /// owner not compared: whatever the key holds is removed and the first
+    /// in line gets its turn (the key reserved for it, it alone told), as
+    /// on a holder's release. Decided by quorum, as a release is, within the
+    /// node timeout: the holder was removed once a quorum of nodes removed
+    /// a key; nobody held it once so many nodes held nothing that no quorum
+    /// can have; otherwise an `Unavailable` error. Slower nodes still get
+    /// the request in the background.
+    async fn force_release(&self, name: &LockName) -> Result<ForceReleased> {
+        let inner = &self.inner;
+        let n = inner.nodes.len();
+        let keys = inner.keys(name);
+        let decide_by = add_saturating(Instant::now(), inner.config.node_timeout);
+        let mut pending = fan_out(inner, inner.all(), inner.background_bound(), {
+            let keys = keys.clone();
+            move |inner, i| {
+                let keys = keys.clone();
+                async move { inner.nodes[i].force_release(&inner.scripts, &keys).await }
+            }
+        });
+        let (mut removed, mut free) = (0, 0);
+        let mut failures = Vec::new();
+        let mut heard = vec![false; n];
+        while let Some((i, r)) = next_by(&mut pending, decide_by).await {
+            heard[i] = true;
+            match r {
+                Ok(ReleaseReply::Deleted) => removed += 1,
+                Ok(ReleaseReply::NotOurs) => free += 1,
+                Err(f) => failures.push(f),
+            }
+            if removed >= inner.quorum || free > n - inner.quorum {
+                break;
+            }
+        }
+        finish_in_background(pending);
+        if removed >= inner.quorum {
+            return Ok(ForceReleased::none().with_mutex(1));
+        }
+        if free > n - inner.quorum {
+            return Ok(ForceReleased::none());
+        }
+        failures.extend(silent(inner, &heard));
+        Err(LockError::unavailable(format!(
+            "redlock: the force release of {} removed a key on {removed} of {n} nodes ({free} held nothing, {} \
+             failed or did not answer); a quorum of {} is needed to tell whether it was held; the keys left expire \
+             with their TTL",
+            keys.key,
+            n - removed - free,
+            inner.quorum
+        ))
+        .with_nodes(failures))
     }
 
     /// The names held on a quorum of nodes (the same owner token on at

@@ -505,6 +505,35 @@ impl Node {
         })
     }
 
+    /// An operator's force release on this node (the shared `RELEASE`
+    /// script with the owner not compared): whoever holds the key is
+    /// removed, and the first in line gets its turn and is told, as on a
+    /// release. Whether the key held anything.
+    pub async fn force_release(
+        &self,
+        scripts: &Scripts,
+        keys: &NameKeys,
+    ) -> RedisResult<ReleaseReply> {
+        let n: i64 = self
+            .call("force release", |mut c| async move {
+                let mut call = scripts.release.key(&*keys.key);
+                call.key(&*keys.channel)
+                    .key(&*keys.line)
+                    .key(&*keys.lapse)
+                    .key(&*keys.seq)
+                    .arg("")
+                    .arg("1");
+                Place::add_args(&mut call, None);
+                call.arg(&*self.inbox).arg("1").invoke_async(&mut c).await
+            })
+            .await?;
+        Ok(if n > 0 {
+            ReleaseReply::Deleted
+        } else {
+            ReleaseReply::NotOurs
+        })
+    }
+
     /// Leaves this node's line ([`LEAVE_LINE`]), passing the turn on if it
     /// was ours (silently if we leave `holding` the lock).
     pub async fn leave_line(

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::{
-    add_saturating, Capabilities, Fencing, Lease, LeaseRequest, LockBackend, LockError,
-    LockErrorKind, LockMode, LockName, LockStatus, Result,
+    add_saturating, Capabilities, Fencing, ForceReleased, Lease, LeaseRequest, LockBackend,
+    LockError, LockErrorKind, LockMode, LockName, LockStatus, Result,
 };
 use tokio::time::Instant;
 use zookeeper_client as zk;
@@ -391,6 +391,16 @@ impl LockBackend for ZkLock {
         let until = self.inner.until(None);
         let session = self.inner.session(until).await?;
         list::inspect(&session, &dir, until).await
+    }
+
+    /// Deletes the holders' nodes of the mutex, the read-write lock and
+    /// the semaphore of `name` ([`crate::force`]), every request within
+    /// one request timeout from the call.
+    async fn force_release(&self, name: &LockName) -> Result<ForceReleased> {
+        let dir = self.inner.lock_path(name)?;
+        let until = self.inner.until(None);
+        let session = self.inner.session(until).await?;
+        crate::force::force_release(&session, &dir, until).await
     }
 
     async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<(LockName, LockStatus)>> {

@@ -4,6 +4,7 @@
 mod backend;
 mod config;
 mod error;
+mod force;
 mod lease;
 mod list;
 mod monitor;
