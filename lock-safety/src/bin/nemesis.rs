@@ -5,7 +5,8 @@
 //! Each run lasts `--run-seconds` of faults; runs follow each other, seed
 //! after seed, until `--minutes` per backend are used. Each run prints its
 //! schedule first, so a seed that finds something replays its faults with
-//! `--seed S --runs 1`. Exits 1 if any run found anything.
+//! `--seed S --runs 1` (with `RUST_LOG`, e.g. `lock_zk=debug`, the
+//! libraries' logs go to stderr). Exits 1 if any run found anything.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -55,6 +56,14 @@ fn parse_kind(s: &str) -> Result<Kind, String> {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    // The libraries' own logs, on stderr, when `RUST_LOG` asks for them
+    // (e.g. `RUST_LOG=lock_zk=debug` while replaying a seed).
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let backends = if args.backends.is_empty() {
         Kind::ALL.to_vec()
     } else {

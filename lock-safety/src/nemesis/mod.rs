@@ -415,6 +415,20 @@ async fn retake_all(
                 Ok(Err(e)) => format!("{e}"),
                 Err(_) => "the call did not return".to_string(),
             };
+            // Who the backend says holds it, for whoever replays the seed.
+            let holder = match fresh.inspect(name).await {
+                Ok(s) => format!(
+                    "; held {}, owner {}, token {}, ttl left {}, waiters {}",
+                    s.held,
+                    s.owner.as_deref().unwrap_or("-"),
+                    s.token.map_or("-".into(), |t| t.to_string()),
+                    s.ttl_remaining
+                        .map_or("-".into(), |t| format!("{} ms", t.as_millis())),
+                    s.waiters.map_or("-".into(), |w| w.to_string()),
+                ),
+                Err(e) => format!("; inspect: {e}"),
+            };
+            let outcome = format!("{outcome}{holder}");
             blocked.push(Blocked {
                 name: name.as_str().to_string(),
                 mode,
