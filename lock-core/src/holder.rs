@@ -12,9 +12,10 @@ pub const MAX_NOTE_LEN: usize = 256;
 /// The longest host name kept, in bytes: 255 (the DNS limit).
 const MAX_HOST_LEN: usize = 255;
 
-/// The longest stored text read back as a holder: 8 KiB. Anything longer
-/// was not written by distlock and is not read.
-const MAX_TEXT_LEN: usize = 8 * 1024;
+/// The longest stored text read back as a holder: 64 KiB (a description
+/// with a backend's own fields, such as ZooKeeper's identifier of up to
+/// 4 KiB, escaped). Anything longer is not read.
+const MAX_TEXT_LEN: usize = 64 * 1024;
 
 /// Who holds a lock, as the holder described itself when it acquired:
 /// the machine's host name, its process id and the note it passed
@@ -112,7 +113,7 @@ impl Holder {
     }
 
     /// Reads a stored description back: `None` unless `text` is a JSON
-    /// object (of at most 8 KiB) with at least one of the fields; a field of
+    /// object (of at most 64 KiB) with at least one of the fields; a field of
     /// the wrong type is left out, other fields are ignored, and a host
     /// or note longer than this crate writes is cut to its bound. Never
     /// fails on what another client stored there.
