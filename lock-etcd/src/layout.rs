@@ -2,14 +2,16 @@
 //!
 //! For lock name `N` and key prefix `P`:
 //!
-//! - mutex: `P N/<lease id in lowercase hex>`, empty value: exactly etcd's
-//!   own `concurrency.Mutex`, its Lock RPC and `etcdctl lock` (with no
-//!   prefix). A contender of `N` is a key `P N/` followed by hex digits and
+//! - mutex: `P N/<lease id in lowercase hex>`: exactly etcd's own
+//!   `concurrency.Mutex`, its Lock RPC and `etcdctl lock` (with no
+//!   prefix), which put an empty value and never read it; ours holds the
+//!   holder's description as JSON (`lock_core::Holder`). A contender of `N` is a key `P N/` followed by hex digits and
 //!   nothing else, so the keys of a child name (`N/child/...`) or of the
 //!   other kinds below never count.
 //! - read-write lock: `P N/ rw/<lease hex>-<seq hex>`, value `read` or
 //!   `write` (a downgrade puts `read` on the same key, keeping its place).
-//! - semaphore: `P N/ sem/<lease hex>-<seq hex>`, empty value.
+//! - semaphore: `P N/ sem/<lease hex>-<seq hex>`, value the holder's
+//!   description as JSON.
 //!
 //! The space in ` rw` and ` sem` is what no lock name can contain, so these
 //! keys never belong to a child name's mutex (`N/rw` is a lock name; `N/ rw`
@@ -21,7 +23,7 @@
 //! waits behind it: writers are not starved); for a permit of N, N
 //! contenders ahead.
 
-use lock_core::{LockMode, LockName};
+use lock_core::{Holder, LockMode, LockName};
 
 /// Which of the three kinds of lock a mode belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,12 +43,14 @@ impl Kind {
     }
 }
 
-/// The value a contender key of `mode` is put with.
-pub(crate) fn value_of(mode: LockMode) -> &'static str {
+/// The value a contender key of `mode` is put with: `read` or `write` for
+/// the read-write lock (the queue reads it), else the description of
+/// `holder` ([`Holder::to_json`]; empty without one, as etcd's own mutex).
+pub(crate) fn value_of(mode: LockMode, holder: Option<&Holder>) -> String {
     match mode {
-        LockMode::Read => READ,
-        LockMode::Write => WRITE,
-        _ => "",
+        LockMode::Read => READ.to_owned(),
+        LockMode::Write => WRITE.to_owned(),
+        _ => holder.map(Holder::to_json).unwrap_or_default(),
     }
 }
 
