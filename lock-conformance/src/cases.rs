@@ -54,7 +54,7 @@ cases! {
     bad_input_is_invalid_argument if always,
     unreachable_server_is_unavailable_quickly if |c| c.remote,
     inspect_reports_holder if always,
-    inspect_and_list_describe_the_holder if always,
+    inspect_and_list_describe_the_holder if |c| c.describes_holder,
     model_based_random_interleavings if always,
     parent_and_child_names_are_independent if always,
     every_call_honours_its_deadline_when_the_server_hangs if |c| c.remote,

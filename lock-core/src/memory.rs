@@ -332,6 +332,7 @@ impl LockBackend for MemoryLock {
             .with_notified_wait(true)
             .with_read_write(true)
             .with_semaphore(true)
+            .with_describes_holder(true)
             .with_fault_tolerance("not applicable: one process")
     }
 

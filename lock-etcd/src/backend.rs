@@ -427,6 +427,7 @@ impl LockBackend for EtcdLock {
             .with_remote(true)
             .with_read_write(true)
             .with_semaphore(true)
+            .with_describes_holder(true)
             .with_fault_tolerance(FAULT_TOLERANCE)
     }
 
