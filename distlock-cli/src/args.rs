@@ -87,8 +87,14 @@ pub enum Cmd {
     /// Prints `key=value` lines (or one JSON object with --json): name,
     /// backend, state (held|free), and where the backend can tell: token
     /// (the holder's fencing token), last_token (the last one issued, when
-    /// free), owner (an identifier of the holder), ttl_remaining_ms, waiters.
-    /// Exits 0 when the lock is held, 3 when it is free.
+    /// free), owner (an identifier of the holder), holder_host, holder_pid
+    /// and holder_note (who holds it: its machine's host name, its process
+    /// id and the note given at acquire, e.g. with `distlock run --note`;
+    /// shown for a mutex held by a distlock client on memory, Redis, etcd
+    /// and ZooKeeper), ttl_remaining_ms, waiters. In `key=value` lines,
+    /// whitespace and control characters in a value are shown as `_`;
+    /// --json has the exact text. Exits 0 when the lock is held, 3 when it
+    /// is free.
     #[command(after_help = AFTER_HELP)]
     Status(StatusArgs),
     /// List the held locks whose names start with PREFIX (every held lock without it).
@@ -175,6 +181,9 @@ pub struct RunArgs {
     /// After a lost lock: how long CMD has between SIGTERM and SIGKILL.
     #[arg(long, env = "DISTLOCK_GRACE", default_value = "5s", value_name = "DURATION", value_parser = duration_arg)]
     pub grace: Duration,
+    /// A note stored with the lock while CMD runs, which `distlock status` and `list` show beside this machine's host name and distlock's process id (at most 256 bytes, one line; readable by anyone who can read the lock).
+    #[arg(long, env = "DISTLOCK_NOTE", value_name = "TEXT")]
+    pub note: Option<String>,
     /// Exit status when the lock is held elsewhere and CMD is not run.
     #[arg(
         long,

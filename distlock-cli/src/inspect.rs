@@ -200,6 +200,17 @@ fn fields(status: &LockStatus) -> Vec<(&'static str, String)> {
     if let Some(owner) = &status.owner {
         out.push(("owner", owner.clone()));
     }
+    if let Some(holder) = &status.holder {
+        if let Some(host) = &holder.host {
+            out.push(("holder_host", host.clone()));
+        }
+        if let Some(pid) = holder.pid {
+            out.push(("holder_pid", pid.to_string()));
+        }
+        if let Some(note) = &holder.note {
+            out.push(("holder_note", note.clone()));
+        }
+    }
     if let Some(ttl) = status.ttl_remaining {
         out.push(("ttl_remaining_ms", ttl.as_millis().to_string()));
     }
@@ -230,6 +241,7 @@ pub fn list_line(name: &LockName, status: &LockStatus) -> String {
 /// A status as JSON: every field present, `null` where the backend cannot tell.
 pub fn status_json(name: &LockName, backend: &str, status: &LockStatus) -> Value {
     let token = status.token.map(u64::from);
+    let holder = status.holder.as_ref();
     json!({
         "name": name.as_str(),
         "backend": backend,
@@ -237,6 +249,9 @@ pub fn status_json(name: &LockName, backend: &str, status: &LockStatus) -> Value
         "token": token.filter(|_| status.held),
         "last_token": token.filter(|_| !status.held),
         "owner": status.owner,
+        "holder_host": holder.and_then(|h| h.host.as_deref()),
+        "holder_pid": holder.and_then(|h| h.pid),
+        "holder_note": holder.and_then(|h| h.note.as_deref()),
         "ttl_remaining_ms": status.ttl_remaining.map(|d| d.as_millis() as u64),
         "waiters": status.waiters,
     })
@@ -261,9 +276,11 @@ pub fn list_json(
     })
 }
 
-/// A value with its whitespace replaced, so that one field stays one word.
+/// A value with its whitespace and control characters replaced, so that
+/// one field stays one word on one line (a holder's note, or a host name
+/// another client stored, can hold any text).
 fn one_word(value: &str) -> String {
-    value.replace(char::is_whitespace, "_")
+    value.replace(|c: char| c.is_whitespace() || c.is_control(), "_")
 }
 
 #[cfg(test)]
@@ -284,7 +301,9 @@ mod tests {
     async fn status_of_a_held_lock_has_every_field() {
         let locks: Arc<dyn LockService> = Arc::new(MemoryLock::new());
         let name = n("jobs/nightly");
-        let opts = AcquireOptions::new().ttl(Duration::from_secs(10));
+        let opts = AcquireOptions::new()
+            .ttl(Duration::from_secs(10))
+            .note("nightly run 7");
         let guard = locks.acquire(&name, &opts).await.unwrap();
         let status = locks.inspect(&name).await.unwrap();
         let v = status_json(&name, "memory", &status);
@@ -297,6 +316,12 @@ mod tests {
         let ttl = v["ttl_remaining_ms"].as_u64().unwrap();
         assert!(ttl > 0 && ttl <= 10_000, "{v}");
         assert_eq!(v["waiters"], 0);
+        assert_eq!(v["holder_pid"], std::process::id());
+        assert!(
+            v["holder_host"].as_str().is_some_and(|h| !h.is_empty()),
+            "{v}"
+        );
+        assert_eq!(v["holder_note"], "nightly run 7");
 
         let text = status_lines(&name, "memory", &status);
         assert!(
@@ -304,6 +329,10 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("\nowner="), "{text}");
+        assert!(text.contains("\nholder_note=nightly_run_7\n"), "{text}");
+        let pid = format!("\nholder_pid={}\n", std::process::id());
+        assert!(text.contains(&pid), "{text}");
+        assert!(text.contains("\nholder_host="), "{text}");
 
         let token = guard.fencing_token().unwrap();
         guard.release().await.unwrap();
@@ -314,6 +343,10 @@ mod tests {
         assert_eq!(v["last_token"], u64::from(token));
         assert!(v["owner"].is_null());
         assert!(v["ttl_remaining_ms"].is_null());
+        for field in ["holder_host", "holder_pid", "holder_note"] {
+            assert!(v[field].is_null(), "{v}");
+        }
+        assert!(!status_lines(&name, "memory", &free).contains("holder_"));
     }
 
     /// `list` shows the held mutexes under the prefix, sorted, one line each.

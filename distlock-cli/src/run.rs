@@ -49,7 +49,10 @@ pub async fn run(args: RunArgs, url_cli: OnCommandLine, mode_cli: ModeOnCommandL
     // A wait rides out the server restarting or failing over: it ends with
     // the lock, or when it runs out (with the last error if the servers
     // were still out of reach).
-    let opts = AcquireOptions::new().ttl(args.ttl).retry_errors(true);
+    let mut opts = AcquireOptions::new().ttl(args.ttl).retry_errors(true);
+    if let Some(note) = &args.note {
+        opts = opts.note(note.as_str());
+    }
     if let Err(err) = opts.clone().wait(wait_value(wait)).validate() {
         return fail(exit_code::USAGE, err.message());
     }

@@ -339,15 +339,38 @@ fn check_status(b: &Backend) {
     assert_eq!(free.field("state").as_deref(), Some("free"), "{free:#?}");
     assert_eq!(free.field("name").as_deref(), Some(name.as_str()));
 
+    // A note too long (or of several lines) is a bad command line: CMD never runs.
+    let long = "n".repeat(distlock::MAX_NOTE_LEN + 1);
+    let ran = p(&dir, "ran");
+    for note in [long.as_str(), "two\nlines"] {
+        let script = format!("touch '{}'", s(&ran));
+        let out = run_to_end(run_sh(&b.url, &["--note", note], &name, &script));
+        assert_eq!(out.code, exit_code::USAGE, "{out:#?}");
+        assert!(out.stderr.contains("note"), "{out:#?}");
+        assert!(!ran.exists(), "CMD ran with a bad note");
+    }
+
+    // CMD writes its token and its parent's pid (distlock's) before the token file appears.
+    let pid_file = p(&dir, "pid");
     let script = format!(
-        r#"echo "${{DISTLOCK_TOKEN-unset}}" > '{tmp}'; mv '{tmp}' '{tok}'; while [ ! -e '{stop}' ]; do sleep 0.05; done"#,
+        r#"echo "$PPID" > '{pid}'; echo "${{DISTLOCK_TOKEN-unset}}" > '{tmp}'; mv '{tmp}' '{tok}'; while [ ! -e '{stop}' ]; do sleep 0.05; done"#,
+        pid = s(&pid_file),
         tmp = s(&p(&dir, "token.tmp")),
         tok = s(&token_file),
         stop = s(&stop)
     );
-    let holder = Running::start(run_sh(&b.url, &["--ttl", "10s"], &name, &script));
+    let note = "nightly batch 7";
+    let holder = Running::start(run_sh(
+        &b.url,
+        &["--ttl", "10s", "--note", note],
+        &name,
+        &script,
+    ));
     wait_for_file(&token_file, Duration::from_secs(20));
     let seen = read(&token_file).trim().to_string();
+    let pid = read(&pid_file).trim().to_string();
+    let host = distlock::Holder::this_process().host.expect("a host name");
+    let describes = capabilities(&b.url).describes_holder;
 
     let held = status(&b.url, &name);
     assert_eq!(held.code, exit_code::HELD, "{held:#?}");
@@ -365,6 +388,20 @@ fn check_status(b: &Backend) {
     if let Some(ms) = held.field("ttl_remaining_ms") {
         let ms: u64 = expect("ttl_remaining_ms", ms.parse());
         assert!(ms <= 10_000, "{held:#?}");
+    }
+    // Who holds it: this machine, the distlock process, the note (spaces as `_`).
+    if describes {
+        assert_eq!(held.field("holder_host"), Some(host.clone()), "{held:#?}");
+        assert_eq!(held.field("holder_pid"), Some(pid.clone()), "{held:#?}");
+        assert_eq!(
+            held.field("holder_note").as_deref(),
+            Some("nightly_batch_7"),
+            "{held:#?}"
+        );
+    } else {
+        for field in ["holder_host", "holder_pid", "holder_note"] {
+            assert_eq!(held.field(field), None, "{held:#?}");
+        }
     }
 
     // The same as one JSON object, with every key (null where unknown).
@@ -391,6 +428,15 @@ fn check_status(b: &Backend) {
         "{v}"
     );
     assert!(v["waiters"].is_null() || v["waiters"].is_u64(), "{v}");
+    if describes {
+        assert_eq!(v["holder_host"], host.as_str(), "{v}");
+        assert_eq!(v["holder_pid"].to_string(), pid, "{v}");
+        assert_eq!(v["holder_note"], note, "{v}");
+    } else {
+        for field in ["holder_host", "holder_pid", "holder_note"] {
+            assert!(v[field].is_null(), "{v}");
+        }
+    }
 
     expect("stop file", std::fs::write(&stop, b""));
     let out = holder.finish(HANG);
@@ -405,6 +451,10 @@ fn check_status(b: &Backend) {
     assert_eq!(out.code, exit_code::FREE, "{out:#?}");
     assert_eq!(v["state"], "free", "{v}");
     assert!(v["token"].is_null() && v["owner"].is_null(), "{v}");
+    assert!(
+        v["holder_pid"].is_null() && v["holder_note"].is_null(),
+        "{v}"
+    );
 }
 
 /// `--wait D` on a held lock: gives up after D with the not-acquired status
@@ -715,8 +765,15 @@ fn check_list(b: &Backend) {
     let dir = tempdir();
     let started = p(&dir, "started");
     let stop = p(&dir, "stop");
-    let holder = hold_until(&b.url, &["--ttl", "10s"], &name, &started, &stop);
+    let holder = hold_until(
+        &b.url,
+        &["--ttl", "10s", "--note", "listed job"],
+        &name,
+        &started,
+        &stop,
+    );
     wait_for_file(&started, Duration::from_secs(20));
+    let describes = capabilities(&b.url).describes_holder;
     let out = run_to_end(distlock(&["list", "--url", &b.url, &prefix]));
     if out.code == exit_code::UNSUPPORTED {
         out.one_line_error(exit_code::UNSUPPORTED);
@@ -729,9 +786,22 @@ fn check_list(b: &Backend) {
             lines[0].starts_with(&format!("{name} state=held")),
             "{out:#?}"
         );
+        assert_eq!(
+            lines[0].contains(" holder_note=listed_job"),
+            describes,
+            "{out:#?}"
+        );
+        assert_eq!(lines[0].contains(" holder_pid="), describes, "{out:#?}");
+        assert_eq!(lines[0].contains(" holder_host="), describes, "{out:#?}");
         let json = run_to_end(distlock(&["list", "--json", "--url", &b.url, &prefix]));
         let v: serde_json::Value = expect("list --json", serde_json::from_str(&json.stdout));
         assert_eq!(v["locks"][0]["name"], name.as_str(), "{v}");
+        if describes {
+            assert_eq!(v["locks"][0]["holder_note"], "listed job", "{v}");
+            assert!(v["locks"][0]["holder_pid"].is_u64(), "{v}");
+        } else {
+            assert!(v["locks"][0]["holder_note"].is_null(), "{v}");
+        }
         assert_eq!(v["truncated"], false, "{v}");
     }
     expect("stop file", std::fs::write(&stop, b""));

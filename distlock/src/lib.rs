@@ -15,11 +15,11 @@ pub use url::{Endpoint, LockUrl, Scheme};
 pub use lock_core::{
     async_trait, metrics, AcquireOptions, Capabilities, DistributedLock, DistributedLockExt,
     FencedRegister, Fencing, FencingToken, ForceReleased, GuardState, GuardStateRef, GuardStates,
-    GuardView, KeepAlive, LockError, LockErrorKind, LockGuard, LockMode, LockName, LockService,
-    LockStatus, LossCause, MemoryLock, MultiGuard, NodeFailure, NodeFailureReason, ReadWriteLock,
-    ReadWriteLockExt, Result, RetryPolicy, Semaphore, SemaphoreExt, StaleToken, StatesClosed,
-    TlsConfig, TokenFence, ERROR_BACKOFF, MAX_NAME_LEN, MAX_PERMITS, MAX_TTL, MAX_WAIT, MIN_TTL,
-    WAIT_FOREVER,
+    GuardView, Holder, KeepAlive, LockError, LockErrorKind, LockGuard, LockMode, LockName,
+    LockService, LockStatus, LossCause, MemoryLock, MultiGuard, NodeFailure, NodeFailureReason,
+    ReadWriteLock, ReadWriteLockExt, Result, RetryPolicy, Semaphore, SemaphoreExt, StaleToken,
+    StatesClosed, TlsConfig, TokenFence, ERROR_BACKOFF, MAX_NAME_LEN, MAX_NOTE_LEN, MAX_PERMITS,
+    MAX_TTL, MAX_WAIT, MIN_TTL, WAIT_FOREVER,
 };
 
 /// One `use distlock::prelude::*;` brings every trait whose methods a lock

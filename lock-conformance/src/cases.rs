@@ -7,8 +7,8 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use lock_core::{
-    AcquireOptions, Capabilities, DistributedLockExt, GuardState, LockErrorKind, LockMode,
-    LockName, LockService, LossCause, ReadWriteLockExt, MAX_TTL,
+    AcquireOptions, Capabilities, DistributedLockExt, GuardState, Holder, LockErrorKind, LockMode,
+    LockName, LockService, LossCause, ReadWriteLockExt, MAX_NOTE_LEN, MAX_TTL,
 };
 use tokio::time::{sleep, timeout, Instant};
 
@@ -54,6 +54,7 @@ cases! {
     bad_input_is_invalid_argument if always,
     unreachable_server_is_unavailable_quickly if |c| c.remote,
     inspect_reports_holder if always,
+    inspect_and_list_describe_the_holder if |c| c.describes_holder,
     model_based_random_interleavings if always,
     parent_and_child_names_are_independent if always,
     every_call_honours_its_deadline_when_the_server_hangs if |c| c.remote,
@@ -756,6 +757,79 @@ async fn inspect_reports_holder(h: Arc<dyn Harness>) {
     }
     assert!(g.release().await.unwrap());
     assert!(!a.inspect(&name).await.unwrap().held);
+}
+
+/// Another client's `inspect` and `list` show who holds a mutex (this
+/// machine's host, this process's id, the note given at acquire), also for
+/// a waiter the lock was handed to; a released lock has no holder; a note
+/// too long or of several lines is an `InvalidArgument` error.
+async fn inspect_and_list_describe_the_holder(h: Arc<dyn Harness>) {
+    let name = unique_name("holder");
+    let (a, b) = (client(&*h).await, client(&*h).await);
+    let me = Holder::this_process();
+    assert!(me.host.is_some(), "this machine has no host name");
+    let first = a
+        .acquire(&name, &opts(&*h).note("first holder: report job 17"))
+        .await
+        .unwrap();
+    let st = b.inspect(&name).await.unwrap();
+    assert!(st.held);
+    let seen = st.holder.expect("inspect shows no holder");
+    assert_eq!(seen.host, me.host);
+    assert_eq!(seen.pid, me.pid);
+    assert_eq!(seen.note.as_deref(), Some("first holder: report job 17"));
+    let listed = b.list(name.as_str(), 10).await.expect("list");
+    let Some((_, st)) = listed.iter().find(|(n, _)| *n == name) else {
+        panic!("{name} not listed: {listed:?}");
+    };
+    assert_eq!(st.holder.as_ref(), Some(&seen), "list and inspect disagree");
+
+    // A waiter gets the lock when it is released: its own description.
+    let second = {
+        let (b, name, o) = (b.clone(), name.clone(), opts(&*h).note("second"));
+        tokio::spawn(async move { b.acquire(&name, &o).await })
+    };
+    sleep(Duration::from_millis(300)).await;
+    assert!(first.release().await.unwrap());
+    let second = timeout(Duration::from_secs(10) + h.slack(), second)
+        .await
+        .expect("the waiter did not get the released lock")
+        .unwrap()
+        .unwrap();
+    let st = a.inspect(&name).await.unwrap();
+    assert!(st.held);
+    let seen = st.holder.expect("no holder shown for the waiter");
+    assert_eq!(seen.note.as_deref(), Some("second"));
+    assert_eq!((seen.host, seen.pid), (me.host.clone(), me.pid));
+    assert!(second.release().await.unwrap());
+    let st = a.inspect(&name).await.unwrap();
+    assert!(!st.held, "{st:?}");
+    assert_eq!(st.holder, None);
+
+    // Without a note: host and pid only.
+    let g = a.acquire(&name, &opts(&*h)).await.unwrap();
+    let seen = b.inspect(&name).await.unwrap().holder.expect("no holder");
+    assert_eq!((seen.host, seen.pid, seen.note), (me.host, me.pid, None));
+    assert!(g.release().await.unwrap());
+
+    for bad in ["n".repeat(MAX_NOTE_LEN + 1), "two\nlines".to_string()] {
+        let err = a
+            .try_acquire(&name, &opts(&*h).note(bad))
+            .await
+            .expect_err("a bad note was accepted");
+        assert_eq!(err.kind(), LockErrorKind::InvalidArgument, "{err}");
+    }
+    let ok = a
+        .try_acquire(&name, &opts(&*h).note("n".repeat(MAX_NOTE_LEN)))
+        .await
+        .unwrap()
+        .expect("a note of the largest size");
+    assert_eq!(
+        b.inspect(&name).await.unwrap().holder.and_then(|d| d.note),
+        Some("n".repeat(MAX_NOTE_LEN))
+    );
+    assert!(ok.release().await.unwrap());
+    assert_no_leftovers(&*h, &name).await;
 }
 
 /// Random interleavings of try-acquire, release, extend and removal from

@@ -14,6 +14,7 @@ fn main() -> ExitCode {
         .with_notified_wait(true)
         .with_read_write(true)
         .with_semaphore(true)
+        .with_describes_holder(true)
         .with_fault_tolerance("not applicable: one process");
     lock_conformance::run(|| async { MemoryHarness::new() }, expected)
 }

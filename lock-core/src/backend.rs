@@ -18,6 +18,7 @@ use crate::capabilities::Capabilities;
 use crate::error::Result;
 use crate::fencing::FencingToken;
 use crate::guard::LossCause;
+use crate::holder::Holder;
 use crate::name::LockName;
 use crate::options::RetryPolicy;
 
@@ -91,6 +92,11 @@ pub struct LeaseRequest {
     pub retry: RetryPolicy,
     /// The kind of lease (a mutex unless set with [`LeaseRequest::with_mode`]).
     pub mode: LockMode,
+    /// Who asks, to be stored with the holder's entry where the backend
+    /// can ([`LockStatus::holder`]): the core sets this process's host and
+    /// id and the caller's note; `None` (the default of
+    /// [`LeaseRequest::new`]) stores nothing.
+    pub holder: Option<Holder>,
 }
 
 impl LeaseRequest {
@@ -104,7 +110,20 @@ impl LeaseRequest {
             ttl,
             retry: RetryPolicy::default(),
             mode: LockMode::Exclusive,
+            holder: None,
         })
+    }
+
+    /// Sets the holder's description (see [`LeaseRequest::holder`]).
+    pub fn with_holder(mut self, holder: Holder) -> Self {
+        self.holder = Some(holder);
+        self
+    }
+
+    /// The text a backend stores for [`LeaseRequest::holder`]
+    /// ([`Holder::to_json`]), `None` without one.
+    pub fn holder_json(&self) -> Option<String> {
+        self.holder.as_ref().map(Holder::to_json)
     }
 
     /// Sets the retry policy.
@@ -298,6 +317,11 @@ pub struct LockStatus {
     /// An identifier of the holder where the backend has one (the etcd
     /// lease id, the ZooKeeper session id of the holder's node), for operators.
     pub owner: Option<String>,
+    /// Who holds it, as the holder described itself at acquire (host,
+    /// process id, note), where the backend stores it and the holder was
+    /// a distlock client; `None` otherwise (another client's entry, or one
+    /// whose stored text cannot be read).
+    pub holder: Option<Holder>,
 }
 
 impl LockStatus {
@@ -330,6 +354,12 @@ impl LockStatus {
     /// Sets the holder's identifier.
     pub fn with_owner(mut self, owner: Option<String>) -> Self {
         self.owner = owner;
+        self
+    }
+
+    /// Sets the holder's description.
+    pub fn with_holder(mut self, holder: Option<Holder>) -> Self {
+        self.holder = holder;
         self
     }
 }

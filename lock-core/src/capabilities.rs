@@ -59,6 +59,10 @@ pub struct Capabilities {
     pub read_write: bool,
     /// Semaphores ([`crate::Semaphore`]) are offered.
     pub semaphore: bool,
+    /// The holder of a mutex describes itself at acquire (host, process
+    /// id, note: [`crate::Holder`]) and `inspect` and `list` show it
+    /// ([`crate::LockStatus::holder`]).
+    pub describes_holder: bool,
 }
 
 impl Capabilities {
@@ -74,6 +78,7 @@ impl Capabilities {
             fault_tolerance: "none",
             read_write: false,
             semaphore: false,
+            describes_holder: false,
         }
     }
 
@@ -116,6 +121,12 @@ impl Capabilities {
     /// Sets [`Capabilities::semaphore`].
     pub fn with_semaphore(mut self, on: bool) -> Self {
         self.semaphore = on;
+        self
+    }
+
+    /// Sets [`Capabilities::describes_holder`].
+    pub fn with_describes_holder(mut self, on: bool) -> Self {
+        self.describes_holder = on;
         self
     }
 

@@ -42,6 +42,7 @@ mod error;
 mod fencing;
 mod guard;
 mod guard_states;
+mod holder;
 mod lock;
 pub mod mailbox;
 mod memory;
@@ -62,6 +63,7 @@ pub use error::{LockError, LockErrorKind, NodeFailure, NodeFailureReason, Result
 pub use fencing::{FencedRegister, FencingToken, StaleToken, TokenFence};
 pub use guard::{GuardState, GuardView, LockGuard, LossCause};
 pub use guard_states::{GuardStateRef, GuardStates, StatesClosed};
+pub use holder::{Holder, MAX_NOTE_LEN};
 pub use lock::{
     DistributedLock, DistributedLockExt, LockService, ReadWriteLock, ReadWriteLockExt, Semaphore,
     SemaphoreExt,

@@ -16,6 +16,7 @@ use crate::capabilities::Capabilities;
 use crate::clock::{self, SuspendMark};
 use crate::error::{LockError, LockErrorKind, Result};
 use crate::guard::{Grant, GuardView, LockGuard};
+use crate::holder::Holder;
 use crate::metrics as m;
 use crate::multi::MultiGuard;
 use crate::name::LockName;
@@ -359,9 +360,14 @@ async fn grant_inner<B: LockBackend + ?Sized>(
 ) -> Result<Option<LockGuard>> {
     opts.validate()?;
     check_supported(caps, mode)?;
+    let mut holder = Holder::this_process();
+    if let Some(note) = opts.note_value() {
+        holder = holder.with_note(note);
+    }
     let req = LeaseRequest::new(name.clone(), opts.ttl_value())?
         .with_retry(opts.retry_value())
-        .with_mode(mode)?;
+        .with_mode(mode)?
+        .with_holder(holder);
     let backend_name = caps.backend;
     let started = Instant::now();
     let mark = SuspendMark::now();

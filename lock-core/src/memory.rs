@@ -24,6 +24,7 @@ use crate::capabilities::{Capabilities, Fencing};
 use crate::error::{LockError, LockErrorKind, Result};
 use crate::fencing::FencingToken;
 use crate::guard::LossCause;
+use crate::holder::Holder as Description;
 use crate::name::LockName;
 
 /// An in-process lock service. Cloning shares the same locks.
@@ -88,6 +89,8 @@ struct Holder {
     expires: Instant,
     token: u64,
     events: mpsc::UnboundedSender<LeaseEvent>,
+    /// The holder's description, as it asked ([`LeaseRequest::holder`]).
+    described: Option<Description>,
 }
 
 struct Waiter {
@@ -212,13 +215,23 @@ impl MemoryLock {
         if let Some(t) = ticket {
             entry.waiters.remove(&t);
         }
-        let lease = self.hold(entry, &req.name, req.mode, owner, req.ttl, now);
+        let lease = self.hold(
+            entry,
+            &req.name,
+            req.mode,
+            owner,
+            req.ttl,
+            now,
+            req.holder.clone(),
+        );
         // Readers and permits behind this one may be grantable too.
         entry.wake_eligible();
         Some(lease)
     }
 
-    /// Records a holder of `mode` and builds its lease.
+    /// Records a holder of `mode` (described by `described`) and builds
+    /// its lease.
+    #[allow(clippy::too_many_arguments)]
     fn hold(
         &self,
         entry: &mut Entry,
@@ -227,6 +240,7 @@ impl MemoryLock {
         owner: u64,
         ttl: Duration,
         now: Instant,
+        described: Option<Description>,
     ) -> Lease {
         entry.counter += 1;
         let token = entry.counter;
@@ -239,6 +253,7 @@ impl MemoryLock {
                 expires,
                 token,
                 events: tx,
+                described,
             },
         );
         let handle = MemoryLease {
@@ -295,6 +310,7 @@ impl LockBackend for MemoryLock {
             .with_notified_wait(true)
             .with_read_write(true)
             .with_semaphore(true)
+            .with_describes_holder(true)
             .with_fault_tolerance("not applicable: one process")
     }
 
@@ -372,7 +388,8 @@ impl LockBackend for MemoryLock {
                     .keys()
                     .next()
                     .map(|o| format!("memory-owner-{o}")),
-            ))
+            )
+            .with_holder(holder.and_then(|h| h.described.clone())))
     }
 
     /// Removes every holder of `name` (mutex, read-write lock and
@@ -480,16 +497,22 @@ impl LeaseHandle for MemoryLease {
             .get_mut(&self.key)
             .ok_or_else(|| lost(&self.key.0))?;
         entry.purge_expired(now);
-        match entry.holders.get(&self.owner) {
-            Some(h) if h.mode == LockMode::Write => {}
+        let described = match entry.holders.get(&self.owner) {
+            Some(h) if h.mode == LockMode::Write => h.described.clone(),
             Some(_) => return Err(LockError::invalid("only a write lease can be downgraded")),
             None => return Err(lost(&self.key.0)),
-        }
+        };
         // Both at once: the read side is ours before the write side goes.
         entry.holders.remove(&self.owner);
-        let lease = self
-            .lock
-            .hold(entry, &self.key.0, LockMode::Read, owner, ttl, now);
+        let lease = self.lock.hold(
+            entry,
+            &self.key.0,
+            LockMode::Read,
+            owner,
+            ttl,
+            now,
+            described,
+        );
         entry.wake_eligible();
         Ok(lease)
     }

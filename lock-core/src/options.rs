@@ -77,7 +77,8 @@ pub enum KeepAlive {
     },
 }
 
-/// How to acquire a lock: lease TTL, how long to wait, retry and keep-alive.
+/// How to acquire a lock: lease TTL, how long to wait, retry, keep-alive and
+/// the note stored with the holder.
 ///
 /// ```
 /// use std::time::Duration;
@@ -97,6 +98,7 @@ pub struct AcquireOptions {
     retry: RetryPolicy,
     keep_alive: KeepAlive,
     retry_errors: bool,
+    note: Option<String>,
 }
 
 impl Default for AcquireOptions {
@@ -107,6 +109,7 @@ impl Default for AcquireOptions {
             retry: RetryPolicy::default(),
             keep_alive: KeepAlive::Enabled { interval: None },
             retry_errors: false,
+            note: None,
         }
     }
 }
@@ -164,6 +167,24 @@ impl AcquireOptions {
         self.retry_errors
     }
 
+    /// A note stored with the holder's description (see [`crate::Holder`]:
+    /// the host name and process id are always stored), which
+    /// [`crate::DistributedLock::inspect`] and `list` show to anyone looking
+    /// at the lock: what the holder is doing, a job id, a user name. At most
+    /// [`crate::MAX_NOTE_LEN`] bytes of one line of text; a longer note or
+    /// one with a control character (a line break) fails the acquire with
+    /// an `InvalidArgument` error. Stored in clear text on the server: it is
+    /// no place for a secret.
+    pub fn note(mut self, note: impl Into<String>) -> Self {
+        self.note = Some(note.into());
+        self
+    }
+
+    /// The configured note ([`note`](Self::note)).
+    pub fn note_value(&self) -> Option<&str> {
+        self.note.as_deref()
+    }
+
     /// The retry delays used where a backend has to retry.
     pub fn retry(mut self, retry: RetryPolicy) -> Self {
         self.retry = retry;
@@ -218,9 +239,13 @@ impl AcquireOptions {
 
     /// Checks the options: TTL in [`MIN_TTL`]` ..= `[`MAX_TTL`], wait at most
     /// [`MAX_WAIT`] (or [`WAIT_FOREVER`]), keep-alive interval positive and
-    /// below the TTL, retry delays ordered.
+    /// below the TTL, retry delays ordered, the note at most
+    /// [`crate::MAX_NOTE_LEN`] bytes of one line.
     pub fn validate(&self) -> Result<(), LockError> {
         check_ttl(self.ttl)?;
+        if let Some(note) = &self.note {
+            crate::holder::check_note(note)?;
+        }
         if self.wait > MAX_WAIT && !self.waits_forever() {
             return Err(LockError::invalid(format!(
                 "wait {:?} is longer than the maximum {:?}",

@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use etcd_client::{GetOptions, SortOrder, SortTarget};
 use lock_core::session::Sent;
 use lock_core::{
-    Capabilities, Fencing, FencingToken, ForceReleased, Lease, LeaseRequest, LockBackend,
+    Capabilities, Fencing, FencingToken, ForceReleased, Holder, Lease, LeaseRequest, LockBackend,
     LockError, LockErrorKind, LockMode, LockName, LockStatus, Result,
 };
 use tokio::time::Instant;
@@ -20,7 +20,7 @@ use crate::client::{bounded_by, EtcdClient};
 use crate::config::EtcdConfig;
 use crate::held::{grant, Confirmed};
 use crate::key::{Carry, OurKey};
-use crate::layout::{lease_hex, Kind, Queue};
+use crate::layout::{lease_hex, value_of, Kind, Queue};
 use crate::permit::Turns;
 use crate::queue::{in_line, Placed, Position, QueueOps, Turn};
 use crate::session::Session;
@@ -221,7 +221,12 @@ impl EtcdLock {
             // after the put (a read that pages further) leaves our key in
             // doubt, and the clean-up settles it.
             let before = ours.sending();
-            let placed = match inner.ops.place(&queue, &ours.key, &session, req.mode).await {
+            let value = value_of(req.mode, req.holder.as_ref());
+            let placed = match inner
+                .ops
+                .place(&queue, &ours.key, &session, req.mode, value)
+                .await
+            {
                 Err(e) if e.kind() == LockErrorKind::Lost => {
                     // A put with an expired lease writes nothing.
                     session.end("the server no longer knows the session lease");
@@ -379,7 +384,8 @@ impl EtcdLock {
     }
 
     /// The holder (oldest contender) of a mutex queue and the number of
-    /// contenders, from one ascending read of at most 1,000 keys.
+    /// contenders, from one ascending read of at most 1,000 keys (with
+    /// their values: the holder's is its description).
     async fn holder(&self, queue: &Queue) -> Result<(Option<etcd_client::KeyValue>, usize)> {
         let prefix = queue.prefix.clone();
         let resp = self
@@ -394,8 +400,7 @@ impl EtcdLock {
                             GetOptions::new()
                                 .with_prefix()
                                 .with_sort(SortTarget::Create, SortOrder::Ascend)
-                                .with_limit(1000)
-                                .with_keys_only(),
+                                .with_limit(1000),
                         ),
                     )
                     .await
@@ -422,6 +427,7 @@ impl LockBackend for EtcdLock {
             .with_remote(true)
             .with_read_write(true)
             .with_semaphore(true)
+            .with_describes_holder(true)
             .with_fault_tolerance(FAULT_TOLERANCE)
     }
 
@@ -462,7 +468,8 @@ impl LockBackend for EtcdLock {
             .with_token(token)
             .with_ttl_remaining(ttl)
             .with_waiters(Some(contenders.saturating_sub(1)))
-            .with_owner(Some(lease_hex(lease))))
+            .with_owner(Some(lease_hex(lease)))
+            .with_holder(Holder::from_json(owner.value())))
     }
 
     /// Deletes the holders' contender keys of the mutex, the read-write
@@ -506,8 +513,7 @@ impl LockBackend for EtcdLock {
                             GetOptions::new()
                                 .with_prefix()
                                 .with_sort(SortTarget::Create, SortOrder::Ascend)
-                                .with_limit(10_000)
-                                .with_keys_only(),
+                                .with_limit(10_000),
                         ),
                     )
                     .await
@@ -540,7 +546,8 @@ impl LockBackend for EtcdLock {
                             .ok()
                             .map(FencingToken::new),
                     )
-                    .with_owner(Some(lease_hex(kv.lease())));
+                    .with_owner(Some(lease_hex(kv.lease())))
+                    .with_holder(Holder::from_json(kv.value()));
                 (status, 0)
             });
             entry.1 += 1;

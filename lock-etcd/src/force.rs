@@ -121,11 +121,21 @@ fn holders(kind: Kind, kvs: &[KeyValue]) -> Result<Vec<KeyValue>> {
     Ok(held)
 }
 
-/// The permit count a semaphore contender key carries.
+/// The permit count a semaphore contender key carries: its value's
+/// `permits` field (a decimal string), or a bare decimal value.
 fn permit_count(kv: &KeyValue) -> Result<u32> {
+    let from_json = || {
+        let value: serde_json::Value = serde_json::from_slice(kv.value()).ok()?;
+        match value.get("permits")? {
+            serde_json::Value::String(s) => s.parse::<u32>().ok(),
+            serde_json::Value::Number(n) => n.as_u64().and_then(|n| u32::try_from(n).ok()),
+            _ => None,
+        }
+    };
     std::str::from_utf8(kv.value())
         .ok()
         .and_then(|v| v.parse::<u32>().ok())
+        .or_else(from_json)
         .filter(|n| *n > 0)
         .ok_or_else(|| {
             LockError::new(

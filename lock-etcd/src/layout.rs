@@ -2,15 +2,17 @@
 //!
 //! For lock name `N` and key prefix `P`:
 //!
-//! - mutex: `P N/<lease id in lowercase hex>`, empty value: exactly etcd's
-//!   own `concurrency.Mutex`, its Lock RPC and `etcdctl lock` (with no
-//!   prefix). A contender of `N` is a key `P N/` followed by hex digits and
+//! - mutex: `P N/<lease id in lowercase hex>`: exactly etcd's own
+//!   `concurrency.Mutex`, its Lock RPC and `etcdctl lock` (with no
+//!   prefix), which put an empty value and never read it; ours holds the
+//!   holder's description as JSON (`lock_core::Holder`). A contender of `N` is a key `P N/` followed by hex digits and
 //!   nothing else, so the keys of a child name (`N/child/...`) or of the
 //!   other kinds below never count.
 //! - read-write lock: `P N/ rw/<lease hex>-<seq hex>`, value `read` or
 //!   `write` (a downgrade puts `read` on the same key, keeping its place).
-//! - semaphore: `P N/ sem/<lease hex>-<seq hex>`, value the permit count
-//!   in decimal (every client of a name uses the same count).
+//! - semaphore: `P N/ sem/<lease hex>-<seq hex>`, value the holder's
+//!   description as JSON with the permit count (`"permits":"<n>"`; every
+//!   client of a name uses the same count).
 //!
 //! The space in ` rw` and ` sem` is what no lock name can contain, so these
 //! keys never belong to a child name's mutex (`N/rw` is a lock name; `N/ rw`
@@ -22,7 +24,7 @@
 //! waits behind it: writers are not starved); for a permit of N, N
 //! contenders ahead.
 
-use lock_core::{LockMode, LockName};
+use lock_core::{Holder, LockMode, LockName};
 
 /// Which of the three kinds of lock a mode belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,15 +44,21 @@ impl Kind {
     }
 }
 
-/// The value a contender key of `mode` is put with: `read` or `write`, a
-/// semaphore's permit count in decimal (which tells its holders from its
-/// waiters, for a force release), nothing for a mutex.
-pub(crate) fn value_of(mode: LockMode) -> String {
+/// The value a contender key of `mode` is put with: `read` or `write` for
+/// the read-write lock (the queue reads it); for a semaphore, the
+/// description of `holder` with the permit count (`"permits":"<n>"`, which
+/// tells its holders from its waiters for a force release); for a mutex
+/// the description of `holder` ([`Holder::to_json`]; empty without one, as
+/// etcd's own mutex).
+pub(crate) fn value_of(mode: LockMode, holder: Option<&Holder>) -> String {
     match mode {
-        LockMode::Read => READ.to_string(),
-        LockMode::Write => WRITE.to_string(),
-        LockMode::Permit { permits } => permits.to_string(),
-        _ => String::new(),
+        LockMode::Read => READ.to_owned(),
+        LockMode::Write => WRITE.to_owned(),
+        LockMode::Permit { permits } => holder
+            .cloned()
+            .unwrap_or_default()
+            .to_json_with(&[("permits", &permits.to_string())]),
+        _ => holder.map(Holder::to_json).unwrap_or_default(),
     }
 }
 

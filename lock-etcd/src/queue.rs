@@ -121,6 +121,7 @@ impl QueueOps {
         key: &str,
         session: &Session,
         mode: LockMode,
+        value: String,
     ) -> Result<Placed> {
         let lease = session.id();
         let fence = queue.fence_key(lease);
@@ -133,11 +134,7 @@ impl QueueOps {
                 session.fence(&fence),
             ])
             .and_then([
-                TxnOp::put(
-                    key,
-                    value_of(mode),
-                    Some(PutOptions::new().with_lease(lease)),
-                ),
+                TxnOp::put(key, value, Some(PutOptions::new().with_lease(lease))),
                 TxnOp::get(queue.prefix.as_str(), Some(ahead_query(queue, None, page))),
             ])
             .or_else([
@@ -200,7 +197,7 @@ impl QueueOps {
             .when([Compare::create_revision(key, CompareOp::Equal, rev)])
             .and_then([TxnOp::put(
                 key,
-                value_of(mode),
+                value_of(mode, None),
                 Some(PutOptions::new().with_lease(lease)),
             )]);
         // Sent once, like every put of our key: a copy sent elsewhere after

@@ -514,6 +514,11 @@ async fn etcdctl_lock_and_ours_exclude_each_other() {
     assert_eq!(err.kind(), LockErrorKind::Timeout, "{err}");
     let st = ours.inspect(&n).await.unwrap();
     assert!(st.held);
+    // etcdctl's key has an empty value: no holder's description, no error.
+    assert_eq!(st.holder, None);
+    let listed = ours.list(n.as_str(), 10).await.unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0].1.holder, None);
     stop(ctl).await;
     let g = ours
         .acquire(&n, &opts.clone().wait(Duration::from_secs(5)))

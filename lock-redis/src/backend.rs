@@ -115,8 +115,16 @@ impl RedisLock {
             token.clone(),
             start + req.ttl,
         ));
+        let described = req.holder_json().unwrap_or_default();
         match primitive
-            .acquire(&client, keys, &token, ttl_millis(req.ttl), intent)
+            .acquire(
+                &client,
+                keys,
+                &token,
+                ttl_millis(req.ttl),
+                intent,
+                &described,
+            )
             .await
         {
             Ok(AcquireReply::Acquired(fence)) => {
@@ -236,7 +244,10 @@ impl RedisLock {
         let ttl_ms = ttl_millis(req.ttl);
         let leave = {
             let (client, keys, token) = (client.clone(), keys.clone(), token.clone());
-            let member = format!("{token} {ttl_ms}");
+            let member = match req.holder_json() {
+                Some(described) => format!("{token} {ttl_ms} {described}"),
+                None => format!("{token} {ttl_ms}"),
+            };
             CleanupOnDrop::new(async move {
                 if let Err(err) = client.release(&keys, &token, Some(&member)).await {
                     tracing::debug!(key = %keys.lock, error = %err, "distlock redis: could not leave the queue; the place lapses by itself and a lock handed over meanwhile expires with its TTL");
@@ -260,6 +271,7 @@ impl RedisLock {
     ) -> Result<Option<Lease>> {
         let client = &self.inner.client;
         let ttl_ms = ttl_millis(req.ttl);
+        let described = req.holder_json().unwrap_or_default();
         // The attempt in flight at the deadline, then the leaving.
         let slack = client.config.request_timeout.saturating_mul(2);
         let place = PlaceLife::new(req.ttl, client.config.max_recheck, deadline, slack);
@@ -276,7 +288,7 @@ impl RedisLock {
             }
             let sent = Instant::now();
             let reply = self
-                .queue_attempt(keys, &token, ttl_ms, place.lasts_ms())
+                .queue_attempt(keys, &token, ttl_ms, place.lasts_ms(), &described)
                 .await;
             if let Some(sub) = &mut sub {
                 sub.after_attempt();
@@ -339,16 +351,17 @@ impl RedisLock {
         token: &str,
         ttl_ms: u64,
         lasts_ms: u64,
+        described: &str,
     ) -> Result<(AcquireReply, u64)> {
         let (client, queued) = (&self.inner.client, Some(lasts_ms));
         let started = Instant::now();
-        match client.acquire(keys, token, ttl_ms, queued).await {
+        match client.acquire(keys, token, ttl_ms, queued, described).await {
             Err(err)
                 if err.kind() == LockErrorKind::Unavailable
                     && started.elapsed() < client.config.request_timeout =>
             {
                 tracing::debug!(key = %keys.lock, error = %err, "distlock redis: attempt failed on a broken connection; retrying once");
-                client.acquire(keys, token, ttl_ms, queued).await
+                client.acquire(keys, token, ttl_ms, queued, described).await
             }
             other => other,
         }
@@ -439,6 +452,7 @@ impl LockBackend for RedisLock {
             .with_fault_tolerance("none: a single server")
             .with_read_write(true)
             .with_semaphore(true)
+            .with_describes_holder(true)
     }
 
     async fn try_lock(&self, req: &LeaseRequest) -> Result<Option<Lease>> {
@@ -498,7 +512,8 @@ impl LockBackend for RedisLock {
         let ttl_remaining = u64::try_from(seen.pttl).ok().map(Duration::from_millis);
         Ok(LockStatus::new(seen.pttl != -2)
             .with_token(seen.counter.filter(|c| *c > 0).map(FencingToken::new))
-            .with_ttl_remaining(ttl_remaining))
+            .with_ttl_remaining(ttl_remaining)
+            .with_holder(seen.holder))
     }
 
     /// The mutex by [`RELEASE_QUEUED`](crate::scripts::RELEASE_QUEUED)
@@ -544,12 +559,13 @@ impl LockBackend for RedisLock {
             .list(prefix)
             .await?
             .into_iter()
-            .filter_map(|(listed, counter)| {
+            .filter_map(|(listed, counter, holder)| {
                 let name = LockName::new(listed.key.strip_prefix(key_prefix.as_str())?).ok()?;
                 let status = LockStatus::new(true)
                     .with_token(counter.filter(|c| *c > 0).map(FencingToken::new))
                     .with_ttl_remaining(Some(Duration::from_millis(listed.pttl)))
-                    .with_owner(Some(owner_hint(&listed.token)));
+                    .with_owner(Some(owner_hint(&listed.token)))
+                    .with_holder(holder);
                 Some((name, status))
             })
             .collect();

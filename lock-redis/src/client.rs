@@ -6,7 +6,7 @@ use std::future::Future;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use lock_core::{LockError, LockErrorKind, Result};
+use lock_core::{Holder, LockError, LockErrorKind, Result};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind};
 
@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use crate::config::RedisLockConfig;
 use crate::renew::{BatchSender, Batcher, KeyOutcome, RenewItem, Renewed, RENEW_BATCH};
-use crate::scripts::{Keys, Listed, Scripts, ACQUIRE_FENCED, LIST_PAGE, RELEASE_QUEUED};
+use crate::scripts::{Keys, Listed, Scripts, ACQUIRE_FENCED, HOLDER, LIST_PAGE, RELEASE_QUEUED};
 
 /// Delays of the connection manager's reconnection attempts: from this...
 const RECONNECT_MIN_DELAY: Duration = Duration::from_millis(25);
@@ -88,12 +88,21 @@ pub(crate) enum AcquireReply {
 }
 
 /// What `inspect` read, atomically.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Inspection {
     /// `PTTL` of the lock key: -2 absent, -1 no expiry, else ms left.
     pub(crate) pttl: i64,
     /// The fencing counter, if it exists.
     pub(crate) counter: Option<u64>,
+    /// The holder's description, if the lock key's owner stored one.
+    pub(crate) holder: Option<Holder>,
+}
+
+/// The description in `stored` (the value of [`Keys::holder`]) if it is
+/// that of the owner `token` (the lock key's value): `<token> <JSON>`.
+pub(crate) fn description_of(token: &[u8], stored: &[u8]) -> Option<Holder> {
+    let rest = stored.strip_prefix(token)?.strip_prefix(b" ")?;
+    Holder::from_json(rest)
 }
 
 impl Client {
@@ -262,20 +271,23 @@ impl Client {
     /// who holds it and a bound at least the last token issued, `max(the
     /// counter, the server's clock in µs)` (0 when acquired). A caller
     /// that will wait passes how long its `queued` place lasts (in ms) and
-    /// takes that place if the lock is not free.
+    /// takes that place if the lock is not free. `described` is the
+    /// holder's description ('' for none), stored with the lock.
     pub(crate) async fn acquire(
         &self,
         keys: &Keys,
         token: &str,
         ttl_ms: u64,
         queued: Option<u64>,
+        described: &str,
     ) -> Result<(AcquireReply, u64)> {
         let mut conn = self.conn.clone();
         let mut call = on_mutex_keys(&self.scripts.acquire_fenced, keys);
         call.arg(token)
             .arg(ttl_ms)
             .arg(if queued.is_some() { "1" } else { "" })
-            .arg(queued.unwrap_or(0));
+            .arg(queued.unwrap_or(0))
+            .arg(described);
         let reply: Vec<i64> = self
             .request("acquire", call.invoke_async(&mut conn))
             .await?;
@@ -361,7 +373,10 @@ impl Client {
 
     /// The held locks whose names start with `name_prefix`, with their
     /// counters; the whole scan within one request timeout.
-    pub(crate) async fn list(&self, name_prefix: &str) -> Result<Vec<(Listed, Option<u64>)>> {
+    pub(crate) async fn list(
+        &self,
+        name_prefix: &str,
+    ) -> Result<Vec<(Listed, Option<u64>, Option<Holder>)>> {
         let mut conn = self.conn.clone();
         let prefix = self.config.key_prefix.clone();
         let scripts = &self.scripts;
@@ -371,7 +386,7 @@ impl Client {
                     crate::scripts::list_keys(&mut conn, &scripts.list_page, &prefix, name_prefix)
                         .await?;
                 if found.is_empty() {
-                    return Ok((found, Vec::new()));
+                    return Ok((found, Vec::new(), Vec::new()));
                 }
                 let counters: Vec<Option<u64>> = redis::cmd("MGET")
                     .arg(
@@ -382,16 +397,36 @@ impl Client {
                     )
                     .query_async(&mut conn)
                     .await?;
-                Ok((found, counters))
+                let described: Vec<Option<Vec<u8>>> = redis::cmd("MGET")
+                    .arg(
+                        found
+                            .iter()
+                            .map(|l| Keys::aux(&l.key, HOLDER))
+                            .collect::<Vec<_>>(),
+                    )
+                    .query_async(&mut conn)
+                    .await?;
+                Ok((found, counters, described))
             })
             .await?;
-        let (found, counters) = found;
-        Ok(found.into_iter().zip(counters).collect())
+        let (found, counters, described) = found;
+        Ok(found
+            .into_iter()
+            .zip(counters)
+            .zip(described)
+            .map(|((listed, counter), stored)| {
+                let holder =
+                    stored.and_then(|s| description_of(listed.token.as_bytes(), s.as_slice()));
+                (listed, counter, holder)
+            })
+            .collect())
     }
 
-    /// `PTTL` of the lock key and `GET` of the counter, in one transaction.
+    /// `PTTL` of the lock key, `GET` of the counter, of the lock key and of
+    /// its holder's description, in one transaction.
     pub(crate) async fn inspect(&self, keys: &Keys) -> Result<Inspection> {
-        let (pttl, counter): (i64, Option<u64>) = self
+        type Seen = (i64, Option<u64>, Option<Vec<u8>>, Option<Vec<u8>>);
+        let (pttl, counter, token, described): Seen = self
             .request_idempotent("inspect", || {
                 let mut conn = self.conn.clone();
                 let mut pipe = redis::pipe();
@@ -399,11 +434,20 @@ impl Client {
                     .cmd("PTTL")
                     .arg(&keys.lock)
                     .cmd("GET")
-                    .arg(&keys.fencing);
+                    .arg(&keys.fencing)
+                    .cmd("GET")
+                    .arg(&keys.lock)
+                    .cmd("GET")
+                    .arg(&keys.holder);
                 async move { pipe.query_async(&mut conn).await }
             })
             .await?;
-        Ok(Inspection { pttl, counter })
+        let holder = token.and_then(|t| description_of(&t, described.as_deref()?));
+        Ok(Inspection {
+            pttl,
+            counter,
+            holder,
+        })
     }
 }
 
@@ -415,7 +459,8 @@ fn on_mutex_keys<'a>(script: &'a redis::Script, keys: &Keys) -> redis::ScriptInv
         .key(&keys.fencing)
         .key(&keys.queue)
         .key(&keys.lapse)
-        .key(&keys.released);
+        .key(&keys.released)
+        .key(&keys.holder);
     call
 }
 

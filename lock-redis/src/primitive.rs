@@ -78,7 +78,9 @@ impl Primitive {
     }
 
     /// One acquire attempt with owner `token` for `ttl_ms`; a caller of the
-    /// read-write lock that will wait passes its place (`intent`).
+    /// read-write lock that will wait passes its place (`intent`). A mutex
+    /// stores the holder's description `described` ('' for none) with it;
+    /// the other primitives do not store one.
     pub(crate) async fn acquire(
         self,
         client: &Client,
@@ -86,10 +88,16 @@ impl Primitive {
         token: &str,
         ttl_ms: u64,
         intent: Option<&Intent>,
+        described: &str,
     ) -> Result<AcquireReply> {
         let ttl = ttl_ms.to_string();
         let (acquired, value): (i64, i64) = match self {
-            Self::Mutex => return Ok(client.acquire(keys, token, ttl_ms, None).await?.0),
+            Self::Mutex => {
+                return Ok(client
+                    .acquire(keys, token, ttl_ms, None, described)
+                    .await?
+                    .0)
+            }
             Self::Read | Self::Write => {
                 let lasts = intent
                     .map(|i| i.place.lasts_ms().to_string())
@@ -143,7 +151,7 @@ impl Primitive {
         ttl: Duration,
     ) -> Result<Option<Instant>> {
         let kind = match self {
-            Self::Mutex => LeaseKind::Mutex,
+            Self::Mutex => LeaseKind::DescribedMutex,
             Self::Read | Self::Write => LeaseKind::ReadWrite,
             Self::Permit(_) => LeaseKind::Permit,
         };
@@ -153,6 +161,7 @@ impl Primitive {
                 key: self.server_key(lock).into_owned(),
                 token: token.to_string(),
                 ttl,
+                described: (self == Self::Mutex).then(|| Keys::aux(lock, crate::scripts::HOLDER)),
             })
             .await
     }

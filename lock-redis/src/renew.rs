@@ -46,11 +46,14 @@ pub const MAX_RENEW_KEYS: usize = 10_000;
 
 /// Compare-and-extend of many leases in one script, each with its own kind,
 /// owner token and TTL, for the mutex, the read-write lock and the semaphore
-/// alike. `KEYS[i]` = the key holding lease i (the lock key, `{key} rw` or
-/// `{key} permits`); `ARGV[3i-2]` = its kind (`m` mutex, `r` read-write
-/// lock, `p` permit), `ARGV[3i-1]` = its owner token, `ARGV[3i]` = its TTL
-/// in ms. A mutex lease is extended if the key still holds its token
-/// (`PEXPIRE`); a read-write lease if its entry in the holders hash has not
+/// alike. For n leases, `KEYS[i]` (i ≤ n) = the key holding lease i (the
+/// lock key, `{key} rw` or `{key} permits`); `ARGV[3i-2]` = its kind (`m`
+/// mutex, `d` mutex with a holder's description, `r` read-write lock, `p`
+/// permit), `ARGV[3i-1]` = its owner token, `ARGV[3i]` = its TTL in ms;
+/// after the n lease keys, the description key (`{key} holder`) of each
+/// `d` lease, in the leases' order. A mutex lease is extended if the key
+/// still holds its token (`PEXPIRE`), and so is the description of a `d`
+/// lease if it is its token's; a read-write lease if its entry in the holders hash has not
 /// expired (the entry's expiry moves to now + TTL, the key's TTL to at least
 /// that); a permit likewise in the permits sorted set. Returns one entry per
 /// key, in order:
@@ -98,14 +101,30 @@ local function permit(k, tok, ttl)
   if redis.call('PTTL', k) < t then redis.call('PEXPIRE', k, t) end
   return 1
 end
-local kinds = {m = mutex, r = rw, p = permit}
+local function described(k, tok, ttl, d)
+  local r = mutex(k, tok, ttl)
+  if r == 1 then
+    local v = redis.call('GET', d)
+    if v and string.sub(v, 1, #tok + 1) == tok .. ' ' then redis.call('PEXPIRE', d, ttl) end
+  end
+  return r
+end
+local kinds = {m = mutex, d = described, r = rw, p = permit}
 local out = {}
-for i = 1, #KEYS do
-  local f = kinds[ARGV[3 * i - 2]]
+local n = #ARGV / 3
+local extra = n
+for i = 1, n do
+  local kind = ARGV[3 * i - 2]
+  local f = kinds[kind]
+  local d
+  if kind == 'd' then
+    extra = extra + 1
+    d = KEYS[extra]
+  end
   if not f then
-    out[i] = 'ERR unknown lease kind ' .. tostring(ARGV[3 * i - 2])
+    out[i] = 'ERR unknown lease kind ' .. tostring(kind)
   else
-    local ok, r = pcall(f, KEYS[i], ARGV[3 * i - 1], ARGV[3 * i])
+    local ok, r = pcall(f, KEYS[i], ARGV[3 * i - 1], ARGV[3 * i], d)
     if ok then
       out[i] = r
     elseif type(r) == 'table' then
@@ -194,6 +213,9 @@ impl RenewBatching {
 pub enum LeaseKind {
     /// A mutex: the key holds the owner token (compare-and-`PEXPIRE`).
     Mutex,
+    /// A mutex whose holder's description ([`RenewItem::described`])
+    /// is extended with it.
+    DescribedMutex,
     /// A read or write lease of the read-write lock (`{key} rw`).
     ReadWrite,
     /// A semaphore permit (`{key} permits`).
@@ -204,6 +226,7 @@ impl LeaseKind {
     fn code(self) -> &'static str {
         match self {
             Self::Mutex => "m",
+            Self::DescribedMutex => "d",
             Self::ReadWrite => "r",
             Self::Permit => "p",
         }
@@ -221,6 +244,10 @@ pub struct RenewItem {
     pub token: String,
     /// The new TTL.
     pub ttl: Duration,
+    /// The key of the holder's description (`{key} holder`) of a
+    /// [`LeaseKind::DescribedMutex`], extended with the lock key while it
+    /// holds this token; ignored for the other kinds.
+    pub described: Option<String>,
 }
 
 /// What the server said about one renewal of a batch.
@@ -449,10 +476,19 @@ pub async fn send_batch<C: redis::aio::ConnectionLike + Send>(
 ) -> RedisResult<Vec<KeyOutcome>> {
     let mut call = script.prepare_invoke();
     for item in items {
+        let kind = match (item.kind, &item.described) {
+            (LeaseKind::DescribedMutex, None) => LeaseKind::Mutex,
+            (kind, _) => kind,
+        };
         call.key(&item.key)
-            .arg(item.kind.code())
+            .arg(kind.code())
             .arg(&item.token)
             .arg(crate::client::ttl_millis(item.ttl));
+    }
+    for item in items {
+        if let (LeaseKind::DescribedMutex, Some(described)) = (item.kind, &item.described) {
+            call.key(described);
+        }
     }
     let reply: Vec<Value> = call.invoke_async(conn).await?;
     parse_reply(reply, items.len())

@@ -8,6 +8,12 @@
 //! expires, and publishes on `{key} released` when it releases, so that
 //! waiters wake at once instead of polling.
 //!
+//! The mutex's holder describes itself in `{key} holder`: its owner token,
+//! a space and the holder's description as JSON (`lock_core::Holder`),
+//! with the lock key's expiry; every script that sets, hands over, extends
+//! or deletes the lock key does the same to it, so a description is shown
+//! only while its token holds the lock key (peers never touch it).
+//!
 //! Every auxiliary key is the lock key in braces, a space and a suffix. Lock
 //! names and key prefixes cannot contain whitespace, so no lock key is ever
 //! an auxiliary key of another lock: the lock named `{x}:fencing` is just a
@@ -48,9 +54,9 @@ macro_rules! next_fence {
 
 /// The mutex queue's helpers, as Lua code defining `now` (ms),
 /// `next_waiter()` (drops lapsed waiters, returns the first member or nil)
-/// and `hand_to(member)` (the lock to that waiter with its TTL and a new
-/// fencing token, announced on the release channel); needs `t` = `TIME` and
-/// the keys of [`ACQUIRE_FENCED`].
+/// and `hand_to(member)` (the lock to that waiter with its TTL, its
+/// description and a new fencing token, announced on the release channel);
+/// needs `t` = `TIME` and the keys of [`ACQUIRE_FENCED`].
 macro_rules! mutex_queue {
     () => {
         concat!(
@@ -63,14 +69,19 @@ macro_rules! mutex_queue {
             "  while true do\n",
             "    local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]\n",
             "    if first == nil then return nil end\n",
-            "    if string.match(first, '^%x+ %d+$') then return first end\n",
+            "    if string.match(first, '^%x+ %d+$') or string.match(first, '^%x+ %d+ {') then return first end\n",
             "    redis.call('ZREM', KEYS[3], first)\n",
             "    redis.call('ZREM', KEYS[4], first)\n",
             "  end\n",
             "end\n",
             "local function hand_to(m)\n",
-            "  local owner, ttl = string.match(m, '^(%x+) (%d+)$')\n",
+            "  local owner, ttl, desc = string.match(m, '^(%x+) (%d+) ?(.*)$')\n",
             "  redis.call('SET', KEYS[1], owner, 'PX', ttl)\n",
+            "  if desc ~= '' then\n",
+            "    redis.call('SET', KEYS[6], owner .. ' ' .. desc, 'PX', ttl)\n",
+            "  else\n",
+            "    redis.call('DEL', KEYS[6])\n",
+            "  end\n",
             "  redis.call('ZREM', KEYS[3], m)\n",
             "  redis.call('ZREM', KEYS[4], m)\n",
             next_fence!("KEYS[2]"),
@@ -83,11 +94,14 @@ macro_rules! mutex_queue {
 /// Mutex acquire with a fencing token, atomically, in arrival order.
 /// `KEYS[1]` = lock key, `KEYS[2]` = fencing counter, `KEYS[3]` = the
 /// waiting queue (`{key} queue`: `<owner token> <ttl ms>` scored by arrival
-/// µs), `KEYS[4]` = when each waiter lapses (`{key} lapse`: the same members
-/// scored by lapse ms), `KEYS[5]` = release channel; `ARGV[1]` = owner
-/// token, `ARGV[2]` = ttl ms, `ARGV[3]` = `1` to take a place in the queue
-/// if the lock is not free ('' for a single try), `ARGV[4]` = how long that
-/// place lasts unless renewed (ms).
+/// µs; `<owner token> <ttl ms> <description>` for a waiter that describes
+/// itself), `KEYS[4]` = when each waiter lapses (`{key} lapse`: the same
+/// members scored by lapse ms), `KEYS[5]` = release channel, `KEYS[6]` = the
+/// holder's description (`{key} holder`: `<owner token> <description>`,
+/// with the lock key's expiry); `ARGV[1]` = owner token, `ARGV[2]` = ttl
+/// ms, `ARGV[3]` = `1` to take a place in the queue if the lock is not free
+/// ('' for a single try), `ARGV[4]` = how long that place lasts unless
+/// renewed (ms), `ARGV[5]` = the caller's description (JSON, '' for none).
 /// Returns `{1, token}` when acquired, `{0, pttl, last}` when held by
 /// someone else (`pttl` = the holder's remaining ms, -1 if it has no
 /// expiry; `last` = `max(the counter, the server's clock in µs)`, at least
@@ -123,6 +137,11 @@ pub const ACQUIRE_FENCED: &str = concat!(
     r#"
 local t
 local function fenced()
+  if ARGV[5] ~= '' then
+    redis.call('SET', KEYS[6], ARGV[1] .. ' ' .. ARGV[5], 'PX', ARGV[2])
+  else
+    redis.call('DEL', KEYS[6])
+  end
   t = redis.call('TIME')
 "#,
     next_fence!("KEYS[2]"),
@@ -132,6 +151,7 @@ if redis.call('EXISTS', KEYS[3]) == 0 and redis.call('SET', KEYS[1], ARGV[1], 'N
   return {1, fenced()}
 end
 local me = ARGV[1] .. ' ' .. ARGV[2]
+if ARGV[5] ~= '' then me = me .. ' ' .. ARGV[5] end
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -567,8 +587,9 @@ pub const LEAVE_LINE: &str = concat!(
 /// Mutex release: compare, then hand the lock to the first waiter in the
 /// queue, or delete it if nobody waits.
 /// `KEYS[1]` = lock key, `KEYS[2]` = fencing counter, `KEYS[3]` = queue,
-/// `KEYS[4]` = lapse times, `KEYS[5]` = release channel; `ARGV[1]` = owner
-/// token, `ARGV[2]` = a queue member to remove first ('' for none: a waiter
+/// `KEYS[4]` = lapse times, `KEYS[5]` = release channel, `KEYS[6]` = the
+/// holder's description (deleted with the lock key, or the next holder's
+/// on a hand-over); `ARGV[1]` = owner token, `ARGV[2]` = a queue member to remove first ('' for none: a waiter
 /// that gives up passes its own, so that a lock handed to it meanwhile goes
 /// on to the next waiter), `ARGV[3]` = `1` for an operator's force release
 /// (the lock is released whoever holds it, `ARGV[1]` is not compared, and
@@ -591,7 +612,7 @@ end
 local holder = redis.call('GET', KEYS[1])
 if not holder or (ARGV[3] ~= '1' and holder ~= ARGV[1]) then return 0 end
 if redis.call('EXISTS', KEYS[3]) == 0 then
-  redis.call('DEL', KEYS[1])
+  redis.call('DEL', KEYS[1], KEYS[6])
   redis.pcall('PUBLISH', KEYS[5], holder)
   return 1
 end
@@ -601,7 +622,7 @@ local t = redis.call('TIME')
     r#"
 local head = next_waiter()
 if head == nil then
-  redis.call('DEL', KEYS[1])
+  redis.call('DEL', KEYS[1], KEYS[6])
   redis.pcall('PUBLISH', KEYS[5], holder)
 else
   hand_to(head)
@@ -981,6 +1002,9 @@ pub struct Keys {
     pub permits: String,
     /// The semaphore's release channel: `{prefix + name} permits released`.
     pub permits_released: String,
+    /// The mutex holder's description: `{prefix + name} holder`, holding
+    /// `<owner token> <description JSON>` with the lock key's expiry.
+    pub holder: String,
 }
 
 /// The suffix of the mutex's release channel ([`Keys::released`]).
@@ -993,6 +1017,8 @@ pub const LINE_LAPSE: &str = "line lapse";
 /// of the node's latest reservation for the first in line (it expires with
 /// the line; the server's clock stands in for it when it is gone).
 pub const LINE_SEQ: &str = "line seq";
+/// The suffix of the mutex holder's description ([`Keys::holder`]).
+pub const HOLDER: &str = "holder";
 /// The suffix of the read-write lock's holders key ([`Keys::rw`]).
 pub const RW: &str = "rw";
 /// The suffix of the semaphore's holders key ([`Keys::permits`]).
@@ -1021,6 +1047,7 @@ impl Keys {
             rw_released: Self::aux(&lock, "rw released"),
             permits: Self::aux(&lock, PERMITS),
             permits_released: Self::aux(&lock, "permits released"),
+            holder: Self::aux(&lock, HOLDER),
             lock,
         }
     }

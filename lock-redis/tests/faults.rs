@@ -907,7 +907,11 @@ async fn a_late_hand_over_grants_nothing_after_the_counter_went_back() {
         tokio::spawn(async move { other.acquire(&name, &opts(Duration::from_secs(10))).await })
     };
     let waiter = first_waiter(&server, &name).await;
-    let member = format!("{waiter} 10000");
+    // `<owner token> <ttl ms> <the waiter's description>`.
+    let member = format!(
+        "{waiter} 10000 {}",
+        lock_core::Holder::this_process().to_json()
+    );
     let lapse_of = || async {
         cmd(&server, &["ZSCORE", &keys.lapse, &member])
             .await

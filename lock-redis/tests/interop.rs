@@ -58,6 +58,18 @@ async fn foreign_clients_and_ours_exclude_each_other() {
         RespValue::Int(ms) => assert!(ms > 4_000 && ms <= 5_000, "PTTL {ms}"),
         other => panic!("PTTL {other:?}"),
     }
+    // The description beside it: `<token> <JSON>`, with the same expiry.
+    let side = format!("{{{name}}} holder");
+    let described = cmd(server, &["GET", &side]).await;
+    let described = described.as_str().expect("a description").to_string();
+    assert_eq!(
+        described,
+        format!("{token} {}", lock_core::Holder::this_process().to_json())
+    );
+    match cmd(server, &["PTTL", &side]).await {
+        RespValue::Int(ms) => assert!(ms > 4_000 && ms <= 5_000, "PTTL {ms}"),
+        other => panic!("PTTL {other:?}"),
+    }
     let foreign = cmd(
         server,
         &["SET", name.as_str(), "foreign-token", "NX", "PX", "5000"],
@@ -68,6 +80,10 @@ async fn foreign_clients_and_ours_exclude_each_other() {
         "a foreign SET NX took our lock: {foreign:?}"
     );
     assert!(g.release().await.unwrap());
+    assert!(
+        cmd(server, &["GET", &side]).await.is_nil(),
+        "the release left the description behind"
+    );
 
     // Foreign first: we are refused, then get it after the foreign release.
     let set = cmd(
@@ -126,8 +142,14 @@ async fn foreign_clients_and_ours_exclude_each_other() {
         Some("foreign-token"),
         "our release removed a foreign lock"
     );
-    assert!(locks.inspect(&name).await.unwrap().held);
-    cmd(server, &["DEL", name.as_str()]).await;
+    // Our description is still there (a foreign DEL does not know it), but
+    // it is not the holder's: no holder shown.
+    let side = format!("{{{name}}} holder");
+    assert!(!cmd(server, &["GET", &side]).await.is_nil());
+    let status = locks.inspect(&name).await.unwrap();
+    assert!(status.held);
+    assert_eq!(status.holder, None);
+    cmd(server, &["DEL", name.as_str(), &side]).await;
 }
 
 /// A key prefix is prepended to the lock key and its fencing/channel keys.

@@ -461,6 +461,7 @@ impl Node {
             .renewals
             .renew(RenewItem {
                 kind: lock_redis::renew::LeaseKind::Mutex,
+                described: None,
                 key: key.to_string(),
                 token: token.to_string(),
                 ttl,

@@ -94,7 +94,7 @@ impl ZkLock {
         let session = Session::connect(&resolved.hosts, &config, until).await?;
         let nodes = Arc::new(Nodes {
             acls: acls_of(&config.acl).into(),
-            data: config.identifier.as_bytes().into(),
+            identifier: config.identifier.as_str().into(),
             containers: AtomicBool::new(true),
             counting: AtomicBool::new(true),
             crowded: AtomicBool::new(false),
@@ -221,7 +221,8 @@ impl Backend {
         if deadline.is_none() && self.held(&session, &dir, recipe, until).await? {
             return Ok(None);
         }
-        let contender = Arc::new(Contender::new(session.clone(), dir, recipe.marker()));
+        let data = self.nodes.data_for(req.holder.as_ref());
+        let contender = Arc::new(Contender::new(session.clone(), dir, recipe.marker(), data));
         let pending = Pending::new(contender.clone());
         let outcome = self.contend(&contender, req, recipe, deadline, until).await;
         match outcome {
@@ -292,6 +293,7 @@ impl Backend {
         lease::grant(
             &c.session,
             &self.nodes,
+            &c.data,
             &created,
             req.ttl,
             looked,
@@ -333,14 +335,14 @@ impl Backend {
         let what = || format!("stamping the grant of {path}");
         match c
             .session
-            .stamp(&c.dir, path, &self.nodes.data, own_node, until)
+            .stamp(&c.dir, path, &c.data, own_node, until)
             .await
         {
             Ok(zxid) => Ok(zxid),
             Err(f) if f.is_no_node() => Err(crate::queue::vanished(path)),
             Err(crate::error::Failure::Zk(zk::Error::NoAuth)) if !own_node => c
                 .session
-                .stamp(&c.dir, path, &self.nodes.data, true, until)
+                .stamp(&c.dir, path, &c.data, true, until)
                 .await
                 .map_err(|f| {
                     if f.is_no_node() {
@@ -375,6 +377,7 @@ impl LockBackend for ZkLock {
             .with_remote(true)
             .with_read_write(true)
             .with_semaphore(true)
+            .with_describes_holder(true)
             .with_fault_tolerance("a minority of the 2N+1 ensemble; a holder's lock outlives it by the session timeout")
     }
 

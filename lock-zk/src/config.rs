@@ -141,9 +141,14 @@ pub struct ZkConfig {
     /// requests it sends and including the wait for a connection being
     /// re-established. Default: [`DEFAULT_REQUEST_TIMEOUT`] (2 s).
     pub request_timeout: Duration,
-    /// The data stored in each contender node, for operators looking at the
-    /// tree (Curator stores the client's IP address there, kazoo its
-    /// `identifier`). Default: `lock-zk pid <process id>`.
+    /// Who this client is, for operators looking at the tree: each
+    /// contender node's data is the holder's description as one JSON
+    /// object (host, process id and note, see [`lock_core::Holder`]) with
+    /// this identifier as its `id` field, e.g.
+    /// `{"host":"web-1","id":"lock-zk pid 4242","note":"nightly","pid":4242}`
+    /// (Curator stores the client's IP address there, kazoo its
+    /// `identifier`; kazoo's `Lock.contenders()` returns this JSON text for
+    /// our nodes). Default: `lock-zk pid <process id>`.
     pub identifier: String,
     /// TLS to every server (ZooKeeper's `secureClientPort`): the CA to
     /// trust (default: the system's roots) and a client certificate and

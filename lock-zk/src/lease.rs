@@ -30,9 +30,11 @@ use crate::session::{Retired, Session};
 /// `Lost(NotOwner)` ([`OwnNode`]); that watch is set shortly after the grant by the
 /// guard's keeper polling the event stream, not on the acquire's path (a
 /// node deleted before it is set is found missing then).
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn grant(
     session: &Arc<Session>,
     nodes: &Arc<Nodes>,
+    data: &Arc<[u8]>,
     created: &Created,
     ttl: Duration,
     looked: Instant,
@@ -75,6 +77,7 @@ pub(crate) async fn grant(
     let handle = ZkLease {
         session: session.clone(),
         nodes: nodes.clone(),
+        data: data.clone(),
         path: shared_path.clone(),
         flags,
     };
@@ -92,6 +95,8 @@ pub(crate) async fn grant(
 struct ZkLease {
     session: Arc<Session>,
     nodes: Arc<Nodes>,
+    /// Our node's data, which a downgrade's read node carries too.
+    data: Arc<[u8]>,
     path: Arc<str>,
     flags: Arc<Flags>,
 }
@@ -194,7 +199,7 @@ impl LeaseHandle for ZkLease {
         let looked = Instant::now();
         let what = || format!("downgrading {} to {read_path}", self.path);
         let stat = match session
-            .create_ephemeral(&read_path, &self.nodes.data, &self.nodes.acls, until)
+            .create_ephemeral(&read_path, &self.data, &self.nodes.acls, until)
             .await
         {
             Ok(stat) => stat,
@@ -218,7 +223,18 @@ impl LeaseHandle for ZkLease {
             stat: Some(stat),
             listing: None,
         };
-        let lease = match grant(session, &self.nodes, &read, ttl, looked, None, until).await {
+        let lease = match grant(
+            session,
+            &self.nodes,
+            &self.data,
+            &read,
+            ttl,
+            looked,
+            None,
+            until,
+        )
+        .await
+        {
             Ok(lease) => lease,
             Err(err) => {
                 let read = Contender::known(session.clone(), &read_path);

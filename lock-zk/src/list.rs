@@ -3,7 +3,7 @@
 //! first contender.
 
 use futures::future::join_all;
-use lock_core::{FencingToken, LockError, LockErrorKind, LockName, LockStatus, Result};
+use lock_core::{FencingToken, Holder, LockError, LockErrorKind, LockName, LockStatus, Result};
 use tokio::time::Instant;
 
 use crate::error::lock_error;
@@ -11,8 +11,9 @@ use crate::node::{self, Contender};
 use crate::session::Session;
 
 /// The status of a mutex whose contenders, in lock order, are `order`
-/// (under `dir`): held by the first, whose czxid is the token and whose
-/// session the owner, the others waiting. `None` when the first left
+/// (under `dir`): held by the first, whose czxid is the token, whose
+/// session the owner and whose data the holder's description (when it is
+/// one: a Curator or kazoo node's data is not), the others waiting. `None` when the first left
 /// between the listing and this look (look again).
 pub(crate) async fn status(
     session: &Session,
@@ -24,12 +25,13 @@ pub(crate) async fn status(
         return Ok(Some(LockStatus::new(false).with_waiters(Some(0))));
     };
     let path = format!("{dir}/{}", first.name);
-    match session.stat(&path, until).await {
-        Ok(Some(stat)) => Ok(Some(
+    match session.get(&path, until).await {
+        Ok(Some((data, stat))) => Ok(Some(
             LockStatus::new(true)
                 .with_token(u64::try_from(stat.czxid).ok().map(FencingToken::new))
                 .with_waiters(Some(order.len() - 1))
-                .with_owner(Some(format!("{:#x}", stat.ephemeral_owner))),
+                .with_owner(Some(format!("{:#x}", stat.ephemeral_owner)))
+                .with_holder(Holder::from_json(&data)),
         )),
         Ok(None) => Ok(None),
         Err(f) => Err(lock_error(&format!("reading {path}"), f)),

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lock_core::{CleanupOnDrop, LockError, LockErrorKind, Result};
+use lock_core::{CleanupOnDrop, Holder, LockError, LockErrorKind, Result};
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
@@ -124,8 +124,8 @@ pub(crate) struct Created {
 pub(crate) struct Nodes {
     /// The ACL of every node created.
     pub acls: Arc<[zk::Acl]>,
-    /// The data of every contender node.
-    pub data: Arc<[u8]>,
+    /// [`crate::ZkConfig::identifier`], in every contender node's data.
+    pub identifier: Arc<str>,
     /// The server supports container nodes (3.5.3+); parents fall back to
     /// persistent nodes when it does not.
     pub containers: AtomicBool,
@@ -141,6 +141,21 @@ pub(crate) struct Nodes {
 }
 
 impl Nodes {
+    /// The data of a contender node of an acquisition by `holder`: the
+    /// holder's description as JSON ([`Holder::to_json_with`]) with the
+    /// identifier as its `id` field, or the identifier alone without a
+    /// description.
+    pub(crate) fn data_for(&self, holder: Option<&Holder>) -> Arc<[u8]> {
+        match holder {
+            Some(h) if self.identifier.is_empty() => h.to_json().into_bytes().into(),
+            Some(h) => h
+                .to_json_with(&[("id", &self.identifier)])
+                .into_bytes()
+                .into(),
+            None => self.identifier.as_bytes().into(),
+        }
+    }
+
     /// Creates `dir` and its missing ancestors, as container nodes where the
     /// server has them (removed by the server once empty, as Curator's
     /// `creatingParentContainersIfNeeded` does).
@@ -200,7 +215,7 @@ impl Nodes {
             let (created, listed) = if count {
                 match c
                     .session
-                    .create_counted(&prefix, &self.data, &self.acls, &c.dir, until)
+                    .create_counted(&prefix, &c.data, &self.acls, &c.dir, until)
                     .await
                 {
                     // Alone under `dir`: the listing would name only us,
@@ -224,7 +239,7 @@ impl Nodes {
             } else {
                 let (created, listed) = c
                     .session
-                    .create_and_list(&prefix, &self.data, &self.acls, &c.dir, until)
+                    .create_and_list(&prefix, &c.data, &self.acls, &c.dir, until)
                     .await;
                 if let (Ok(_), Ok((children, _)), Look::Count) = (&created, &listed, look) {
                     self.crowded.store(children.len() > 1, Ordering::Relaxed);
@@ -306,16 +321,19 @@ pub(crate) struct Contender {
     pub dir: String,
     /// `_c_<uuid>-<marker>`, unique to this acquisition.
     pub prefix: String,
+    /// The node's data ([`Nodes::data_for`]).
+    pub data: Arc<[u8]>,
     state: Mutex<NodeState>,
 }
 
 impl Contender {
-    /// A new acquisition's node with `marker` under `dir`.
-    pub(crate) fn new(session: Arc<Session>, dir: String, marker: Marker) -> Self {
+    /// A new acquisition's node with `marker` and `data` under `dir`.
+    pub(crate) fn new(session: Arc<Session>, dir: String, marker: Marker, data: Arc<[u8]>) -> Self {
         Self {
             session,
             dir,
             prefix: node::our_prefix(&uuid::Uuid::new_v4(), marker),
+            data,
             state: Mutex::new(NodeState::default()),
         }
     }
@@ -327,6 +345,7 @@ impl Contender {
             session,
             dir: dir.to_string(),
             prefix: name.to_string(),
+            data: Arc::from(&[][..]),
             state: Mutex::new(NodeState {
                 node: Some(path.to_string()),
                 ..NodeState::default()

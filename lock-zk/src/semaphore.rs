@@ -53,16 +53,19 @@ pub(crate) async fn acquire(
             Err(f) => return Err(lock_error(&format!("listing {leases}"), f)),
         }
     }
+    let data = b.nodes.data_for(req.holder.as_ref());
     let gate = Arc::new(Contender::new(
         session.clone(),
         format!("{dir}/{LOCKS}"),
         Marker::CuratorLock,
+        data.clone(),
     ));
     let gate_node = Pending::new(gate.clone());
     let lease = Arc::new(Contender::new(
         session.clone(),
         leases,
         Marker::CuratorLease,
+        data,
     ));
     let lease_node = Pending::new(lease.clone());
     let outcome = permit(b, &session, &gate, &lease, req, permits, deadline, until).await;
@@ -150,8 +153,17 @@ async fn permit(
             return Err(vanished(&created.path));
         }
         if count(&children) <= permits {
-            let lease =
-                lease::grant(session, &b.nodes, &created, req.ttl, looked, None, until).await?;
+            let lease = lease::grant(
+                session,
+                &b.nodes,
+                &lease.data,
+                &created,
+                req.ttl,
+                looked,
+                None,
+                until,
+            )
+            .await?;
             return Ok(Some(lease.with_contended(contended)));
         }
         contended = true;

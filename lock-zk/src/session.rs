@@ -467,6 +467,20 @@ impl Session {
         .await
     }
 
+    /// The data and stat of `path`, if it exists.
+    pub async fn get(&self, path: &str, until: Instant) -> Reply<Option<(Vec<u8>, zk::Stat)>> {
+        match self
+            .request("get", until, true, false, |c| async move {
+                c.get_data(path).await
+            })
+            .await
+        {
+            Ok(got) => Ok(Some(got)),
+            Err(f) if f.is_no_node() => Ok(None),
+            Err(f) => Err(f),
+        }
+    }
+
     /// The stat of `path` and a one-shot watch on it (fires on deletion,
     /// data change and session termination), or `None` if it does not
     /// exist: then no watch is left behind (an `exists` watch on a missing

@@ -52,7 +52,8 @@ fn curator_sort_key(child: &str) -> &str {
 }
 
 /// Lock `team/a/b` is the znode `/distlock/team/a/b`; its contender is an
-/// ephemeral child named as Curator names them, holding the identifier, and
+/// ephemeral child named as Curator names them, holding the holder's
+/// description with the identifier as its `id`, and
 /// the fencing token is that node's czxid.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn node_layout_is_curators_with_nested_names() {
@@ -74,7 +75,11 @@ async fn node_layout_is_curators_with_nested_names() {
         kids[0]
     );
     let (data, stat) = admin.get_data(&format!("{dir}/{}", kids[0])).await.unwrap();
-    assert_eq!(data, b"layout-test");
+    // The holder's description as JSON, with the identifier as `id`.
+    let text = String::from_utf8(data).unwrap();
+    let expected = lock_core::Holder::this_process().to_json_with(&[("id", "layout-test")]);
+    assert_eq!(text, expected);
+    assert!(text.contains(r#""id":"layout-test""#), "{text}");
     assert_ne!(
         stat.ephemeral_owner, 0,
         "the contender node is not ephemeral"
@@ -125,7 +130,7 @@ async fn chroot_is_created_and_holds_the_locks() {
 
 /// A contender node created the way Curator creates one (`_c_<uuid>-lock-`,
 /// ephemeral sequential) excludes us, is reported by `inspect` with its
-/// czxid, and wakes our waiter when deleted; our node, created first, sorts
+/// czxid (and no holder's description: its data is not one), and wakes our waiter when deleted; our node, created first, sorts
 /// first by Curator's own rule, so Curator would wait for us.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn curator_named_contenders_exclude_both_ways() {
@@ -151,6 +156,8 @@ async fn curator_named_contenders_exclude_both_ways() {
     assert!(status.held);
     assert_eq!(status.token.map(|t| t.get()), Some(stat.czxid as u64));
     assert_eq!(status.waiters, Some(0));
+    // Curator's node data (an IP address) describes no holder.
+    assert_eq!(status.holder, None);
     let waiting = {
         let (locks, lock, opts) = (
             locks.clone(),

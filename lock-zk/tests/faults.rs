@@ -768,6 +768,11 @@ async fn kazoo_and_lock_zk_exclude_each_other() {
     );
     let status = ours.inspect(&lock).await.unwrap();
     assert!(status.held);
+    // kazoo's node data (its identifier) describes no holder, and fails nothing.
+    assert_eq!(status.holder, None);
+    let listed = ours.list(lock.as_str(), 10).await.unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0].1.holder, None);
     let waiting = {
         let (ours, lock, opts) = (
             ours.clone(),

@@ -79,10 +79,11 @@ impl Harness for Redis {
     async fn leftovers(&self, name: &LockName) -> Vec<String> {
         let keys = Self::keys(name);
         let mut left = Vec::new();
-        // Holders of every primitive, and the waiters of the mutex and the
-        // read-write lock.
+        // Holders of every primitive (and the mutex holder's description),
+        // and the waiters of the mutex and the read-write lock.
         for key in [
             &keys.lock,
+            &keys.holder,
             &keys.queue,
             &keys.lapse,
             &keys.rw,
@@ -142,7 +143,8 @@ pub fn run(tls: bool) -> ExitCode {
         .with_remote(true)
         .with_fault_tolerance("none: a single server")
         .with_read_write(true)
-        .with_semaphore(true);
+        .with_semaphore(true)
+        .with_describes_holder(true);
     lock_conformance::run(
         || async {
             let server = if tls {
