@@ -98,6 +98,7 @@ impl ZkLock {
             containers: AtomicBool::new(true),
             counting: AtomicBool::new(true),
             crowded: AtomicBool::new(false),
+            last_data: std::sync::Mutex::new(None),
         });
         Ok(Self {
             inner: Arc::new(Backend {

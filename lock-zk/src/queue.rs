@@ -138,6 +138,9 @@ pub(crate) struct Nodes {
     /// (one round trip where a count would be followed by a listing), and
     /// goes back to counting once a listing shows it alone.
     pub crowded: AtomicBool,
+    /// The last holder's node data: every acquisition of a process without
+    /// a note describes the same holder, so its guards share one copy.
+    pub last_data: Mutex<Option<(Holder, Arc<[u8]>)>>,
 }
 
 impl Nodes {
@@ -146,13 +149,28 @@ impl Nodes {
     /// identifier as its `id` field, or the identifier alone without a
     /// description.
     pub(crate) fn data_for(&self, holder: Option<&Holder>) -> Arc<[u8]> {
-        match holder {
-            Some(h) if self.identifier.is_empty() => h.to_json().into_bytes().into(),
-            Some(h) => h
+        let Some(h) = holder else {
+            return self.identifier.as_bytes().into();
+        };
+        let mut last = self.last_data.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((seen, data)) = last.as_ref() {
+            if seen == h {
+                return data.clone();
+            }
+        }
+        let data = self.encode(h);
+        *last = Some((h.clone(), data.clone()));
+        data
+    }
+
+    fn encode(&self, holder: &Holder) -> Arc<[u8]> {
+        if self.identifier.is_empty() {
+            holder.to_json().into_bytes().into()
+        } else {
+            holder
                 .to_json_with(&[("id", &self.identifier)])
                 .into_bytes()
-                .into(),
-            None => self.identifier.as_bytes().into(),
+                .into()
         }
     }
 
