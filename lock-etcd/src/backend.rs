@@ -473,7 +473,7 @@ impl LockBackend for EtcdLock {
     }
 
     /// Deletes the holders' contender keys of the mutex, the read-write
-    /// lock and the semaphore of `name` ([`crate::force`]); the waiters
+    /// lock and the semaphore of `name`; the waiters
     /// watching them go on as after a release, and the evicted guards see
     /// their keys' deletion. Within one request timeout in all.
     async fn force_release(&self, name: &LockName) -> Result<ForceReleased> {

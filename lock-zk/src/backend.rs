@@ -398,7 +398,7 @@ impl LockBackend for ZkLock {
     }
 
     /// Deletes the holders' nodes of the mutex, the read-write lock and
-    /// the semaphore of `name` ([`crate::force`]), every request within
+    /// the semaphore of `name`, every request within
     /// one request timeout from the call.
     async fn force_release(&self, name: &LockName) -> Result<ForceReleased> {
         let dir = self.inner.lock_path(name)?;
