@@ -634,7 +634,9 @@ return 1
 /// Read-write lock acquire, atomically, phase-fair.
 /// `KEYS[1]` = holders hash (`{key} rw`: owner token -> `r <expiry ms>` or
 /// `w <expiry ms>`, in the server's clock), `KEYS[2]` = the waiting queue
-/// (`{key} rw queue`: `r:<wait id>` or `w:<wait id>` scored by arrival ms),
+/// (`{key} rw queue`: `r:<wait id>` or `w:<wait id>` scored by arrival ms,
+/// strictly increasing: an arrival in the same millisecond as the last is
+/// scored a hundredth of a millisecond after it),
 /// `KEYS[3]` = fencing counter, `KEYS[4]` = when each waiter lapses
 /// (`{key} rw lapse`: the same members scored by lapse ms); `ARGV[1]` =
 /// owner token, `ARGV[2]` = ttl ms, `ARGV[3]` = `r` or `w`, `ARGV[4]` = the
@@ -708,7 +710,15 @@ for _, m in ipairs(ahead) do
 end
 if me ~= '' then
   local lasts = tonumber(ARGV[5])
-  redis.call('ZADD', KEYS[2], 'NX', now, me)
+  if not arrival then
+    -- Arrivals are strictly ordered: one in the same millisecond as the
+    -- last comes a hundredth of a millisecond after it, so that no waiter
+    -- counts one that arrived before it as level with it.
+    local at = now
+    local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
+    if last[2] and tonumber(last[2]) >= at then at = tonumber(last[2]) + 0.01 end
+    redis.call('ZADD', KEYS[2], 'NX', at, me)
+  end
   redis.call('ZADD', KEYS[4], now + lasts, me)
   for _, k in ipairs({KEYS[2], KEYS[4]}) do
     if redis.call('PTTL', k) < lasts then redis.call('PEXPIRE', k, lasts) end
