@@ -387,32 +387,9 @@ impl EtcdLock {
     /// contenders, from one ascending read of at most 1,000 keys (with
     /// their values: the holder's is its description).
     async fn holder(&self, queue: &Queue) -> Result<(Option<etcd_client::KeyValue>, usize)> {
-        let prefix = queue.prefix.clone();
-        let resp = self
-            .inner
-            .client
-            .call("inspect", |mut c| {
-                let prefix = prefix.clone();
-                async move {
-                    c.get(
-                        prefix,
-                        Some(
-                            GetOptions::new()
-                                .with_prefix()
-                                .with_sort(SortTarget::Create, SortOrder::Ascend)
-                                .with_limit(1000),
-                        ),
-                    )
-                    .await
-                }
-            })
-            .await?;
-        let contenders: Vec<&etcd_client::KeyValue> = resp
-            .kvs()
-            .iter()
-            .filter(|kv| queue.is_contender(kv.key()))
-            .collect();
-        Ok((contenders.first().map(|kv| (*kv).clone()), contenders.len()))
+        let contenders =
+            crate::force::contenders(&self.inner.client, queue, "inspect", 1000).await?;
+        Ok((contenders.first().cloned(), contenders.len()))
     }
 }
 

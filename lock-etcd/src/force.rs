@@ -33,7 +33,7 @@ pub(crate) async fn force_release(
 ) -> Result<usize> {
     let queue = Queue::new(key_prefix, name, kind);
     for _ in 0..ROUNDS {
-        let kvs = contenders(client, &queue).await?;
+        let kvs = contenders(client, &queue, "force release: read the holders", PAGE).await?;
         let holders = holders(kind, &kvs)?;
         if holders.is_empty() {
             return Ok(0);
@@ -63,11 +63,18 @@ pub(crate) async fn force_release(
     )))
 }
 
-/// The contender keys of `queue`, oldest first, with their values.
-async fn contenders(client: &EtcdClient, queue: &Queue) -> Result<Vec<KeyValue>> {
+/// The contender keys of `queue`, oldest first, with their values: one
+/// ascending read of at most `limit` keys, for the call named `what`
+/// (also what `inspect` reads).
+pub(crate) async fn contenders(
+    client: &EtcdClient,
+    queue: &Queue,
+    what: &'static str,
+    limit: i64,
+) -> Result<Vec<KeyValue>> {
     let prefix = queue.prefix.clone();
     let resp = client
-        .call("force release: read the holders", |mut c| {
+        .call(what, |mut c| {
             let prefix = prefix.clone();
             async move {
                 c.get(
@@ -76,7 +83,7 @@ async fn contenders(client: &EtcdClient, queue: &Queue) -> Result<Vec<KeyValue>>
                         GetOptions::new()
                             .with_prefix()
                             .with_sort(SortTarget::Create, SortOrder::Ascend)
-                            .with_limit(PAGE),
+                            .with_limit(limit),
                     ),
                 )
                 .await
