@@ -53,6 +53,9 @@ struct Control {
     born: std::time::Instant,
     /// Bumped to reset every connection open at that moment.
     kill_gen: watch::Sender<u64>,
+    /// Bumped by [`Proxy::heal`]: connections that swallowed bytes are
+    /// reset then.
+    heal_gen: watch::Sender<u64>,
 }
 
 impl Control {
@@ -95,6 +98,16 @@ impl Control {
 ///
 /// If the upstream refuses the connection, the client's connection is reset.
 /// Dropping the proxy stops its thread and closes every connection.
+///
+/// A connection never carries on past a gap: TCP delivers a byte stream whole
+/// and in order, or the connection breaks. So a connection through which a
+/// blackhole or a one-way drop swallowed any bytes is reset when the proxy
+/// heals (as a real connection breaks when its peer's timeout gives up on
+/// it), and one that lost nothing goes on. Resuming a stream with bytes
+/// missing would feed servers and clients a fault no network produces: a
+/// ZooKeeper follower that reads on past proposals it never saw diverges
+/// from its leader, and a client that reads on past a lost reply takes the
+/// next reply for the answer to the request it gave up on.
 pub struct Proxy {
     addr: SocketAddr,
     upstream: SocketAddr,
@@ -127,6 +140,7 @@ impl Proxy {
             .map_err(|e| TestbedError::io("proxy: local_addr", e))?;
         reserve_port(addr.port());
         let (kill_gen, _) = watch::channel(0u64);
+        let (heal_gen, _) = watch::channel(0u64);
         let control = Arc::new(Control {
             mode: AtomicU8::new(PASS),
             latency_ns: AtomicU64::new(0),
@@ -137,6 +151,7 @@ impl Proxy {
             last_reply_ns: AtomicU64::new(0),
             born: std::time::Instant::now(),
             kill_gen,
+            heal_gen,
         });
         let (shutdown_tx, shutdown_rx) = tokio::sync::oneshot::channel();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), TestbedError>>();
@@ -239,21 +254,24 @@ impl Proxy {
 
     /// Open and new connections: client bytes are swallowed, replies (already
     /// in flight or new) still pass; connects succeed. A one-way partition:
-    /// requests never reach the server. [`heal`](Self::heal) ends it.
+    /// requests never reach the server. [`heal`](Self::heal) ends it and
+    /// resets every connection that lost a request.
     pub fn drop_requests(&self) {
         self.control.mode.store(DROP_REQUESTS, Ordering::SeqCst);
     }
 
     /// Open and new connections: client bytes reach the server, which applies
     /// them, but every reply (also those in flight) is swallowed: a reply
-    /// lost after the server applied the request. [`heal`](Self::heal) ends it.
+    /// lost after the server applied the request. [`heal`](Self::heal) ends it
+    /// and resets every connection that lost a reply.
     pub fn drop_replies(&self) {
         self.control.mode.store(DROP_REPLIES, Ordering::SeqCst);
     }
 
     /// Open and new connections: client bytes are swallowed, nothing is forwarded and
     /// nothing answered (also replies already in flight); connects still succeed. A
-    /// client sees timeouts. [`heal`](Self::heal) makes the same connections work again.
+    /// client sees timeouts. [`heal`](Self::heal) resets the connections that lost
+    /// bytes; those that sent and received nothing meanwhile work again.
     pub fn blackhole(&self) {
         self.control.mode.store(BLACKHOLE, Ordering::SeqCst);
     }
@@ -271,13 +289,15 @@ impl Proxy {
     }
 
     /// Back to plain pass-through with zero latency, reply delay and
-    /// subscriber delay, and no replayed messages.
+    /// subscriber delay, and no replayed messages. Connections that lost
+    /// bytes to a blackhole or a one-way drop are reset.
     pub fn heal(&self) {
         self.control.replay_after_ns.store(0, Ordering::SeqCst);
         self.control.latency_ns.store(0, Ordering::SeqCst);
         self.control.reply_delay_ns.store(0, Ordering::SeqCst);
         self.control.subscriber_delay_ns.store(0, Ordering::SeqCst);
         self.control.mode.store(PASS, Ordering::SeqCst);
+        self.control.heal_gen.send_modify(|g| *g += 1);
     }
 
     /// When the upstream last sent anything on any connection (whether or
@@ -349,8 +369,9 @@ async fn accept_loop(
                     }
                     let _ = client.set_nodelay(true);
                     let kill = control.kill_gen.subscribe();
+                    let healed = control.heal_gen.subscribe();
                     control.open.fetch_add(1, Ordering::SeqCst);
-                    tokio::spawn(serve(client, upstream, control.clone(), kill));
+                    tokio::spawn(serve(client, upstream, control.clone(), kill, healed));
                 }
                 Err(e) => {
                     tracing::debug!(error = %e, "lock-testbed proxy: accept failed");
@@ -410,9 +431,14 @@ async fn serve(
     upstream_addr: SocketAddr,
     control: Arc<Control>,
     mut kill: watch::Receiver<u64>,
+    mut healed: watch::Receiver<u64>,
 ) {
     let _guard = OpenGuard(control.clone());
     kill.borrow_and_update();
+    healed.borrow_and_update();
+    // Whether bytes were swallowed in either direction: the connection is
+    // broken from then on, reset at the next heal (see `Proxy`).
+    let mut lost = false;
     let mut client = client;
     let mut upstream: Option<TcpStream> = None;
     let mut subscriber = false;
@@ -434,6 +460,14 @@ async fn serve(
     let mut cbuf = vec![0u8; 16 * 1024];
     let mut ubuf = vec![0u8; 16 * 1024];
     loop {
+        if lost && control.mode() == PASS {
+            // Healed (the wake-up below may not have been seen yet).
+            reset(client);
+            if let Some(u) = upstream {
+                reset(u);
+            }
+            return;
+        }
         let up_due = to_upstream.front().map(|c| c.0);
         let client_due = to_client.front().map(|c| c.0);
         let replay_due = replays.front().map(|c| c.0);
@@ -442,6 +476,13 @@ async fn serve(
                 reset(client);
                 if let Some(u) = upstream { reset(u); }
                 return;
+            }
+            _ = healed.changed() => {
+                if lost {
+                    reset(client);
+                    if let Some(u) = upstream { reset(u); }
+                    return;
+                }
             }
             r = client.read(&mut cbuf), if !client_eof => match r {
                 Ok(0) => client_eof = true,
@@ -457,7 +498,7 @@ async fn serve(
                         let due = Instant::now() + control.latency();
                         to_upstream.push_back((due, cbuf[..n].to_vec()));
                     }
-                    BLACKHOLE | DROP_REQUESTS => {}
+                    BLACKHOLE | DROP_REQUESTS => lost = true,
                     _ => {
                         reset(client);
                         if let Some(u) = upstream { reset(u); }
@@ -473,7 +514,9 @@ async fn serve(
                 Ok(0) => upstream_eof = true,
                 Ok(n) => {
                     control.saw_reply();
-                    if forwards_replies(control.mode()) {
+                    if !forwards_replies(control.mode()) {
+                        lost = true;
+                    } else {
                         let now = Instant::now();
                         let mut due = now + control.latency() + control.reply_delay();
                         if !subscriber {
@@ -494,7 +537,9 @@ async fn serve(
             },
             _ = sleep_until_opt(up_due) => {
                 if let Some((_, data)) = to_upstream.pop_front() {
-                    if forwards_requests(control.mode()) {
+                    if !forwards_requests(control.mode()) {
+                        lost = true;
+                    } else {
                         if let Some(u) = upstream.as_mut() {
                             match write_or_kill(u, &data, &mut kill).await {
                                 Ok(true) => {}
@@ -510,7 +555,9 @@ async fn serve(
             }
             _ = sleep_until_opt(replay_due) => {
                 if let Some((_, data)) = replays.pop_front() {
-                    if forwards_replies(control.mode()) {
+                    if !forwards_replies(control.mode()) {
+                        lost = true;
+                    } else {
                         match write_or_kill(&mut client, &data, &mut kill).await {
                             Ok(true) => {}
                             Ok(false) | Err(_) => {
@@ -524,7 +571,9 @@ async fn serve(
             }
             _ = sleep_until_opt(client_due) => {
                 if let Some((_, data)) = to_client.pop_front() {
-                    if forwards_replies(control.mode()) {
+                    if !forwards_replies(control.mode()) {
+                        lost = true;
+                    } else {
                         match write_or_kill(&mut client, &data, &mut kill).await {
                             Ok(true) => {}
                             Ok(false) | Err(_) => {

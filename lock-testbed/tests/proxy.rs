@@ -55,7 +55,8 @@ fn passes_traffic_and_counts_connections() {
 }
 
 /// Blackhole: connects succeed but nothing is answered, on open and new connections;
-/// heal makes both work again (the swallowed request is never delivered).
+/// heal resets the connections whose bytes were swallowed (a stream never goes on
+/// past a gap), keeps one that sent nothing meanwhile, and new ones work.
 #[test]
 fn blackhole_makes_clients_time_out_and_heal_restores() {
     let redis = shared_redis().unwrap();
@@ -71,6 +72,7 @@ fn blackhole_makes_clients_time_out_and_heal_restores() {
     assert!(err.is_timeout(), "new connection: {err}");
     let mut during = RespConnection::connect(proxy.addr(), Duration::from_millis(500)).unwrap();
     assert!(during.cmd(&["PING"]).unwrap_err().is_timeout());
+    let mut idle = RespConnection::connect(proxy.addr(), Duration::from_secs(2)).unwrap();
     assert_eq!(
         redis.cmd(&["EXISTS", &key]).unwrap(),
         RespValue::Int(0),
@@ -78,8 +80,11 @@ fn blackhole_makes_clients_time_out_and_heal_restores() {
     );
 
     proxy.heal();
-    assert_eq!(open.cmd(&["PING"]).unwrap(), pong());
-    assert_eq!(during.cmd(&["PING"]).unwrap(), pong());
+    let err = open.cmd(&["PING"]).unwrap_err();
+    assert!(err.is_connection_error(), "open connection: {err}");
+    let err = during.cmd(&["PING"]).unwrap_err();
+    assert!(err.is_connection_error(), "connection opened during: {err}");
+    assert_eq!(idle.cmd(&["PING"]).unwrap(), pong());
     assert_eq!(
         resp_command(proxy.addr(), &["PING"], Duration::from_secs(2)).unwrap(),
         pong()
@@ -240,8 +245,9 @@ fn dead_upstream_resets_client_and_drop_closes_everything() {
 }
 
 /// drop_replies: the server applies what the client sends and the client never
-/// hears back (a reply lost after the server applied the request); heal makes
-/// replies flow again.
+/// hears back (a reply lost after the server applied the request); heal resets
+/// that connection (it never goes on to deliver the next reply as the answer
+/// to the lost one) and new connections are answered.
 #[test]
 fn drop_replies_applies_requests_and_swallows_answers() {
     let redis = shared_redis().unwrap();
@@ -271,6 +277,8 @@ fn drop_replies_applies_requests_and_swallows_answers() {
         RespValue::Bulk(Some(b"w".to_vec()))
     );
     proxy.heal();
+    let err = conn.cmd(&["PING"]).unwrap_err();
+    assert!(err.is_connection_error(), "{err}");
     assert_eq!(
         resp_command(proxy.addr(), &["PING"], Duration::from_secs(2)).unwrap(),
         pong()
@@ -278,7 +286,8 @@ fn drop_replies_applies_requests_and_swallows_answers() {
 }
 
 /// drop_requests: nothing the client sends reaches the server (a one-way
-/// partition); heal makes requests flow again.
+/// partition); heal resets the connection that lost a request, and new
+/// connections work.
 #[test]
 fn drop_requests_never_reach_the_server() {
     let redis = shared_redis().unwrap();
@@ -292,6 +301,8 @@ fn drop_requests_never_reach_the_server() {
     std::thread::sleep(Duration::from_millis(100));
     assert_eq!(redis.cmd(&["EXISTS", &key]).unwrap(), RespValue::Int(0));
     proxy.heal();
+    let err = conn.cmd(&["PING"]).unwrap_err();
+    assert!(err.is_connection_error(), "{err}");
     assert_eq!(
         resp_command(proxy.addr(), &["PING"], Duration::from_secs(2)).unwrap(),
         pong()
