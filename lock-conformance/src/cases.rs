@@ -90,6 +90,7 @@ cases! {
     queued_permits_get_tokens_in_grant_order if |c| c.semaphore && c.fencing.has_tokens(),
     force_release_hands_the_mutex_to_the_waiter if always,
     force_release_removes_every_reader_and_permit if |c| c.read_write || c.semaphore,
+    an_unanswered_downgrade_never_leaves_the_write_guard_held_beside_a_reader if |c| c.remote && c.read_write,
 }
 
 fn opts(h: &dyn Harness) -> AcquireOptions {
@@ -2499,4 +2500,70 @@ async fn force_release_removes_every_reader_and_permit(h: Arc<dyn Harness>) {
         );
         assert_no_leftovers(&*h, &name).await;
     }
+}
+
+/// A downgrade whose answer comes too late (its link slower each way than
+/// three quarters of the request timeout: the server applies it, and the
+/// call has given up before the answer arrives) never leaves the write
+/// guard saying held while a reader holds the name. The write guard ends
+/// when the downgrade is called, whatever its outcome; a reader that waited
+/// gets in once the server has applied it (or the write lock is released).
+async fn an_unanswered_downgrade_never_leaves_the_write_guard_held_beside_a_reader(
+    h: Arc<dyn Harness>,
+) {
+    let name = unique_name("lostdowngrade");
+    let request_timeout = Duration::from_secs(1);
+    let (proxies, made) = client_through_proxies(&*h, request_timeout).await;
+    let writer = made.expect("connect through healthy proxies");
+    let reader = client(&*h).await;
+    // A TTL that outlasts the episode: the write guard must not end by
+    // expiring, only by the downgrade.
+    let long = opts(&*h).ttl(h.ttl().max(Duration::from_secs(10)));
+    let held = writer.acquire_write(&name, &long).await.unwrap();
+    let view = held.view();
+    let waiting = {
+        let (c, name, o, view) = (reader.clone(), name.clone(), opts(&*h), view.clone());
+        tokio::spawn(async move {
+            let got = c.acquire_read(&name, &o).await;
+            // Sampled as soon as the read guard is ours: the write guard
+            // must have stopped saying held before the server let us in.
+            (got, view.state())
+        })
+    };
+    // Time for the reader to queue behind the writer.
+    sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished(), "a reader got in beside the writer");
+    for p in &proxies {
+        p.set_latency(request_timeout * 3 / 4);
+    }
+    let downgraded = writer.downgrade(held).await;
+    let returned = Instant::now();
+    let (got, write_state) = timeout(Duration::from_secs(30) + h.slack(), waiting)
+        .await
+        .expect("the reader never got in after the downgrade")
+        .unwrap();
+    let read = got.expect("the reader never got in after the downgrade");
+    assert!(
+        write_state.valid_until().is_none(),
+        "a reader holds while the write guard of the downgrade ({}) still says {write_state:?}",
+        match &downgraded {
+            Ok(_) => "answered".to_string(),
+            Err(e) => format!("failed: {e}"),
+        }
+    );
+    assert!(!view.is_held(), "the write guard still says held");
+    for p in &proxies {
+        p.heal();
+    }
+    assert!(read.release().await.unwrap());
+    if let Ok(read) = downgraded {
+        let _ = read.release().await;
+    }
+    // A failed downgrade's lease is released in the background, through the
+    // slow link: within one request timeout of the call's return, landing
+    // at most three quarters of one later.
+    tokio::time::sleep_until(returned + request_timeout * 2).await;
+    drop(writer);
+    drop(proxies);
+    assert_no_leftovers(&*h, &name).await;
 }

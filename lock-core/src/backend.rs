@@ -205,9 +205,13 @@ pub trait LeaseHandle: Send + Sync + 'static {
     /// Turns this write lease into a read lease of the same name with `ttl`,
     /// never leaving the name without our lease in between (take the read
     /// side first, then drop the write side, or both at once). On `Ok` the
-    /// write side is gone and the returned lease is the read side; on `Err`
-    /// the write lease is unchanged. The default says the backend has no
-    /// read-write locks.
+    /// write side is gone and the returned lease is the read side. On `Err`
+    /// the core calls [`release`](Self::release) on this lease, which must
+    /// then remove whatever the downgrade left: the write side, or the read
+    /// side where a downgrade whose answer was lost was applied after all (a
+    /// backend whose read side is another key removes it itself). The
+    /// guard stops saying held when the call is made. The default says the
+    /// backend has no read-write locks.
     async fn downgrade(&self, ttl: Duration) -> Result<Lease> {
         let _ = ttl;
         Err(crate::LockError::new(

@@ -893,14 +893,16 @@ impl Keeper {
                         let _ = reply.send(result);
                     }
                     Wake::Command(Some(Command::Downgrade(reply))) => {
-                        match step!(self.downgrade()).await {
-                            Ok(lease) => {
-                                let _ = reply.send(Ok(lease));
-                                return;
+                        let result = step!(self.downgrade()).await;
+                        let failed = result.is_err();
+                        let _ = reply.send(result);
+                        // Refused before anything was sent (given_up not
+                        // set): the guard is as it was until it is dropped.
+                        if self.given_up {
+                            if failed {
+                                step!(self.release_after_failed_downgrade()).await;
                             }
-                            Err(err) => {
-                                let _ = reply.send(Err(err));
-                            }
+                            return;
                         }
                     }
                     Wake::Command(Some(Command::Resumed)) => {
@@ -1069,11 +1071,14 @@ impl Keeper {
             }
             _ => {}
         }
-        let mark = SuspendMark::now();
-        let lease = self.link.handle.downgrade(self.ttl).await?;
+        // The write guard ends with the call, whatever its outcome: a
+        // downgrade whose answer is lost may have been applied, and then a
+        // reader may hold beside us before the call returns.
         self.link.record_hold();
         self.link.state.send_replace(GuardState::Released);
         self.given_up = true;
+        let mark = SuspendMark::now();
+        let lease = self.link.handle.downgrade(self.ttl).await?;
         let grant = Grant {
             name: self.name.clone(),
             mode: LockMode::Read,
@@ -1083,6 +1088,16 @@ impl Keeper {
             mark,
         };
         Ok((lease, grant))
+    }
+
+    /// After a downgrade that failed (its guard already ended): removes
+    /// whatever the downgrade left of the lease, the write side or, had the
+    /// server applied it after all, the read side (compare-and-delete: never
+    /// someone else's).
+    async fn release_after_failed_downgrade(&mut self) {
+        if let Err(err) = self.link.handle.release().await {
+            tracing::warn!(backend = self.link.backend, name = %self.name, error = %err, "distlock: release after a failed downgrade failed; the lock expires with its TTL");
+        }
     }
 
     fn suspend(&mut self, reason: String) {

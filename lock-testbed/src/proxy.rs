@@ -456,6 +456,10 @@ async fn serve(
     // frames, so that a copy never lands inside another frame.
     let mut frames = Frames::default();
     let (mut client_eof, mut upstream_eof) = (false, false);
+    // The client reset its connection: what it sent before is still on its
+    // way (delayed chunks reach the server, as bytes on the wire arrive
+    // before the reset behind them); then the upstream side is reset too.
+    let mut client_gone = false;
     let (mut upstream_shut, mut client_shut) = (false, false);
     let mut cbuf = vec![0u8; 16 * 1024];
     let mut ubuf = vec![0u8; 16 * 1024];
@@ -484,7 +488,7 @@ async fn serve(
                     return;
                 }
             }
-            r = client.read(&mut cbuf), if !client_eof => match r {
+            r = client.read(&mut cbuf), if !client_eof && !client_gone => match r {
                 Ok(0) => client_eof = true,
                 Ok(n) => match control.mode() {
                     PASS | DROP_REPLIES => {
@@ -506,12 +510,14 @@ async fn serve(
                     }
                 },
                 Err(_) => {
-                    if let Some(u) = upstream { reset(u); }
-                    return;
+                    client_gone = true;
+                    to_client.clear();
+                    replays.clear();
                 }
             },
             r = read_some(&mut upstream, &mut ubuf), if !upstream_eof => match r {
                 Ok(0) => upstream_eof = true,
+                Ok(_) if client_gone => control.saw_reply(),
                 Ok(n) => {
                     control.saw_reply();
                     if !forwards_replies(control.mode()) {
@@ -585,6 +591,12 @@ async fn serve(
                     }
                 }
             }
+        }
+        if client_gone && to_upstream.is_empty() {
+            if let Some(u) = upstream {
+                reset(u);
+            }
+            return;
         }
         // Propagate half-closes once everything queued in that direction is written.
         if client_eof && to_upstream.is_empty() && !upstream_shut {

@@ -390,3 +390,40 @@ fn replayed_messages_arrive_twice_the_copy_late() {
         "a message was replayed after heal"
     );
 }
+
+/// A request on its way through a slow link still reaches the server when
+/// the client resets its connection meanwhile (bytes on the wire arrive
+/// before the reset behind them): the server applies what the client gave
+/// up on.
+#[test]
+fn a_delayed_request_arrives_after_its_client_reset_the_connection() {
+    let redis = shared_redis().unwrap();
+    let proxy = Proxy::start(redis.addr()).unwrap();
+    proxy.set_latency(Duration::from_millis(300));
+    let key = unique_name("late-after-reset");
+    let mut raw = TcpStream::connect(proxy.addr()).unwrap();
+    let cmd = format!("*3\r\n$3\r\nSET\r\n${}\r\n{key}\r\n$1\r\nv\r\n", key.len());
+    raw.write_all(cmd.as_bytes()).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    // Close with RST: SO_LINGER 0.
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: setsockopt on an open fd with a correctly sized linger struct.
+    let rc = unsafe {
+        libc::setsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(&raw),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&linger as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(rc, 0);
+    drop(raw);
+    assert_eq!(redis.cmd(&["EXISTS", &key]).unwrap(), RespValue::Int(0));
+    wait_for("the late SET", || {
+        redis.cmd(&["EXISTS", &key]).unwrap() == RespValue::Int(1)
+    });
+}
