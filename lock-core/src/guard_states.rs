@@ -12,14 +12,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 use crate::guard::GuardState;
 
 struct Shared {
-    /// The state and its version (bumped on every change). Read-locked by
-    /// readers, as a `watch` channel does, so that two borrows on one
-    /// thread do not block each other.
-    cell: RwLock<(GuardState, u64)>,
+    /// The state, its version (bumped on every change) and when it was
+    /// published. Read-locked by readers, as a `watch` channel does, so
+    /// that two borrows on one thread do not block each other.
+    cell: RwLock<Cell>,
     /// The publisher is gone (the keeper task ended).
     closed: AtomicBool,
     /// Wakes every waiter on a change or on closing.
@@ -31,11 +32,11 @@ struct Shared {
 }
 
 impl Shared {
-    fn read(&self) -> RwLockReadGuard<'_, (GuardState, u64)> {
+    fn read(&self) -> RwLockReadGuard<'_, Cell> {
         self.cell.read().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn write(&self) -> RwLockWriteGuard<'_, (GuardState, u64)> {
+    fn write(&self) -> RwLockWriteGuard<'_, Cell> {
         self.cell.write().unwrap_or_else(|p| p.into_inner())
     }
 }
@@ -52,7 +53,7 @@ impl Publisher {
     /// first reader (which has seen it).
     pub(crate) fn new(initial: GuardState, mark: u64) -> (Self, GuardStates) {
         let shared = Arc::new(Shared {
-            cell: RwLock::new((initial, 0)),
+            cell: RwLock::new((initial, 0, Instant::now())),
             closed: AtomicBool::new(false),
             changes: Notify::new(),
             mark: AtomicU64::new(mark),
@@ -77,6 +78,7 @@ impl Publisher {
             let changed = change(&mut cell.0);
             if changed {
                 cell.1 += 1;
+                cell.2 = Instant::now();
             }
             changed
         };
@@ -147,7 +149,19 @@ impl fmt::Debug for GuardStates {
 /// The guard's state, borrowed: hold it briefly (the keeper waits for it to
 /// publish a change, and it cannot be held across an `.await` in a task
 /// that must be `Send`), as a `watch` channel's borrow.
-pub struct GuardStateRef<'a>(RwLockReadGuard<'a, (GuardState, u64)>);
+pub struct GuardStateRef<'a>(RwLockReadGuard<'a, Cell>);
+
+/// The published state, its version and when it was published.
+type Cell = (GuardState, u64, Instant);
+
+impl GuardStateRef<'_> {
+    /// When the guard's keeper published this state: the moment the guard
+    /// began to say it, which a reader that wakes late (a busy runtime)
+    /// would otherwise take for its own waking time.
+    pub fn published_at(&self) -> Instant {
+        self.0 .2
+    }
+}
 
 impl Deref for GuardStateRef<'_> {
     type Target = GuardState;

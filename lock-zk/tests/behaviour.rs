@@ -514,10 +514,11 @@ async fn requests_per_acquisition() {
     let waited = count(wsid.clone()).await.unwrap() - before;
     assert!(g.release().await.unwrap());
     // the create (counting two children), the listing, the watch on the
-    // holder's node, the delete; maybe a heartbeat.
+    // holder's node, then the delete; and at most one heartbeat (one a
+    // second) in either window, before the grant or before the release.
     let released = count(wsid).await.unwrap() - before;
     assert!(
-        waited <= 4 && released - waited == 1,
+        (3..=4).contains(&waited) && (4..=5).contains(&released) && released > waited,
         "waiter: {waited} requests until granted, {released} with its release"
     );
 }

@@ -203,14 +203,16 @@ async fn follow(history: Arc<History>, id: usize, mut states: GuardStates) {
         _ => history.end(id, at, &cause),
     };
     loop {
-        let valid_until = {
+        let (valid_until, seen_at) = {
             let state = states.borrow_and_update();
             match state.valid_until() {
-                Some(v) => v,
+                Some(v) => (v, state.published_at()),
                 None => {
-                    let cause = format!("guard said {:?}", &*state);
+                    // From when the guard said it, not when this task
+                    // woke to see it.
+                    let (cause, at) = (format!("guard said {:?}", &*state), state.published_at());
                     drop(state);
-                    end(Instant::now(), last_valid, cause);
+                    end(at, last_valid, cause);
                     return;
                 }
             }
@@ -219,6 +221,12 @@ async fn follow(history: Arc<History>, id: usize, mut states: GuardStates) {
         tokio::select! {
             biased;
             () = tokio::time::sleep_until(valid_until) => {
+                // A change published before the validity ran out, and seen
+                // only now (this task woke late), decides instead.
+                let published = states.borrow().published_at();
+                if published != seen_at && published <= valid_until {
+                    continue;
+                }
                 history.end(id, valid_until, "its validity passed");
                 return;
             }
