@@ -333,6 +333,14 @@ fn duration_ns(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
+/// Resets both sides of a proxied connection.
+fn reset_both(client: TcpStream, upstream: Option<TcpStream>) {
+    reset(client);
+    if let Some(u) = upstream {
+        reset(u);
+    }
+}
+
 /// Close `stream` with RST instead of FIN.
 fn reset(stream: TcpStream) {
     let linger = libc::linger {
@@ -466,10 +474,7 @@ async fn serve(
     loop {
         if lost && control.mode() == PASS {
             // Healed (the wake-up below may not have been seen yet).
-            reset(client);
-            if let Some(u) = upstream {
-                reset(u);
-            }
+            reset_both(client, upstream);
             return;
         }
         let up_due = to_upstream.front().map(|c| c.0);
@@ -477,14 +482,12 @@ async fn serve(
         let replay_due = replays.front().map(|c| c.0);
         tokio::select! {
             _ = kill.changed() => {
-                reset(client);
-                if let Some(u) = upstream { reset(u); }
+                reset_both(client, upstream);
                 return;
             }
             _ = healed.changed() => {
                 if lost {
-                    reset(client);
-                    if let Some(u) = upstream { reset(u); }
+                    reset_both(client, upstream);
                     return;
                 }
             }
@@ -504,8 +507,7 @@ async fn serve(
                     }
                     BLACKHOLE | DROP_REQUESTS => lost = true,
                     _ => {
-                        reset(client);
-                        if let Some(u) = upstream { reset(u); }
+                        reset_both(client, upstream);
                         return;
                     }
                 },
@@ -550,8 +552,7 @@ async fn serve(
                             match write_or_kill(u, &data, &mut kill).await {
                                 Ok(true) => {}
                                 Ok(false) | Err(_) => {
-                                    reset(client);
-                                    if let Some(u) = upstream { reset(u); }
+                                    reset_both(client, upstream);
                                     return;
                                 }
                             }
@@ -567,8 +568,7 @@ async fn serve(
                         match write_or_kill(&mut client, &data, &mut kill).await {
                             Ok(true) => {}
                             Ok(false) | Err(_) => {
-                                reset(client);
-                                if let Some(u) = upstream { reset(u); }
+                                reset_both(client, upstream);
                                 return;
                             }
                         }
@@ -583,8 +583,7 @@ async fn serve(
                         match write_or_kill(&mut client, &data, &mut kill).await {
                             Ok(true) => {}
                             Ok(false) | Err(_) => {
-                                reset(client);
-                                if let Some(u) = upstream { reset(u); }
+                                reset_both(client, upstream);
                                 return;
                             }
                         }
