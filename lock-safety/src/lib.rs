@@ -114,8 +114,11 @@ struct PerName {
     /// Sections entered (the acquisitions that reported held).
     grants: AtomicU64,
     /// The latest moment a holder whose claim the register has decided
-    /// (admitted or refused) asked for the lock.
-    claimed: Mutex<Option<Instant>>,
+    /// (admitted or refused) asked for the lock, and that holder's token.
+    claimed: Mutex<Option<(Instant, Option<FencingToken>)>>,
+    /// Makes a claim in memory one step: its write and its decision
+    /// happen while no other fenced write of this name can.
+    order: Mutex<()>,
     stale_accepted: AtomicU64,
     fenced_writes: AtomicU64,
     plain_writes: AtomicU64,
@@ -132,6 +135,7 @@ impl PerName {
             plain: Mutex::new(0),
             grants: AtomicU64::new(0),
             claimed: Mutex::new(None),
+            order: Mutex::new(()),
             stale_accepted: AtomicU64::new(0),
             fenced_writes: AtomicU64::new(0),
             plain_writes: AtomicU64::new(0),
@@ -140,22 +144,59 @@ impl PerName {
     }
 
     /// Notes that the register decided the claim of a holder that asked
-    /// for the lock at `asked`.
-    fn claim_decided(&self, asked: Instant) {
+    /// for the lock at `asked` with `token`.
+    fn claim_decided(&self, asked: Instant, token: Option<FencingToken>) {
         let mut claimed = lock(&self.claimed);
-        *claimed = (*claimed).max(Some(asked));
+        if claimed.is_none_or(|(latest, _)| latest < asked) {
+            *claimed = Some((asked, token));
+        }
     }
 
-    /// A fenced write of `value` (`None`: the claim, which changes nothing)
-    /// by the holder whose section began at `entered`.
+    /// The claim of the holder that asked for the lock at `asked` and
+    /// entered its section at `entered`: its first fenced write (when it
+    /// has a token), after which an older holder's accepted write is stale.
+    ///
+    /// In memory the write and the decision are one step, so an older
+    /// holder's write counts as stale exactly when the register took it
+    /// after the claim: a write that landed between the decision and the
+    /// claim's own write was not stale (the register had not heard of the
+    /// later holder), and counting it was a false alarm of the checker. In
+    /// PostgreSQL the claim counts once the store has decided on it (see
+    /// `postgres.rs`).
+    fn claim(&self, entered: Instant, asked: Instant, token: Option<FencingToken>) {
+        let _one_step = self.store.is_none().then(|| lock(&self.order));
+        if let Some(token) = token {
+            let _ = self.write_fenced(entered, token, None);
+        }
+        self.claim_decided(asked, token);
+    }
+
+    /// A fenced write of `value` by the holder whose section began at
+    /// `entered`; `true` when accepted.
     fn fenced_write(&self, entered: Instant, token: FencingToken, value: Option<u64>) -> bool {
+        let _one_step = self.store.is_none().then(|| lock(&self.order));
+        self.write_fenced(entered, token, value)
+    }
+
+    /// [`PerName::fenced_write`] (`value` `None`: the claim, which changes
+    /// nothing), without taking `order`.
+    fn write_fenced(&self, entered: Instant, token: FencingToken, value: Option<u64>) -> bool {
         self.fenced_writes.fetch_add(1, Ordering::SeqCst);
         let stale = || {
             // Accepted. Had a holder that asked for the lock only after this
             // one held it (so was granted it later, whatever its token)
             // already claimed the register? Then this write is stale.
-            if lock(&self.claimed).is_some_and(|asked| asked > entered) {
+            let claimed = *lock(&self.claimed);
+            if let Some((asked, later)) = claimed.filter(|(asked, _)| *asked > entered) {
                 self.stale_accepted.fetch_add(1, Ordering::SeqCst);
+                eprintln!(
+                    "stale write accepted on {}: token {} of a holder that entered {:?} before \
+                     a holder that asked later claimed the register with token {:?}",
+                    self.name,
+                    token.get(),
+                    asked - entered,
+                    later.map(FencingToken::get),
+                );
             }
         };
         if let Some(store) = &self.store {
@@ -294,15 +335,7 @@ impl Workload {
             .clone();
         per.grants.fetch_add(1, Ordering::SeqCst);
         let enter = Instant::now();
-        // In memory the claim and its write are one step; in PostgreSQL the
-        // claim counts once the store has decided on it (see `postgres.rs`).
-        if per.store.is_none() {
-            per.claim_decided(asked);
-        }
-        if let Some(token) = token {
-            let _ = per.fenced_write(enter, token, None);
-        }
-        per.claim_decided(asked);
+        per.claim(enter, asked, token);
         Section {
             per,
             token,
@@ -699,6 +732,37 @@ mod tests {
         let s = w.stats();
         assert_eq!((s.overlaps, s.stale_rejected, s.stale_accepted), (3, 5, 1));
         tokio::task::block_in_place(|| drop(server));
+    }
+
+    /// An older holder writing while a later holder claims the register:
+    /// each of its writes lands either before the claim (accepted, not
+    /// stale: the register had not heard of the later holder) or after it
+    /// (refused). None may count as an accepted stale write, however the
+    /// two threads interleave.
+    #[test]
+    fn a_write_racing_a_later_claim_is_stale_only_after_that_claim() {
+        let w = Arc::new(Workload::new());
+        for trial in 0..2_000 {
+            let name = format!("race{trial}");
+            let mut a = w.enter_with(&name, Some(FencingToken::new(1)));
+            let start = Arc::new(std::sync::Barrier::new(2));
+            let older = {
+                let start = start.clone();
+                std::thread::spawn(move || {
+                    start.wait();
+                    // Writes until the later holder's claim refuses it.
+                    while a.write() == Some(true) {}
+                    a.exit();
+                })
+            };
+            start.wait();
+            let b = w.enter_with(&name, Some(FencingToken::new(2)));
+            older.join().unwrap();
+            b.exit();
+        }
+        let s = w.stats();
+        assert_eq!(s.stale_accepted, 0, "{s:?}");
+        assert_eq!(s.stale_rejected, 2_000, "{s:?}");
     }
 
     #[tokio::test]
