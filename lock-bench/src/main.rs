@@ -24,11 +24,12 @@
 //! stderr. Exits non-zero if any backend, raw protocol or peer failed to run.
 //!
 //! ```text
-//! cargo run --release -p lock-bench -- [--quick] [--backends redis,etcd,...] [--data-dir PATH] [--json PATH] [--svg PATH]
+//! cargo run --release -p lock-bench -- [--quick] [--backends redis,etcd,...] [--load N] [--data-dir PATH] [--json PATH] [--svg PATH]
 //! ```
 
 mod backends;
 mod heap;
+mod load;
 mod peers;
 mod placement;
 mod plot;
@@ -86,6 +87,15 @@ struct Cli {
     /// Where to write the latency plot (default: target/lock-bench/latency.svg).
     #[arg(long, value_name = "PATH")]
     svg: Option<PathBuf>,
+    /// After the quiet uncontended levels, measure ours and the raw protocol
+    /// again while N busy processes (one spinning core each) run, and print
+    /// both ratios: how much a busy machine moves the library against the
+    /// bare protocol.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    load: usize,
+    /// Run as one busy process of `--load` (spins until killed).
+    #[arg(long, hide = true)]
+    busy_loop: bool,
 }
 
 impl Cli {
@@ -95,6 +105,8 @@ impl Cli {
         let picked = |b: &&&str| self.backends.is_empty() || self.backends.iter().any(|p| p == **b);
         Args {
             quick: self.quick,
+            load: self.load,
+            busy_loop: self.busy_loop,
             backends: backends::ALL
                 .iter()
                 .filter(picked)
@@ -116,6 +128,10 @@ impl Cli {
 pub struct Args {
     /// Small sample counts.
     pub quick: bool,
+    /// Busy processes for the loaded pass (0: none).
+    pub load: usize,
+    /// This process is one of them.
+    pub busy_loop: bool,
     /// Selected backends, in report order.
     pub backends: Vec<String>,
     /// JSON output path.
@@ -175,6 +191,10 @@ fn main() -> ExitCode {
             };
         }
     };
+    if args.busy_loop {
+        load::busy_loop();
+        return ExitCode::SUCCESS;
+    }
     lock_testbed::set_data_root(args.data_dir.clone());
     if let Err(e) = requests::install() {
         eprintln!("lock-bench: {e}; client requests are not counted");

@@ -21,6 +21,11 @@ pub struct SubjectReport {
     pub uncontended: Vec<Uncontended>,
     /// The contended run, where measured.
     pub contended: Option<Contended>,
+    /// The uncontended levels again, measured while `--load` busy
+    /// processes ran (ours and the raw protocol only).
+    pub loaded: Vec<Uncontended>,
+    /// Why the busy processes of `--load` could not be started.
+    pub load_error: Option<String>,
 }
 
 impl SubjectReport {
@@ -32,6 +37,8 @@ impl SubjectReport {
             error: None,
             uncontended: Vec::new(),
             contended: None,
+            loaded: Vec::new(),
+            load_error: None,
         }
     }
 
@@ -328,6 +335,12 @@ fn ratio(v: f64) -> String {
     format!("{v:.2}x")
 }
 
+/// Ours' CPU time per cycle over the raw protocol's at one level.
+pub fn cpu_ratio(ours: &Uncontended, raw: &Uncontended) -> Option<f64> {
+    let (o, r) = (ours.cpu_us_per_cycle?, raw.cpu_us_per_cycle?);
+    (r > 0.0).then(|| o / r)
+}
+
 /// The uncontended ratio of ours to the raw limit at one level:
 /// (latency ratio raw p50 / ours p50, throughput ratio ours / raw).
 pub fn raw_ratios(ours: &Uncontended, raw: &Uncontended) -> Option<(f64, f64)> {
@@ -342,6 +355,58 @@ pub fn raw_ratios(ours: &Uncontended, raw: &Uncontended) -> Option<(f64, f64)> {
 }
 
 impl Report {
+    /// Ours and the raw protocol measured again under `--load`, beside
+    /// their quiet ratio (nothing when the run had no loaded pass).
+    fn loaded_table(&self, m: &mut String) {
+        let loaded = |b: &&BackendReport| {
+            b.ours()
+                .is_some_and(|o| !o.loaded.is_empty() || o.load_error.is_some())
+        };
+        if !self.backends.iter().any(|b| loaded(&b)) {
+            return;
+        }
+        let _ = writeln!(
+            m,
+            "\n## Under load: ours and the raw protocol again, with busy processes running\n"
+        );
+        let _ = writeln!(
+            m,
+            "| backend | tasks | ours/raw quiet | ours/raw loaded | ours/s loaded (n) | raw/s loaded (n) | ours/raw CPU per cycle loaded |"
+        );
+        let _ = writeln!(m, "|---|---:|---:|---:|---:|---:|---:|");
+        for b in self.backends.iter().filter(loaded) {
+            let (Some(o), Some(r)) = (b.ours(), b.raw()) else {
+                continue;
+            };
+            if let Some(e) = &o.load_error {
+                let _ = writeln!(m, "| {} | - | FAILED: {} | | | | |", b.backend, one_line(e));
+                continue;
+            }
+            for ol in &o.loaded {
+                let Some(rl) = r.loaded.iter().find(|u| u.tasks == ol.tasks) else {
+                    continue;
+                };
+                let quiet = o
+                    .at(ol.tasks)
+                    .zip(r.at(ol.tasks))
+                    .and_then(|(oq, rq)| raw_ratios(oq, rq));
+                let _ = writeln!(
+                    m,
+                    "| {} | {} | {} | {} | {} (n={}) | {} (n={}) | {} |",
+                    b.backend,
+                    ol.tasks,
+                    quiet.map_or_else(|| "-".into(), |(_, thr)| ratio(thr)),
+                    raw_ratios(ol, rl).map_or_else(|| "-".into(), |(_, thr)| ratio(thr)),
+                    fmt_rate(ol.throughput_per_s),
+                    ol.cycles,
+                    fmt_rate(rl.throughput_per_s),
+                    rl.cycles,
+                    cpu_ratio(ol, rl).map_or_else(|| "-".into(), ratio)
+                );
+            }
+        }
+    }
+
     /// The report as Markdown.
     pub fn markdown(&self) -> String {
         let mut m = String::new();
@@ -362,19 +427,23 @@ impl Report {
         let _ = writeln!(
             m,
             "Latency of one acquire+release cycle in ms; throughput in cycles/s of all tasks together; \
-             every figure of a row comes from the n cycles of that row.\n"
+             CPU = this process's CPU time per cycle in µs (the client's work, all threads; the servers \
+             are other processes); every figure of a row comes from the n cycles of that row.\n"
         );
         let _ = writeln!(
             m,
-            "| backend | subject | tasks | clients | n | p50 | p90 | p99 | acquire p50 | release p50 | throughput/s |"
+            "| backend | subject | tasks | clients | n | p50 | p90 | p99 | acquire p50 | release p50 | throughput/s | CPU µs/cycle |"
         );
-        let _ = writeln!(m, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        let _ = writeln!(
+            m,
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        );
         for b in &self.backends {
             for s in &b.subjects {
                 if let Some(e) = &s.error {
                     let _ = writeln!(
                         m,
-                        "| {} | {} | - | - | - | FAILED: {} | | | | | |",
+                        "| {} | {} | - | - | - | FAILED: {} | | | | | | |",
                         b.backend,
                         s.label,
                         one_line(e)
@@ -390,7 +459,7 @@ impl Report {
                     };
                     let _ = writeln!(
                         m,
-                        "| {} | {} | {} | {} | n={} | {} | {} | {} | {} | {} | {}{} |",
+                        "| {} | {} | {} | {} | n={} | {} | {} | {} | {} | {} | {}{} | {} |",
                         b.backend,
                         s.label,
                         u.tasks,
@@ -402,7 +471,9 @@ impl Report {
                         opt_ms(u.acquire.as_ref(), |s| s.p50_ms),
                         opt_ms(u.release.as_ref(), |s| s.p50_ms),
                         fmt_rate(u.throughput_per_s),
-                        failed
+                        failed,
+                        u.cpu_us_per_cycle
+                            .map_or_else(|| "-".into(), |c| format!("{c:.1}"))
                     );
                 }
             }
@@ -414,9 +485,9 @@ impl Report {
         );
         let _ = writeln!(
             m,
-            "| backend | tasks | ours p50 ms (n) | raw p50 ms (n) | raw/ours latency | ours/s | raw/s | ours/raw throughput |"
+            "| backend | tasks | ours p50 ms (n) | raw p50 ms (n) | raw/ours latency | ours/s | raw/s | ours/raw throughput | ours/raw CPU per cycle |"
         );
-        let _ = writeln!(m, "|---|---:|---:|---:|---:|---:|---:|---:|");
+        let _ = writeln!(m, "|---|---:|---:|---:|---:|---:|---:|---:|---:|");
         for b in &self.backends {
             let (Some(o), Some(r)) = (b.ours(), b.raw()) else {
                 continue;
@@ -428,7 +499,7 @@ impl Report {
                 };
                 let _ = writeln!(
                     m,
-                    "| {} | {} | {} (n={}) | {} (n={}) | {} | {} | {} | {} |",
+                    "| {} | {} | {} (n={}) | {} (n={}) | {} | {} | {} | {} | {} |",
                     b.backend,
                     ou.tasks,
                     opt_ms(ou.cycle.as_ref(), |s| s.p50_ms),
@@ -438,10 +509,13 @@ impl Report {
                     ratio(lat),
                     fmt_rate(ou.throughput_per_s),
                     fmt_rate(ru.throughput_per_s),
-                    ratio(thr)
+                    ratio(thr),
+                    cpu_ratio(ou, ru).map_or_else(|| "-".into(), ratio)
                 );
             }
         }
+
+        self.loaded_table(&mut m);
 
         let _ = writeln!(m, "\n## Contended: clients on one name\n");
         let _ = writeln!(

@@ -8,13 +8,15 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use lock_core::MemoryLock;
 
 use crate::backends::{Ours, Target};
+use crate::load::BusyLoad;
 use crate::peers::{EtcdLockRpc, Rslock, ZkRecipe};
 use crate::raw::{RawEtcd, RawRedis, RawZk};
 use crate::report::{BackendReport, KeepAliveReport, ReadHeavyReport, Report, SubjectReport};
 use crate::servers::{Needed, OpsSource, Servers, ETCD_MEMBERS, REDLOCK_NODES, ZK_SERVERS};
 use crate::subject::{Connector, DistOptions, Kind, Locker};
 use crate::workload::{
-    self, ContendedParams, CycleSamples, KeepAliveParams, ReadHeavyParams, UncontendedParams,
+    self, ContendedParams, CycleSamples, KeepAliveParams, ReadHeavyParams, Uncontended,
+    UncontendedParams,
 };
 use crate::Args;
 
@@ -67,6 +69,9 @@ pub struct Profile {
     pub rh_hold: Duration,
     /// Measured loop of the read-heavy run.
     pub rh_duration: Duration,
+    /// Busy processes running while ours and the raw protocol are measured
+    /// again (`--load`; 0: no second pass).
+    pub load: usize,
 }
 
 impl Profile {
@@ -93,6 +98,7 @@ impl Profile {
             rh_writers: 1,
             rh_hold: Duration::from_millis(2),
             rh_duration: Duration::from_millis(500),
+            load: 0,
         }
     }
 
@@ -158,6 +164,17 @@ impl Profile {
                     s(self.ka_idle),
                     s(self.ka_window)
                 ),
+            ),
+            (
+                "load".into(),
+                if self.load == 0 {
+                    "none (no --load)".into()
+                } else {
+                    format!(
+                        "the uncontended levels of ours and the raw protocol again while {} busy processes (one spinning core each) run",
+                        self.load
+                    )
+                },
             ),
             (
                 "machine".into(),
@@ -494,10 +511,13 @@ fn progress(steps: u64) -> ProgressBar {
 /// runtime has shut down).
 pub async fn run(args: &Args) -> (Report, Servers) {
     let started = Instant::now();
-    let profile = if args.quick {
-        Profile::quick()
-    } else {
-        Profile::full()
+    let profile = Profile {
+        load: args.load,
+        ..if args.quick {
+            Profile::quick()
+        } else {
+            Profile::full()
+        }
     };
     let needed = Needed {
         redis: args.backends.iter().any(|b| b == "redis"),
@@ -523,16 +543,20 @@ pub async fn run(args: &Args) -> (Report, Servers) {
     let server_start_s = started.elapsed().as_secs_f64();
 
     let groups = groups(args, &profile, &servers);
+    let per_level = profile.levels.len() as u64 * u64::from(profile.warmup_rounds + profile.rounds);
     let total: u64 = groups
         .iter()
         .map(|g| {
+            let loaded = if profile.load > 0 {
+                loaded_subjects(&g.subjects).len() as u64
+            } else {
+                0
+            };
             g.subjects
                 .iter()
-                .map(|s| {
-                    profile.levels.len() as u64 * u64::from(profile.warmup_rounds + profile.rounds)
-                        + u64::from(s.contended)
-                })
+                .map(|s| per_level + u64::from(s.contended))
                 .sum::<u64>()
+                + loaded * per_level
                 + profile.ka_guards.len() as u64
                 + u64::from(g.read_heavy.is_some())
         })
@@ -655,8 +679,115 @@ pub async fn run(args: &Args) -> (Report, Servers) {
     (report, servers)
 }
 
+/// The subjects measured again under `--load`: ours and the raw protocol,
+/// where the group has both (their ratio is what the load may not move).
+fn loaded_subjects(plans: &[Plan]) -> Vec<usize> {
+    let has = |kind| plans.iter().any(|p| p.kind == kind);
+    if !(has(Kind::Ours) && has(Kind::Raw)) {
+        return Vec::new();
+    }
+    plans
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| matches!(p.kind, Kind::Ours | Kind::Raw))
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// One pass over the uncontended levels of a backend group.
+#[derive(Clone, Copy)]
+struct Levels<'a> {
+    backend: &'static str,
+    profile: &'a Profile,
+    run_id: &'a str,
+    bar: &'a ProgressBar,
+    /// Added to the lock names (a pass under load uses names of its own).
+    tag: &'a str,
+}
+
+impl Levels<'_> {
+    /// Every level for the subjects `which` of `plans`, in rounds in which
+    /// they take turns; a subject that fails gets its error in `reports`
+    /// and no further turns. Returns each measured subject's levels.
+    async fn run(
+        &self,
+        plans: &[Plan],
+        which: &[usize],
+        reports: &mut [SubjectReport],
+    ) -> Vec<(usize, Vec<Uncontended>)> {
+        let profile = self.profile;
+        let mut out: Vec<(usize, Vec<Uncontended>)> =
+            which.iter().map(|&i| (i, Vec::new())).collect();
+        let slice = profile.uncontended / profile.rounds.max(1);
+        for &tasks in &profile.levels {
+            let params = |plan: &Plan, warmup: usize| UncontendedParams {
+                tasks,
+                tasks_per_client: profile.tasks_per_client,
+                duration: slice,
+                warmup,
+                prefix: format!("{}/{}/u{tasks}{}", self.run_id, slug(&plan.label), self.tag),
+            };
+            // One pool of clients per subject for all the rounds of this level.
+            let mut pools: Vec<Option<Vec<Arc<dyn Locker>>>> = Vec::new();
+            for &i in which {
+                let plan = &plans[i];
+                let pool = match (&plan.connector, &reports[i].error) {
+                    (Ok(conn), None) => {
+                        self.bar.set_message(format!(
+                            "{}: {} connecting x{tasks}",
+                            self.backend, plan.label
+                        ));
+                        match workload::uncontended_pool(conn.as_ref(), &params(plan, 0)).await {
+                            Ok(pool) => Some(pool),
+                            Err(e) => {
+                                reports[i].error = Some(e);
+                                None
+                            }
+                        }
+                    }
+                    _ => None,
+                };
+                pools.push(pool);
+            }
+            let mut samples: Vec<CycleSamples> =
+                which.iter().map(|_| CycleSamples::default()).collect();
+            for round in 0..profile.warmup_rounds + profile.rounds.max(1) {
+                let measured = round >= profile.warmup_rounds;
+                for (k, &i) in which.iter().enumerate() {
+                    self.bar.inc(1);
+                    let plan = &plans[i];
+                    let (Some(pool), None) = (&pools[k], &reports[i].error) else {
+                        continue;
+                    };
+                    let what = match (measured, self.tag.is_empty()) {
+                        (false, _) => "warming up",
+                        (true, true) => "uncontended",
+                        (true, false) => "uncontended under load",
+                    };
+                    self.bar
+                        .set_message(format!("{}: {} {what} x{tasks}", self.backend, plan.label));
+                    let warmup = if round == 0 { profile.warmup } else { 0 };
+                    match workload::uncontended(pool, &params(plan, warmup)).await {
+                        Ok(s) if measured => samples[k].merge(s),
+                        Ok(_) => {}
+                        Err(e) => reports[i].error = Some(e),
+                    }
+                }
+            }
+            drop(pools);
+            for ((i, levels), s) in out.iter_mut().zip(samples) {
+                if reports[*i].error.is_none() {
+                    levels.push(s.finish());
+                }
+            }
+        }
+        out
+    }
+}
+
 /// Measures the subjects of one backend: the uncontended levels in rounds
-/// (the subjects taking turns), then each contended run.
+/// (the subjects taking turns); with `--load`, the levels of ours and the
+/// raw protocol again while the busy processes run; then each contended run.
 async fn measure_group(
     backend: &'static str,
     plans: Vec<Plan>,
@@ -672,60 +803,38 @@ async fn measure_group(
             r
         })
         .collect();
-    let slice = profile.uncontended / profile.rounds.max(1);
-    for &tasks in &profile.levels {
-        let params = |plan: &Plan, warmup: usize| UncontendedParams {
-            tasks,
-            tasks_per_client: profile.tasks_per_client,
-            duration: slice,
-            warmup,
-            prefix: format!("{run_id}/{}/u{tasks}", slug(&plan.label)),
-        };
-        // One pool of clients per subject for all the rounds of this level.
-        let mut pools: Vec<Option<Vec<Arc<dyn Locker>>>> = Vec::new();
-        for (i, plan) in plans.iter().enumerate() {
-            let pool = match (&plan.connector, &reports[i].error) {
-                (Ok(conn), None) => {
-                    bar.set_message(format!("{backend}: {} connecting x{tasks}", plan.label));
-                    match workload::uncontended_pool(conn.as_ref(), &params(plan, 0)).await {
-                        Ok(pool) => Some(pool),
-                        Err(e) => {
-                            reports[i].error = Some(e);
-                            None
-                        }
-                    }
-                }
-                _ => None,
-            };
-            pools.push(pool);
-        }
-        let mut samples: Vec<CycleSamples> =
-            plans.iter().map(|_| CycleSamples::default()).collect();
-        for round in 0..profile.warmup_rounds + profile.rounds.max(1) {
-            let measured = round >= profile.warmup_rounds;
-            for (i, plan) in plans.iter().enumerate() {
-                bar.inc(1);
-                let (Some(pool), None) = (&pools[i], &reports[i].error) else {
-                    continue;
+    let every: Vec<usize> = (0..plans.len()).collect();
+    let quiet = Levels {
+        backend,
+        profile: &profile,
+        run_id: &run_id,
+        bar: &bar,
+        tag: "",
+    };
+    for (i, measured) in quiet.run(&plans, &every, &mut reports).await {
+        reports[i].uncontended = measured;
+    }
+    let compared = loaded_subjects(&plans);
+    if profile.load > 0 && !compared.is_empty() {
+        bar.set_message(format!(
+            "{backend}: starting {} busy processes",
+            profile.load
+        ));
+        match BusyLoad::start(profile.load) {
+            Ok(load) => {
+                let loaded = Levels {
+                    tag: "-loaded",
+                    ..quiet
                 };
-                let what = if measured {
-                    "uncontended"
-                } else {
-                    "warming up"
-                };
-                bar.set_message(format!("{backend}: {} {what} x{tasks}", plan.label));
-                let warmup = if round == 0 { profile.warmup } else { 0 };
-                match workload::uncontended(pool, &params(plan, warmup)).await {
-                    Ok(s) if measured => samples[i].merge(s),
-                    Ok(_) => {}
-                    Err(e) => reports[i].error = Some(e),
+                for (i, measured) in loaded.run(&plans, &compared, &mut reports).await {
+                    reports[i].loaded = measured;
                 }
+                drop(load);
             }
-        }
-        drop(pools);
-        for (r, s) in reports.iter_mut().zip(samples) {
-            if r.error.is_none() {
-                r.uncontended.push(s.finish());
+            Err(e) => {
+                for &i in &compared {
+                    reports[i].load_error = Some(e.clone());
+                }
             }
         }
     }

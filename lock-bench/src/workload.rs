@@ -9,7 +9,7 @@ use futures::future::join_all;
 use serde::Serialize;
 use tokio::sync::Barrier;
 
-use crate::servers::{rss_bytes, OpsSource};
+use crate::servers::{process_cpu, rss_bytes, OpsSource};
 use crate::stats::{self, Holding, Summary};
 use crate::subject::{BenchResult, Connector, Held, Locker};
 
@@ -96,6 +96,10 @@ pub struct Uncontended {
     pub cycles: usize,
     /// Length of the measured loop.
     pub elapsed_s: f64,
+    /// This process's CPU time per completed cycle, µs: the client's own
+    /// work (the servers are other processes), all its threads, the
+    /// benchmark's loop included (the same for every subject).
+    pub cpu_us_per_cycle: Option<f64>,
     /// Failed cycles.
     pub errors: Errors,
 }
@@ -111,6 +115,9 @@ pub struct CycleSamples {
     last_end: Option<Instant>,
     /// Measured time, summed over slices.
     elapsed: Duration,
+    /// This process's CPU time over the measured time, summed over slices
+    /// (`None` where it could not be read).
+    cpu: Option<Duration>,
     errors: Errors,
 }
 
@@ -128,6 +135,11 @@ impl CycleSamples {
         self.tasks = other.tasks;
         self.clients = other.clients;
         self.elapsed += other.elapsed;
+        self.cpu = match (self.cpu, other.cpu) {
+            (Some(a), Some(b)) => Some(a + b),
+            (None, b) if self.cycle.is_empty() => b,
+            _ => None,
+        };
         self.extend(other);
     }
 
@@ -143,6 +155,10 @@ impl CycleSamples {
             throughput_per_s: stats::rate(cycles as u64, self.elapsed),
             cycles,
             elapsed_s: self.elapsed.as_secs_f64(),
+            cpu_us_per_cycle: self
+                .cpu
+                .filter(|_| cycles > 0)
+                .map(|cpu| cpu.as_secs_f64() * 1e6 / cycles as f64),
             errors: self.errors,
         }
     }
@@ -227,6 +243,7 @@ pub async fn uncontended(
     // last one (and this one) arrives.
     barrier.wait().await;
     let started = Instant::now();
+    let cpu_before = process_cpu();
     let mut all = CycleSamples {
         tasks: p.tasks,
         clients: n_clients,
@@ -242,6 +259,9 @@ pub async fn uncontended(
         .last_end
         .map(|e| e.saturating_duration_since(started))
         .unwrap_or_default();
+    all.cpu = cpu_before
+        .zip(process_cpu())
+        .map(|(before, after)| after.saturating_sub(before));
     Ok(all)
 }
 
