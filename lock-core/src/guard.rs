@@ -19,6 +19,7 @@ use crate::clock::{self, SuspendMark};
 use crate::error::{LockError, LockErrorKind, Result};
 use crate::fencing::FencingToken;
 use crate::guard_states::{GuardStates, Publisher};
+use crate::lazy_task::LazyTask;
 use crate::mailbox::Mailbox;
 use crate::metrics as m;
 use crate::name::LockName;
@@ -335,8 +336,10 @@ pub(crate) fn machine_resumed() {
 
 /// Proof of holding a lock. One type for every backend.
 ///
-/// While it lives, a background task keeps the lock alive (unless keep-alive
-/// is off) and tracks its [`GuardState`]. Dropping it releases the lock in the
+/// While it lives, a background keeper keeps the lock alive (unless
+/// keep-alive is off) and tracks its [`GuardState`]; it becomes a task of
+/// its own when it first has something to do (a renewal, a server event, a
+/// command), so a guard released before that costs no task. Dropping it releases the lock in the
 /// background and never blocks; [`LockGuard::release`] releases and reports
 /// whether the lock was still ours.
 ///
@@ -377,6 +380,9 @@ impl Drop for Commands {
 /// keeper busy queues behind its turn, as before.
 struct Link {
     commands: Mailbox<Command>,
+    /// The keeper, spawned only when something wakes it (most guards are
+    /// released before their first renewal, server event or command).
+    keeper: LazyTask,
     /// [`IDLE`], [`KEEPER_ACTS`], [`GUARD_RELEASES`] or [`KEEPER_ENDED`].
     turn: AtomicU8,
     handle: Box<dyn LeaseHandle>,
@@ -439,7 +445,7 @@ impl Drop for ReleaseUnlessDone {
 }
 
 impl LockGuard {
-    /// Starts the keeper task for a freshly granted lease. Must be called
+    /// Starts the keeper of a freshly granted lease (see [`LazyTask`]). Must be called
     /// within a tokio runtime (the core calls it; backends do not).
     pub(crate) fn start(lease: Lease, grant: Grant) -> Self {
         let own_until = lease.valid_until;
@@ -462,6 +468,7 @@ impl LockGuard {
         let now = Instant::now();
         let link = Arc::new(Link {
             commands: Mailbox::new(),
+            keeper: LazyTask::new(),
             turn: AtomicU8::new(IDLE),
             handle: lease.handle,
             state: state_tx,
@@ -483,7 +490,7 @@ impl LockGuard {
             own_until,
             session_until,
         };
-        tokio::spawn(keeper.run());
+        link.keeper.start(keeper.run());
         Self {
             view: GuardView {
                 name: grant.name,
@@ -581,16 +588,21 @@ impl LockGuard {
             return rx.await.unwrap_or(Ok(false));
         }
         // The keeper was idle and never acts again: release here, as its
-        // `finish` would. Dropping the guard lets the keeper task end.
+        // `finish` would. The state is published first; then a keeper that
+        // never left this task is dropped here (a spawned one ends when the
+        // guard's side of the link is dropped).
         let LockGuard { view, commands } = self;
-        drop(commands);
         let published = link.state.borrow().clone();
         if matches!(published, GuardState::Lost { .. } | GuardState::Released) {
+            link.keeper.cancel();
+            drop(commands);
             return Ok(false);
         }
         link.record_hold();
         let expired = view.state().valid_until().is_none();
         link.state.send_replace(GuardState::Released);
+        link.keeper.cancel();
+        drop(commands);
         let mut pending = ReleaseUnlessDone(Some(link.clone()));
         let released = link.handle.release().instrument(view.span).await;
         pending.0 = None;

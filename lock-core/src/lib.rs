@@ -43,6 +43,7 @@ mod fencing;
 mod guard;
 mod guard_states;
 mod holder;
+mod lazy_task;
 mod lock;
 pub mod mailbox;
 mod memory;

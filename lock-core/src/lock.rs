@@ -401,11 +401,11 @@ async fn grant_inner<B: LockBackend + ?Sized>(
         mark,
     };
     let guard = admit(lease, grant)?;
-    // The guard's keeper is a task of its own, which must get to run: a
-    // caller that takes locks in a loop without ever waiting (an in-process
-    // lock, a remote one whose replies are already in) spends a unit of its
-    // cooperative budget on it, so that it yields often enough for the
-    // keepers it starts to run and end.
+    // The guard's keeper becomes a task of its own once something wakes it,
+    // and must then get to run: a caller that takes locks in a loop without
+    // ever waiting (an in-process lock, a remote one whose replies are
+    // already in) spends a unit of its cooperative budget on each grant, so
+    // that it yields often enough for the keepers it starts to run and end.
     tokio::task::coop::consume_budget().await;
     Ok(Some(guard))
 }
