@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::backend::{
@@ -25,6 +25,7 @@ use crate::error::{LockError, LockErrorKind, Result};
 use crate::fencing::FencingToken;
 use crate::guard::LossCause;
 use crate::holder::Holder as Description;
+use crate::mailbox::Mailbox;
 use crate::name::LockName;
 
 /// An in-process lock service. Cloning shares the same locks.
@@ -88,9 +89,33 @@ struct Holder {
     mode: LockMode,
     expires: Instant,
     token: u64,
-    events: mpsc::UnboundedSender<LeaseEvent>,
+    /// Its guard's events (a force release's loss); closed when the
+    /// holder leaves, which ends the guard's event stream.
+    events: Arc<Mailbox<LeaseEvent>>,
     /// The holder's description, as it asked ([`LeaseRequest::holder`]).
     described: Option<Description>,
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        self.events.close();
+    }
+}
+
+/// A holder's events as its guard reads them: a [`Mailbox`] allocates
+/// nothing until an event is queued, where a channel would allocate for
+/// every acquisition.
+struct Events(Arc<Mailbox<LeaseEvent>>);
+
+impl futures::Stream for Events {
+    type Item = LeaseEvent;
+
+    fn poll_next(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<LeaseEvent>> {
+        self.0.poll_recv(cx)
+    }
 }
 
 struct Waiter {
@@ -245,14 +270,14 @@ impl MemoryLock {
         entry.counter += 1;
         let token = entry.counter;
         let expires = add_saturating(now, ttl);
-        let (tx, rx) = mpsc::unbounded_channel();
+        let events = Arc::new(Mailbox::new());
         entry.holders.insert(
             owner,
             Holder {
                 mode,
                 expires,
                 token,
-                events: tx,
+                events: events.clone(),
                 described,
             },
         );
@@ -261,11 +286,9 @@ impl MemoryLock {
             key: (name.clone(), Kind::of(mode)),
             owner,
         };
-        let events =
-            futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|e| (e, rx)) });
         Lease::new(Box::new(handle), expires)
             .with_token(Some(FencingToken::new(token)))
-            .with_events(Box::pin(events))
+            .with_events(Box::pin(Events(events)))
     }
 }
 
@@ -410,7 +433,7 @@ impl LockBackend for MemoryLock {
             };
             entry.purge_expired(now);
             for (_, holder) in std::mem::take(&mut entry.holders) {
-                let _ = holder.events.send(LeaseEvent::Lost(LossCause::NotOwner));
+                let _ = holder.events.post(LeaseEvent::Lost(LossCause::NotOwner));
                 removed[i] += 1;
             }
             entry.wake_eligible();
