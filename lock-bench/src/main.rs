@@ -90,9 +90,9 @@ struct Cli {
     /// After the quiet uncontended levels, measure ours and the raw protocol
     /// again while N busy processes (one spinning core each) run, and print
     /// both ratios: how much a busy machine moves the library against the
-    /// bare protocol.
-    #[arg(long, value_name = "N", default_value_t = 0)]
-    load: usize,
+    /// bare protocol (default: 2 in the full run, none with --quick; 0: none).
+    #[arg(long, value_name = "N")]
+    load: Option<usize>,
     /// Run as one busy process of `--load` (spins until killed).
     #[arg(long, hide = true)]
     busy_loop: bool,
@@ -105,7 +105,9 @@ impl Cli {
         let picked = |b: &&&str| self.backends.is_empty() || self.backends.iter().any(|p| p == **b);
         Args {
             quick: self.quick,
-            load: self.load,
+            load: self
+                .load
+                .unwrap_or(if self.quick { 0 } else { FULL_RUN_LOAD }),
             busy_loop: self.busy_loop,
             backends: backends::ALL
                 .iter()
@@ -152,6 +154,10 @@ impl Args {
         }
     }
 }
+
+/// Busy processes of the full run's loaded pass (two, as a machine busy
+/// with two other jobs).
+const FULL_RUN_LOAD: usize = 2;
 
 /// The tmpfs the servers' data dirs go to by default.
 const TMPFS: &str = "/dev/shm";
@@ -269,7 +275,11 @@ mod tests {
     fn parses_the_command_line() {
         let a = args(&[]).unwrap();
         assert!(!a.quick);
+        assert_eq!(a.load, FULL_RUN_LOAD, "the full run has a loaded pass");
+        assert!(!a.busy_loop);
         assert_eq!(a.backends, backends::ALL.to_vec());
+        assert_eq!(args(&["--load", "0"]).unwrap().load, 0);
+        assert_eq!(args(&["--quick", "--load", "3"]).unwrap().load, 3);
         assert!(a.json.ends_with("lock-bench/results.json"));
         assert!(a.svg.ends_with("lock-bench/latency.svg"));
         let a = args(&[
@@ -282,6 +292,7 @@ mod tests {
         ])
         .unwrap();
         assert!(a.quick);
+        assert_eq!(a.load, 0, "no loaded pass in the quick run unless asked");
         assert_eq!(a.backends, vec!["redis", "zk"], "report order");
         assert_eq!(a.json, PathBuf::from("/tmp/x.json"));
         assert_eq!(a.data_dir, Some(PathBuf::from("/tmp/data")));
