@@ -12,12 +12,12 @@ use crate::workload::Uncontended;
 /// [`MEMORY_BASELINE`]: the library's own work per cycle cut to a third.
 pub const MEMORY_SPEEDUP: f64 = 3.0;
 /// memory:// uncontended cycles/s (tasks, rate) the speed-up counts from:
-/// `cargo xtask bench` on this 2-core machine, quiet, before the library's
-/// own work per cycle was reduced (commit 490b496, two full runs, the lower
-/// of each level). The second machine measured 170-185k/s.
-pub const MEMORY_BASELINE: [(usize, f64); 2] = [(8, MEMORY_BASE_8), (64, MEMORY_BASE_64)];
-const MEMORY_BASE_8: f64 = 0.0;
-const MEMORY_BASE_64: f64 = 0.0;
+/// `lock-bench --backends memory` on this 2-core machine, quiet, on the
+/// commit before the library's own work per cycle was first reduced
+/// (ad23ec0), the higher of two full runs at each level (258,711 and
+/// 261,064 at 8 tasks; 222,463 and 224,471 at 64). The second
+/// machine measured 170-185k/s.
+pub const MEMORY_BASELINE: [(usize, f64); 2] = [(8, 261_064.0), (64, 224_471.0)];
 /// Client CPU per acquire+release at most this multiple of the raw
 /// protocol's (the same number of requests sent directly).
 pub const CPU_RATIO: f64 = 1.25;
