@@ -371,15 +371,20 @@ impl Report {
         );
         let _ = writeln!(
             m,
-            "| backend | tasks | ours/raw quiet | ours/raw loaded | ours/s loaded (n) | raw/s loaded (n) | ours/raw CPU per cycle loaded |"
+            "| backend | tasks | ours/raw quiet | ours/raw loaded | ours/s loaded (n) | raw/s loaded (n) | ours/raw CPU per cycle loaded | failed cycles under load (ours / raw) |"
         );
-        let _ = writeln!(m, "|---|---:|---:|---:|---:|---:|---:|");
+        let _ = writeln!(m, "|---|---:|---:|---:|---:|---:|---:|---:|");
         for b in self.backends.iter().filter(loaded) {
             let (Some(o), Some(r)) = (b.ours(), b.raw()) else {
                 continue;
             };
             if let Some(e) = &o.load_error {
-                let _ = writeln!(m, "| {} | - | FAILED: {} | | | | |", b.backend, one_line(e));
+                let _ = writeln!(
+                    m,
+                    "| {} | - | FAILED: {} | | | | | |",
+                    b.backend,
+                    one_line(e)
+                );
                 continue;
             }
             for ol in &o.loaded {
@@ -392,7 +397,7 @@ impl Report {
                     .and_then(|(oq, rq)| raw_ratios(oq, rq));
                 let _ = writeln!(
                     m,
-                    "| {} | {} | {} | {} | {} (n={}) | {} (n={}) | {} |",
+                    "| {} | {} | {} | {} | {} (n={}) | {} (n={}) | {} | {} / {}{} |",
                     b.backend,
                     ol.tasks,
                     quiet.map_or_else(|| "-".into(), |(_, thr)| ratio(thr)),
@@ -401,7 +406,14 @@ impl Report {
                     ol.cycles,
                     fmt_rate(rl.throughput_per_s),
                     rl.cycles,
-                    cpu_ratio(ol, rl).map_or_else(|| "-".into(), ratio)
+                    cpu_ratio(ol, rl).map_or_else(|| "-".into(), ratio),
+                    ol.errors.count,
+                    rl.errors.count,
+                    ol.errors
+                        .first
+                        .first()
+                        .map(|e| format!(" ({})", one_line(e)))
+                        .unwrap_or_default()
                 );
             }
         }

@@ -341,12 +341,14 @@ fn under_load(backends: &[BackendReport], out: &mut Vec<Target>) {
                 Some((
                     quiet - loaded,
                     format!(
-                        "x{}: {loaded:.2} loaded vs {quiet:.2} quiet ({}/s vs raw {}/s, n={}/{})",
+                        "x{}: {loaded:.2} loaded vs {quiet:.2} quiet ({}/s vs raw {}/s, n={}/{}, failed cycles {}/{})",
                         ol.tasks,
                         fmt_rate(ol.throughput_per_s),
                         fmt_rate(rl.throughput_per_s),
                         ol.cycles,
-                        rl.cycles
+                        rl.cycles,
+                        ol.errors.count,
+                        rl.errors.count
                     ),
                 ))
             })
