@@ -339,9 +339,10 @@ pub(crate) fn machine_resumed() {
 /// While it lives, a background keeper keeps the lock alive (unless
 /// keep-alive is off) and tracks its [`GuardState`]; it becomes a task of
 /// its own when it first has something to do (a renewal, a server event, a
-/// command), so a guard released before that costs no task. Dropping it releases the lock in the
-/// background and never blocks; [`LockGuard::release`] releases and reports
-/// whether the lock was still ours.
+/// command), so a guard released before that costs no task. Dropping it
+/// releases the lock in the background and never blocks;
+/// [`LockGuard::release`] releases and reports whether the lock was still
+/// ours.
 ///
 /// Note: a guard leaked with `mem::forget` while keep-alive is on keeps its
 /// lock until the process ends, as a holder that never finishes would.
@@ -445,8 +446,8 @@ impl Drop for ReleaseUnlessDone {
 }
 
 impl LockGuard {
-    /// Starts the keeper of a freshly granted lease (see [`LazyTask`]). Must be called
-    /// within a tokio runtime (the core calls it; backends do not).
+    /// Starts the keeper of a freshly granted lease (see [`LazyTask`]). Must
+    /// be called within a tokio runtime (the core calls it; backends do not).
     pub(crate) fn start(lease: Lease, grant: Grant) -> Self {
         let own_until = lease.valid_until;
         let session_until = lease.session_until;

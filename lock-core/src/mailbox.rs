@@ -173,6 +173,20 @@ impl<T> Mailbox<T> {
     }
 }
 
+/// A mailbox's items as a [`futures::Stream`] (a lease's events, from a
+/// session or an in-process holder): ends once the mailbox is closed and
+/// emptied.
+#[derive(Debug)]
+pub(crate) struct MailboxStream<T>(pub(crate) std::sync::Arc<Mailbox<T>>);
+
+impl<T> futures::Stream for MailboxStream<T> {
+    type Item = T;
+
+    fn poll_next(self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<T>> {
+        self.0.poll_recv(cx)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -25,7 +25,7 @@ use crate::error::{LockError, LockErrorKind, Result};
 use crate::fencing::FencingToken;
 use crate::guard::LossCause;
 use crate::holder::Holder as Description;
-use crate::mailbox::Mailbox;
+use crate::mailbox::{Mailbox, MailboxStream};
 use crate::name::LockName;
 
 /// An in-process lock service. Cloning shares the same locks.
@@ -89,8 +89,10 @@ struct Holder {
     mode: LockMode,
     expires: Instant,
     token: u64,
-    /// Its guard's events (a force release's loss); closed when the
-    /// holder leaves, which ends the guard's event stream.
+    /// Its guard's events (a force release's loss), read as a
+    /// [`MailboxStream`] (nothing allocated until an event is queued, where
+    /// a channel allocates for every acquisition); closed when the holder
+    /// leaves, which ends the guard's event stream.
     events: Arc<Mailbox<LeaseEvent>>,
     /// The holder's description, as it asked ([`LeaseRequest::holder`]).
     described: Option<Description>,
@@ -99,22 +101,6 @@ struct Holder {
 impl Drop for Holder {
     fn drop(&mut self) {
         self.events.close();
-    }
-}
-
-/// A holder's events as its guard reads them: a [`Mailbox`] allocates
-/// nothing until an event is queued, where a channel would allocate for
-/// every acquisition.
-struct Events(Arc<Mailbox<LeaseEvent>>);
-
-impl futures::Stream for Events {
-    type Item = LeaseEvent;
-
-    fn poll_next(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<LeaseEvent>> {
-        self.0.poll_recv(cx)
     }
 }
 
@@ -288,7 +274,7 @@ impl MemoryLock {
         };
         Lease::new(Box::new(handle), expires)
             .with_token(Some(FencingToken::new(token)))
-            .with_events(Box::pin(Events(events)))
+            .with_events(Box::pin(MailboxStream(events)))
     }
 }
 

@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use crate::backend::{validity, LeaseEvent};
 use crate::clock::{self, SuspendMark};
 use crate::guard::LossCause;
-use crate::mailbox::Mailbox;
+use crate::mailbox::{Mailbox, MailboxStream};
 
 /// When a keep-alive request was sent, on the monotonic clock, together with
 /// the machine's suspended time then: the start from which the validity its
@@ -128,7 +128,7 @@ impl SessionHub {
         Ok(SessionEvents {
             hub: Arc::downgrade(self),
             id,
-            mail,
+            mail: MailboxStream(mail),
         })
     }
 
@@ -226,20 +226,20 @@ impl SessionHub {
 pub struct SessionEvents {
     hub: Weak<SessionHub>,
     id: u64,
-    mail: Arc<Mailbox<LeaseEvent>>,
+    mail: MailboxStream<LeaseEvent>,
 }
 
 impl Stream for SessionEvents {
     type Item = LeaseEvent;
 
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<LeaseEvent>> {
-        self.mail.poll_recv(cx)
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<LeaseEvent>> {
+        Pin::new(&mut self.mail).poll_next(cx)
     }
 }
 
 impl Drop for SessionEvents {
     fn drop(&mut self) {
-        self.mail.close_and_clear();
+        self.mail.0.close_and_clear();
         if let Some(hub) = self.hub.upgrade() {
             hub.unregister(self.id);
         }
