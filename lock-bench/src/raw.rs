@@ -102,7 +102,11 @@ async fn raw_del(
     key: String,
     token: String,
 ) -> redis::RedisResult<i64> {
-    script.key(&key).arg(&token).invoke_async(&mut conn).await
+    // Written into the command as the backends write their scripts' calls.
+    lock_redis::call::ScriptCall::new(&script, &[&key])
+        .arg(&token)
+        .invoke_async(&mut conn)
+        .await
 }
 
 #[async_trait]

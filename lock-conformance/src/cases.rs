@@ -103,6 +103,16 @@ async fn client(h: &dyn Harness) -> Arc<dyn LockService> {
     h.client().await
 }
 
+/// `n` clients, each connected before the next (the connections are made
+/// before the tasks that use them start, so they do not stagger them).
+async fn clients(h: &dyn Harness, n: usize) -> Vec<Arc<dyn LockService>> {
+    let mut all = Vec::with_capacity(n);
+    for _ in 0..n {
+        all.push(h.client().await);
+    }
+    all
+}
+
 /// Waits until nothing of `name` is left on the server, or fails after `h.slack()`.
 async fn assert_no_leftovers(h: &dyn Harness, name: &LockName) {
     let deadline = Instant::now() + h.slack();
@@ -1354,17 +1364,23 @@ async fn read_write_exclusion_under_contention(h: Arc<dyn Harness>) {
     let violations = Arc::new(AtomicU64::new(0));
     let max_readers = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
-    for i in 0..6 {
-        let c = client(&*h).await;
-        let (name, readers, writers, violations, max_readers) = (
+    // Every client connected before any task starts, and all start
+    // together: on a busy machine a connection can take longer than a
+    // task's whole run, and tasks started one by one would never meet.
+    let clients = clients(&*h, 6).await;
+    let start = Arc::new(tokio::sync::Barrier::new(clients.len()));
+    for (i, c) in clients.into_iter().enumerate() {
+        let (name, readers, writers, violations, max_readers, start) = (
             name.clone(),
             readers.clone(),
             writers.clone(),
             violations.clone(),
             max_readers.clone(),
+            start.clone(),
         );
         let o = opts(&*h).wait(Duration::from_secs(60));
         tasks.push(tokio::spawn(async move {
+            start.wait().await;
             for round in 0..5 {
                 if (i + round) % 3 == 0 {
                     c.with_write(&name, &o, |_| async {
@@ -1520,12 +1536,20 @@ async fn permits_never_exceed_the_count(h: Arc<dyn Harness>) {
     let most = Arc::new(AtomicU64::new(0));
     let tokens = Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
-    for _ in 0..6 {
-        let c = client(&*h).await;
-        let (name, inside, most, tokens) =
-            (name.clone(), inside.clone(), most.clone(), tokens.clone());
+    // Connected first, started together (see read_write_exclusion_under_contention).
+    let clients = clients(&*h, 6).await;
+    let start = Arc::new(tokio::sync::Barrier::new(clients.len()));
+    for c in clients {
+        let (name, inside, most, tokens, start) = (
+            name.clone(),
+            inside.clone(),
+            most.clone(),
+            tokens.clone(),
+            start.clone(),
+        );
         let o = opts(&*h).wait(Duration::from_secs(60));
         tasks.push(tokio::spawn(async move {
+            start.wait().await;
             for _ in 0..4 {
                 let g = c.acquire_permit(&name, PERMITS, &o).await.expect("permit");
                 assert!(matches!(g.mode(), LockMode::Permit { permits: PERMITS }));

@@ -2,6 +2,7 @@
 //! stored with the holder's entry on the server as a small JSON object so
 //! that `inspect`, `list` and other tools can tell who holds it.
 
+use std::io::Write as _;
 use std::sync::OnceLock;
 
 use crate::error::LockError;
@@ -95,21 +96,46 @@ impl Holder {
     /// [`Holder::to_json`] with some string fields of the backend's own
     /// (ZooKeeper's contender identifier, `id`), which [`Holder::from_json`]
     /// ignores. The fields are in the order of their names.
+    ///
+    /// Written field by field into one string (every acquisition writes
+    /// one); a field of the description replaces an extra field of the
+    /// same name, and of two extra fields of one name the last is kept.
     pub fn to_json_with(&self, extra: &[(&str, &str)]) -> String {
-        let mut object = serde_json::Map::new();
-        for (key, value) in extra {
-            object.insert((*key).to_owned(), (*value).into());
+        let mut fields: Vec<(&str, Field<'_>)> = Vec::with_capacity(extra.len() + 3);
+        fields.extend(extra.iter().map(|(key, value)| (*key, Field::Text(value))));
+        fields.extend(self.host.as_deref().map(|host| ("host", Field::Text(host))));
+        fields.extend(self.note.as_deref().map(|note| ("note", Field::Text(note))));
+        fields.extend(self.pid.map(|pid| ("pid", Field::Number(pid))));
+        // By name; of one name, the one added last (a stable sort, then the
+        // last of each run).
+        fields.sort_by(|a, b| a.0.cmp(b.0));
+        let mut out = Vec::with_capacity(
+            2 + fields
+                .iter()
+                .map(|(key, value)| key.len() + value.len() + 6)
+                .sum::<usize>(),
+        );
+        out.push(b'{');
+        for (i, (key, value)) in fields.iter().enumerate() {
+            if fields.get(i + 1).is_some_and(|next| next.0 == *key) {
+                continue;
+            }
+            if out.len() > 1 {
+                out.push(b',');
+            }
+            push_json_string(&mut out, key);
+            out.push(b':');
+            match value {
+                Field::Text(text) => push_json_string(&mut out, text),
+                Field::Number(n) => {
+                    let _ = write!(out, "{n}");
+                }
+            }
         }
-        if let Some(host) = &self.host {
-            object.insert("host".into(), host.as_str().into());
-        }
-        if let Some(pid) = self.pid {
-            object.insert("pid".into(), pid.into());
-        }
-        if let Some(note) = &self.note {
-            object.insert("note".into(), note.as_str().into());
-        }
-        serde_json::Value::Object(object).to_string()
+        out.push(b'}');
+        // Only whole UTF-8 strings and ASCII were written.
+        String::from_utf8(out)
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
     }
 
     /// Reads a stored description back: `None` unless `text` is a JSON
@@ -175,6 +201,28 @@ fn cut(s: &str, max: usize) -> &str {
 /// kernel's UTS name), which needs no file system (`/proc` may be missing
 /// in a container or on another Unix). `None` if it cannot be read or is
 /// empty; a name that is not UTF-8 is converted lossily.
+/// A field's value in [`Holder::to_json_with`].
+enum Field<'a> {
+    Text(&'a str),
+    Number(u32),
+}
+
+impl Field<'_> {
+    /// Its length unescaped: what the output needs at least.
+    fn len(&self) -> usize {
+        match self {
+            Field::Text(text) => text.len(),
+            Field::Number(_) => 10,
+        }
+    }
+}
+
+/// Appends `text` as a JSON string, escaped as `serde_json` escapes it.
+fn push_json_string(out: &mut Vec<u8>, text: &str) {
+    // Writing into a Vec cannot fail.
+    let _ = serde_json::to_writer(out, text);
+}
+
 fn host_name() -> Option<&'static str> {
     static HOST: OnceLock<Option<String>> = OnceLock::new();
     HOST.get_or_init(|| {
@@ -197,6 +245,45 @@ fn host_name() -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// What [`Holder::to_json_with`] must write: a `serde_json` object of
+    /// the fields (sorted by name, a description's field over an extra one).
+    fn through_a_json_map(holder: &Holder, extra: &[(&str, &str)]) -> String {
+        let mut object = serde_json::Map::new();
+        for (key, value) in extra {
+            object.insert((*key).to_owned(), (*value).into());
+        }
+        if let Some(host) = &holder.host {
+            object.insert("host".into(), host.as_str().into());
+        }
+        if let Some(pid) = holder.pid {
+            object.insert("pid".into(), pid.into());
+        }
+        if let Some(note) = &holder.note {
+            object.insert("note".into(), note.as_str().into());
+        }
+        serde_json::Value::Object(object).to_string()
+    }
+
+    proptest! {
+        #[test]
+        fn writes_what_a_json_map_writes(
+            host in proptest::option::of(".{0,12}"),
+            pid in proptest::option::of(any::<u32>()),
+            note in proptest::option::of("(.|\\n|\\u{1}|\"|\\\\){0,12}"),
+            extra in proptest::collection::vec(
+                (prop_oneof![Just("id"), Just("host"), Just("permits"), Just("pid"), Just("zz"), Just("a\"b")], ".{0,6}"),
+                0..4,
+            ),
+        ) {
+            let holder = Holder { host, pid, note };
+            let extra: Vec<(&str, &str)> = extra.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            let written = holder.to_json_with(&extra);
+            prop_assert_eq!(&written, &through_a_json_map(&holder, &extra));
+            prop_assert!(serde_json::from_str::<serde_json::Value>(&written).is_ok());
+        }
+    }
 
     #[test]
     fn round_trips_and_sets_only_present_fields() {

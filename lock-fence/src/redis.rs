@@ -2,6 +2,7 @@
 //! resource's fence key and writes, atomically.
 
 use lock_core::{FencingToken, LockError, LockErrorKind};
+use lock_redis::call::ScriptCall;
 use redis::aio::ConnectionLike;
 use redis::{RedisError, Script};
 
@@ -144,10 +145,9 @@ impl RedisFence {
         op: &[&[u8]],
     ) -> Result<Admission, FenceError> {
         no_idempotency_key(write)?;
-        let mut call = self.script.prepare_invoke();
-        call.key(self.fence_key(write.resource()))
-            .key(key)
-            .arg(write.token().get().to_string());
+        let fence_key = self.fence_key(write.resource());
+        let mut call = ScriptCall::new(&self.script, &[&fence_key, key]);
+        call.arg(write.token().get());
         for arg in op {
             call.arg(*arg);
         }

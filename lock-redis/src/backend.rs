@@ -129,11 +129,11 @@ impl RedisLock {
         {
             Ok(AcquireReply::Acquired(fence)) => {
                 cleanup.disarm();
-                let server_key = primitive.server_key(&keys.lock).into_owned();
+                let server_key = primitive.server_key(keys.lock()).into_owned();
                 let handle = RedisLease {
                     client,
                     primitive,
-                    lock: keys.lock.as_str().into(),
+                    lock: keys.lock().into(),
                     token: token.into(),
                 };
                 let lease = Lease::new(Box::new(handle), validity(start, req.ttl))
@@ -169,7 +169,7 @@ impl RedisLock {
                 if err.kind() == LockErrorKind::Unavailable
                     && started.elapsed() < self.inner.client.config.request_timeout =>
             {
-                tracing::debug!(key = %keys.lock, error = %err, "distlock redis: attempt failed on a broken connection; retrying once");
+                tracing::debug!(key = %keys.lock(), error = %err, "distlock redis: attempt failed on a broken connection; retrying once");
                 self.attempt(req, keys, intent).await
             }
             other => other,
@@ -201,7 +201,7 @@ impl RedisLock {
             self.inner.client.config.request_timeout,
         ));
         if !sub.confirmed_by(confirm_by).await {
-            tracing::debug!(key = %keys.lock, "distlock redis: release channel not confirmed in time; re-checking at the holder's TTL until it is");
+            tracing::debug!(key = %keys.lock(), "distlock redis: release channel not confirmed in time; re-checking at the holder's TTL until it is");
         }
         loop {
             sub.before_attempt();
@@ -218,7 +218,7 @@ impl RedisLock {
             let wake = sub
                 .wait_until(deadline.min(add_saturating(now, self.recheck_delay(pttl))))
                 .await;
-            tracing::trace!(key = %keys.lock, ?wake, "distlock redis: waiter woke");
+            tracing::trace!(key = %keys.lock(), ?wake, "distlock redis: waiter woke");
         }
     }
 
@@ -250,7 +250,7 @@ impl RedisLock {
             };
             CleanupOnDrop::new(async move {
                 if let Err(err) = client.release(&keys, &token, Some(&member)).await {
-                    tracing::debug!(key = %keys.lock, error = %err, "distlock redis: could not leave the queue; the place lapses by itself and a lock handed over meanwhile expires with its TTL");
+                    tracing::debug!(key = %keys.lock(), error = %err, "distlock redis: could not leave the queue; the place lapses by itself and a lock handed over meanwhile expires with its TTL");
                 }
             })
         };
@@ -277,7 +277,7 @@ impl RedisLock {
         let place = PlaceLife::new(req.ttl, client.config.max_recheck, deadline, slack);
         // Subscribed already if other local waiters are; else the first
         // attempt goes out before the subscription (most find the lock free).
-        let mut sub = self.inner.notifier.subscribe_if_live(&keys.released);
+        let mut sub = self.inner.notifier.subscribe_if_live(keys.released());
         if let Some(sub) = &mut sub {
             sub.expect_grant(&token);
         }
@@ -310,11 +310,11 @@ impl RedisLock {
                 // Subscribe and wait for a node to confirm, then try again: a
                 // hand-over before the confirmation reached nobody, and the
                 // next attempt finds the lock already ours.
-                let mut fresh = self.inner.notifier.subscribe(&keys.released);
+                let mut fresh = self.inner.notifier.subscribe(keys.released());
                 fresh.expect_grant(&token);
                 let confirm_by = deadline.min(add_saturating(now, client.config.request_timeout));
                 if !fresh.confirmed_by(confirm_by).await {
-                    tracing::debug!(key = %keys.lock, "distlock redis: release channel not confirmed in time; re-checking at the holder's TTL until it is");
+                    tracing::debug!(key = %keys.lock(), "distlock redis: release channel not confirmed in time; re-checking at the holder's TTL until it is");
                 }
                 sub = Some(fresh);
                 continue;
@@ -338,7 +338,7 @@ impl RedisLock {
                 // A late announcement, or one that leaves little of the TTL
                 // known: the next attempt decides (and takes it afresh if ours).
             }
-            tracing::trace!(key = %keys.lock, ?wake, "distlock redis: waiter woke");
+            tracing::trace!(key = %keys.lock(), ?wake, "distlock redis: waiter woke");
         }
     }
 
@@ -360,7 +360,7 @@ impl RedisLock {
                 if err.kind() == LockErrorKind::Unavailable
                     && started.elapsed() < client.config.request_timeout =>
             {
-                tracing::debug!(key = %keys.lock, error = %err, "distlock redis: attempt failed on a broken connection; retrying once");
+                tracing::debug!(key = %keys.lock(), error = %err, "distlock redis: attempt failed on a broken connection; retrying once");
                 client.acquire(keys, token, ttl_ms, queued, described).await
             }
             other => other,
@@ -380,12 +380,12 @@ impl RedisLock {
         let handle = RedisLease {
             client: self.inner.client.clone(),
             primitive: Primitive::Mutex,
-            lock: keys.lock.as_str().into(),
+            lock: keys.lock().into(),
             token: token.into(),
         };
         Lease::new(Box::new(handle), validity(sent, ttl))
             .with_token(Some(FencingToken::new(fence)))
-            .with_key(keys.lock.clone())
+            .with_key(keys.lock().to_owned())
             .with_contended(waited)
     }
 
@@ -423,16 +423,16 @@ async fn release_lost_acquire(
     loop {
         match primitive.release(&client, &keys, &token).await {
             Ok(true) => {
-                tracing::info!(key = %keys.lock, "distlock redis: removed a lock taken by an acquire whose reply was lost");
+                tracing::info!(key = %keys.lock(), "distlock redis: removed a lock taken by an acquire whose reply was lost");
                 return;
             }
             Ok(false) => return,
             Err(err) => {
-                tracing::debug!(key = %keys.lock, error = %err, "distlock redis: clean-up of an unanswered acquire failed; retrying");
+                tracing::debug!(key = %keys.lock(), error = %err, "distlock redis: clean-up of an unanswered acquire failed; retrying");
             }
         }
         if add_saturating(Instant::now(), delay) >= until {
-            tracing::warn!(key = %keys.lock, "distlock redis: could not confirm the clean-up of an unanswered acquire; the key expires with its TTL");
+            tracing::warn!(key = %keys.lock(), "distlock redis: could not confirm the clean-up of an unanswered acquire; the key expires with its TTL");
             return;
         }
         tokio::time::sleep(delay).await;
@@ -491,7 +491,7 @@ impl LockBackend for RedisLock {
             let (client, keys) = (self.inner.client.clone(), keys.clone());
             CleanupOnDrop::new(async move {
                 if let Err(err) = primitive::withdraw(&client, &keys, primitive, &intent).await {
-                    tracing::debug!(key = %keys.rw, error = %err, "distlock redis: could not leave the read-write queue; the place lapses by itself");
+                    tracing::debug!(key = %keys.rw(), error = %err, "distlock redis: could not leave the read-write queue; the place lapses by itself");
                 }
             })
         });
@@ -532,10 +532,10 @@ impl LockBackend for RedisLock {
                 "force release",
                 |s| &s.force_release_shared,
                 &[
-                    &keys.rw,
-                    &keys.rw_released,
-                    &keys.permits,
-                    &keys.permits_released,
+                    keys.rw(),
+                    keys.rw_released(),
+                    keys.permits(),
+                    keys.permits_released(),
                 ],
                 &[],
                 false,
@@ -593,7 +593,7 @@ struct RedisLease {
 
 impl RedisLease {
     fn keys(&self) -> Keys {
-        Keys::of_lock(self.lock.to_string())
+        Keys::of_lock(&self.lock)
     }
 }
 
@@ -642,13 +642,13 @@ impl LeaseHandle for RedisLease {
                 };
                 Ok(Lease::new(Box::new(handle), validity(start, ttl))
                     .with_token(Some(FencingToken::new(fence)))
-                    .with_key(keys.rw))
+                    .with_key(keys.rw()))
             }
             None => Err(LockError::new(
                 LockErrorKind::Lost,
                 format!(
                     "redis: the write lease on {} expired before the downgrade",
-                    keys.rw
+                    keys.rw()
                 ),
             )),
         }

@@ -12,6 +12,7 @@ use redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind};
 
 use tokio::time::Instant;
 
+use crate::call::ScriptCall;
 use crate::config::RedisLockConfig;
 use crate::renew::{BatchSender, Batcher, KeyOutcome, RenewItem, Renewed, RENEW_BATCH};
 use crate::scripts::{Keys, Listed, Scripts, ACQUIRE_FENCED, HOLDER, LIST_PAGE, RELEASE_QUEUED};
@@ -190,10 +191,7 @@ impl Client {
     ) -> Result<T> {
         let make = || {
             let mut conn = self.conn.clone();
-            let mut call = pick(&self.scripts).prepare_invoke();
-            for k in keys {
-                call.key(*k);
-            }
+            let mut call = ScriptCall::new(pick(&self.scripts), keys);
             for a in args {
                 call.arg(*a);
             }
@@ -298,7 +296,7 @@ impl Client {
                     LockErrorKind::Protocol,
                     format!(
                         "acquire: the fencing counter {} holds {fence}, not a positive count (changed by someone else?)",
-                        keys.fencing
+                        keys.fencing()
                     ),
                 )),
             },
@@ -432,13 +430,13 @@ impl Client {
                 let mut pipe = redis::pipe();
                 pipe.atomic()
                     .cmd("PTTL")
-                    .arg(&keys.lock)
+                    .arg(keys.lock())
                     .cmd("GET")
-                    .arg(&keys.fencing)
+                    .arg(keys.fencing())
                     .cmd("GET")
-                    .arg(&keys.lock)
+                    .arg(keys.lock())
                     .cmd("GET")
-                    .arg(&keys.holder);
+                    .arg(keys.holder());
                 async move { pipe.query_async(&mut conn).await }
             })
             .await?;
@@ -453,15 +451,18 @@ impl Client {
 
 /// `script` with the mutex's keys, in the order its scripts
 /// ([`ACQUIRE_FENCED`], [`RELEASE_QUEUED`]) take them.
-fn on_mutex_keys<'a>(script: &'a redis::Script, keys: &Keys) -> redis::ScriptInvocation<'a> {
-    let mut call = script.prepare_invoke();
-    call.key(&keys.lock)
-        .key(&keys.fencing)
-        .key(&keys.queue)
-        .key(&keys.lapse)
-        .key(&keys.released)
-        .key(&keys.holder);
-    call
+fn on_mutex_keys<'a>(script: &'a redis::Script, keys: &Keys) -> ScriptCall<'a> {
+    ScriptCall::new(
+        script,
+        &[
+            keys.lock(),
+            keys.fencing(),
+            keys.queue(),
+            keys.lapse(),
+            keys.released(),
+            keys.holder(),
+        ],
+    )
 }
 
 /// How a client's renewal batches reach Redis: one [`RENEW_BATCH`] per

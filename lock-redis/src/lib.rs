@@ -2,6 +2,7 @@
 #![deny(missing_docs)]
 
 mod backend;
+pub mod call;
 mod client;
 mod config;
 pub mod eviction;

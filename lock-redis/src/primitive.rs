@@ -56,9 +56,9 @@ impl Primitive {
     /// The channel its releases are published on.
     pub(crate) fn channel(self, keys: &Keys) -> &str {
         match self {
-            Self::Mutex => &keys.released,
-            Self::Read | Self::Write => &keys.rw_released,
-            Self::Permit(_) => &keys.permits_released,
+            Self::Mutex => keys.released(),
+            Self::Read | Self::Write => keys.rw_released(),
+            Self::Permit(_) => keys.permits_released(),
         }
     }
 
@@ -108,7 +108,7 @@ impl Primitive {
                     .eval(
                         "acquire",
                         |s| &s.acquire_rw,
-                        &[&keys.rw, &keys.rw_queue, &keys.fencing, &keys.rw_lapse],
+                        &[keys.rw(), keys.rw_queue(), keys.fencing(), keys.rw_lapse()],
                         &[token, &ttl, side, id, &lasts],
                         false,
                     )
@@ -119,7 +119,7 @@ impl Primitive {
                     .eval(
                         "acquire",
                         |s| &s.acquire_permit,
-                        &[&keys.permits, &keys.fencing],
+                        &[keys.permits(), keys.fencing()],
                         &[token, &ttl, &permits.to_string()],
                         false,
                     )
@@ -133,7 +133,7 @@ impl Primitive {
                 LockErrorKind::Protocol,
                 format!(
                     "acquire: unexpected reply [{acquired}, {value}] (is {} changed by someone else?)",
-                    keys.fencing
+                    keys.fencing()
                 ),
             )),
         }
@@ -175,7 +175,7 @@ impl Primitive {
                     .eval(
                         "release",
                         |s| &s.release_rw,
-                        &[&keys.rw, &keys.rw_released],
+                        &[keys.rw(), keys.rw_released()],
                         &[token],
                         false,
                     )
@@ -186,7 +186,7 @@ impl Primitive {
                     .eval(
                         "release",
                         |s| &s.release_permit,
-                        &[&keys.permits, &keys.permits_released],
+                        &[keys.permits(), keys.permits_released()],
                         &[token],
                         false,
                     )
@@ -209,7 +209,7 @@ pub(crate) async fn downgrade(
         .eval(
             "downgrade",
             |s| &s.downgrade_rw,
-            &[&keys.rw, &keys.rw_released, &keys.fencing],
+            &[keys.rw(), keys.rw_released(), keys.fencing()],
             &[token, &ttl_ms.to_string()],
             false,
         )
@@ -241,7 +241,7 @@ pub(crate) async fn withdraw(
         .eval(
             "withdraw a waiter",
             |s| &s.withdraw_waiter,
-            &[&keys.rw_queue, &keys.rw_lapse, &keys.rw_released],
+            &[keys.rw_queue(), keys.rw_lapse(), keys.rw_released()],
             &[&member],
             true,
         )

@@ -33,6 +33,8 @@ use redis::{ErrorKind, RedisError, RedisResult, Script, ServerErrorKind, Value};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use crate::call::ScriptCall;
+
 /// The default [`RenewBatching::window`]: 50 ms: at most 20 renewal
 /// requests per second per connection, whatever the number of guards.
 pub const DEFAULT_RENEW_WINDOW: Duration = Duration::from_millis(50);
@@ -474,21 +476,28 @@ pub async fn send_batch<C: redis::aio::ConnectionLike + Send>(
     script: &Script,
     items: &[RenewItem],
 ) -> RedisResult<Vec<KeyOutcome>> {
-    let mut call = script.prepare_invoke();
+    // The keys: every item's lease key, then the description keys of the
+    // described mutexes; the arguments: three per item.
+    let described = items
+        .iter()
+        .filter_map(|item| match (item.kind, &item.described) {
+            (LeaseKind::DescribedMutex, Some(described)) => Some(described.as_str()),
+            _ => None,
+        });
+    let keys: Vec<&str> = items
+        .iter()
+        .map(|item| item.key.as_str())
+        .chain(described)
+        .collect();
+    let mut call = ScriptCall::new(script, &keys);
     for item in items {
         let kind = match (item.kind, &item.described) {
             (LeaseKind::DescribedMutex, None) => LeaseKind::Mutex,
             (kind, _) => kind,
         };
-        call.key(&item.key)
-            .arg(kind.code())
+        call.arg(kind.code())
             .arg(&item.token)
             .arg(crate::client::ttl_millis(item.ttl));
-    }
-    for item in items {
-        if let (LeaseKind::DescribedMutex, Some(described)) = (item.kind, &item.described) {
-            call.key(described);
-        }
     }
     let reply: Vec<Value> = call.invoke_async(conn).await?;
     parse_reply(reply, items.len())

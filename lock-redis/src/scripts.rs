@@ -24,6 +24,8 @@
 //! Scripts are sent with `EVALSHA` (the `redis` crate's `Script` loads a
 //! script once, on the first `NOSCRIPT` reply).
 
+use std::fmt;
+
 use lock_core::LockErrorKind;
 use redis::{ErrorKind, RedisError, Script, ServerErrorKind};
 
@@ -912,7 +914,7 @@ pub async fn list_keys<C: redis::aio::ConnectionLike + Send>(
     let mut cursor = "0".to_string();
     let mut found = Vec::new();
     loop {
-        let page: Vec<redis::Value> = script
+        let page: Vec<redis::Value> = crate::call::ScriptCall::new(script, &[])
             .arg(&cursor)
             .arg(&pattern)
             .arg(1000)
@@ -987,34 +989,108 @@ impl Default for Scripts {
     }
 }
 
-/// The Redis keys of one lock name.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// The Redis keys of one lock name, written one after another into one
+/// string (every acquisition and release makes them: one allocation, not
+/// twelve) and read through the methods below.
+#[derive(Clone, PartialEq, Eq)]
 pub struct Keys {
+    /// The lock key, then each auxiliary key of [`AUX_SUFFIXES`].
+    text: String,
+    /// Where each key ends in `text`: the lock key's end, then each
+    /// auxiliary key's.
+    ends: [usize; AUX_SUFFIXES.len() + 1],
+}
+
+/// The auxiliary keys' suffixes, in the order of [`Keys`]'s methods.
+const AUX_SUFFIXES: [&str; 11] = [
+    "fencing",
+    RELEASED,
+    "queue",
+    "lapse",
+    RW,
+    "rw queue",
+    "rw lapse",
+    "rw released",
+    PERMITS,
+    "permits released",
+    HOLDER,
+];
+
+impl fmt::Debug for Keys {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Keys")
+            .field("lock", &self.lock())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Keys {
+    /// The key at `index` (0: the lock key; then [`AUX_SUFFIXES`]'s).
+    fn nth(&self, index: usize) -> &str {
+        let start = index.checked_sub(1).map_or(0, |before| self.ends[before]);
+        &self.text[start..self.ends[index]]
+    }
+
     /// The lock key itself: `prefix + name`.
-    pub lock: String,
+    pub fn lock(&self) -> &str {
+        self.nth(0)
+    }
+
     /// The fencing counter: `{prefix + name} fencing` (never expires).
-    pub fencing: String,
+    pub fn fencing(&self) -> &str {
+        self.nth(1)
+    }
+
     /// The pub/sub channel a release publishes on: `{prefix + name} released`.
-    pub released: String,
+    pub fn released(&self) -> &str {
+        self.nth(2)
+    }
+
     /// The mutex's waiters by arrival: `{prefix + name} queue`.
-    pub queue: String,
+    pub fn queue(&self) -> &str {
+        self.nth(3)
+    }
+
     /// The mutex's waiters by lapse time: `{prefix + name} lapse`.
-    pub lapse: String,
+    pub fn lapse(&self) -> &str {
+        self.nth(4)
+    }
+
     /// The read-write lock's holders: `{prefix + name} rw`.
-    pub rw: String,
+    pub fn rw(&self) -> &str {
+        self.nth(5)
+    }
+
     /// The read-write lock's waiters by arrival: `{prefix + name} rw queue`.
-    pub rw_queue: String,
+    pub fn rw_queue(&self) -> &str {
+        self.nth(6)
+    }
+
     /// The read-write lock's waiters by lapse time: `{prefix + name} rw lapse`.
-    pub rw_lapse: String,
+    pub fn rw_lapse(&self) -> &str {
+        self.nth(7)
+    }
+
     /// The read-write lock's release channel: `{prefix + name} rw released`.
-    pub rw_released: String,
+    pub fn rw_released(&self) -> &str {
+        self.nth(8)
+    }
+
     /// The semaphore's holders: `{prefix + name} permits`.
-    pub permits: String,
+    pub fn permits(&self) -> &str {
+        self.nth(9)
+    }
+
     /// The semaphore's release channel: `{prefix + name} permits released`.
-    pub permits_released: String,
+    pub fn permits_released(&self) -> &str {
+        self.nth(10)
+    }
+
     /// The mutex holder's description: `{prefix + name} holder`, holding
     /// `<owner token> <description JSON>` with the lock key's expiry.
-    pub holder: String,
+    pub fn holder(&self) -> &str {
+        self.nth(11)
+    }
 }
 
 /// The suffix of the mutex's release channel ([`Keys::released`]).
@@ -1038,33 +1114,34 @@ impl Keys {
     /// The keys of lock `name` under `prefix` (empty for none). `prefix`
     /// must pass [`check_prefix`] (the configurations check it).
     pub fn new(prefix: &str, name: &str) -> Self {
-        let mut lock = String::with_capacity(prefix.len() + name.len());
-        lock.push_str(prefix);
-        lock.push_str(name);
-        Self::of_lock(lock)
+        Self::build(&[prefix, name])
     }
 
     /// The keys that go with the lock key `lock` (`prefix + name`).
-    pub fn of_lock(lock: String) -> Self {
-        Self {
-            fencing: Self::aux(&lock, "fencing"),
-            released: Self::aux(&lock, RELEASED),
-            queue: Self::aux(&lock, "queue"),
-            lapse: Self::aux(&lock, "lapse"),
-            rw: Self::aux(&lock, RW),
-            rw_queue: Self::aux(&lock, "rw queue"),
-            rw_lapse: Self::aux(&lock, "rw lapse"),
-            rw_released: Self::aux(&lock, "rw released"),
-            permits: Self::aux(&lock, PERMITS),
-            permits_released: Self::aux(&lock, "permits released"),
-            holder: Self::aux(&lock, HOLDER),
-            lock,
+    pub fn of_lock(lock: &str) -> Self {
+        Self::build(&[lock])
+    }
+
+    /// The keys of the lock key made of `parts`.
+    fn build(parts: &[&str]) -> Self {
+        let lock_len: usize = parts.iter().map(|p| p.len()).sum();
+        let aux_len: usize = AUX_SUFFIXES.iter().map(|s| lock_len + s.len() + 3).sum();
+        let mut text = String::with_capacity(lock_len + aux_len);
+        parts.iter().for_each(|part| text.push_str(part));
+        let mut ends = [0; AUX_SUFFIXES.len() + 1];
+        ends[0] = lock_len;
+        for (i, suffix) in AUX_SUFFIXES.iter().enumerate() {
+            text.push('{');
+            text.extend_from_within(..lock_len);
+            text.push_str("} ");
+            text.push_str(suffix);
+            ends[i + 1] = text.len();
         }
+        Self { text, ends }
     }
 
     /// The auxiliary key `suffix` of the lock key `lock`: `{lock} suffix`.
     pub fn aux(lock: &str, suffix: &str) -> String {
-        // Built at its exact size: every acquisition and release makes these.
         let mut key = String::with_capacity(lock.len() + suffix.len() + 3);
         key.push('{');
         key.push_str(lock);
@@ -1131,16 +1208,41 @@ mod tests {
     #[test]
     fn keys_share_a_hash_slot_tag() {
         let k = Keys::new("", "jobs/report");
-        assert_eq!(k.lock, "jobs/report");
-        assert_eq!(k.fencing, "{jobs/report} fencing");
-        assert_eq!(k.released, "{jobs/report} released");
-        assert_eq!(Keys::new("app:", "x").lock, "app:x");
+        assert_eq!(k.lock(), "jobs/report");
+        assert_eq!(k.fencing(), "{jobs/report} fencing");
+        assert_eq!(k.released(), "{jobs/report} released");
+        assert_eq!(Keys::new("app:", "x").lock(), "app:x");
         // A name shaped like another lock's counter is just a lock.
         let tricky = Keys::new("", "{x}:fencing");
-        assert_ne!(tricky.lock, Keys::new("", "x").fencing);
+        assert_ne!(tricky.lock(), Keys::new("", "x").fencing());
         assert!(check_prefix("locks:").is_ok());
         assert!(check_prefix("a b").is_err());
         assert_eq!(match_prefix("jobs/[a]*"), "jobs/\\[a\\]\\**");
+    }
+
+    #[test]
+    fn every_auxiliary_key_is_the_lock_key_in_braces_and_its_suffix() {
+        let k = Keys::new("app:", "jobs/é x");
+        assert_eq!(k.lock(), "app:jobs/é x");
+        let aux = [
+            k.fencing(),
+            k.released(),
+            k.queue(),
+            k.lapse(),
+            k.rw(),
+            k.rw_queue(),
+            k.rw_lapse(),
+            k.rw_released(),
+            k.permits(),
+            k.permits_released(),
+            k.holder(),
+        ];
+        for (key, suffix) in aux.into_iter().zip(AUX_SUFFIXES) {
+            assert_eq!(key, Keys::aux("app:jobs/é x", suffix));
+        }
+        assert_eq!(k.rw_released(), "{app:jobs/é x} rw released");
+        assert_eq!(Keys::of_lock("app:jobs/é x"), k);
+        assert_eq!(Keys::new("", "").fencing(), "{} fencing");
     }
 
     #[test]

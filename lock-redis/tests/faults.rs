@@ -5,7 +5,10 @@
 
 use std::time::Duration;
 
-use lock_core::{AcquireOptions, DistributedLock, GuardState, LockErrorKind, LockName, LossCause};
+use lock_core::{
+    AcquireOptions, DistributedLock, GuardState, LockErrorKind, LockName, LossCause, ReadWriteLock,
+    Semaphore,
+};
 use lock_redis::{RedisLock, RedisLockConfig};
 use lock_testbed::{free_port, unique_name, Proxy, RedisOptions, RedisServer, RespValue};
 use tokio::time::{sleep, timeout, Instant};
@@ -66,7 +69,7 @@ async fn cmd(server: &RedisServer, args: &[&str]) -> RespValue {
 async fn counter(server: &RedisServer, name: &LockName) -> Option<i64> {
     match cmd(
         server,
-        &["GET", &lock_redis::Keys::new("", name.as_str()).fencing],
+        &["GET", lock_redis::Keys::new("", name.as_str()).fencing()],
     )
     .await
     {
@@ -642,7 +645,9 @@ async fn tokens_keep_increasing_after_failover_to_a_lagging_replica() {
     let a = client(&primary.url()).await;
     let lock = name("failover");
     let caught_up = take_tokens(&a, &lock, 3).await;
-    let fencing = lock_redis::Keys::new("", lock.as_str()).fencing;
+    let fencing = lock_redis::Keys::new("", lock.as_str())
+        .fencing()
+        .to_owned();
     let t = Instant::now();
     while cmd(&replica, &["GET", &fencing]).await.as_str() != Some(&caught_up.to_string()) {
         assert!(
@@ -773,7 +778,7 @@ async fn assert_next_token_above(url: &str, lock: &LockName, last: u64, after: &
 
 /// The owner token of the first waiter in `name`'s queue, once one is there.
 async fn first_waiter(server: &RedisServer, name: &LockName) -> String {
-    let queue = lock_redis::Keys::new("", name.as_str()).queue;
+    let queue = lock_redis::Keys::new("", name.as_str()).queue().to_owned();
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         if let RespValue::Array(Some(items)) = cmd(server, &["ZRANGE", &queue, "0", "0"]).await {
@@ -808,7 +813,9 @@ async fn a_late_hand_over_announcement_grants_nothing() {
     // Let the waiter subscribe and make its attempt after the subscription.
     sleep(Duration::from_millis(300)).await;
     let last = counter(&server, &name).await.expect("a counter");
-    let channel = lock_redis::Keys::new("", name.as_str()).released;
+    let channel = lock_redis::Keys::new("", name.as_str())
+        .released()
+        .to_owned();
     let stale = format!("g {waiter} {last} 10000");
     assert_eq!(
         cmd(&server, &["PUBLISH", &channel, &stale]).await,
@@ -846,11 +853,11 @@ async fn a_lock_handed_to_a_vanished_waiter_goes_on_after_its_ttl() {
     // A crashed waiter's place: first in line, asking for 500 ms.
     let ghost = format!("{:032x} 500", 7u128);
     assert_eq!(
-        cmd(&server, &["ZADD", &keys.queue, "1", &ghost]).await,
+        cmd(&server, &["ZADD", keys.queue(), "1", &ghost]).await,
         RespValue::Int(1)
     );
     assert_eq!(
-        cmd(&server, &["ZADD", &keys.lapse, "99999999999999", &ghost]).await,
+        cmd(&server, &["ZADD", keys.lapse(), "99999999999999", &ghost]).await,
         RespValue::Int(1)
     );
     let waiting = {
@@ -913,13 +920,13 @@ async fn a_late_hand_over_grants_nothing_after_the_counter_went_back() {
         lock_core::Holder::this_process().to_json()
     );
     let lapse_of = || async {
-        cmd(&server, &["ZSCORE", &keys.lapse, &member])
+        cmd(&server, &["ZSCORE", keys.lapse(), &member])
             .await
             .as_str()
             .map(str::to_string)
     };
     assert_eq!(
-        cmd(&server, &["DEL", &keys.fencing]).await,
+        cmd(&server, &["DEL", keys.fencing()]).await,
         RespValue::Int(1),
         "the counter existed"
     );
@@ -944,7 +951,7 @@ async fn a_late_hand_over_grants_nothing_after_the_counter_went_back() {
     );
     let stale = format!("g {waiter} {issued} 10000");
     assert_eq!(
-        cmd(&server, &["PUBLISH", &keys.released, &stale]).await,
+        cmd(&server, &["PUBLISH", keys.released(), &stale]).await,
         RespValue::Int(1),
         "the waiter's client listens on the channel"
     );
@@ -962,4 +969,41 @@ async fn a_late_hand_over_grants_nothing_after_the_counter_went_back() {
         .expect("the waiter gets the lock");
     assert!(got.fencing_token().unwrap().get() > issued);
     assert!(got.release().await.unwrap());
+}
+
+/// A server that forgot the scripts (`SCRIPT FLUSH`, as after a restart or
+/// a failover to a replica that never ran them) answers `NOSCRIPT`: every
+/// kind of call loads its script again and goes through, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_load_their_scripts_again_after_a_script_flush() {
+    let server = start_server(RedisOptions::default()).await;
+    let locks = client(&server.url()).await;
+    let (mutex, rw, sem) = (name("flush-m"), name("flush-rw"), name("flush-s"));
+    let o = opts(Duration::from_secs(10));
+    let (mut tokens, mut loads) = (Vec::new(), Vec::new());
+    for round in 0..2 {
+        // Round 0 loads every script; round 1 finds none of them.
+        let g = locks.acquire(&mutex, &o).await.expect("acquire");
+        tokens.push(g.fencing_token().expect("a token"));
+        g.extend(Duration::from_secs(20)).await.expect("extend");
+        assert!(g.release().await.expect("release"), "round {round}");
+        let r = locks.acquire_read(&rw, &o).await.expect("read");
+        assert!(r.release().await.expect("release read"), "round {round}");
+        let p = locks.acquire_permit(&sem, 2, &o).await.expect("permit");
+        assert!(p.release().await.expect("release permit"), "round {round}");
+        assert!(locks.list("flush-", 10).await.expect("list").is_empty());
+        loads.push(
+            server
+                .calls_async("script|load")
+                .await
+                .expect("commandstats"),
+        );
+        assert_eq!(
+            cmd(&server, &["SCRIPT", "FLUSH"]).await,
+            RespValue::Simple("OK".into())
+        );
+    }
+    assert!(tokens[1] > tokens[0], "{tokens:?}");
+    // Both rounds loaded the scripts they used, the same number each time.
+    assert!(loads[0] > 0 && loads[1] == 2 * loads[0], "{loads:?}");
 }

@@ -161,17 +161,17 @@ async fn key_prefix_is_applied() {
         .unwrap();
     let name = LockName::new(unique_name("prefix")).unwrap();
     let keys = locks.keys(&name);
-    assert_eq!(keys.lock, format!("app:locks:{name}"));
+    assert_eq!(keys.lock(), format!("app:locks:{name}"));
     let g = locks.try_acquire(&name, &opts()).await.unwrap().unwrap();
     assert_eq!(
-        cmd(server, &["EXISTS", &keys.lock]).await,
+        cmd(server, &["EXISTS", keys.lock()]).await,
         RespValue::Int(1)
     );
     assert_eq!(
         cmd(server, &["EXISTS", name.as_str()]).await,
         RespValue::Int(0)
     );
-    let counter = cmd(server, &["GET", &keys.fencing]).await;
+    let counter = cmd(server, &["GET", keys.fencing()]).await;
     let token = g.fencing_token().unwrap().get().to_string();
     assert_eq!(counter.as_str(), Some(token.as_str()));
     assert!(g.release().await.unwrap());

@@ -9,6 +9,7 @@ use std::time::Duration;
 use lock_core::{
     drift, LockError, LockErrorKind, NodeFailure, NodeFailureReason, Result, TlsConfig,
 };
+use lock_redis::call::ScriptCall;
 use lock_redis::place::PlaceLife;
 use lock_redis::renew::{BatchSender, Batcher, KeyOutcome, RenewBatching, RenewItem, RENEW_BATCH};
 use lock_redis::scripts::{
@@ -125,6 +126,11 @@ impl NameKeys {
             key,
         })
     }
+
+    /// The keys of the release and leave-line scripts, in their order.
+    pub fn for_release(&self) -> [&str; 5] {
+        [&self.key, &self.channel, &self.line, &self.lapse, &self.seq]
+    }
 }
 
 /// A waiting call's place in the nodes' line: the same wait id and arrival
@@ -192,7 +198,7 @@ impl Place {
 
     /// The three script arguments of `place` (wait id, arrival, how long
     /// the place lasts from now), or `'', 0, 0` for none.
-    fn add_args(call: &mut redis::ScriptInvocation<'_>, place: Option<&Place>) {
+    fn add_args(call: &mut ScriptCall<'_>, place: Option<&Place>) {
         match place {
             Some(p) => call.arg(&p.id).arg(p.arrival_us).arg(p.life.lasts_ms()),
             None => call.arg("").arg(0).arg(0),
@@ -419,12 +425,11 @@ impl Node {
     ) -> RedisResult<SetReply> {
         let reply: Vec<Value> = self
             .call("acquire", |mut c| async move {
-                let mut call = scripts.acquire_in_line.key(&*keys.key);
-                call.key(&*keys.line)
-                    .key(&*keys.lapse)
-                    .key(&*keys.seq)
-                    .arg(token)
-                    .arg(ttl_ms);
+                let mut call = ScriptCall::new(
+                    &scripts.acquire_in_line,
+                    &[&keys.key, &keys.line, &keys.lapse, &keys.seq],
+                );
+                call.arg(token).arg(ttl_ms);
                 Place::add_args(&mut call, place);
                 call.invoke_async(&mut c).await
             })
@@ -488,13 +493,8 @@ impl Node {
     ) -> RedisResult<ReleaseReply> {
         let n: i64 = self
             .call("release", |mut c| async move {
-                let mut call = scripts.release.key(&*keys.key);
-                call.key(&*keys.channel)
-                    .key(&*keys.line)
-                    .key(&*keys.lapse)
-                    .key(&*keys.seq)
-                    .arg(token)
-                    .arg(if announce { "1" } else { "0" });
+                let mut call = ScriptCall::new(&scripts.release, &keys.for_release());
+                call.arg(token).arg(if announce { "1" } else { "0" });
                 Place::add_args(&mut call, rejoin);
                 call.arg(&*self.inbox).invoke_async(&mut c).await
             })
@@ -517,13 +517,8 @@ impl Node {
     ) -> RedisResult<ReleaseReply> {
         let n: i64 = self
             .call("force release", |mut c| async move {
-                let mut call = scripts.release.key(&*keys.key);
-                call.key(&*keys.channel)
-                    .key(&*keys.line)
-                    .key(&*keys.lapse)
-                    .key(&*keys.seq)
-                    .arg("")
-                    .arg("1");
+                let mut call = ScriptCall::new(&scripts.release, &keys.for_release());
+                call.arg("").arg("1");
                 Place::add_args(&mut call, None);
                 call.arg(&*self.inbox).arg("1").invoke_async(&mut c).await
             })
@@ -545,13 +540,7 @@ impl Node {
         holding: bool,
     ) -> RedisResult<()> {
         self.call("leave line", |mut c| async move {
-            scripts
-                .leave_line
-                .key(&*keys.key)
-                .key(&*keys.channel)
-                .key(&*keys.line)
-                .key(&*keys.lapse)
-                .key(&*keys.seq)
+            ScriptCall::new(&scripts.leave_line, &keys.for_release())
                 .arg(wait_id)
                 .arg(if holding { "1" } else { "" })
                 .arg(&*self.inbox)

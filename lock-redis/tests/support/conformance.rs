@@ -72,7 +72,7 @@ impl Harness for Redis {
 
     async fn remove_behind_back(&self, name: &LockName) {
         let keys = Self::keys(name);
-        self.cmd(&["DEL", &keys.lock, &keys.rw, &keys.permits])
+        self.cmd(&["DEL", keys.lock(), keys.rw(), keys.permits()])
             .await;
     }
 
@@ -82,21 +82,21 @@ impl Harness for Redis {
         // Holders of every primitive (and the mutex holder's description),
         // and the waiters of the mutex and the read-write lock.
         for key in [
-            &keys.lock,
-            &keys.holder,
-            &keys.queue,
-            &keys.lapse,
-            &keys.rw,
-            &keys.rw_queue,
-            &keys.rw_lapse,
-            &keys.permits,
+            keys.lock(),
+            keys.holder(),
+            keys.queue(),
+            keys.lapse(),
+            keys.rw(),
+            keys.rw_queue(),
+            keys.rw_lapse(),
+            keys.permits(),
         ] {
             if self.cmd(&["EXISTS", key]).await != RespValue::Int(0) {
                 left.push(format!("key {key}"));
             }
         }
         // No client may stay subscribed to a release channel after its waiters left.
-        for channel in [&keys.released, &keys.rw_released, &keys.permits_released] {
+        for channel in [keys.released(), keys.rw_released(), keys.permits_released()] {
             match self.cmd(&["PUBSUB", "NUMSUB", channel]).await {
                 RespValue::Array(Some(items)) if items.len() == 2 => {
                     if items[1] != RespValue::Int(0) {
