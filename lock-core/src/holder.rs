@@ -101,41 +101,28 @@ impl Holder {
     /// one); a field of the description replaces an extra field of the
     /// same name, and of two extra fields of one name the last is kept.
     pub fn to_json_with(&self, extra: &[(&str, &str)]) -> String {
-        let mut fields: Vec<(&str, Field<'_>)> = Vec::with_capacity(extra.len() + 3);
+        // The description's own fields, in the order of their names.
+        let own = [
+            self.host.as_deref().map(|host| ("host", Field::Text(host))),
+            self.note.as_deref().map(|note| ("note", Field::Text(note))),
+            self.pid.map(|pid| ("pid", Field::Number(pid))),
+        ];
+        if extra.is_empty() {
+            let mut fields = [("", Field::Number(0)); 3];
+            let mut n = 0;
+            for field in own.into_iter().flatten() {
+                fields[n] = field;
+                n += 1;
+            }
+            return write_object(&fields[..n]);
+        }
+        let mut fields: Vec<(&str, Field<'_>)> = Vec::with_capacity(extra.len() + own.len());
         fields.extend(extra.iter().map(|(key, value)| (*key, Field::Text(value))));
-        fields.extend(self.host.as_deref().map(|host| ("host", Field::Text(host))));
-        fields.extend(self.note.as_deref().map(|note| ("note", Field::Text(note))));
-        fields.extend(self.pid.map(|pid| ("pid", Field::Number(pid))));
+        fields.extend(own.into_iter().flatten());
         // By name; of one name, the one added last (a stable sort, then the
         // last of each run).
         fields.sort_by(|a, b| a.0.cmp(b.0));
-        let mut out = Vec::with_capacity(
-            2 + fields
-                .iter()
-                .map(|(key, value)| key.len() + value.len() + 6)
-                .sum::<usize>(),
-        );
-        out.push(b'{');
-        for (i, (key, value)) in fields.iter().enumerate() {
-            if fields.get(i + 1).is_some_and(|next| next.0 == *key) {
-                continue;
-            }
-            if out.len() > 1 {
-                out.push(b',');
-            }
-            push_json_string(&mut out, key);
-            out.push(b':');
-            match value {
-                Field::Text(text) => push_json_string(&mut out, text),
-                Field::Number(n) => {
-                    let _ = write!(out, "{n}");
-                }
-            }
-        }
-        out.push(b'}');
-        // Only whole UTF-8 strings and ASCII were written.
-        String::from_utf8(out)
-            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+        write_object(&fields)
     }
 
     /// Reads a stored description back: `None` unless `text` is a JSON
@@ -197,11 +184,39 @@ fn cut(s: &str, max: usize) -> &str {
     &s[..end]
 }
 
-/// The machine's host name, read once per process: `gethostname(2)` (the
-/// kernel's UTS name), which needs no file system (`/proc` may be missing
-/// in a container or on another Unix). `None` if it cannot be read or is
-/// empty; a name that is not UTF-8 is converted lossily.
+/// A JSON object of `fields`, sorted by name; of a run of one name, the
+/// last is written.
+fn write_object(fields: &[(&str, Field<'_>)]) -> String {
+    let mut out = Vec::with_capacity(
+        2 + fields
+            .iter()
+            .map(|(key, value)| key.len() + value.len() + 6)
+            .sum::<usize>(),
+    );
+    out.push(b'{');
+    for (i, (key, value)) in fields.iter().enumerate() {
+        if fields.get(i + 1).is_some_and(|next| next.0 == *key) {
+            continue;
+        }
+        if out.len() > 1 {
+            out.push(b',');
+        }
+        push_json_string(&mut out, key);
+        out.push(b':');
+        match value {
+            Field::Text(text) => push_json_string(&mut out, text),
+            Field::Number(n) => {
+                let _ = write!(out, "{n}");
+            }
+        }
+    }
+    out.push(b'}');
+    // Only whole UTF-8 strings and ASCII were written.
+    String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+}
+
 /// A field's value in [`Holder::to_json_with`].
+#[derive(Clone, Copy)]
 enum Field<'a> {
     Text(&'a str),
     Number(u32),
@@ -223,6 +238,10 @@ fn push_json_string(out: &mut Vec<u8>, text: &str) {
     let _ = serde_json::to_writer(out, text);
 }
 
+/// The machine's host name, read once per process: `gethostname(2)` (the
+/// kernel's UTS name), which needs no file system (`/proc` may be missing
+/// in a container or on another Unix). `None` if it cannot be read or is
+/// empty; a name that is not UTF-8 is converted lossily.
 fn host_name() -> Option<&'static str> {
     static HOST: OnceLock<Option<String>> = OnceLock::new();
     HOST.get_or_init(|| {

@@ -242,36 +242,43 @@ impl RedisLock {
         let client = &self.inner.client;
         let token = owner_token();
         let ttl_ms = ttl_millis(req.ttl);
+        // Written once, for the attempts and (rarely needed) the leaving.
+        let described: Option<Arc<str>> = req.holder_json().map(Into::into);
         let leave = {
             let (client, keys, token) = (client.clone(), keys.clone(), token.clone());
-            let member = match req.holder_json() {
-                Some(described) => format!("{token} {ttl_ms} {described}"),
-                None => format!("{token} {ttl_ms}"),
-            };
+            let described = described.clone();
             CleanupOnDrop::new(async move {
+                let member = match described {
+                    Some(described) => format!("{token} {ttl_ms} {described}"),
+                    None => format!("{token} {ttl_ms}"),
+                };
                 if let Err(err) = client.release(&keys, &token, Some(&member)).await {
                     tracing::debug!(key = %keys.lock(), error = %err, "distlock redis: could not leave the queue; the place lapses by itself and a lock handed over meanwhile expires with its TTL");
                 }
             })
         };
-        let got = self.queue_turns(req, keys, token, deadline).await;
+        let described = described.as_deref().unwrap_or_default();
+        let got = self
+            .queue_turns(req, keys, token, described, deadline)
+            .await;
         let by = add_saturating(deadline, client.config.request_timeout);
         leave.settle(&got, by).await;
         got
     }
 
     /// The attempts and waits of [`wait_in_queue`](Self::wait_in_queue)
-    /// with owner token `token`, until the lock is ours or `deadline`.
+    /// with owner token `token` and the holder's description `described`,
+    /// until the lock is ours or `deadline`.
     async fn queue_turns(
         &self,
         req: &LeaseRequest,
         keys: &Arc<Keys>,
         token: String,
+        described: &str,
         deadline: Instant,
     ) -> Result<Option<Lease>> {
         let client = &self.inner.client;
         let ttl_ms = ttl_millis(req.ttl);
-        let described = req.holder_json().unwrap_or_default();
         // The attempt in flight at the deadline, then the leaving.
         let slack = client.config.request_timeout.saturating_mul(2);
         let place = PlaceLife::new(req.ttl, client.config.max_recheck, deadline, slack);
@@ -288,7 +295,7 @@ impl RedisLock {
             }
             let sent = Instant::now();
             let reply = self
-                .queue_attempt(keys, &token, ttl_ms, place.lasts_ms(), &described)
+                .queue_attempt(keys, &token, ttl_ms, place.lasts_ms(), described)
                 .await;
             if let Some(sub) = &mut sub {
                 sub.after_attempt();
