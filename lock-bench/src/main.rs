@@ -24,7 +24,7 @@
 //! stderr. Exits non-zero if any backend, raw protocol or peer failed to run.
 //!
 //! ```text
-//! cargo run --release -p lock-bench -- [--quick] [--backends redis,etcd,...] [--load N] [--data-dir PATH] [--json PATH] [--svg PATH]
+//! cargo run --release -p lock-bench -- [--quick] [--backends redis,etcd,...] [--load N] [--memory-baseline 8=RATE,64=RATE] [--data-dir PATH] [--json PATH] [--svg PATH]
 //! ```
 
 mod backends;
@@ -93,9 +93,49 @@ struct Cli {
     /// bare protocol (default: 2 in the full run, none with --quick; 0: none).
     #[arg(long, value_name = "N")]
     load: Option<usize>,
+    /// The memory:// rates target 1a's speed-up counts from, as
+    /// TASKS=RATE pairs (e.g. `8=540000,64=500000`): the commit before the
+    /// work on the library's own overhead (ad23ec0) measured on this
+    /// machine with `--backends memory --load 0`. Default: its rates on the
+    /// machine the target was set on, which a faster machine flatters.
+    #[arg(
+        long,
+        value_name = "TASKS=RATE,...",
+        value_delimiter = ',',
+        num_args = 1,
+        value_parser = parse_level_rate
+    )]
+    memory_baseline: Vec<(usize, f64)>,
     /// Run as one busy process of `--load` (spins until killed).
     #[arg(long, hide = true)]
     busy_loop: bool,
+}
+
+/// One `TASKS=RATE` pair of `--memory-baseline`: a level the benchmark
+/// measures and a positive rate in cycles per second.
+fn parse_level_rate(text: &str) -> Result<(usize, f64), String> {
+    let (tasks, rate) = text
+        .split_once('=')
+        .ok_or_else(|| format!("`{text}` is not TASKS=RATE"))?;
+    let tasks: usize = tasks
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{tasks}` is not a number of tasks"))?;
+    if !run::LEVELS.contains(&tasks) {
+        return Err(format!(
+            "the benchmark measures {:?} tasks, not {tasks}",
+            run::LEVELS
+        ));
+    }
+    let rate: f64 = rate
+        .trim()
+        .replace('_', "")
+        .parse()
+        .map_err(|_| format!("`{rate}` is not a rate"))?;
+    if !(rate.is_finite() && rate > 0.0) {
+        return Err(format!("the rate must be above 0, not {rate}"));
+    }
+    Ok((tasks, rate))
 }
 
 impl Cli {
@@ -109,6 +149,14 @@ impl Cli {
                 .load
                 .unwrap_or(if self.quick { 0 } else { FULL_RUN_LOAD }),
             busy_loop: self.busy_loop,
+            memory_baseline: if self.memory_baseline.is_empty() {
+                targets::MemoryBaseline::default()
+            } else {
+                targets::MemoryBaseline {
+                    rates: self.memory_baseline,
+                    given: true,
+                }
+            },
             backends: backends::ALL
                 .iter()
                 .filter(picked)
@@ -134,6 +182,8 @@ pub struct Args {
     pub load: usize,
     /// This process is one of them.
     pub busy_loop: bool,
+    /// What target 1a's memory:// speed-up counts from.
+    pub memory_baseline: targets::MemoryBaseline,
     /// Selected backends, in report order.
     pub backends: Vec<String>,
     /// JSON output path.
@@ -303,5 +353,23 @@ mod tests {
         let help = args(&["--help"]).unwrap_err();
         assert!(!help.use_stderr(), "--help is not an error");
         assert!(help.to_string().contains("--data-dir"));
+    }
+
+    #[test]
+    fn parses_a_memory_baseline_measured_here() {
+        let built_in = args(&[]).unwrap().memory_baseline;
+        assert!(!built_in.given);
+        assert_eq!(built_in.rates, targets::MEMORY_BASELINE.to_vec());
+        let a = args(&["--memory-baseline", "8=540_000,64=500000.5"]).unwrap();
+        assert!(a.memory_baseline.given);
+        assert_eq!(
+            a.memory_baseline.rates,
+            vec![(8, 540_000.0), (64, 500_000.5)]
+        );
+        for bad in [
+            "8", "8=", "=5", "7=100", "8=0", "8=-1", "8=NaN", "8=inf", "x=1", "8=1,",
+        ] {
+            assert!(args(&["--memory-baseline", bad]).is_err(), "{bad} accepted");
+        }
     }
 }

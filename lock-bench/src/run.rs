@@ -74,11 +74,14 @@ pub struct Profile {
     pub load: usize,
 }
 
+/// The numbers of tasks the uncontended runs measure.
+pub const LEVELS: [usize; 3] = [1, 8, 64];
+
 impl Profile {
     /// The CI smoke test: every measurement, small samples, under a minute.
     pub fn quick() -> Self {
         Self {
-            levels: vec![1, 8, 64],
+            levels: LEVELS.to_vec(),
             tasks_per_client: 8,
             uncontended: Duration::from_millis(250),
             rounds: 2,
@@ -657,7 +660,7 @@ pub async fn run(args: &Args) -> (Report, Servers) {
     }
     bar.finish_and_clear();
 
-    let targets = crate::targets::evaluate(&backends);
+    let targets = crate::targets::evaluate(&backends, &args.memory_baseline);
     let failures = backends.iter().flat_map(|b| b.failures()).collect();
     let report = Report {
         mode: if args.quick {
