@@ -48,7 +48,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::builder::PossibleValuesParser;
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 
 /// Counts the live heap, for the client memory held per guard.
 #[global_allocator]
@@ -225,7 +225,22 @@ fn out_dir() -> PathBuf {
 /// Parses the arguments (the program name first); `--help` and bad
 /// arguments are clap's errors (`use_stderr()` tells which).
 pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Args, clap::Error> {
-    Cli::try_parse_from(args).map(Cli::resolve)
+    let cli = Cli::try_parse_from(args)?;
+    // A baseline covers every level the target checks, or the target
+    // would be judged on fewer.
+    let given: Vec<usize> = cli.memory_baseline.iter().map(|(t, _)| *t).collect();
+    if !given.is_empty() {
+        if let Some((missing, _)) = targets::MEMORY_BASELINE
+            .iter()
+            .find(|(t, _)| !given.contains(t))
+        {
+            return Err(Cli::command().error(
+                clap::error::ErrorKind::InvalidValue,
+                format!("--memory-baseline needs a rate at {missing} tasks too (the target checks 8 and 64)"),
+            ));
+        }
+    }
+    Ok(cli.resolve())
 }
 
 fn write_file(path: &std::path::Path, contents: &[u8]) -> Result<(), String> {
@@ -367,7 +382,8 @@ mod tests {
             vec![(8, 540_000.0), (64, 500_000.5)]
         );
         for bad in [
-            "8", "8=", "=5", "7=100", "8=0", "8=-1", "8=NaN", "8=inf", "x=1", "8=1,",
+            "8", "8=", "=5", "7=100", "8=0", "8=-1", "8=NaN", "8=inf", "x=1", "8=1,", "8=1000",
+            "64=1000", "1=5,8=5",
         ] {
             assert!(args(&["--memory-baseline", bad]).is_err(), "{bad} accepted");
         }

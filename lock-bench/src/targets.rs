@@ -38,6 +38,7 @@ impl Default for MemoryBaseline {
         }
     }
 }
+
 /// Client CPU per acquire+release at most this multiple of the raw
 /// protocol's (the same number of requests sent directly).
 pub const CPU_RATIO: f64 = 1.25;
@@ -125,8 +126,25 @@ fn memory_speedup(backends: &[BackendReport], baseline: &MemoryBaseline, out: &m
     };
     let mut parts = Vec::new();
     let mut worst: Option<f64> = None;
-    for &(tasks, base) in &baseline.rates {
-        let Some(u) = ours.at(tasks).filter(|_| base > 0.0) else {
+    // The levels are the target's; a baseline given without one of them
+    // leaves the target not measured rather than checked on fewer levels.
+    for (tasks, _) in MEMORY_BASELINE {
+        let base = baseline
+            .rates
+            .iter()
+            .rev()
+            .find(|(t, _)| *t == tasks)
+            .map_or(0.0, |(_, rate)| *rate);
+        if base <= 0.0 {
+            out.push(target(
+                &what,
+                "memory",
+                format!("no baseline rate at {tasks} tasks"),
+                Status::NotMeasured,
+            ));
+            return;
+        }
+        let Some(u) = ours.at(tasks) else {
             out.push(not_measured(&what, "memory"));
             return;
         };
