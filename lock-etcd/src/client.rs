@@ -172,6 +172,20 @@ pub fn error_kind(err: &etcd_client::Error) -> LockErrorKind {
     }
 }
 
+/// The error of a call whose member, asked again after `answer` (the
+/// cluster was between leaders), was still silent when the `share` of time
+/// left ran out: the answer is the cause, the silence only where the
+/// deadline cut the asking short.
+fn asked_again(answer: &LockError, share: Duration) -> LockError {
+    let answer = match std::error::Error::source(answer) {
+        Some(said) => format!("{}: {said}", answer.message()),
+        None => answer.message().to_owned(),
+    };
+    LockError::unavailable(format!(
+        "{answer}; asked again, no answer within the {share:?} left of the request timeout"
+    ))
+}
+
 /// The pause (with jitter down to half of it) before a member that answered
 /// "no leader" or "leader changed" is asked again within the same call. An
 /// etcd election takes at least one election timeout (1 s by default).
@@ -400,6 +414,8 @@ impl EtcdClient {
         let deadline = self.request_deadline();
         let mut last = None;
         let mut order = self.order();
+        // Asking again the members that said the cluster is between leaders.
+        let mut asking_again = false;
         'passes: loop {
             let mut electing = Vec::new();
             for (tried, idx) in order.iter().copied().enumerate() {
@@ -423,10 +439,15 @@ impl EtcdClient {
                 if failure.between_leaders() {
                     electing.push(idx);
                 }
-                let err = map_error(
-                    failure,
-                    &format!("{what} (endpoint {})", self.endpoints[idx].addr),
-                );
+                let err = match (&failure, &last) {
+                    (Failure::TimedOut(share), Some(answer)) if asking_again => {
+                        asked_again(answer, *share)
+                    }
+                    _ => map_error(
+                        failure,
+                        &format!("{what} (endpoint {})", self.endpoints[idx].addr),
+                    ),
+                };
                 if err.kind() != LockErrorKind::Unavailable {
                     return Err(err);
                 }
@@ -436,6 +457,7 @@ impl EtcdClient {
             if electing.is_empty() {
                 break;
             }
+            asking_again = true;
             let left = deadline.saturating_duration_since(Instant::now());
             let pause = rand::rng().random_range(ELECTION_PAUSE / 2..=ELECTION_PAUSE);
             tokio::time::sleep(pause.min(left)).await;
@@ -471,6 +493,8 @@ impl EtcdClient {
         let deadline = self.request_deadline().min(Instant::now() + within);
         let mut last = None;
         let mut order = self.order();
+        // Asking again the members that said the cluster is between leaders.
+        let mut asking_again = false;
         'passes: loop {
             let mut electing = Vec::new();
             for (tried, idx) in order.iter().copied().enumerate() {
@@ -519,7 +543,12 @@ impl EtcdClient {
                     last = Some(map_error(failure, &where_));
                     continue;
                 }
-                let err = map_error(failure, &where_);
+                let err = match (&failure, &last) {
+                    (Failure::TimedOut(share), Some(answer)) if asking_again => {
+                        asked_again(answer, *share)
+                    }
+                    _ => map_error(failure, &where_),
+                };
                 if err.kind() != LockErrorKind::Unavailable {
                     // The server answered: it refused the request.
                     return Outcome::Refused(err);
@@ -530,6 +559,7 @@ impl EtcdClient {
             if electing.is_empty() {
                 break;
             }
+            asking_again = true;
             let left = deadline.saturating_duration_since(Instant::now());
             let pause = rand::rng().random_range(ELECTION_PAUSE / 2..=ELECTION_PAUSE);
             tokio::time::sleep(pause.min(left)).await;

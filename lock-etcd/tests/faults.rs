@@ -771,6 +771,61 @@ async fn a_member_without_a_leader_fails_calls_within_the_request_timeout() {
     );
 }
 
+/// A member without a leader that answers slowly: its "no leader" answer
+/// comes back after 600 ms of a 1 s request timeout, the call asks again,
+/// and the time runs out before the second answer. The call fails with the
+/// answer it had ("no leader"), not with the silence that the deadline cut
+/// short, and within its request timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_member_without_a_leader_fails_with_its_answer_not_the_deadline() {
+    let cluster = start_cluster(3).await;
+    let proxy = Proxy::start(cluster.endpoints()[2].parse().unwrap()).expect("proxy");
+    let request_timeout = Duration::from_secs(1);
+    let client = connect(
+        EtcdConfig::new([proxy.addr().to_string()])
+            .lease_ttl(Duration::from_secs(10))
+            .request_timeout(request_timeout)
+            .connect_timeout(Duration::from_secs(2)),
+    )
+    .await;
+    // Connected and answering before the faults.
+    let warm = client
+        .try_acquire(&name("slow-no-leader-warm"), &AcquireOptions::new())
+        .await
+        .expect("a lock before the faults")
+        .expect("free");
+    warm.release().await.expect("released");
+    tokio::task::block_in_place(|| {
+        cluster.pause(0)?;
+        cluster.pause(1)
+    })
+    .expect("pause two members");
+    // Let member 2 notice it has no leader (election timeout 100 ms).
+    sleep(Duration::from_millis(1500)).await;
+    proxy.set_reply_delay(Duration::from_millis(600));
+    let t = Instant::now();
+    let got = client
+        .try_acquire(&name("slow-no-leader"), &AcquireOptions::new())
+        .await;
+    let took = t.elapsed();
+    proxy.heal();
+    tokio::task::block_in_place(|| {
+        cluster.resume(0)?;
+        cluster.resume(1)
+    })
+    .expect("resume");
+    let err = got.expect_err("a lock from a member without a leader");
+    assert_eq!(err.kind(), LockErrorKind::Unavailable, "{err}");
+    assert!(
+        err.to_string().contains("no leader"),
+        "the call should fail with the member's answer: {err}"
+    );
+    assert!(
+        took < request_timeout + Duration::from_millis(500),
+        "took {took:?}: longer than the request timeout of {request_timeout:?}"
+    );
+}
+
 /// The count of gRPC calls a member has started for `method`, from its
 /// Prometheus metrics.
 fn started_calls(endpoint: &str, method: &str) -> u64 {
