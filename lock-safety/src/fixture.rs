@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{AcquireOptions, LockGuard, LockMode, LockName, LockService};
+use lock_core::{AcquireOptions, LockError, LockGuard, LockMode, LockName, LockService};
 use lock_etcd::{EtcdConfig, EtcdLock};
 use lock_redis::{RedisLock, RedisLockConfig};
 use lock_redlock::{RedlockConfig, RedlockLock};
@@ -70,7 +70,24 @@ impl Kind {
             Kind::Etcd | Kind::Zk => Duration::from_millis(2000),
         }
     }
+
+    /// How much later than its TTL the server itself finds an abandoned
+    /// holder expired: etcd's leader looks for expired leases every 500 ms;
+    /// ZooKeeper expires sessions on the next tick of the testbed's
+    /// `tickTime` (200 ms); a Redis key past its TTL is gone for the next
+    /// command that touches it.
+    pub fn expiry_step(self) -> Duration {
+        match self {
+            Kind::Redis | Kind::Redlock => Duration::ZERO,
+            Kind::Etcd => Duration::from_millis(500),
+            Kind::Zk => Duration::from_millis(200),
+        }
+    }
 }
+
+/// How long a scenario's clients may take to connect in all (see
+/// [`Servers::connect`]).
+pub const SET_UP_CONNECT: Duration = Duration::from_secs(15);
 
 /// Real servers of one backend, started for one scenario.
 pub enum Servers {
@@ -206,18 +223,36 @@ impl Servers {
 
     /// A client of `kind` that talks to `addrs`, with the timeouts of
     /// [`Kind::request_timeout`] and the TTL of [`Kind::ttl`] (etcd's lease,
-    /// ZooKeeper's session).
+    /// ZooKeeper's session). Set-up, not what a scenario tests: a retryable
+    /// failure (a busy machine's connect past its timeout) is tried again
+    /// within [`SET_UP_CONNECT`]; servers that never answer still fail.
     pub async fn connect(kind: Kind, addrs: &[SocketAddr]) -> Arc<dyn LockService> {
+        let until = tokio::time::Instant::now() + SET_UP_CONNECT;
+        loop {
+            match Servers::try_connect(kind, addrs).await {
+                Ok(lock) => return lock,
+                Err(e) if e.is_retryable() && tokio::time::Instant::now() < until => {
+                    eprintln!("connect {}: {e}; trying again", kind.name());
+                }
+                Err(e) => panic!("connect {}: {e:?}", kind.name()),
+            }
+        }
+    }
+
+    /// One try of [`Servers::connect`].
+    async fn try_connect(
+        kind: Kind,
+        addrs: &[SocketAddr],
+    ) -> Result<Arc<dyn LockService>, LockError> {
         let ttl = kind.ttl();
-        match kind {
+        Ok(match kind {
             Kind::Redis => Arc::new(
                 RedisLock::connect(
                     RedisLockConfig::new(format!("redis://{}/", addrs[0]))
                         .request_timeout(kind.request_timeout())
                         .connect_timeout(Duration::from_millis(500)),
                 )
-                .await
-                .expect("connect redis"),
+                .await?,
             ),
             Kind::Redlock => Arc::new(
                 RedlockLock::connect(
@@ -225,8 +260,7 @@ impl Servers {
                         .node_timeout(kind.request_timeout())
                         .connect_timeout(Duration::from_millis(500)),
                 )
-                .await
-                .expect("connect redlock"),
+                .await?,
             ),
             Kind::Etcd => Arc::new(
                 EtcdLock::connect(
@@ -235,8 +269,7 @@ impl Servers {
                         .request_timeout(kind.request_timeout())
                         .connect_timeout(Duration::from_secs(2)),
                 )
-                .await
-                .expect("connect etcd"),
+                .await?,
             ),
             Kind::Zk => {
                 let connect = addrs
@@ -251,11 +284,10 @@ impl Servers {
                             .request_timeout(kind.request_timeout())
                             .connect_timeout(Duration::from_secs(2)),
                     )
-                    .await
-                    .expect("connect zookeeper"),
+                    .await?,
                 )
             }
-        }
+        })
     }
 
     /// A client behind its own proxies (one per server), so that its network

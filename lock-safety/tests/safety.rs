@@ -11,7 +11,8 @@
 //!   delayed restart of one max TTL: 0;
 //! - S5 (minority faults, leader kills) and the soak: 0 stale writes accepted;
 //!   0 overlaps in S5;
-//! - a crashed holder's lock is retaken within TTL + 0.5 s (p99);
+//! - a crashed holder's lock is retaken within TTL + the server's expiry
+//!   step + 0.5 s (p99);
 //! - with the fenced register in a real PostgreSQL (rows marked `storage:
 //!   postgres`; S1, Redis S3 and the soak, for redis, etcd and zookeeper):
 //!   0 stale writes accepted by PostgreSQL, stale writes rejected in S1, and
@@ -596,6 +597,11 @@ async fn careful_worker(lock: Arc<dyn LockService>, n: LockName, w: &Workload, s
     }
 }
 
+/// Slack of the crash-retake bound over the TTL and the server's expiry
+/// step: the waiter hearing of the expiry and its acquire answering, on a
+/// busy machine.
+const RETAKE_SLACK: Duration = Duration::from_millis(500);
+
 /// A holder crashes (its network cut, its guard leaked): how long until a
 /// waiter holds the lock?
 async fn crash_retake(kind: Kind) -> Stats {
@@ -863,14 +869,17 @@ fn trials(rt: &Arc<tokio::runtime::Runtime>, soak_for: Duration) -> Vec<Trial> {
             format!("{}_holder_crash_retake", k.name()),
             Box::new(move || {
                 let s = r.block_on(crash_retake(k));
-                let bound = k.ttl() + Duration::from_millis(500);
+                let bound = k.ttl() + k.expiry_step() + RETAKE_SLACK;
                 let ok =
                     s.retake_p99.is_some_and(|p| p <= bound) && s.overlaps == 0 && fenced_ok(k, &s);
                 record(
                     k,
                     "holder crash",
                     s,
-                    &format!("retake p99 <= TTL + 0.5 s = {} ms", bound.as_millis()),
+                    &format!(
+                        "retake p99 <= TTL + server expiry step + 0.5 s = {} ms",
+                        bound.as_millis()
+                    ),
                     ok,
                 )
             }),

@@ -223,8 +223,9 @@ impl ManagedChild {
     /// Send a signal (SIGSTOP, SIGCONT, ...). The PID is still ours: it has not been reaped.
     ///
     /// SIGSTOP and SIGCONT take effect asynchronously, thread by thread; for those two
-    /// this waits (up to 2 s) until every thread of the process is stopped / running,
-    /// so a paused server cannot answer one more request after `pause()` returned.
+    /// this waits (up to [`SIGNAL_SETTLE`]) until every thread of the process is
+    /// stopped / running, so a paused server cannot answer one more request after
+    /// `pause()` returned.
     pub(crate) fn signal(&self, sig: libc::c_int, what: &str) -> Result<(), TestbedError> {
         // SAFETY: plain syscall; the PID belongs to our unreaped child.
         let rc = unsafe { libc::kill(self.pid as libc::pid_t, sig) };
@@ -239,7 +240,7 @@ impl ManagedChild {
             libc::SIGCONT => false,
             _ => return Ok(()),
         };
-        let deadline = Instant::now() + Duration::from_secs(2);
+        let deadline = Instant::now() + SIGNAL_SETTLE;
         loop {
             match all_threads_stopped(self.pid) {
                 Some(stopped) if stopped == want_stopped => return Ok(()),
@@ -249,7 +250,7 @@ impl ManagedChild {
             if Instant::now() >= deadline {
                 return Err(TestbedError::io(
                     format!(
-                        "{what} (pid {}) did not {} within 2 s of signal {sig}",
+                        "{what} (pid {}) did not {} within {SIGNAL_SETTLE:?} of signal {sig}",
                         self.pid,
                         if want_stopped { "stop" } else { "continue" }
                     ),
@@ -480,3 +481,10 @@ pub(crate) fn log_says_addr_in_use(path: &Path) -> bool {
         .to_ascii_lowercase()
         .contains("address already in use")
 }
+
+/// How long a SIGSTOP or SIGCONT may take to reach every thread of a
+/// server. A thread inside a system call that cannot be interrupted (an
+/// fsync on a busy disk) stops only when the call returns: beside two busy
+/// processes an etcd member took more than 2 s. The wait ends as soon as
+/// every thread is there.
+const SIGNAL_SETTLE: Duration = Duration::from_secs(10);
