@@ -113,15 +113,11 @@ pub trait Harness: Send + Sync + 'static {
     }
 }
 
-/// How long connecting through healthy proxies may take in all.
-///
-/// The cases that connect through proxies give the client a short request
-/// timeout, which is what they test; the connect itself is set-up. On a
-/// busy machine a connect within that short timeout can fail (mutual TLS
-/// to five Redlock nodes within 500 ms did), so a retryable connect failure
-/// is tried again, each try with the case's timeout, until this much time
-/// has passed. Servers that never answer still fail every try.
-pub const HEALTHY_CONNECT: Duration = Duration::from_secs(15);
+/// How long connecting through healthy proxies may take in all
+/// ([`testbed::SET_UP_CONNECT`]): the cases that connect through proxies
+/// give the client a short request timeout, which is what they test; the
+/// connect itself is set-up, tried again after a retryable failure.
+pub const HEALTHY_CONNECT: Duration = testbed::SET_UP_CONNECT;
 
 /// Fault proxies in front of every upstream of `h`, and a client that talks
 /// through them with `timeout` (see [`Harness::client_at`]), connected
@@ -138,15 +134,12 @@ pub async fn client_through_proxies(
         .collect();
     assert!(!proxies.is_empty(), "a remote harness names its upstreams");
     let addrs: Vec<SocketAddr> = proxies.iter().map(testbed::Proxy::addr).collect();
-    let until = tokio::time::Instant::now() + HEALTHY_CONNECT;
-    let client = loop {
-        match h.client_at(&addrs, timeout).await {
-            Err(e) if e.is_retryable() && tokio::time::Instant::now() < until => {
-                eprintln!("connect through healthy proxies failed, trying again: {e}");
-            }
-            done => break done,
-        }
-    };
+    let client = testbed::retry_set_up(
+        "connect through healthy proxies",
+        LockError::is_retryable,
+        || h.client_at(&addrs, timeout),
+    )
+    .await;
     (proxies, client)
 }
 

@@ -172,18 +172,24 @@ pub fn error_kind(err: &etcd_client::Error) -> LockErrorKind {
     }
 }
 
-/// The error of a call whose member, asked again after `answer` (the
-/// cluster was between leaders), was still silent when the `share` of time
-/// left ran out: the answer is the cause, the silence only where the
-/// deadline cut the asking short.
-fn asked_again(answer: &LockError, share: Duration) -> LockError {
-    let answer = match std::error::Error::source(answer) {
-        Some(said) => format!("{}: {said}", answer.message()),
-        None => answer.message().to_owned(),
-    };
-    LockError::unavailable(format!(
-        "{answer}; asked again, no answer within the {share:?} left of the request timeout"
-    ))
+/// The error of one request's `failure` at `where_`. When the member was
+/// asked again after it said the cluster is between leaders (`earlier`,
+/// that answer) and was silent when its share of time ran out, the answer
+/// is the cause and the silence only where the deadline cut the asking
+/// short: the error says both.
+fn request_error(failure: Failure, earlier: Option<&LockError>, where_: &str) -> LockError {
+    match (&failure, earlier) {
+        (Failure::TimedOut(share), Some(answer)) => {
+            let answer = match std::error::Error::source(answer) {
+                Some(said) => format!("{}: {said}", answer.message()),
+                None => answer.message().to_owned(),
+            };
+            LockError::unavailable(format!(
+                "{answer}; asked again, no answer within the {share:?} left of the request timeout"
+            ))
+        }
+        _ => map_error(failure, where_),
+    }
 }
 
 /// The pause (with jitter down to half of it) before a member that answered
@@ -439,15 +445,11 @@ impl EtcdClient {
                 if failure.between_leaders() {
                     electing.push(idx);
                 }
-                let err = match (&failure, &last) {
-                    (Failure::TimedOut(share), Some(answer)) if asking_again => {
-                        asked_again(answer, *share)
-                    }
-                    _ => map_error(
-                        failure,
-                        &format!("{what} (endpoint {})", self.endpoints[idx].addr),
-                    ),
-                };
+                let err = request_error(
+                    failure,
+                    last.as_ref().filter(|_| asking_again),
+                    &format!("{what} (endpoint {})", self.endpoints[idx].addr),
+                );
                 if err.kind() != LockErrorKind::Unavailable {
                     return Err(err);
                 }
@@ -543,12 +545,7 @@ impl EtcdClient {
                     last = Some(map_error(failure, &where_));
                     continue;
                 }
-                let err = match (&failure, &last) {
-                    (Failure::TimedOut(share), Some(answer)) if asking_again => {
-                        asked_again(answer, *share)
-                    }
-                    _ => map_error(failure, &where_),
-                };
+                let err = request_error(failure, last.as_ref().filter(|_| asking_again), &where_);
                 if err.kind() != LockErrorKind::Unavailable {
                     // The server answered: it refused the request.
                     return Outcome::Refused(err);

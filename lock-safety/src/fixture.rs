@@ -85,10 +85,6 @@ impl Kind {
     }
 }
 
-/// How long a scenario's clients may take to connect in all (see
-/// [`Servers::connect`]).
-pub const SET_UP_CONNECT: Duration = Duration::from_secs(15);
-
 /// Real servers of one backend, started for one scenario.
 pub enum Servers {
     /// One Redis server.
@@ -225,18 +221,15 @@ impl Servers {
     /// [`Kind::request_timeout`] and the TTL of [`Kind::ttl`] (etcd's lease,
     /// ZooKeeper's session). Set-up, not what a scenario tests: a retryable
     /// failure (a busy machine's connect past its timeout) is tried again
-    /// within [`SET_UP_CONNECT`]; servers that never answer still fail.
+    /// within [`lock_testbed::SET_UP_CONNECT`]; servers that never answer
+    /// still fail.
     pub async fn connect(kind: Kind, addrs: &[SocketAddr]) -> Arc<dyn LockService> {
-        let until = tokio::time::Instant::now() + SET_UP_CONNECT;
-        loop {
-            match Servers::try_connect(kind, addrs).await {
-                Ok(lock) => return lock,
-                Err(e) if e.is_retryable() && tokio::time::Instant::now() < until => {
-                    eprintln!("connect {}: {e}; trying again", kind.name());
-                }
-                Err(e) => panic!("connect {}: {e:?}", kind.name()),
-            }
-        }
+        let what = format!("connect {}", kind.name());
+        lock_testbed::retry_set_up(&what, LockError::is_retryable, || {
+            Servers::try_connect(kind, addrs)
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{what}: {e:?}"))
     }
 
     /// One try of [`Servers::connect`].

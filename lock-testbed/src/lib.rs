@@ -98,6 +98,7 @@ mod proxy;
 mod pubsub;
 mod redis;
 mod resp;
+mod set_up;
 mod shared;
 mod tls;
 mod util;
@@ -111,6 +112,7 @@ pub use process::{pid_alive, set_data_root};
 pub use proxy::Proxy;
 pub use redis::{Persistence, RedisOptions, RedisServer, RedisSet};
 pub use resp::{resp_command, RespConnection, RespValue};
+pub use set_up::{retry_set_up, SET_UP_CONNECT};
 pub use shared::{
     shared_etcd, shared_redis, shared_redis_set, shared_zk, ENV_TEST_ETCD, ENV_TEST_REDIS,
     ENV_TEST_REDIS_NODES, ENV_TEST_ZK, SHARED_REDIS_NODES,
