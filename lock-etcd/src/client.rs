@@ -197,6 +197,18 @@ fn request_error(failure: Failure, earlier: Option<&LockError>, where_: &str) ->
 /// etcd election takes at least one election timeout (1 s by default).
 const ELECTION_PAUSE: Duration = Duration::from_millis(50);
 
+/// The time a member gets of the `left` of a call: an equal share with
+/// the `untried` members of this pass (itself included) and the `electing`
+/// ones that said the cluster is between leaders (asked again by this call,
+/// or, for a mutation whose silent member left its outcome unknown, by the
+/// caller's next attempt). A silent member tried after electing ones must
+/// not take all that is left: the election may end meanwhile, and they
+/// would then answer.
+fn share_of(left: Duration, untried: usize, electing: usize) -> Duration {
+    let turns = u32::try_from(untried.saturating_add(electing)).unwrap_or(u32::MAX);
+    left / turns.max(1)
+}
+
 /// How long an endpoint that failed is passed over, at first...
 const MIN_BACKOFF: Duration = Duration::from_millis(50);
 /// ...doubling up to this, until a request on it succeeds again.
@@ -296,19 +308,27 @@ impl EtcdClient {
     }
 
     /// The endpoints to try, in order, for a call starting now: the pinned
-    /// one first, then the others, those in backoff last.
+    /// one first, then the others, those in backoff last, the one whose
+    /// backoff ends first in front of them (a member that said "no leader"
+    /// once comes back before one that has been silent again and again).
     fn order(&self) -> Vec<usize> {
         let n = self.endpoints.len();
         let first = self.pinned.load(Ordering::SeqCst) % n.max(1);
         let now = Instant::now();
-        let (mut up, mut down): (Vec<usize>, Vec<usize>) =
-            (0..n).map(|i| (first + i) % n).partition(|&i| {
-                lock(&self.endpoints[i].health)
-                    .down_until
-                    .is_none_or(|t| t <= now)
-            });
-        up.append(&mut down);
-        up
+        let mut down = Vec::new();
+        let mut order: Vec<usize> = (0..n)
+            .map(|i| (first + i) % n)
+            .filter(|&i| match lock(&self.endpoints[i].health).down_until {
+                Some(until) if until > now => {
+                    down.push((until, i));
+                    false
+                }
+                _ => true,
+            })
+            .collect();
+        down.sort_by_key(|&(until, _)| until);
+        order.extend(down.into_iter().map(|(_, i)| i));
+        order
     }
 
     /// Endpoint `idx` answered: it is healthy again.
@@ -429,7 +449,7 @@ impl EtcdClient {
                 if left.is_zero() {
                     break 'passes;
                 }
-                let share = left / u32::try_from(order.len() - tried).unwrap_or(1).max(1);
+                let share = share_of(left, order.len() - tried, electing.len());
                 let attempt = async {
                     let client = self.client(idx).await?;
                     op(client).await.map_err(Failure::Etcd)
@@ -506,7 +526,7 @@ impl EtcdClient {
                 }
                 let where_ = format!("{what} (endpoint {})", self.endpoints[idx].addr);
                 // Connecting: nothing has been sent yet.
-                let share = left / u32::try_from(order.len() - tried).unwrap_or(1).max(1);
+                let share = share_of(left, order.len() - tried, electing.len());
                 let client = match tokio::time::timeout(share, self.client(idx)).await {
                     Ok(Ok(c)) => c,
                     Ok(Err(f)) => {
@@ -528,7 +548,7 @@ impl EtcdClient {
                 // member the caller may try again elsewhere within its
                 // own request timeout, once it has settled the outcome.
                 let left = deadline.saturating_duration_since(Instant::now());
-                let share = left / u32::try_from(order.len() - tried).unwrap_or(1).max(1);
+                let share = share_of(left, order.len() - tried, electing.len());
                 let failure = match tokio::time::timeout(share, op(client)).await {
                     Ok(Ok(v)) => {
                         self.succeeded(idx);

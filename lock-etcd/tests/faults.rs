@@ -958,3 +958,92 @@ async fn an_election_shorter_than_the_request_timeout_is_ridden_out() {
     assert!(g.release().await.expect("release"));
     tokio::task::block_in_place(|| cluster.resume(leader)).expect("resume the leader");
 }
+
+/// A silent member tried after members that answered "no leader": it costs
+/// a share of the request timeout, not all of it, so the acquisition asks
+/// the electing members again in time and an election shorter than the
+/// request timeout does not fail it. (A guard's keep-alive that noticed a
+/// paused leader first puts that member last in line, behind the electing
+/// ones: this failed an acquisition with a 10 s wait after one request
+/// timeout.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_member_leaves_time_to_ask_electing_members_again() {
+    let cluster = Arc::new(start_cluster(3).await);
+    let eps = cluster.endpoints();
+    let leader = tokio::task::block_in_place(|| cluster.leader()).expect("leader");
+    let followers: Vec<usize> = (0..eps.len()).filter(|&i| i != leader).collect();
+    let (electing, silent) = (followers[0], followers[1]);
+    let to_silent = Proxy::start(eps[silent].parse().unwrap()).expect("proxy");
+    let to_electing = Proxy::start(eps[electing].parse().unwrap()).expect("proxy");
+    let request_timeout = Duration::from_secs(4);
+    // Neither endpoint leads, so the client starts on the first one.
+    let c = connect(
+        config(
+            vec![to_silent.addr().to_string(), to_electing.addr().to_string()],
+            Duration::from_secs(10),
+        )
+        .request_timeout(request_timeout),
+    )
+    .await;
+    let try_opts = AcquireOptions::new().ttl(Duration::from_secs(10));
+    // A connection to each member, the electing one first in line: the
+    // silent member answers one lock, then goes quiet and the next moves on.
+    let warm = c
+        .try_acquire(&name("silent-warm"), &try_opts)
+        .await
+        .expect("a lock from the silent member before the faults")
+        .expect("free");
+    warm.release().await.expect("released");
+    to_silent.blackhole();
+    let moved = c
+        .try_acquire(&name("silent-move"), &try_opts)
+        .await
+        .expect("a lock from the other member")
+        .expect("free");
+    moved.release().await.expect("released");
+
+    // The member in front loses its quorum and says it has no leader.
+    tokio::task::block_in_place(|| {
+        cluster.pause(leader)?;
+        cluster.pause(silent)
+    })
+    .expect("pause the leader and the silent member");
+    let admin = etcd_client::Client::connect([eps[electing].as_str()], None)
+        .await
+        .expect("admin client");
+    eventually(
+        Duration::from_secs(5),
+        "the member says it has no leader",
+        || {
+            let mut admin = admin.clone();
+            async move { admin.status().await.is_ok_and(|s| s.leader() == 0) }
+        },
+    )
+    .await;
+
+    // The quorum comes back 500 ms after the acquisition starts; the
+    // silent member stays silent to the client (its proxy swallows bytes).
+    let resumed = tokio::task::spawn_blocking({
+        let cluster = cluster.clone();
+        move || {
+            std::thread::sleep(Duration::from_millis(500));
+            cluster.resume(silent)
+        }
+    });
+    let t = Instant::now();
+    let opts = AcquireOptions::new()
+        .ttl(Duration::from_secs(10))
+        .wait(Duration::from_secs(10));
+    let got = c.acquire(&name("silent-election"), &opts).await;
+    let took = t.elapsed();
+    resumed
+        .await
+        .expect("resume thread")
+        .expect("resume the silent member");
+    let g = got.unwrap_or_else(|e| panic!("acquire during the election, after {took:?}: {e}"));
+    println!("acquired {took:?} after the acquisition started, the quorum back after 500 ms");
+    assert!(g.fencing_token().is_some());
+    assert!(g.release().await.expect("release"));
+    to_silent.heal();
+    tokio::task::block_in_place(|| cluster.resume(leader)).expect("resume the leader");
+}
