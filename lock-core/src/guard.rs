@@ -922,10 +922,7 @@ impl Keeper {
                                 None
                             }
                         };
-                        match act {
-                            Some(act) => Some(step!(self.act(act, next_renew, timer.as_mut()))),
-                            None => None,
-                        }
+                        act.map(|act| step!(self.act(act, next_renew, timer.as_mut())))
                     };
                     if let Some(step) = step {
                         match step.await {
