@@ -72,6 +72,35 @@ where
     }
 }
 
+/// Waits until the member at `endpoint` says it has no leader.
+async fn says_no_leader(endpoint: &str) {
+    let admin = etcd_client::Client::connect([endpoint], None)
+        .await
+        .expect("admin client");
+    eventually(
+        Duration::from_secs(5),
+        "the member says it has no leader",
+        || {
+            let mut admin = admin.clone();
+            async move { admin.status().await.is_ok_and(|s| s.leader() == 0) }
+        },
+    )
+    .await;
+}
+
+/// Resumes the paused `member` after `delay`, on a blocking thread.
+fn resume_after(
+    cluster: &Arc<EtcdCluster>,
+    member: usize,
+    delay: Duration,
+) -> tokio::task::JoinHandle<Result<(), lock_testbed::TestbedError>> {
+    let cluster = cluster.clone();
+    tokio::task::spawn_blocking(move || {
+        std::thread::sleep(delay);
+        cluster.resume(member)
+    })
+}
+
 /// Watches a guard's state and records whether it was ever lost.
 fn never_lost(guard: &LockGuard) -> (Arc<Mutex<Vec<GuardState>>>, tokio::task::JoinHandle<()>) {
     let seen = Arc::new(Mutex::new(Vec::new()));
@@ -915,27 +944,10 @@ async fn an_election_shorter_than_the_request_timeout_is_ridden_out() {
     // No quorum: the member left alone loses its leader and says so.
     tokio::task::block_in_place(|| cluster.pause(leader)).expect("pause the leader");
     tokio::task::block_in_place(|| cluster.pause(other)).expect("pause a follower");
-    let admin = etcd_client::Client::connect([eps[stay].as_str()], None)
-        .await
-        .expect("admin client");
-    eventually(
-        Duration::from_secs(5),
-        "the member says it has no leader",
-        || {
-            let mut admin = admin.clone();
-            async move { admin.status().await.is_ok_and(|s| s.leader() == 0) }
-        },
-    )
-    .await;
+    says_no_leader(&eps[stay]).await;
 
     // The quorum comes back 500 ms after the acquisition starts.
-    let resumed = tokio::task::spawn_blocking({
-        let cluster = cluster.clone();
-        move || {
-            std::thread::sleep(Duration::from_millis(500));
-            cluster.resume(other)
-        }
-    });
+    let resumed = resume_after(&cluster, other, Duration::from_millis(500));
     let t = Instant::now();
     let opts = AcquireOptions::new()
         .ttl(Duration::from_secs(10))
@@ -1008,28 +1020,11 @@ async fn a_silent_member_leaves_time_to_ask_electing_members_again() {
         cluster.pause(silent)
     })
     .expect("pause the leader and the silent member");
-    let admin = etcd_client::Client::connect([eps[electing].as_str()], None)
-        .await
-        .expect("admin client");
-    eventually(
-        Duration::from_secs(5),
-        "the member says it has no leader",
-        || {
-            let mut admin = admin.clone();
-            async move { admin.status().await.is_ok_and(|s| s.leader() == 0) }
-        },
-    )
-    .await;
+    says_no_leader(&eps[electing]).await;
 
     // The quorum comes back 500 ms after the acquisition starts; the
     // silent member stays silent to the client (its proxy swallows bytes).
-    let resumed = tokio::task::spawn_blocking({
-        let cluster = cluster.clone();
-        move || {
-            std::thread::sleep(Duration::from_millis(500));
-            cluster.resume(silent)
-        }
-    });
+    let resumed = resume_after(&cluster, silent, Duration::from_millis(500));
     let t = Instant::now();
     let opts = AcquireOptions::new()
         .ttl(Duration::from_secs(10))

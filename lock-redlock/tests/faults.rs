@@ -81,9 +81,15 @@ async fn assert_gone_from(nodes: &[RedisServer], key: &str) {
 
 /// Waits up to `within` for `key` to be absent from `node`; false if it stayed.
 async fn gone_within(node: &RedisServer, key: &str, within: Duration) -> bool {
+    value_within(node, key, None, within).await
+}
+
+/// Waits up to `within` for `key` on `node` to be `want` (`None`: absent);
+/// false if it was not.
+async fn value_within(node: &RedisServer, key: &str, want: Option<&str>, within: Duration) -> bool {
     let deadline = Instant::now() + within;
     loop {
-        if get(node, key).is_none() {
+        if get(node, key).as_deref() == want {
             return true;
         }
         if Instant::now() >= deadline {
@@ -1259,9 +1265,16 @@ async fn a_turn_on_a_quorum_is_the_lock_and_a_late_node_joins_it() {
         .unwrap();
     assert_eq!(i, 0, "the lock went to the longest waiter");
     let first = got.unwrap();
+    // The release returned once a quorum had deleted the key; on a busy
+    // machine the fourth quick node's delete may still be on its way.
     let reserved = format!("line:{}", ids[0]);
     for n in &set.nodes()[..4] {
-        assert_eq!(get(n, &key), Some(reserved.clone()), "on {}", n.addr());
+        assert!(
+            value_within(n, &key, Some(&reserved), SLACK).await,
+            "on {}: {:?}, not the reservation {reserved}",
+            n.addr(),
+            get(n, &key)
+        );
     }
     // The late release lands: node 4 reserves the key for the holder too.
     let deadline = Instant::now() + 2 * SLACK;
@@ -1319,16 +1332,46 @@ async fn a_holder_by_reservation_leaves_every_line_when_it_releases() {
     // Node 4's key changes hands behind the holder's back: its release
     // there finds a stranger's key.
     set_foreign(&set.nodes()[4], &key, "0123456789abcdef0123456789abcdef");
+    let released = get(&set.nodes()[0], &key).expect("the holder's key");
     assert!(held.release().await.unwrap());
     let (_, got) = timeout(SLACK, rx.recv())
         .await
         .expect("the waiter got the lock")
         .unwrap();
     let got = got.unwrap();
+    // The release returned once a quorum had deleted the key; on a busy
+    // machine the fourth node's delete may still be on its way. The waiter
+    // then holds the key on every node the holder released: by its
+    // reservation, or (seen beside two busy processes) by a token of its
+    // own from a round it ran.
     let reserved = format!("line:{}", ids[0]);
+    let mut by_reservation = 0;
     for n in &set.nodes()[..4] {
-        assert_eq!(get(n, &key), Some(reserved.clone()), "on {}", n.addr());
+        let deadline = Instant::now() + SLACK;
+        loop {
+            let now = get(n, &key);
+            if now.as_deref() == Some(reserved.as_str()) {
+                by_reservation += 1;
+                break;
+            }
+            // The only other client is the waiter: a token that is not
+            // the holder's is its own.
+            let by_a_round = now
+                .as_deref()
+                .is_some_and(|v| v != released && !v.starts_with("line:"));
+            if by_a_round {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "on {}: {now:?}, not the waiter's (reservation {reserved}; line {:?})",
+                n.addr(),
+                scores(n, &line)
+            );
+            sleep(Duration::from_millis(10)).await;
+        }
     }
+    println!("the waiter holds by reservation on {by_reservation} of 4 nodes");
     assert!(scores(&set.nodes()[4], &line)
         .iter()
         .any(|(id, _)| *id == ids[0]));
