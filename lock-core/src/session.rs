@@ -7,11 +7,18 @@
 //! while contact is lost, resumption, and the end of the session. A backend
 //! registers each lease it grants ([`SessionHub::register`]) and hands the
 //! returned [`SessionEvents`] to [`crate::Lease::with_events`].
+//!
+//! A lease's events are read from the session's one state, not queued per
+//! lease: a lease keeps what it has seen of it and a waker, and works out
+//! its events when it looks (a session with 10,000 guards holds 10,000
+//! wakers, not 10,000 queues). A lease that looks late gets the events of
+//! what it missed, in order and folded: a suspension that began and ended
+//! meanwhile is one `Suspended`, `Confirmed`, `Resumed`.
 
 use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use futures::Stream;
@@ -20,7 +27,6 @@ use tokio::time::Instant;
 use crate::backend::{validity, LeaseEvent};
 use crate::clock::{self, SuspendMark};
 use crate::guard::LossCause;
-use crate::mailbox::{Mailbox, MailboxStream};
 
 /// When a keep-alive request was sent, on the monotonic clock, together with
 /// the machine's suspended time then: the start from which the validity its
@@ -80,10 +86,28 @@ pub struct SessionHub {
 #[derive(Debug)]
 struct Inner {
     next_id: u64,
-    guards: HashMap<u64, Arc<Mailbox<LeaseEvent>>>,
+    /// Each registered lease's waker, once it has waited.
+    guards: HashMap<u64, Option<Waker>>,
     status: SessionStatus,
     /// The last confirmation: until when, and the suspended time then.
     vouched: Option<(Instant, SuspendMark)>,
+    /// Bumped by every confirmation, suspension and end: a lease that saw
+    /// an older one has news.
+    version: u64,
+    /// The suspensions so far, and the reason of the last one: a lease that
+    /// saw fewer missed one.
+    suspensions: u64,
+    last_reason: String,
+}
+
+impl Inner {
+    /// News for every registered lease.
+    fn publish(&mut self) {
+        self.version += 1;
+        for waker in self.guards.values().flatten() {
+            waker.wake_by_ref();
+        }
+    }
 }
 
 impl Default for SessionHub {
@@ -94,6 +118,9 @@ impl Default for SessionHub {
                 guards: HashMap::new(),
                 status: SessionStatus::Live,
                 vouched: None,
+                version: 0,
+                suspensions: 0,
+                last_reason: String::new(),
             }),
         }
     }
@@ -116,19 +143,19 @@ impl SessionHub {
         if let SessionStatus::Ended { cause } = &inner.status {
             return Err(cause.clone());
         }
-        let mail = Arc::new(Mailbox::new());
-        if let SessionStatus::Suspended { reason } = &inner.status {
-            let _ = mail.post(LeaseEvent::Suspended {
-                reason: reason.clone(),
-            });
-        }
         inner.next_id += 1;
         let id = inner.next_id;
-        inner.guards.insert(id, mail.clone());
+        inner.guards.insert(id, None);
+        // A lease granted while the session is suspended starts suspended.
+        let suspended = matches!(inner.status, SessionStatus::Suspended { .. });
         Ok(SessionEvents {
             hub: Arc::downgrade(self),
             id,
-            mail: MailboxStream(mail),
+            seen: inner.version,
+            suspensions: inner.suspensions,
+            suspended: false,
+            due: if suspended { Due::SUSPENDED } else { Due::NONE },
+            ended: false,
         })
     }
 
@@ -145,16 +172,9 @@ impl SessionHub {
             .vouched
             .map(|(until, mark)| clock::corrected(until, mark));
         let valid_until = earlier.map_or(sent.validity(ttl), |e| e.max(sent.validity(ttl)));
-        let resumed = matches!(inner.status, SessionStatus::Suspended { .. });
         inner.status = SessionStatus::Live;
         inner.vouched = Some((valid_until, SuspendMark::now()));
-        inner.guards.retain(|_, mail| {
-            let ok = mail.post(LeaseEvent::Confirmed { valid_until }).is_ok();
-            if resumed && ok {
-                let _ = mail.post(LeaseEvent::Resumed);
-            }
-            ok
-        });
+        inner.publish();
     }
 
     /// Contact is lost for now: every guard is suspended (once per episode).
@@ -166,12 +186,9 @@ impl SessionHub {
         inner.status = SessionStatus::Suspended {
             reason: reason.to_string(),
         };
-        inner.guards.retain(|_, mail| {
-            mail.post(LeaseEvent::Suspended {
-                reason: reason.to_string(),
-            })
-            .is_ok()
-        });
+        inner.suspensions += 1;
+        inner.last_reason = reason.to_string();
+        inner.publish();
     }
 
     /// The session is gone: every guard is lost with `cause`, and later
@@ -185,10 +202,8 @@ impl SessionHub {
             cause: cause.clone(),
         };
         inner.vouched = None;
-        for (_, mail) in inner.guards.drain() {
-            let _ = mail.post(LeaseEvent::Lost(cause.clone()));
-            mail.close();
-        }
+        inner.publish();
+        inner.guards.clear();
     }
 
     /// Until when the last confirmation vouches for the session (earlier by
@@ -226,20 +241,134 @@ impl SessionHub {
 pub struct SessionEvents {
     hub: Weak<SessionHub>,
     id: u64,
-    mail: MailboxStream<LeaseEvent>,
+    /// The hub's version when this lease last looked.
+    seen: u64,
+    /// The hub's suspensions when this lease last looked.
+    suspensions: u64,
+    /// Whether this lease was last told the session is suspended.
+    suspended: bool,
+    /// The events worked out and not yet handed out.
+    due: Due,
+    /// The session ended and `Lost` was handed out: nothing more comes.
+    ended: bool,
+}
+
+/// Events due to a lease, handed out in this order: `Lost`, or
+/// `Suspended`, `Confirmed`, `Resumed`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Due(u8);
+
+impl Due {
+    const NONE: Due = Due(0);
+    const SUSPENDED: Due = Due(1);
+    const CONFIRMED: Due = Due(2);
+    const RESUMED: Due = Due(4);
+
+    fn has(self, d: Due) -> bool {
+        self.0 & d.0 != 0
+    }
+}
+
+impl std::ops::BitOr for Due {
+    type Output = Due;
+
+    fn bitor(self, d: Due) -> Due {
+        Due(self.0 | d.0)
+    }
+}
+
+impl SessionEvents {
+    /// Works out what this lease missed of the session since it last
+    /// looked.
+    fn catch_up(&mut self, inner: &Inner) {
+        self.seen = inner.version;
+        let missed_suspension = inner.suspensions > self.suspensions;
+        self.suspensions = inner.suspensions;
+        match &inner.status {
+            SessionStatus::Ended { .. } => {}
+            SessionStatus::Suspended { .. } => {
+                if missed_suspension || !self.suspended {
+                    self.due = self.due | Due::SUSPENDED;
+                }
+            }
+            SessionStatus::Live => {
+                let mut due = self.due | Due::CONFIRMED;
+                if missed_suspension && !self.suspended && !self.due.has(Due::SUSPENDED) {
+                    // A whole suspension came and went unseen.
+                    due = due | Due::SUSPENDED;
+                }
+                if missed_suspension || self.suspended || due.has(Due::SUSPENDED) {
+                    due = due | Due::RESUMED;
+                }
+                self.due = due;
+            }
+        }
+    }
+
+    /// The next due event, taken off.
+    fn next_due(&mut self, inner: &Inner) -> Option<LeaseEvent> {
+        if let SessionStatus::Ended { cause } = &inner.status {
+            self.due = Due::NONE;
+            self.ended = true;
+            return Some(LeaseEvent::Lost(cause.clone()));
+        }
+        if self.due.has(Due::SUSPENDED) {
+            self.due = Due(self.due.0 & !Due::SUSPENDED.0);
+            self.suspended = true;
+            let reason = match &inner.status {
+                SessionStatus::Suspended { reason } => reason.clone(),
+                _ => inner.last_reason.clone(),
+            };
+            return Some(LeaseEvent::Suspended { reason });
+        }
+        if self.due.has(Due::CONFIRMED) {
+            self.due = Due(self.due.0 & !Due::CONFIRMED.0);
+            if let Some((until, mark)) = inner.vouched {
+                return Some(LeaseEvent::Confirmed {
+                    valid_until: clock::corrected(until, mark),
+                });
+            }
+        }
+        if self.due.has(Due::RESUMED) {
+            self.due = Due(self.due.0 & !Due::RESUMED.0);
+            self.suspended = false;
+            return Some(LeaseEvent::Resumed);
+        }
+        None
+    }
 }
 
 impl Stream for SessionEvents {
     type Item = LeaseEvent;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<LeaseEvent>> {
-        Pin::new(&mut self.mail).poll_next(cx)
+        let this = &mut *self;
+        if this.ended {
+            return Poll::Ready(None);
+        }
+        // A hub dropped without ending: nothing more will come.
+        let Some(hub) = this.hub.upgrade() else {
+            this.ended = true;
+            return Poll::Ready(None);
+        };
+        let mut inner = hub.inner();
+        if inner.version != this.seen {
+            this.catch_up(&inner);
+        }
+        if let Some(event) = this.next_due(&inner) {
+            return Poll::Ready(Some(event));
+        }
+        if let Some(slot) = inner.guards.get_mut(&this.id) {
+            if !slot.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                *slot = Some(cx.waker().clone());
+            }
+        }
+        Poll::Pending
     }
 }
 
 impl Drop for SessionEvents {
     fn drop(&mut self) {
-        self.mail.0.close_and_clear();
         if let Some(hub) = self.hub.upgrade() {
             hub.unregister(self.id);
         }
@@ -275,5 +404,95 @@ mod tests {
         );
         assert_eq!(hub.register().unwrap_err(), LossCause::SessionExpired);
         assert_eq!(hub.vouched_until(), None);
+        assert_eq!(a.next().await, None, "nothing after the loss");
+        assert_eq!(hub.guards(), 0);
+    }
+
+    /// A lease that looks after a suspension came and went gets it folded,
+    /// in order; one that looks while it lasts gets it once, then the end
+    /// of it.
+    #[tokio::test]
+    async fn a_late_look_gets_what_it_missed_in_order() {
+        let hub = SessionHub::new();
+        hub.confirm(Sent::now(), Duration::from_secs(5));
+        let mut late = hub.register().unwrap();
+        let mut prompt = hub.register().unwrap();
+        hub.suspend("gone");
+        assert_eq!(
+            prompt.next().await,
+            Some(LeaseEvent::Suspended {
+                reason: "gone".into()
+            })
+        );
+        hub.confirm(Sent::now(), Duration::from_secs(5));
+        let until = hub.vouched_until().unwrap();
+        assert_eq!(
+            prompt.next().await,
+            Some(LeaseEvent::Confirmed { valid_until: until })
+        );
+        assert_eq!(prompt.next().await, Some(LeaseEvent::Resumed));
+        assert_eq!(
+            late.next().await,
+            Some(LeaseEvent::Suspended {
+                reason: "gone".into()
+            })
+        );
+        assert_eq!(
+            late.next().await,
+            Some(LeaseEvent::Confirmed { valid_until: until })
+        );
+        assert_eq!(late.next().await, Some(LeaseEvent::Resumed));
+        // Nothing more until the next news.
+        assert!(futures::poll!(late.next()).is_pending());
+    }
+
+    /// A lease granted while the session is suspended starts suspended.
+    #[tokio::test]
+    async fn a_lease_registered_during_a_suspension_starts_suspended() {
+        let hub = SessionHub::new();
+        hub.suspend("away");
+        let mut ev = hub.register().unwrap();
+        assert_eq!(
+            ev.next().await,
+            Some(LeaseEvent::Suspended {
+                reason: "away".into()
+            })
+        );
+        assert!(futures::poll!(ev.next()).is_pending());
+        hub.confirm(Sent::now(), Duration::from_secs(5));
+        assert!(matches!(
+            ev.next().await,
+            Some(LeaseEvent::Confirmed { .. })
+        ));
+        assert_eq!(ev.next().await, Some(LeaseEvent::Resumed));
+    }
+
+    /// A lease waiting for news is woken by it, and a confirmation that
+    /// comes before it looked is handed out once, with the latest bound.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_waiting_lease_is_woken_by_news() {
+        let hub = SessionHub::new();
+        let mut ev = hub.register().unwrap();
+        let waiter = tokio::spawn(async move {
+            let first = ev.next().await;
+            (first, ev)
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        hub.confirm(Sent::now(), Duration::from_secs(5));
+        let (first, mut ev) = tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("woken")
+            .unwrap();
+        assert!(matches!(first, Some(LeaseEvent::Confirmed { .. })));
+        hub.confirm(Sent::now(), Duration::from_secs(5));
+        hub.confirm(Sent::now(), Duration::from_secs(6));
+        let until = hub.vouched_until().unwrap();
+        assert_eq!(
+            ev.next().await,
+            Some(LeaseEvent::Confirmed { valid_until: until })
+        );
+        assert!(futures::poll!(ev.next()).is_pending());
+        drop(ev);
+        assert_eq!(hub.guards(), 0);
     }
 }
