@@ -899,29 +899,7 @@ impl Keeper {
                             // The guard released the lock itself.
                             return;
                         }
-                        let act = match wake {
-                            Wake::Command(cmd) => Some(Act::Command(cmd)),
-                            Wake::Event(Some(LeaseEvent::Lost(cause))) => Some(Act::Lose(cause)),
-                            Wake::Timer => Some(Act::Timer),
-                            Wake::Event(None) => {
-                                self.events = None;
-                                None
-                            }
-                            Wake::Event(Some(LeaseEvent::Suspended { reason })) => {
-                                self.suspend(reason);
-                                None
-                            }
-                            Wake::Event(Some(LeaseEvent::Resumed)) => {
-                                if self.interval().is_some() {
-                                    next_renew = Some(Instant::now());
-                                }
-                                None
-                            }
-                            Wake::Event(Some(LeaseEvent::Confirmed { valid_until })) => {
-                                self.confirmed(valid_until);
-                                None
-                            }
-                        };
+                        let act = self.on_wake(wake, &mut next_renew);
                         act.map(|act| step!(self.act(act, next_renew, timer.as_mut())))
                     };
                     if let Some(step) = step {
@@ -934,6 +912,25 @@ impl Keeper {
                 self.link.keeper_idles();
             }
         }
+    }
+
+    /// Handles the session's news at once; what acts on the lease (a
+    /// command, a loss, the timer) is returned, to run as a step.
+    fn on_wake(&mut self, wake: Wake, next_renew: &mut Option<Instant>) -> Option<Act> {
+        match wake {
+            Wake::Command(cmd) => return Some(Act::Command(cmd)),
+            Wake::Event(Some(LeaseEvent::Lost(cause))) => return Some(Act::Lose(cause)),
+            Wake::Timer => return Some(Act::Timer),
+            Wake::Event(None) => self.events = None,
+            Wake::Event(Some(LeaseEvent::Suspended { reason })) => self.suspend(reason),
+            Wake::Event(Some(LeaseEvent::Resumed)) => {
+                if self.interval().is_some() {
+                    *next_renew = Some(Instant::now());
+                }
+            }
+            Wake::Event(Some(LeaseEvent::Confirmed { valid_until })) => self.confirmed(valid_until),
+        }
+        None
     }
 
     /// One step on the lease. Returns when to renew next, or `None` when

@@ -154,7 +154,10 @@ impl SessionHub {
             seen: inner.version,
             suspensions: inner.suspensions,
             suspended: false,
-            due: if suspended { Due::SUSPENDED } else { Due::NONE },
+            due: Due {
+                suspended,
+                ..Due::default()
+            },
             ended: false,
         })
     }
@@ -253,28 +256,13 @@ pub struct SessionEvents {
     ended: bool,
 }
 
-/// Events due to a lease, handed out in this order: `Lost`, or
-/// `Suspended`, `Confirmed`, `Resumed`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Due(u8);
-
-impl Due {
-    const NONE: Due = Due(0);
-    const SUSPENDED: Due = Due(1);
-    const CONFIRMED: Due = Due(2);
-    const RESUMED: Due = Due(4);
-
-    fn has(self, d: Due) -> bool {
-        self.0 & d.0 != 0
-    }
-}
-
-impl std::ops::BitOr for Due {
-    type Output = Due;
-
-    fn bitor(self, d: Due) -> Due {
-        Due(self.0 | d.0)
-    }
+/// Events due to a lease, handed out in this order: `Suspended`,
+/// `Confirmed`, `Resumed` (a session that ended hands out `Lost` instead).
+#[derive(Clone, Copy, Debug, Default)]
+struct Due {
+    suspended: bool,
+    confirmed: bool,
+    resumed: bool,
 }
 
 impl SessionEvents {
@@ -286,21 +274,21 @@ impl SessionEvents {
         self.suspensions = inner.suspensions;
         match &inner.status {
             SessionStatus::Ended { .. } => {}
+            // A suspension is newer than anything still due: a
+            // confirmation or resumption not yet handed out is over.
             SessionStatus::Suspended { .. } => {
-                if missed_suspension || !self.suspended {
-                    self.due = self.due | Due::SUSPENDED;
+                self.due = Due {
+                    suspended: true,
+                    ..Due::default()
                 }
             }
             SessionStatus::Live => {
-                let mut due = self.due | Due::CONFIRMED;
-                if missed_suspension && !self.suspended && !self.due.has(Due::SUSPENDED) {
+                self.due.confirmed = true;
+                if missed_suspension && !self.suspended {
                     // A whole suspension came and went unseen.
-                    due = due | Due::SUSPENDED;
+                    self.due.suspended = true;
                 }
-                if missed_suspension || self.suspended || due.has(Due::SUSPENDED) {
-                    due = due | Due::RESUMED;
-                }
-                self.due = due;
+                self.due.resumed = self.suspended || self.due.suspended;
             }
         }
     }
@@ -308,12 +296,11 @@ impl SessionEvents {
     /// The next due event, taken off.
     fn next_due(&mut self, inner: &Inner) -> Option<LeaseEvent> {
         if let SessionStatus::Ended { cause } = &inner.status {
-            self.due = Due::NONE;
+            self.due = Due::default();
             self.ended = true;
             return Some(LeaseEvent::Lost(cause.clone()));
         }
-        if self.due.has(Due::SUSPENDED) {
-            self.due = Due(self.due.0 & !Due::SUSPENDED.0);
+        if std::mem::take(&mut self.due.suspended) {
             self.suspended = true;
             let reason = match &inner.status {
                 SessionStatus::Suspended { reason } => reason.clone(),
@@ -321,16 +308,14 @@ impl SessionEvents {
             };
             return Some(LeaseEvent::Suspended { reason });
         }
-        if self.due.has(Due::CONFIRMED) {
-            self.due = Due(self.due.0 & !Due::CONFIRMED.0);
+        if std::mem::take(&mut self.due.confirmed) {
             if let Some((until, mark)) = inner.vouched {
                 return Some(LeaseEvent::Confirmed {
                     valid_until: clock::corrected(until, mark),
                 });
             }
         }
-        if self.due.has(Due::RESUMED) {
-            self.due = Due(self.due.0 & !Due::RESUMED.0);
+        if std::mem::take(&mut self.due.resumed) {
             self.suspended = false;
             return Some(LeaseEvent::Resumed);
         }
@@ -444,6 +429,33 @@ mod tests {
         assert_eq!(late.next().await, Some(LeaseEvent::Resumed));
         // Nothing more until the next news.
         assert!(futures::poll!(late.next()).is_pending());
+    }
+
+    /// A suspension that comes while a lease is still being handed the end
+    /// of the last one replaces what was due: the lease ends suspended.
+    #[tokio::test]
+    async fn a_new_suspension_overtakes_a_resumption_still_due() {
+        let hub = SessionHub::new();
+        let mut ev = hub.register().unwrap();
+        hub.suspend("first");
+        assert!(matches!(
+            ev.next().await,
+            Some(LeaseEvent::Suspended { .. })
+        ));
+        hub.confirm(Sent::now(), Duration::from_secs(5));
+        assert!(matches!(
+            ev.next().await,
+            Some(LeaseEvent::Confirmed { .. })
+        ));
+        // `Resumed` is due now; the session is suspended again first.
+        hub.suspend("second");
+        assert_eq!(
+            ev.next().await,
+            Some(LeaseEvent::Suspended {
+                reason: "second".into()
+            })
+        );
+        assert!(futures::poll!(ev.next()).is_pending());
     }
 
     /// A lease granted while the session is suspended starts suspended.

@@ -315,20 +315,15 @@ impl EtcdClient {
         let n = self.endpoints.len();
         let first = self.pinned.load(Ordering::SeqCst) % n.max(1);
         let now = Instant::now();
-        let mut down = Vec::new();
-        let mut order: Vec<usize> = (0..n)
+        let (up, mut down): (Vec<_>, Vec<_>) = (0..n)
             .map(|i| (first + i) % n)
-            .filter(|&i| match lock(&self.endpoints[i].health).down_until {
-                Some(until) if until > now => {
-                    down.push((until, i));
-                    false
-                }
-                _ => true,
+            .map(|i| {
+                let until = lock(&self.endpoints[i].health).down_until;
+                (until.filter(|t| *t > now), i)
             })
-            .collect();
+            .partition(|(until, _)| until.is_none());
         down.sort_by_key(|&(until, _)| until);
-        order.extend(down.into_iter().map(|(_, i)| i));
-        order
+        up.into_iter().chain(down).map(|(_, i)| i).collect()
     }
 
     /// Endpoint `idx` answered: it is healthy again.
@@ -603,7 +598,7 @@ impl EtcdClient {
             if left.is_zero() {
                 break;
             }
-            let share = left / u32::try_from(order.len() - tried).unwrap_or(1).max(1);
+            let share = share_of(left, order.len() - tried, 0);
             match tokio::time::timeout(share, self.client(idx)).await {
                 Ok(Ok(c)) => return Ok((c, idx)),
                 Ok(Err(f)) => {
