@@ -51,8 +51,9 @@ pub mod prelude {
     };
 }
 
-/// The whole core crate, including the backend seam ([`lock_core::LockBackend`],
-/// [`lock_core::LeaseHandle`], ...) for writing a backend of your own.
+/// The whole core crate, including the backend author's toolkit
+/// ([`lock_core::backend`]: the seam [`lock_core::backend::LockBackend`],
+/// [`lock_core::backend::LeaseHandle`], ...) for writing a backend of your own.
 pub use lock_core;
 
 /// The single-Redis backend ([`redis::RedisLock`], [`redis::RedisLockConfig`]).

@@ -3,7 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{LockBackend, LockName, LockService, MemoryLock};
+use lock_core::backend::LockBackend;
+use lock_core::{LockName, LockService, MemoryLock};
 
 use crate::{async_trait, Harness};
 

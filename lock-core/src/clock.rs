@@ -73,7 +73,7 @@ pub(crate) fn simulate_suspend(d: Duration) {
         Ordering::Relaxed,
     );
     if DETECTOR.get().is_some() {
-        crate::guard::machine_resumed();
+        crate::resume::machine_resumed();
     }
 }
 
@@ -124,7 +124,7 @@ static DETECTOR: OnceLock<()> = OnceLock::new();
 
 /// Starts the resume detector, once per process (one sampling thread): after
 /// every resume from a suspension it tells the live guards' keepers
-/// ([`crate::guard::machine_resumed`]).
+/// ([`crate::resume::machine_resumed`]).
 pub(crate) fn watch_resumes() {
     DETECTOR.get_or_init(|| {
         let spawned = std::thread::Builder::new()
@@ -143,7 +143,7 @@ fn detect() {
         let now = suspended_total();
         if now.saturating_sub(last) >= RESUME_THRESHOLD {
             tracing::info!(suspended = ?(now - last), "distlock: the machine was suspended; guards re-check with their servers");
-            crate::guard::machine_resumed();
+            crate::resume::machine_resumed();
         }
         last = now;
     }

@@ -14,7 +14,7 @@ use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::guard::GuardState;
+use crate::state::GuardState;
 
 struct Shared {
     /// The state, its version (bumped on every change) and when it was

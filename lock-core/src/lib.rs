@@ -21,9 +21,11 @@
 //!   [`Capabilities::semaphore`]); [`LockService`] is all three at once.
 //! - [`TokenFence`] and [`FencedRegister`]: the resource side of fencing.
 //! - [`MemoryLock`]: the in-process backend.
-//! - [`LockBackend`] and [`LeaseHandle`]: the small seam a backend implements;
-//!   the core does validation, deadlines, keep-alive, the guard state machine,
-//!   background release, metrics ([`metrics`]) and tracing once for all.
+//! - [`backend`]: the toolkit of a backend author: the small seam a backend
+//!   implements ([`backend::LockBackend`], [`backend::LeaseHandle`]) and
+//!   what backends share; the core does validation, deadlines, keep-alive,
+//!   the guard state machine, background release, metrics ([`metrics`]) and
+//!   tracing once for all.
 //!
 //! ## A lease is not a mutex
 //! A client paused longer than its TTL (GC, swap, SIGSTOP) wakes up believing
@@ -35,7 +37,7 @@
 //! spends suspended counts against every validity.
 #![deny(missing_docs)]
 
-mod backend;
+pub mod backend;
 mod capabilities;
 mod clock;
 mod error;
@@ -45,24 +47,22 @@ mod guard_states;
 mod holder;
 mod lazy_task;
 mod lock;
-pub mod mailbox;
 mod memory;
 pub mod metrics;
+mod mode;
 mod multi;
 mod name;
 mod named;
 mod options;
-pub mod session;
+mod resume;
+mod state;
+mod status;
 mod tls;
 
-pub use backend::{
-    add_saturating, drift, validity, CleanupOnDrop, ForceReleased, Lease, LeaseEvent, LeaseHandle,
-    LeaseRequest, LockBackend, LockMode, LockStatus, Renewal, MAX_PERMITS,
-};
 pub use capabilities::{Capabilities, Fencing};
 pub use error::{LockError, LockErrorKind, NodeFailure, NodeFailureReason, Result};
 pub use fencing::{FencedRegister, FencingToken, StaleToken, TokenFence};
-pub use guard::{GuardState, GuardView, LockGuard, LossCause};
+pub use guard::{GuardView, LockGuard};
 pub use guard_states::{GuardStateRef, GuardStates, StatesClosed};
 pub use holder::{Holder, MAX_NOTE_LEN};
 pub use lock::{
@@ -70,6 +70,7 @@ pub use lock::{
     SemaphoreExt,
 };
 pub use memory::MemoryLock;
+pub use mode::{LockMode, MAX_PERMITS};
 pub use multi::MultiGuard;
 pub use name::{LockName, MAX_NAME_LEN};
 pub use named::{IntoLockName, NamedLock};
@@ -77,7 +78,8 @@ pub use options::{
     check_duration, AcquireOptions, KeepAlive, RetryPolicy, ERROR_BACKOFF, MAX_TTL, MAX_WAIT,
     MIN_TTL, WAIT_FOREVER,
 };
-pub use session::{Sent, SessionEvents, SessionHub, SessionStatus};
+pub use state::{GuardState, LossCause};
+pub use status::{ForceReleased, LockStatus};
 pub use tls::{TlsConfig, TlsMaterial};
 
 /// Re-exported so backends implement the seam with the same macro version.

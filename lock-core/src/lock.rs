@@ -11,17 +11,19 @@ use async_trait::async_trait;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::backend::{ForceReleased, Lease, LeaseRequest, LockBackend, LockMode, LockStatus};
+use crate::backend::{Lease, LeaseRequest, LockBackend};
 use crate::capabilities::Capabilities;
 use crate::clock::{self, SuspendMark};
 use crate::error::{LockError, LockErrorKind, Result};
 use crate::guard::{Grant, GuardView, LockGuard};
 use crate::holder::Holder;
 use crate::metrics as m;
+use crate::mode::LockMode;
 use crate::multi::MultiGuard;
 use crate::name::LockName;
 use crate::named::{IntoLockName, NamedLock};
 use crate::options::{AcquireOptions, ERROR_BACKOFF};
+use crate::status::{ForceReleased, LockStatus};
 
 /// A distributed lock service: one client of one backend, shared by any number
 /// of tasks. Object safe: `Arc<dyn DistributedLock>` is the usual way to pass

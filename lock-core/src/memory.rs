@@ -16,17 +16,19 @@ use async_trait::async_trait;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::backend::line;
+use crate::backend::mailbox::{Mailbox, MailboxStream};
 use crate::backend::{
-    add_saturating, ForceReleased, Lease, LeaseEvent, LeaseHandle, LeaseRequest, LockBackend,
-    LockMode, LockStatus, Renewal,
+    add_saturating, Lease, LeaseEvent, LeaseHandle, LeaseRequest, LockBackend, Renewal,
 };
 use crate::capabilities::{Capabilities, Fencing};
 use crate::error::{LockError, LockErrorKind, Result};
 use crate::fencing::FencingToken;
-use crate::guard::LossCause;
 use crate::holder::Holder as Description;
-use crate::mailbox::{Mailbox, MailboxStream};
+use crate::mode::LockMode;
 use crate::name::LockName;
+use crate::state::LossCause;
+use crate::status::{ForceReleased, LockStatus};
 
 /// An in-process lock service. Cloning shares the same locks.
 ///
@@ -109,14 +111,6 @@ struct Waiter {
     notify: Arc<Notify>,
 }
 
-/// Whether a lease of `mode` held already blocks a newcomer of `wanted`.
-fn conflicts(held: LockMode, wanted: LockMode) -> bool {
-    !matches!(
-        (held, wanted),
-        (LockMode::Read, LockMode::Read) | (LockMode::Permit { .. }, LockMode::Permit { .. })
-    )
-}
-
 impl Entry {
     fn purge_expired(&mut self, now: Instant) {
         self.holders.retain(|_, h| h.expires > now);
@@ -124,19 +118,17 @@ impl Entry {
 
     /// Whether `mode` may be granted now to a contender behind the waiters
     /// `ahead` (FIFO, with writer preference: a reader waits behind a
-    /// waiting writer).
+    /// waiting writer), by the rule of the line ([`line::blocker`]): the
+    /// holders stand ahead of every waiter (their order among themselves
+    /// does not change whether one blocks).
     fn grantable(&self, mode: LockMode, ahead: &[LockMode]) -> bool {
-        match mode {
-            LockMode::Permit { permits } => {
-                ahead.is_empty()
-                    && self.holders.len() < usize::try_from(permits).unwrap_or(usize::MAX)
-            }
-            LockMode::Read => {
-                !ahead.contains(&LockMode::Write)
-                    && !self.holders.values().any(|h| conflicts(h.mode, mode))
-            }
-            _ => ahead.is_empty() && self.holders.is_empty(),
-        }
+        let writes = |m: &LockMode| matches!(m, LockMode::Exclusive | LockMode::Write);
+        let line = ahead
+            .iter()
+            .rev()
+            .chain(self.holders.values().map(|h| &h.mode))
+            .map(writes);
+        line::blocker(mode, line).is_none()
     }
 
     /// The modes of the waiters before `ticket` (all of them for `None`).

@@ -8,10 +8,11 @@ use futures::FutureExt;
 use tokio::time::Instant;
 
 use crate::error::{LockError, LockErrorKind, Result};
-use crate::guard::{GuardView, LockGuard, LossCause};
+use crate::guard::{GuardView, LockGuard};
 use crate::lock::DistributedLock;
 use crate::name::LockName;
 use crate::options::AcquireOptions;
+use crate::state::LossCause;
 
 /// The guards of several names taken together by
 /// [`crate::DistributedLockExt::acquire_all`]: one [`LockGuard`] per name (each

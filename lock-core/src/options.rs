@@ -11,7 +11,7 @@ use crate::error::LockError;
 pub const MAX_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// The shortest TTL accepted: 10 ms. A lease's validity is its TTL minus the
-/// clock-drift allowance ([`crate::drift`]: 1% + 2 ms) minus the time the
+/// clock-drift allowance ([`crate::backend::drift`]: 1% + 2 ms) minus the time the
 /// request took; below this there is nothing left to hold the lock with.
 pub const MIN_TTL: Duration = Duration::from_millis(10);
 

@@ -8,10 +8,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
+use lock_core::backend::{Lease, LeaseEvent, LeaseHandle, LeaseRequest, LockBackend, Renewal};
 use lock_core::{
-    async_trait, AcquireOptions, Capabilities, DistributedLock, GuardState, Lease, LeaseEvent,
-    LeaseHandle, LeaseRequest, LockBackend, LockError, LockErrorKind, LockName, LockStatus,
-    LossCause, Renewal, Result,
+    async_trait, AcquireOptions, Capabilities, DistributedLock, GuardState, LockError,
+    LockErrorKind, LockName, LockStatus, LossCause, Result,
 };
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -487,7 +487,7 @@ impl LockBackend for LateGrant {
         tokio::time::sleep(req.ttl + Duration::from_millis(5)).await;
         Ok(Some(Lease::new(
             Box::new(Scripted(self.0.clone())),
-            lock_core::validity(sent, req.ttl),
+            lock_core::backend::validity(sent, req.ttl),
         )))
     }
     async fn inspect(&self, _name: &LockName) -> Result<LockStatus> {

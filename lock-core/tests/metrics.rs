@@ -5,10 +5,11 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use lock_core::backend::{Lease, LeaseHandle, LeaseRequest, LockBackend, Renewal};
 use lock_core::metrics as m;
 use lock_core::{
-    async_trait, AcquireOptions, Capabilities, DistributedLock, Lease, LeaseHandle, LeaseRequest,
-    LockBackend, LockError, LockName, LockStatus, MemoryLock, Renewal, Result, TokenFence,
+    async_trait, AcquireOptions, Capabilities, DistributedLock, LockError, LockName, LockStatus,
+    MemoryLock, Result, TokenFence,
 };
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use tokio::time::Instant;

@@ -3,9 +3,10 @@
 
 use std::time::Duration;
 
+use lock_core::backend::{add_saturating, drift, validity, LeaseRequest};
 use lock_core::{
-    add_saturating, drift, validity, AcquireOptions, DistributedLock, LeaseRequest, LockErrorKind,
-    LockMode, LockName, MemoryLock, RetryPolicy, Semaphore, MAX_TTL, MIN_TTL,
+    AcquireOptions, DistributedLock, LockErrorKind, LockMode, LockName, MemoryLock, RetryPolicy,
+    Semaphore, MAX_TTL, MIN_TTL,
 };
 use proptest::prelude::*;
 use tokio::time::Instant;

@@ -9,10 +9,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::{GetOptions, SortOrder, SortTarget};
-use lock_core::session::Sent;
+use lock_core::backend::session::Sent;
+use lock_core::backend::{Lease, LeaseRequest, LockBackend};
 use lock_core::{
-    Capabilities, Fencing, FencingToken, ForceReleased, Holder, Lease, LeaseRequest, LockBackend,
-    LockError, LockErrorKind, LockMode, LockName, LockStatus, Result,
+    Capabilities, Fencing, FencingToken, ForceReleased, Holder, LockError, LockErrorKind, LockMode,
+    LockName, LockStatus, Result,
 };
 use tokio::time::Instant;
 

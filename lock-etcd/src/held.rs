@@ -16,11 +16,9 @@ use crate::watcher::{KeyWatch, QueueWatch, Watcher};
 use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 use futures::Stream;
-use lock_core::session::{Sent, SessionEvents};
-use lock_core::{
-    FencingToken, Lease, LeaseEvent, LeaseHandle, LockError, LockErrorKind, LockMode, LossCause,
-    Renewal, Result,
-};
+use lock_core::backend::session::{Sent, SessionEvents};
+use lock_core::backend::{Lease, LeaseEvent, LeaseHandle, Renewal};
+use lock_core::{FencingToken, LockError, LockErrorKind, LockMode, LossCause, Result};
 
 /// The handle of one granted lock: it owns our key (an unreleased lease
 /// dropped otherwise removes it through [`OurKey`]'s own clean-up).

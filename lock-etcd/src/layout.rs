@@ -24,6 +24,7 @@
 //! waits behind it: writers are not starved); for a permit of N, N
 //! contenders ahead.
 
+use lock_core::backend::line;
 use lock_core::{Holder, LockMode, LockName};
 
 /// Which of the three kinds of lock a mode belongs to.
@@ -162,16 +163,8 @@ pub(crate) struct Contender {
 /// semaphore is blocked by the N-th contender ahead (watched as part of the
 /// whole queue, see the acquire path).
 pub(crate) fn blocker(mode: LockMode, ahead_nearest_first: &[Contender]) -> Option<&Contender> {
-    match mode {
-        LockMode::Read => ahead_nearest_first.iter().find(|c| c.writes),
-        LockMode::Permit { permits } => {
-            let n = usize::try_from(permits).unwrap_or(usize::MAX);
-            ahead_nearest_first
-                .get(n.saturating_sub(1))
-                .filter(|_| ahead_nearest_first.len() >= n)
-        }
-        _ => ahead_nearest_first.first(),
-    }
+    let writers = ahead_nearest_first.iter().map(|c| c.writes);
+    line::blocker(mode, writers).and_then(|i| ahead_nearest_first.get(i))
 }
 
 /// The lease id as etcd's Go client writes it into the key (`%x`).

@@ -33,7 +33,7 @@ use etcd_client::{
     Compare, CompareOp, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
     TxnOpResponse, TxnResponse,
 };
-use lock_core::session::Sent;
+use lock_core::backend::session::Sent;
 use lock_core::{LockError, LockErrorKind, LockMode, Result};
 use tokio::time::Instant;
 

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, KeyValue, LeaseKeepAliveStream, LeaseKeeper, PutOptions};
-use lock_core::session::{Sent, SessionEvents, SessionHub};
+use lock_core::backend::session::{Sent, SessionEvents, SessionHub};
 use lock_core::{LockErrorKind, LossCause, Result};
 use tokio::time::Instant;
 
@@ -144,7 +144,7 @@ impl Session {
     pub(crate) fn is_suspended(&self) -> bool {
         matches!(
             self.hub.status(),
-            lock_core::session::SessionStatus::Suspended { .. }
+            lock_core::backend::session::SessionStatus::Suspended { .. }
         )
     }
 

@@ -37,7 +37,7 @@ use etcd_client::{
     EventType, WatchFilterType, WatchOptions, WatchRequestSender, WatchResponse,
     WatchResponseStream,
 };
-use lock_core::mailbox::Mailbox;
+use lock_core::backend::mailbox::Mailbox;
 use lock_core::{LockError, Result};
 use tokio::sync::mpsc;
 use tokio::time::Instant;

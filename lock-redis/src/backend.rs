@@ -5,10 +5,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use lock_core::backend::{
+    add_saturating, validity, CleanupOnDrop, Lease, LeaseHandle, LeaseRequest, LockBackend, Renewal,
+};
 use lock_core::{
-    add_saturating, validity, Capabilities, CleanupOnDrop, Fencing, FencingToken, ForceReleased,
-    Lease, LeaseHandle, LeaseRequest, LockBackend, LockError, LockErrorKind, LockName, LockStatus,
-    Renewal, Result,
+    Capabilities, Fencing, FencingToken, ForceReleased, LockError, LockErrorKind, LockName,
+    LockStatus, Result,
 };
 use tokio::time::Instant;
 

@@ -118,7 +118,7 @@ impl Client {
             .set_min_delay(RECONNECT_MIN_DELAY)
             .set_max_delay(RECONNECT_MAX_DELAY)
             .set_number_of_retries(RECONNECT_ATTEMPTS);
-        let deadline = lock_core::add_saturating(Instant::now(), config.connect_timeout);
+        let deadline = lock_core::backend::add_saturating(Instant::now(), config.connect_timeout);
         let probe_config = redis::AsyncConnectionConfig::new()
             .set_connection_timeout(Some(config.connect_timeout))
             .set_response_timeout(Some(config.request_timeout));

@@ -766,7 +766,7 @@ impl Subscription {
                     _ = changed(handed) => {
                         // Someone else got it: it is free again by its TTL at the latest.
                         let ttl = Duration::from_millis(handed.borrow_and_update().saturating_add(1));
-                        at = at.min(lock_core::add_saturating(Instant::now(), ttl));
+                        at = at.min(lock_core::backend::add_saturating(Instant::now(), ttl));
                     }
                     _ = tokio::time::sleep_until(at) => break Wake::Timer,
                 }
@@ -884,7 +884,7 @@ impl NodeTask {
 
     /// Sleeps for `d`; false if the notifier closed meanwhile.
     async fn sleep(&mut self, d: Duration) -> bool {
-        let until = lock_core::add_saturating(Instant::now(), d);
+        let until = lock_core::backend::add_saturating(Instant::now(), d);
         loop {
             tokio::select! {
                 _ = tokio::time::sleep_until(until) => return true,

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use lock_core::add_saturating;
+use lock_core::backend::add_saturating;
 use tokio::time::Instant;
 
 /// The lifetime of a waiter's place in a line. Every attempt of the waiter

@@ -389,7 +389,7 @@ impl<S: BatchSender> Batcher<S> {
         let limits = self.shared.limits;
         let now = Instant::now();
         // This renewal may not wait past `latest`.
-        let latest = lock_core::add_saturating(now, limits.wait_for(item.ttl));
+        let latest = lock_core::backend::add_saturating(now, limits.wait_for(item.ttl));
         let ready = {
             let mut open = lock(&self.shared.open);
             open.items.push(item);
@@ -398,9 +398,9 @@ impl<S: BatchSender> Batcher<S> {
                 // A new batch leaves one window after the last one (at once
                 // on a quiet connection), and never later than its first
                 // renewal may wait.
-                let next = open
-                    .last_sent
-                    .map_or(now, |t| lock_core::add_saturating(t, limits.window));
+                let next = open.last_sent.map_or(now, |t| {
+                    lock_core::backend::add_saturating(t, limits.window)
+                });
                 open.flush_at = next.max(now).min(latest);
                 if open.flush_at > now {
                     tokio::spawn(Shared::flush_at(

@@ -8,10 +8,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::stream::{FuturesUnordered, StreamExt};
+use lock_core::backend::{
+    add_saturating, drift, validity, CleanupOnDrop, Lease, LeaseHandle, LeaseRequest, LockBackend,
+    Renewal,
+};
 use lock_core::{
-    add_saturating, drift, validity, Capabilities, CleanupOnDrop, Fencing, ForceReleased, Lease,
-    LeaseHandle, LeaseRequest, LockBackend, LockError, LockErrorKind, LockName, LockStatus,
-    NodeFailure, NodeFailureReason, Renewal, Result,
+    Capabilities, Fencing, ForceReleased, LockError, LockErrorKind, LockName, LockStatus,
+    NodeFailure, NodeFailureReason, Result,
 };
 use lock_redis::scripts::{owner_token, Scripts, RESERVED_FOR};
 use rand::Rng;

@@ -6,9 +6,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{
-    drift, LockError, LockErrorKind, NodeFailure, NodeFailureReason, Result, TlsConfig,
-};
+use lock_core::backend::drift;
+use lock_core::{LockError, LockErrorKind, NodeFailure, NodeFailureReason, Result, TlsConfig};
 use lock_redis::call::ScriptCall;
 use lock_redis::place::PlaceLife;
 use lock_redis::renew::{BatchSender, Batcher, KeyOutcome, RenewBatching, RenewItem, RENEW_BATCH};

@@ -5,9 +5,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use lock_core::backend::{add_saturating, Lease, LeaseRequest, LockBackend};
 use lock_core::{
-    add_saturating, Capabilities, Fencing, ForceReleased, Lease, LeaseRequest, LockBackend,
-    LockError, LockErrorKind, LockMode, LockName, LockStatus, Result,
+    Capabilities, Fencing, ForceReleased, LockError, LockErrorKind, LockMode, LockName, LockStatus,
+    Result,
 };
 use tokio::time::Instant;
 use zookeeper_client as zk;

@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::StreamExt;
-use lock_core::{
-    validity, FencingToken, Lease, LeaseHandle, LockError, Renewal, Result, SessionStatus,
-};
+use lock_core::backend::session::SessionStatus;
+use lock_core::backend::{validity, Lease, LeaseHandle, Renewal};
+use lock_core::{FencingToken, LockError, Result};
 use tokio::time::Instant;
 use zookeeper_client as zk;
 

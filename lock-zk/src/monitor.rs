@@ -1,6 +1,6 @@
 //! The per-session monitor: the only keep-alive traffic (one request per
 //! session, whatever the number of guards), and the session's state turned
-//! into news for its [`lock_core::SessionHub`].
+//! into news for its [`lock_core::backend::session::SessionHub`].
 //!
 //! - A heartbeat (`sync /`, which goes through the leader, so a server cut
 //!   off from the quorum cannot vouch for the session) several times per
@@ -29,7 +29,8 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use futures::stream::{FuturesUnordered, StreamExt};
-use lock_core::{add_saturating, Sent, SessionStatus};
+use lock_core::backend::add_saturating;
+use lock_core::backend::session::{Sent, SessionStatus};
 use tokio::time::Instant;
 use zookeeper_client as zk;
 

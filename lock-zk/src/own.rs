@@ -15,7 +15,8 @@ use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use futures::Stream;
-use lock_core::{LeaseEvent, LossCause};
+use lock_core::backend::LeaseEvent;
+use lock_core::LossCause;
 use tokio::time::Sleep;
 use zookeeper_client as zk;
 

@@ -7,7 +7,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lock_core::{CleanupOnDrop, Holder, LockError, LockErrorKind, Result};
+use lock_core::backend::{line, CleanupOnDrop};
+use lock_core::{Holder, LockError, LockErrorKind, LockMode, Result};
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
@@ -62,9 +63,16 @@ impl Recipe {
     /// about a newcomer.
     pub(crate) fn blocker(self, order: &[Child], pos: usize) -> Option<usize> {
         let ahead = order.get(..pos)?;
+        let writers = ahead.iter().rev().map(|c| node::is_write(c.marker));
+        line::blocker(self.mode(), writers).map(|nearest| pos - 1 - nearest)
+    }
+
+    /// The lock mode whose line this recipe keeps.
+    fn mode(self) -> LockMode {
         match self {
-            Self::Mutex | Self::Write => ahead.len().checked_sub(1),
-            Self::Read => ahead.iter().rposition(|c| node::is_write(c.marker)),
+            Self::Mutex => LockMode::Exclusive,
+            Self::Read => LockMode::Read,
+            Self::Write => LockMode::Write,
         }
     }
 
@@ -86,12 +94,9 @@ impl Recipe {
     /// shows it happens before the blocker goes).
     pub(crate) fn second(self, order: &[Child], pos: usize, blocker: usize) -> Option<usize> {
         let _ = pos;
-        match self {
-            Self::Mutex | Self::Write => blocker.checked_sub(1),
-            Self::Read => order[..blocker]
-                .iter()
-                .rposition(|c| node::is_write(c.marker)),
-        }
+        // What blocks the blocker: once it goes, the blocker alone stands
+        // in our way.
+        self.blocker(order, blocker)
     }
 }
 

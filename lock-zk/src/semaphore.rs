@@ -15,7 +15,8 @@
 
 use std::sync::Arc;
 
-use lock_core::{Lease, LeaseRequest, Result};
+use lock_core::backend::{Lease, LeaseRequest};
+use lock_core::Result;
 use tokio::time::Instant;
 
 use crate::backend::Backend;

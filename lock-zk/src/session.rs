@@ -16,7 +16,9 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
-use lock_core::{add_saturating, LockError, LockErrorKind, LossCause, Sent, SessionHub};
+use lock_core::backend::add_saturating;
+use lock_core::backend::session::{Sent, SessionHub};
+use lock_core::{LockError, LockErrorKind, LossCause};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use zookeeper_client as zk;
@@ -113,7 +115,10 @@ impl Liveness {
 
     /// Suspends every guard (once per episode).
     pub fn suspend(&self, reason: &str) {
-        if matches!(self.hub.status(), lock_core::SessionStatus::Live) {
+        if matches!(
+            self.hub.status(),
+            lock_core::backend::session::SessionStatus::Live
+        ) {
             tracing::warn!(session = %self.id, reason, "lock-zk: session suspended; guards suspended");
         }
         self.hub

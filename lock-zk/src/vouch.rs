@@ -35,7 +35,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use lock_core::Sent;
+use lock_core::backend::session::Sent;
 use tokio::time::Instant;
 
 /// How long after one heartbeat's answer the next link of a chain must be

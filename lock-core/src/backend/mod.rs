@@ -1,9 +1,22 @@
-//! The backend seam: the small, protocol-only interface a backend implements.
+//! The backend author's toolkit: the small, protocol-only seam a backend
+//! implements, and what backends share.
 //!
 //! A backend implements [`LockBackend`] and gets [`crate::DistributedLock`]
 //! for free: the core does option validation, deadlines, the guard's state
 //! machine, keep-alive, background release, metrics and tracing once for
-//! every backend.
+//! every backend. Beside the seam:
+//!
+//! - [`line`](mod@line): the rule of a lock's line (which contender ahead a newcomer
+//!   waits for, in a mutex, a read-write lock or a semaphore), for backends
+//!   that keep a queue of contenders on the server;
+//! - [`session`]: one session's news (suspended, confirmed, lost) fanned out
+//!   to every lease on it, for backends whose leases hang on a session;
+//! - [`mailbox`]: a small unbounded queue with one waker, for event streams;
+//! - [`validity`], [`drift`], [`add_saturating`]: the time arithmetic of a
+//!   lease, and [`CleanupOnDrop`] for cancel-safe waits.
+//!
+//! Users of locks need none of this; its API follows the core's seam and
+//! may change in a minor version.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -17,66 +30,16 @@ use tokio::time::Instant;
 use crate::capabilities::Capabilities;
 use crate::error::Result;
 use crate::fencing::FencingToken;
-use crate::guard::LossCause;
 use crate::holder::Holder;
+use crate::mode::LockMode;
 use crate::name::LockName;
 use crate::options::RetryPolicy;
+use crate::state::LossCause;
+use crate::status::{ForceReleased, LockStatus};
 
-/// The largest number of permits a semaphore may have: 100,000.
-pub const MAX_PERMITS: u32 = 100_000;
-
-/// Which kind of lease a request asks for. A name is used as one kind of
-/// lock: a mutex, a read-write lock or a semaphore (the kinds keep their
-/// state apart on the server and do not exclude each other).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum LockMode {
-    /// A mutex: one holder at a time ([`crate::DistributedLock`]).
-    Exclusive,
-    /// The read side of a read-write lock: shared with other readers, never
-    /// with a writer ([`crate::ReadWriteLock`]).
-    Read,
-    /// The write side of a read-write lock: alone.
-    Write,
-    /// One of `permits` permits of a semaphore ([`crate::Semaphore`]).
-    Permit {
-        /// How many holders the semaphore admits at once (1 ..= [`MAX_PERMITS`]).
-        permits: u32,
-    },
-}
-
-impl LockMode {
-    /// A short, stable, lowercase name (for logs and metrics labels).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Exclusive => "exclusive",
-            Self::Read => "read",
-            Self::Write => "write",
-            Self::Permit { .. } => "permit",
-        }
-    }
-
-    /// Checks the permit count of a semaphore mode.
-    pub fn validate(self) -> Result<Self> {
-        match self {
-            Self::Permit { permits } if permits == 0 || permits > MAX_PERMITS => {
-                Err(crate::LockError::invalid(format!(
-                    "a semaphore needs 1 ..= {MAX_PERMITS} permits, not {permits}"
-                )))
-            }
-            other => Ok(other),
-        }
-    }
-}
-
-impl std::fmt::Display for LockMode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Permit { permits } => write!(f, "permit of {permits}"),
-            other => f.write_str(other.as_str()),
-        }
-    }
-}
+pub mod line;
+pub mod mailbox;
+pub mod session;
 
 /// What the core asks a backend for: one lease on `name`. Built only through
 /// [`LeaseRequest::new`], which validates the TTL, so a backend can compute
@@ -133,7 +96,7 @@ impl LeaseRequest {
     }
 
     /// Sets the kind of lease; an `InvalidArgument` error for a semaphore
-    /// without permits or with more than [`MAX_PERMITS`].
+    /// without permits or with more than [`crate::MAX_PERMITS`].
     pub fn with_mode(mut self, mode: LockMode) -> Result<Self> {
         self.mode = mode.validate()?;
         Ok(self)
@@ -300,141 +263,6 @@ impl std::fmt::Debug for Lease {
             .field("events", &self.events.is_some())
             .field("key", &self.key)
             .finish_non_exhaustive()
-    }
-}
-
-/// What a backend can tell about a lock without taking it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct LockStatus {
-    /// Whether someone holds it now.
-    pub held: bool,
-    /// The holder's fencing token where the backend can tell it; on Redis it
-    /// is the last token issued, which is the holder's only while the holder
-    /// is one of our clients (a foreign client such as redis-py does not
-    /// advance the counter).
-    pub token: Option<FencingToken>,
-    /// The remaining server-side TTL, where known.
-    pub ttl_remaining: Option<Duration>,
-    /// The number of waiters, where known (etcd, ZooKeeper contender keys).
-    pub waiters: Option<usize>,
-    /// An identifier of the holder where the backend has one (the etcd
-    /// lease id, the ZooKeeper session id of the holder's node), for operators.
-    pub owner: Option<String>,
-    /// Who holds it, as the holder described itself at acquire (host,
-    /// process id, note), where the backend stores it and the holder was
-    /// a distlock client; `None` otherwise (another client's entry, or one
-    /// whose stored text cannot be read).
-    pub holder: Option<Holder>,
-}
-
-impl LockStatus {
-    /// A status that says only whether the lock is held.
-    pub fn new(held: bool) -> Self {
-        Self {
-            held,
-            ..Self::default()
-        }
-    }
-
-    /// Sets the token.
-    pub fn with_token(mut self, token: Option<FencingToken>) -> Self {
-        self.token = token;
-        self
-    }
-
-    /// Sets the remaining TTL.
-    pub fn with_ttl_remaining(mut self, ttl: Option<Duration>) -> Self {
-        self.ttl_remaining = ttl;
-        self
-    }
-
-    /// Sets the number of waiters.
-    pub fn with_waiters(mut self, waiters: Option<usize>) -> Self {
-        self.waiters = waiters;
-        self
-    }
-
-    /// Sets the holder's identifier.
-    pub fn with_owner(mut self, owner: Option<String>) -> Self {
-        self.owner = owner;
-        self
-    }
-
-    /// Sets the holder's description.
-    pub fn with_holder(mut self, holder: Option<Holder>) -> Self {
-        self.holder = holder;
-        self
-    }
-}
-
-/// What a force release removed from one lock name: how many holders of each
-/// kind of lock (a name's mutex, read-write lock and semaphore are kept apart,
-/// see [`LockMode`]). All zero when nobody held the name.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ForceReleased {
-    /// The mutex's holder removed (0 or 1).
-    pub mutex: usize,
-    /// The read-write lock's holders removed (readers, or one writer).
-    pub read_write: usize,
-    /// The semaphore's permits removed (one per holder).
-    pub permits: usize,
-}
-
-impl ForceReleased {
-    /// Nothing removed.
-    pub fn none() -> Self {
-        Self::default()
-    }
-
-    /// Sets the number of mutex holders removed.
-    pub fn with_mutex(mut self, n: usize) -> Self {
-        self.mutex = n;
-        self
-    }
-
-    /// Sets the number of read-write lock holders removed.
-    pub fn with_read_write(mut self, n: usize) -> Self {
-        self.read_write = n;
-        self
-    }
-
-    /// Sets the number of semaphore permits removed.
-    pub fn with_permits(mut self, n: usize) -> Self {
-        self.permits = n;
-        self
-    }
-
-    /// Every holder removed, of any kind.
-    pub fn total(&self) -> usize {
-        self.mutex
-            .saturating_add(self.read_write)
-            .saturating_add(self.permits)
-    }
-
-    /// Whether anyone was removed.
-    pub fn removed_any(&self) -> bool {
-        self.total() > 0
-    }
-}
-
-impl std::fmt::Display for ForceReleased {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if !self.removed_any() {
-            return f.write_str("nothing held");
-        }
-        let mut parts = Vec::new();
-        if self.mutex > 0 {
-            parts.push("the mutex holder".to_string());
-        }
-        if self.read_write > 0 {
-            parts.push(format!("{} read-write holder(s)", self.read_write));
-        }
-        if self.permits > 0 {
-            parts.push(format!("{} semaphore permit(s)", self.permits));
-        }
-        write!(f, "removed {}", parts.join(", "))
     }
 }
 

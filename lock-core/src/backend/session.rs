@@ -6,7 +6,7 @@
 //! confirmations (with the validity the session vouches for), suspension
 //! while contact is lost, resumption, and the end of the session. A backend
 //! registers each lease it grants ([`SessionHub::register`]) and hands the
-//! returned [`SessionEvents`] to [`crate::Lease::with_events`].
+//! returned [`SessionEvents`] to [`crate::backend::Lease::with_events`].
 //!
 //! A lease's events are read from the session's one state, not queued per
 //! lease: a lease keeps what it has seen of it and a waker, and works out
@@ -26,7 +26,7 @@ use tokio::time::Instant;
 
 use crate::backend::{validity, LeaseEvent};
 use crate::clock::{self, SuspendMark};
-use crate::guard::LossCause;
+use crate::state::LossCause;
 
 /// When a keep-alive request was sent, on the monotonic clock, together with
 /// the machine's suspended time then: the start from which the validity its
@@ -52,7 +52,7 @@ impl Sent {
     }
 
     /// The end of validity of a lease of `ttl` granted by a request sent
-    /// then ([`crate::validity`]), moved earlier by any time the machine
+    /// then ([`crate::backend::validity`]), moved earlier by any time the machine
     /// has spent suspended since.
     pub fn validity(&self, ttl: Duration) -> Instant {
         clock::corrected(validity(self.at, ttl), self.mark)
