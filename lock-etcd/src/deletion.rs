@@ -7,7 +7,7 @@ use std::task::{Context, Poll};
 
 use futures::task::AtomicWaker;
 
-use crate::watcher::WatchEvent;
+use crate::event::WatchEvent;
 
 /// The key is watched and there.
 const WATCHED: u8 = 0;

@@ -38,9 +38,10 @@ use lock_core::{LockError, LockErrorKind, LockMode, Result};
 use tokio::time::Instant;
 
 use crate::client::{EtcdClient, Outcome};
+use crate::event::WatchEvent;
 use crate::layout::{blocker, value_of, Contender, Kind, Queue, WRITE};
 use crate::session::Session;
-use crate::watcher::{QueueWatch, WatchEvent, Watcher};
+use crate::watcher::{QueueWatch, Watcher};
 
 /// How many keys ahead one read looks at before it pages further.
 const PAGE: i64 = 64;

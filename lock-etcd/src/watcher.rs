@@ -44,6 +44,7 @@ use tokio::time::Instant;
 
 use crate::client::{EtcdClient, Failure};
 use crate::deletion::Deletion;
+use crate::event::WatchEvent;
 
 /// How long a shared queue watch is kept after its last waiter or guard
 /// left: a contender that comes back within it (as the contenders of a busy
@@ -55,36 +56,6 @@ pub(crate) const LINGER: Duration = Duration::from_secs(2);
 /// starts from the revision after the grant, so a deletion in between is
 /// still reported (from the server's history), only later.
 pub(crate) const KEY_WATCH_DELAY: Duration = Duration::from_millis(50);
-
-/// What a watch reports to its owner.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum WatchEvent {
-    /// The server created the watch: events after `revision` will come.
-    Created {
-        /// The store's revision when the watch was created.
-        revision: i64,
-    },
-    /// A watched key was put (only for watches that want puts).
-    Put {
-        /// The key.
-        key: Vec<u8>,
-        /// Its value now.
-        value: Vec<u8>,
-    },
-    /// A watched key was deleted (or expired with its lease).
-    Deleted {
-        /// The key.
-        key: Vec<u8>,
-        /// The revision of the deletion.
-        revision: i64,
-    },
-    /// The watch is gone and events may have been missed (its history was
-    /// compacted, or the server refused it): read again.
-    Lost {
-        /// Why, in words.
-        reason: String,
-    },
-}
 
 /// What to watch.
 #[derive(Clone, Debug)]

@@ -92,7 +92,7 @@ impl ZkLock {
     pub async fn connect(config: ZkConfig) -> Result<Self> {
         let resolved = config.resolve()?;
         let until = add_saturating(Instant::now(), config.connect_timeout);
-        let session = Session::connect(&resolved.hosts, &config, until).await?;
+        let session = crate::connect::connect(&resolved.hosts, &config, until).await?;
         let nodes = Arc::new(Nodes {
             acls: acls_of(&config.acl).into(),
             identifier: config.identifier.as_str().into(),
@@ -184,7 +184,7 @@ impl Backend {
                 return Err(LockError::new(kind, message));
             }
         }
-        let outcome = Session::connect(&self.hosts, &self.config, until).await;
+        let outcome = crate::connect::connect(&self.hosts, &self.config, until).await;
         self.connect_attempts.fetch_add(1, Ordering::SeqCst);
         match outcome {
             Ok(session) => {
@@ -362,7 +362,12 @@ impl Backend {
         match req.mode {
             LockMode::Read => self.acquire(req, Recipe::Read, deadline).await,
             LockMode::Write => self.acquire(req, Recipe::Write, deadline).await,
-            LockMode::Permit { permits } => semaphore::acquire(self, req, permits, deadline).await,
+            LockMode::Permit { permits } => {
+                let dir = self.lock_path(&req.name)?;
+                let until = self.until(deadline);
+                let session = self.session(until).await?;
+                semaphore::acquire(&self.nodes, session, &dir, until, req, permits, deadline).await
+            }
             _ => self.acquire(req, Recipe::Mutex, deadline).await,
         }
     }

@@ -4,7 +4,31 @@
 use lock_core::{LockError, LockErrorKind};
 use zookeeper_client as zk;
 
-use crate::session::Retired;
+/// Why a session was retired.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Retired {
+    /// The server expired it (reported on reconnection).
+    Expired,
+    /// No reply for the whole session timeout: the server may have expired it.
+    Presumed,
+    /// The server refused the credentials.
+    AuthFailed,
+    /// The client was closed.
+    Closed,
+}
+
+impl std::fmt::Display for Retired {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Expired => "expired on the server",
+            Self::Presumed => {
+                "no reply from ZooKeeper for the whole session timeout; presumed expired"
+            }
+            Self::AuthFailed => "authentication failed",
+            Self::Closed => "client closed",
+        })
+    }
+}
 
 /// Why a request did not succeed, before it becomes a [`LockError`].
 #[derive(Debug)]

@@ -15,9 +15,8 @@ use lock_core::{ForceReleased, Result};
 use tokio::time::Instant;
 
 use crate::error::lock_error;
-use crate::node::{self, Contender};
+use crate::node::{self, Contender, LEASES, LOCKS};
 use crate::queue::Recipe;
-use crate::semaphore::{LEASES, LOCKS};
 use crate::session::Session;
 
 /// Deletes the holders of the mutex, read-write lock and semaphore whose

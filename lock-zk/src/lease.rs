@@ -13,11 +13,12 @@ use lock_core::{FencingToken, LockError, Result};
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
+use crate::error::Retired;
 use crate::error::{lock_error, Failure};
 use crate::node;
 use crate::own::{Flags, OwnNode};
 use crate::queue::{Contender, Created, Nodes};
-use crate::session::{Retired, Session};
+use crate::session::Session;
 
 /// The lease of our node `created` on `session`: its token is `stamped`
 /// (the zxid of the transaction that stamped a read-write lock's grant, see

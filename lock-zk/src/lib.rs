@@ -3,6 +3,7 @@
 
 mod backend;
 mod config;
+mod connect;
 mod error;
 mod force;
 mod lease;

@@ -34,7 +34,8 @@ use lock_core::backend::session::{Sent, SessionStatus};
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
-use crate::session::{Liveness, Retired, Session};
+use crate::error::Retired;
+use crate::session::{Liveness, Session};
 use crate::vouch::Vouching;
 
 /// How much earlier than the last confirmation runs out the monitor retires

@@ -28,6 +28,11 @@
 
 use lock_core::{LockError, LockName};
 
+/// The child of a semaphore's znode under which its leases live.
+pub(crate) const LEASES: &str = "leases";
+/// The child of a semaphore's znode that is the mutex a lease is taken under.
+pub(crate) const LOCKS: &str = "locks";
+
 /// What a contender node is, by its marker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Marker {

@@ -19,29 +19,26 @@ use lock_core::backend::{Lease, LeaseRequest};
 use lock_core::Result;
 use tokio::time::Instant;
 
-use crate::backend::Backend;
 use crate::error::{lock_error, Failure};
 use crate::lease;
-use crate::node::{self, Marker};
-use crate::queue::{vanished, Contender, Listing, Look, Pending, Recipe, Turn};
+use crate::node::{self, Marker, LEASES, LOCKS};
+use crate::queue::{vanished, Contender, Listing, Look, Nodes, Pending, Recipe, Turn};
 use crate::session::Session;
-
-/// The child of a semaphore's znode under which its leases live.
-pub(crate) const LEASES: &str = "leases";
-/// The child of a semaphore's znode that is the mutex a lease is taken under.
-pub(crate) const LOCKS: &str = "locks";
 
 /// One permit of `permits` on `req.name`, waiting until `deadline` (`None`:
 /// one attempt).
+///
+/// `dir` is the lock's znode, `session` the session to take it in, `until`
+/// the bound of every request.
 pub(crate) async fn acquire(
-    b: &Backend,
+    nodes: &Arc<Nodes>,
+    session: Arc<Session>,
+    dir: &str,
+    until: Instant,
     req: &LeaseRequest,
     permits: u32,
     deadline: Option<Instant>,
 ) -> Result<Option<Lease>> {
-    let dir = b.lock_path(&req.name)?;
-    let until = b.until(deadline);
-    let session = b.session(until).await?;
     let leases = format!("{dir}/{LEASES}");
     let permits = usize::try_from(permits).unwrap_or(usize::MAX);
     if deadline.is_none() {
@@ -54,7 +51,7 @@ pub(crate) async fn acquire(
             Err(f) => return Err(lock_error(&format!("listing {leases}"), f)),
         }
     }
-    let data = b.nodes.data_for(req.holder.as_ref());
+    let data = nodes.data_for(req.holder.as_ref());
     let gate = Arc::new(Contender::new(
         session.clone(),
         format!("{dir}/{LOCKS}"),
@@ -69,7 +66,10 @@ pub(crate) async fn acquire(
         data,
     ));
     let lease_node = Pending::new(lease.clone());
-    let outcome = permit(b, &session, &gate, &lease, req, permits, deadline, until).await;
+    let outcome = permit(
+        nodes, &session, &gate, &lease, req, permits, deadline, until,
+    )
+    .await;
     match outcome {
         Ok(Some(_)) => lease_node.keep(),
         _ => lease_node.remove(until).await,
@@ -89,7 +89,7 @@ fn count(children: &[String]) -> usize {
 /// The protocol of [`acquire`], with the clean-up of both nodes left to it.
 #[allow(clippy::too_many_arguments)]
 async fn permit(
-    b: &Backend,
+    nodes: &Arc<Nodes>,
     session: &Arc<Session>,
     gate: &Contender,
     lease: &Contender,
@@ -105,7 +105,7 @@ async fn permit(
         let now = Instant::now();
         now + until.saturating_duration_since(now) / 2
     });
-    let created = b.nodes.create(gate, Look::Count, until).await?;
+    let created = nodes.create(gate, Look::Count, until).await?;
     let turn = gate
         .wait_turn(
             &created.path,
@@ -119,7 +119,7 @@ async fn permit(
         return Ok(None);
     };
     // Our lease, counted with the others in the same round trip.
-    let mut created = b.nodes.create(lease, Look::List, until).await?;
+    let mut created = nodes.create(lease, Look::List, until).await?;
     let ours = created
         .path
         .rsplit('/')
@@ -156,7 +156,7 @@ async fn permit(
         if count(&children) <= permits {
             let lease = lease::grant(
                 session,
-                &b.nodes,
+                nodes,
                 &lease.data,
                 &created,
                 req.ttl,
