@@ -1,18 +1,11 @@
 //! [`connect`]: from a URL to a connected `Arc<dyn LockService>`.
 
-use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
-use lock_core::{LockError, LockErrorKind, LockService, MemoryLock};
+use lock_core::{LockError, LockService};
 
-use crate::duration::format_duration;
-use crate::url::{LockUrl, Scheme};
-
-/// How much longer than its own connect timeout a backend may take before
-/// [`connect`] gives up on it: a safety net, so that no URL can make
-/// `connect` hang.
-const CONNECT_SLACK: Duration = Duration::from_secs(2);
+use crate::backends::feature_disabled;
+use crate::url::LockUrl;
 
 /// Connects to the lock service named by `url` and returns it as a shared,
 /// object-safe [`LockService`]: the mutex ([`lock_core::DistributedLock`]),
@@ -57,82 +50,20 @@ pub async fn connect(url: &str) -> Result<Arc<dyn LockService>, LockError> {
     LockUrl::parse(url)?.connect().await
 }
 
-/// The error for a URL whose backend is not compiled in.
-pub(crate) fn feature_disabled(url: &LockUrl) -> LockError {
-    let scheme = url.scheme();
-    let feature = scheme.feature().unwrap_or("?");
-    LockError::invalid(format!(
-        "{scheme}:// URLs need the {scheme} backend, which this build of distlock does not have: \
-         enable the \"{feature}\" feature of distlock"
-    ))
-}
-
 impl LockUrl {
     /// Connects to the service this URL names; see [`connect`].
     pub async fn connect(&self) -> Result<Arc<dyn LockService>, LockError> {
         if !self.scheme().is_enabled() {
             return Err(feature_disabled(self));
         }
-        match self.scheme() {
-            Scheme::Memory => Ok(Arc::new(MemoryLock::new())),
-            #[cfg(feature = "redis")]
-            Scheme::Redis => {
-                let config = self.redis_config()?;
-                let limit = config.connect_timeout;
-                let lock = bounded(self, limit, lock_redis::RedisLock::connect(config)).await?;
-                Ok(Arc::new(lock))
-            }
-            #[cfg(feature = "redlock")]
-            Scheme::Redlock => {
-                let config = self.redlock_config()?;
-                let limit = config.connect_timeout;
-                let lock = bounded(self, limit, lock_redlock::RedlockLock::connect(config)).await?;
-                Ok(Arc::new(lock))
-            }
-            #[cfg(feature = "etcd")]
-            Scheme::Etcd => {
-                let config = self.etcd_config()?;
-                let limit = config.connect_timeout;
-                let lock = bounded(self, limit, lock_etcd::EtcdLock::connect(config)).await?;
-                Ok(Arc::new(lock))
-            }
-            #[cfg(feature = "zk")]
-            Scheme::Zk => {
-                let config = self.zk_config()?;
-                let limit = config.connect_timeout;
-                let lock = bounded(self, limit, lock_zk::ZkLock::connect(config)).await?;
-                Ok(Arc::new(lock))
-            }
-            #[allow(unreachable_patterns)]
-            _ => Err(feature_disabled(self)),
-        }
-    }
-}
-
-/// Runs a backend's connect with a hard bound of its connect timeout plus
-/// [`CONNECT_SLACK`].
-#[allow(dead_code)] // unused when every remote backend is disabled
-async fn bounded<T>(
-    url: &LockUrl,
-    connect_timeout: Duration,
-    fut: impl Future<Output = Result<T, LockError>>,
-) -> Result<T, LockError> {
-    match tokio::time::timeout(connect_timeout + CONNECT_SLACK, fut).await {
-        Ok(result) => result,
-        Err(_) => Err(LockError::new(
-            LockErrorKind::Unavailable,
-            format!(
-                "could not connect to {url} within {} (connect_timeout {})",
-                format_duration(connect_timeout + CONNECT_SLACK),
-                format_duration(connect_timeout)
-            ),
-        )),
+        (self.scheme().descriptor().connect)(self).await
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lock_core::LockErrorKind;
 
     #[test]
     fn feature_error_names_the_feature() {

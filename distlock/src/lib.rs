@@ -2,6 +2,7 @@
 #![deny(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod backends;
 mod connect;
 mod duration;
 mod url;

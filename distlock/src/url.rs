@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use lock_core::LockError;
 
+use crate::backends::{self, Credentials, Descriptor, OptionKind, Servers};
 use crate::duration::parse_duration;
 
 /// The backend a URL names.
@@ -39,72 +40,58 @@ impl Scheme {
         Scheme::Zk,
     ];
 
+    /// The description of this backend: everything the facade knows of it.
+    pub(crate) fn descriptor(self) -> &'static Descriptor {
+        match self {
+            Scheme::Memory => backends::ALL[0],
+            Scheme::Redis => backends::ALL[1],
+            Scheme::Redlock => backends::ALL[2],
+            Scheme::Etcd => backends::ALL[3],
+            Scheme::Zk => backends::ALL[4],
+        }
+    }
+
     /// The scheme as written in URLs (`zk` for ZooKeeper).
     pub fn as_str(self) -> &'static str {
-        match self {
-            Scheme::Memory => "memory",
-            Scheme::Redis => "redis",
-            Scheme::Redlock => "redlock",
-            Scheme::Etcd => "etcd",
-            Scheme::Zk => "zk",
-        }
+        self.descriptor().names[0]
     }
 
     /// The cargo feature of `distlock` that builds this backend in
     /// (`None` for `memory`, which is always there).
     pub fn feature(self) -> Option<&'static str> {
-        match self {
-            Scheme::Memory => None,
-            Scheme::Redis => Some("redis"),
-            Scheme::Redlock => Some("redlock"),
-            Scheme::Etcd => Some("etcd"),
-            Scheme::Zk => Some("zk"),
-        }
+        self.descriptor().feature
     }
 
     /// Whether this build of `distlock` has the backend.
     pub fn is_enabled(self) -> bool {
-        match self {
-            Scheme::Memory => true,
-            Scheme::Redis => cfg!(feature = "redis"),
-            Scheme::Redlock => cfg!(feature = "redlock"),
-            Scheme::Etcd => cfg!(feature = "etcd"),
-            Scheme::Zk => cfg!(feature = "zk"),
-        }
+        self.descriptor().enabled
     }
 
     /// The port used when a host has none.
     pub fn default_port(self) -> Option<u16> {
-        match self {
-            Scheme::Memory => None,
-            Scheme::Redis | Scheme::Redlock => Some(6379),
-            Scheme::Etcd => Some(2379),
-            Scheme::Zk => Some(2181),
-        }
+        self.descriptor().default_port
     }
 
     /// The query options URLs of this scheme accept.
     pub fn options(self) -> Vec<&'static str> {
-        OPTIONS
-            .iter()
-            .filter(|o| o.schemes.contains(&self))
-            .map(|o| o.name)
-            .collect()
+        self.descriptor().options.iter().map(|o| o.name).collect()
     }
 
-    fn parse(text: &str) -> Result<Scheme, LockError> {
-        match text.to_ascii_lowercase().as_str() {
-            "memory" | "mem" => Ok(Scheme::Memory),
-            "redis" => Ok(Scheme::Redis),
-            "redlock" => Ok(Scheme::Redlock),
-            "etcd" => Ok(Scheme::Etcd),
-            "zk" | "zookeeper" => Ok(Scheme::Zk),
-            "rediss" => Ok(Scheme::Redis),
-            other => Err(LockError::invalid(format!(
-                "unknown URL scheme {other:?}: expected {}",
-                known_schemes()
-            ))),
+    /// The backend a URL's scheme names, and whether that name turns TLS on.
+    fn parse(text: &str) -> Result<(Scheme, bool), LockError> {
+        let text = text.to_ascii_lowercase();
+        for d in backends::ALL {
+            if d.names.contains(&text.as_str()) {
+                return Ok((d.scheme, false));
+            }
+            if d.tls_names.contains(&text.as_str()) {
+                return Ok((d.scheme, true));
+            }
         }
+        Err(LockError::invalid(format!(
+            "unknown URL scheme {text:?}: expected {}",
+            known_schemes()
+        )))
     }
 }
 
@@ -121,118 +108,6 @@ fn known_schemes() -> String {
         .collect::<Vec<_>>()
         .join(", ")
 }
-
-/// What kind of value an option takes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
-    /// A positive duration (`500ms`, `2s`).
-    Duration,
-    /// A non-negative integer.
-    Count,
-    /// A non-negative integer or `none`.
-    CountOrNone,
-    /// Any text (percent-decoded).
-    Text,
-    /// `true` or `false`.
-    Bool,
-}
-
-struct OptionSpec {
-    name: &'static str,
-    kind: Kind,
-    schemes: &'static [Scheme],
-}
-
-use Scheme::{Etcd, Redis, Redlock, Zk};
-
-/// Every query option, the value it takes and the schemes that accept it.
-const OPTIONS: &[OptionSpec] = &[
-    OptionSpec {
-        name: "connect_timeout",
-        kind: Kind::Duration,
-        schemes: &[Redis, Redlock, Etcd, Zk],
-    },
-    OptionSpec {
-        name: "request_timeout",
-        kind: Kind::Duration,
-        schemes: &[Redis, Etcd, Zk],
-    },
-    OptionSpec {
-        name: "max_recheck",
-        kind: Kind::Duration,
-        schemes: &[Redis],
-    },
-    OptionSpec {
-        name: "node_timeout",
-        kind: Kind::Duration,
-        schemes: &[Redlock],
-    },
-    OptionSpec {
-        name: "retry_count",
-        kind: Kind::Count,
-        schemes: &[Redlock],
-    },
-    OptionSpec {
-        name: "retry_delay",
-        kind: Kind::Duration,
-        schemes: &[Redlock],
-    },
-    OptionSpec {
-        name: "retry_jitter",
-        kind: Kind::Duration,
-        schemes: &[Redlock],
-    },
-    OptionSpec {
-        name: "max_extensions",
-        kind: Kind::CountOrNone,
-        schemes: &[Redlock],
-    },
-    OptionSpec {
-        name: "lease_ttl",
-        kind: Kind::Duration,
-        schemes: &[Etcd],
-    },
-    OptionSpec {
-        name: "session_timeout",
-        kind: Kind::Duration,
-        schemes: &[Zk],
-    },
-    OptionSpec {
-        name: "chroot",
-        kind: Kind::Text,
-        schemes: &[Zk],
-    },
-    OptionSpec {
-        name: "prefix",
-        kind: Kind::Text,
-        schemes: &[Redis, Redlock, Etcd],
-    },
-    OptionSpec {
-        name: "require_noeviction",
-        kind: Kind::Bool,
-        schemes: &[Redis, Redlock],
-    },
-    OptionSpec {
-        name: "tls",
-        kind: Kind::Bool,
-        schemes: &[Redis, Redlock, Etcd, Zk],
-    },
-    OptionSpec {
-        name: "ca",
-        kind: Kind::Text,
-        schemes: &[Redis, Redlock, Etcd, Zk],
-    },
-    OptionSpec {
-        name: "cert",
-        kind: Kind::Text,
-        schemes: &[Redis, Redlock, Etcd, Zk],
-    },
-    OptionSpec {
-        name: "key",
-        kind: Kind::Text,
-        schemes: &[Redis, Redlock, Etcd, Zk],
-    },
-];
 
 /// One server address of a URL.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -308,7 +183,13 @@ impl LockUrl {
         let (scheme_text, rest) = match text.split_once("://") {
             Some(parts) => parts,
             None => match text.split_once(':') {
-                Some((s, "")) if Scheme::parse(s).ok() == Some(Scheme::Memory) => (s, ""),
+                // `memory:` alone: a backend without servers needs no `//`.
+                Some((s, ""))
+                    if Scheme::parse(s)
+                        .is_ok_and(|(scheme, _)| scheme.descriptor().servers == Servers::None) =>
+                {
+                    (s, "")
+                }
                 _ => {
                     return Err(err(format!(
                         "no scheme: expected one of {} (e.g. redis://{text})",
@@ -317,7 +198,8 @@ impl LockUrl {
                 }
             },
         };
-        let scheme = Scheme::parse(scheme_text)?;
+        let (scheme, tls_scheme) = Scheme::parse(scheme_text)?;
+        let backend = scheme.descriptor();
         if rest.contains('#') {
             return Err(err(
                 "a URL fragment ('#') is not allowed; percent-encode '#' as %23".into(),
@@ -346,8 +228,8 @@ impl LockUrl {
         };
 
         if let Some(info) = raw_userinfo {
-            if scheme == Scheme::Memory {
-                return Err(err("memory:// takes no user or password".into()));
+            if backend.credentials == Credentials::None {
+                return Err(err(format!("{scheme}:// takes no user or password")));
             }
             let (user, password) = match info.split_once(':') {
                 Some((u, p)) => (u, Some(p)),
@@ -360,7 +242,7 @@ impl LockUrl {
                 .map_err(|e| err(format!("password: {e}")))?;
             url.user = (!user.is_empty()).then_some(user);
             url.password = password.filter(|p| !p.is_empty());
-            if matches!(scheme, Scheme::Etcd | Scheme::Zk)
+            if backend.credentials == Credentials::Pair
                 && (url.user.is_none() || url.password.is_none())
             {
                 return Err(err(format!(
@@ -369,29 +251,30 @@ impl LockUrl {
             }
         }
 
-        if scheme == Scheme::Memory {
+        if backend.servers == Servers::None {
             if !hosts.is_empty() || !matches!(url.path.as_str(), "" | "/") {
-                return Err(err(
-                    "memory:// takes no host and no path (it is in-process)".into(),
-                ));
+                return Err(err(format!(
+                    "{scheme}:// takes no host and no path (it is in-process)"
+                )));
             }
             url.path.clear();
         } else {
-            url.endpoints = parse_hosts(scheme, hosts).map_err(err)?;
+            url.endpoints = parse_hosts(backend, hosts).map_err(err)?;
         }
 
         if let Some(query) = query {
-            url.options = parse_query(scheme, query).map_err(err)?;
+            url.options = parse_query(backend, query).map_err(err)?;
         }
-        if scheme_text.eq_ignore_ascii_case("rediss") {
+        if tls_scheme {
             if url.options.get("tls").is_some_and(|v| v == "false") {
-                return Err(err(
-                    "rediss:// is Redis over TLS: tls=false contradicts it".into()
-                ));
+                return Err(err(format!(
+                    "{}:// is {scheme} over TLS: tls=false contradicts it",
+                    scheme_text.to_ascii_lowercase()
+                )));
             }
             url.options.insert("tls".into(), "true".into());
         }
-        url.check_path().map_err(err)?;
+        (backend.check)(&url).map_err(err)?;
         Ok(url)
     }
 
@@ -425,6 +308,21 @@ impl LockUrl {
         self.options.get(name).map(String::as_str)
     }
 
+    /// The password, if any: for the backends' configurations only (it is
+    /// never shown).
+    #[cfg_attr(
+        not(any(
+            feature = "redis",
+            feature = "redlock",
+            feature = "etcd",
+            feature = "zk"
+        )),
+        allow(dead_code)
+    )]
+    pub(crate) fn password(&self) -> Option<&str> {
+        self.password.as_deref()
+    }
+
     /// A duration option (already validated by [`LockUrl::parse`]).
     #[cfg_attr(
         not(any(
@@ -435,90 +333,14 @@ impl LockUrl {
         )),
         allow(dead_code)
     )]
-    fn duration(&self, name: &str) -> Option<Duration> {
+    pub(crate) fn duration(&self, name: &str) -> Option<Duration> {
         self.option(name).and_then(|v| parse_duration(v).ok())
-    }
-
-    /// The Redis database number from the path (`/2`), if any.
-    #[cfg_attr(not(any(feature = "redis", feature = "redlock")), allow(dead_code))]
-    fn redis_db(&self) -> Option<u32> {
-        self.path.trim_start_matches('/').parse().ok()
-    }
-
-    fn check_path(&self) -> Result<(), String> {
-        let path = self.path.as_str();
-        match self.scheme {
-            Scheme::Memory => Ok(()),
-            Scheme::Redis | Scheme::Redlock => {
-                let db = path.trim_start_matches('/');
-                if path.is_empty()
-                    || path == "/"
-                    || (path.len() == db.len() + 1 && db.parse::<u32>().is_ok())
-                {
-                    Ok(())
-                } else {
-                    Err(format!(
-                        "the path of a {}:// URL is the database number (e.g. /0), not {path:?}",
-                        self.scheme
-                    ))
-                }
-            }
-            Scheme::Etcd => {
-                if self.options.contains_key("prefix") && !matches!(path, "" | "/") {
-                    return Err(
-                        "give the key prefix either as the path or as ?prefix=, not both".into(),
-                    );
-                }
-                if path.contains("//") {
-                    return Err(format!("the key prefix path {path:?} has an empty segment"));
-                }
-                Ok(())
-            }
-            Scheme::Zk => {
-                if path.len() > 1 {
-                    check_zk_path("base path", path)?;
-                }
-                if let Some(chroot) = self.option("chroot") {
-                    check_zk_path("chroot", chroot)?;
-                }
-                Ok(())
-            }
-        }
     }
 
     /// The URL without its password, for messages and logs.
     pub fn redacted(&self) -> String {
         self.to_string()
     }
-
-    /// The etcd key prefix: `?prefix=` verbatim, or the path with a trailing `/`.
-    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
-    fn etcd_prefix(&self) -> String {
-        if let Some(prefix) = self.option("prefix") {
-            return prefix.to_string();
-        }
-        let trimmed = self.path.trim_matches('/');
-        if trimmed.is_empty() {
-            String::new()
-        } else {
-            format!("{trimmed}/")
-        }
-    }
-}
-
-fn check_zk_path(what: &str, path: &str) -> Result<(), String> {
-    let Some(rest) = path.strip_prefix('/') else {
-        return Err(format!("the ZooKeeper {what} {path:?} must start with '/'"));
-    };
-    if rest
-        .split('/')
-        .any(|seg| seg.is_empty() || seg == "." || seg == "..")
-    {
-        return Err(format!(
-            "the ZooKeeper {what} {path:?} has an empty, '.' or '..' segment, or ends with '/'"
-        ));
-    }
-    Ok(())
 }
 
 impl FromStr for LockUrl {
@@ -586,7 +408,8 @@ fn redact_str(text: &str) -> String {
     }
 }
 
-fn parse_hosts(scheme: Scheme, hosts: &str) -> Result<Vec<Endpoint>, String> {
+fn parse_hosts(backend: &Descriptor, hosts: &str) -> Result<Vec<Endpoint>, String> {
+    let scheme = backend.scheme;
     if hosts.is_empty() {
         return Err(format!("a {scheme}:// URL needs at least one host"));
     }
@@ -652,16 +475,19 @@ fn parse_hosts(scheme: Scheme, hosts: &str) -> Result<Vec<Endpoint>, String> {
         }
         out.push(endpoint);
     }
-    if scheme == Scheme::Redis && out.len() > 1 {
-        return Err(format!(
-            "redis:// takes one server, got {}; for Redlock over independent servers use redlock://{hosts}",
-            out.len()
-        ));
+    if let Servers::One { hint } = backend.servers {
+        if out.len() > 1 {
+            return Err(format!(
+                "{scheme}:// takes one server, got {}; {hint}{hosts}",
+                out.len()
+            ));
+        }
     }
     Ok(out)
 }
 
-fn parse_query(scheme: Scheme, query: &str) -> Result<BTreeMap<String, String>, String> {
+fn parse_query(backend: &Descriptor, query: &str) -> Result<BTreeMap<String, String>, String> {
+    let scheme = backend.scheme;
     let mut options = BTreeMap::new();
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let Some((raw_key, raw_value)) = pair.split_once('=') else {
@@ -669,10 +495,7 @@ fn parse_query(scheme: Scheme, query: &str) -> Result<BTreeMap<String, String>, 
         };
         let key = percent_decode(raw_key)?;
         let value = percent_decode(raw_value)?;
-        let Some(spec) = OPTIONS
-            .iter()
-            .find(|o| o.name == key && o.schemes.contains(&scheme))
-        else {
+        let Some(spec) = backend.options.iter().find(|o| o.name == key) else {
             let known = scheme.options();
             return Err(if known.is_empty() {
                 format!("{scheme}:// URLs take no options, got {key:?}")
@@ -684,27 +507,27 @@ fn parse_query(scheme: Scheme, query: &str) -> Result<BTreeMap<String, String>, 
             });
         };
         match spec.kind {
-            Kind::Duration => {
+            OptionKind::Duration => {
                 let d =
                     parse_duration(&value).map_err(|e| format!("option {key}: {}", e.message()))?;
                 if d.is_zero() {
                     return Err(format!("option {key} must be above zero"));
                 }
             }
-            Kind::Count => {
+            OptionKind::Count => {
                 value
                     .parse::<u32>()
                     .map_err(|_| format!("option {key}={value:?} is not a non-negative integer"))?;
             }
-            Kind::CountOrNone => {
+            OptionKind::CountOrNone => {
                 if value != "none" && value.parse::<u32>().is_err() {
                     return Err(format!(
                         "option {key}={value:?} is neither a non-negative integer nor `none`"
                     ));
                 }
             }
-            Kind::Text => {}
-            Kind::Bool => {
+            OptionKind::Text => {}
+            OptionKind::Bool => {
                 if value != "true" && value != "false" {
                     return Err(format!(
                         "option {key}={value:?} is neither `true` nor `false`"
@@ -744,7 +567,7 @@ fn percent_decode(text: &str) -> Result<String, String> {
 }
 
 /// Encodes everything but the unreserved characters (for userinfo).
-fn encode_component(text: &str) -> String {
+pub(crate) fn encode_component(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for b in text.bytes() {
         if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
@@ -769,10 +592,6 @@ fn percent_encode(text: &str) -> String {
     out
 }
 
-// ---------------------------------------------------------------------------
-// Backend configurations built from a URL.
-// ---------------------------------------------------------------------------
-
 impl LockUrl {
     /// The TLS settings of the URL: `Some` when `tls=true`, the scheme is
     /// `rediss`, or a CA is given (`ca`, and `cert`/`key` for mutual TLS).
@@ -795,31 +614,6 @@ impl LockUrl {
         Some(tls)
     }
 
-    /// The `redis://` (or `rediss://`) URL handed to the `redis` crate for
-    /// `endpoint`: user and password (percent-encoded again), the database
-    /// from the path.
-    #[cfg(any(feature = "redis", feature = "redlock"))]
-    fn redis_node_url(&self, endpoint: &Endpoint) -> String {
-        let userinfo = match (&self.user, &self.password) {
-            (None, None) => String::new(),
-            (user, password) => format!(
-                "{}{}@",
-                encode_component(user.as_deref().unwrap_or("")),
-                password
-                    .as_deref()
-                    .map(|p| format!(":{}", encode_component(p)))
-                    .unwrap_or_default()
-            ),
-        };
-        let db = self.redis_db().unwrap_or(0);
-        let scheme = if self.tls().is_some() {
-            "rediss"
-        } else {
-            "redis"
-        };
-        format!("{scheme}://{userinfo}{endpoint}/{db}")
-    }
-
     #[cfg_attr(
         not(any(
             feature = "redis",
@@ -829,7 +623,9 @@ impl LockUrl {
         )),
         allow(dead_code)
     )]
-    fn expect(&self, scheme: Scheme) -> Result<(), LockError> {
+    /// Fails unless this is a URL of `scheme` (for the configurations of
+    /// one backend).
+    pub(crate) fn expect(&self, scheme: Scheme) -> Result<(), LockError> {
         if self.scheme == scheme {
             Ok(())
         } else {
@@ -839,142 +635,6 @@ impl LockUrl {
                 self.scheme
             )))
         }
-    }
-
-    /// The [`lock_redis::RedisLockConfig`] of a `redis://` URL: options
-    /// `connect_timeout`, `request_timeout`, `max_recheck`, `prefix`,
-    /// `require_noeviction`.
-    #[cfg(feature = "redis")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-    pub fn redis_config(&self) -> Result<lock_redis::RedisLockConfig, LockError> {
-        self.expect(Scheme::Redis)?;
-        let mut config = lock_redis::RedisLockConfig::new(self.redis_node_url(&self.endpoints[0]));
-        if let Some(d) = self.duration("connect_timeout") {
-            config = config.connect_timeout(d);
-        }
-        if let Some(d) = self.duration("request_timeout") {
-            config = config.request_timeout(d);
-        }
-        if let Some(d) = self.duration("max_recheck") {
-            config = config.max_recheck(d);
-        }
-        if let Some(prefix) = self.option("prefix") {
-            config = config.key_prefix(prefix);
-        }
-        if let Some(require) = self.option("require_noeviction") {
-            config = config.require_noeviction(require == "true");
-        }
-        if let Some(tls) = self.tls() {
-            config = config.tls(tls);
-        }
-        config.validate()?;
-        Ok(config)
-    }
-
-    /// The [`lock_redlock::RedlockConfig`] of a `redlock://` URL: options
-    /// `connect_timeout`, `node_timeout`, `retry_count`, `retry_delay`,
-    /// `retry_jitter`, `max_extensions`, `prefix`, `require_noeviction`.
-    #[cfg(feature = "redlock")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "redlock")))]
-    pub fn redlock_config(&self) -> Result<lock_redlock::RedlockConfig, LockError> {
-        self.expect(Scheme::Redlock)?;
-        let nodes: Vec<String> = self
-            .endpoints
-            .iter()
-            .map(|e| self.redis_node_url(e))
-            .collect();
-        let mut config = lock_redlock::RedlockConfig::new(nodes);
-        if let Some(d) = self.duration("connect_timeout") {
-            config = config.connect_timeout(d);
-        }
-        if let Some(d) = self.duration("node_timeout") {
-            config = config.node_timeout(d);
-        }
-        if let Some(n) = self.option("retry_count").and_then(|v| v.parse().ok()) {
-            config = config.retry_count(n);
-        }
-        let delay = self.duration("retry_delay").unwrap_or(config.retry_delay);
-        let jitter = self.duration("retry_jitter").unwrap_or(config.retry_jitter);
-        config = config.retry_delay(delay, jitter);
-        if let Some(max) = self.option("max_extensions") {
-            config = config.max_extensions(max.parse().ok());
-        }
-        if let Some(prefix) = self.option("prefix") {
-            config = config.key_prefix(prefix);
-        }
-        if let Some(require) = self.option("require_noeviction") {
-            config = config.require_noeviction(require == "true");
-        }
-        if let Some(tls) = self.tls() {
-            config = config.tls(tls);
-        }
-        config.validate()?;
-        Ok(config)
-    }
-
-    /// The [`lock_etcd::EtcdConfig`] of an `etcd://` URL: the path (or
-    /// `?prefix=`) is the key prefix; options `connect_timeout`,
-    /// `request_timeout`, `lease_ttl`, `prefix`.
-    #[cfg(feature = "etcd")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "etcd")))]
-    pub fn etcd_config(&self) -> Result<lock_etcd::EtcdConfig, LockError> {
-        self.expect(Scheme::Etcd)?;
-        let mut config = lock_etcd::EtcdConfig::new(self.endpoints.iter().map(Endpoint::to_string))
-            .key_prefix(self.etcd_prefix());
-        if let Some(d) = self.duration("connect_timeout") {
-            config = config.connect_timeout(d);
-        }
-        if let Some(d) = self.duration("request_timeout") {
-            config = config.request_timeout(d);
-        }
-        if let Some(d) = self.duration("lease_ttl") {
-            config = config.lease_ttl(d);
-        }
-        if let (Some(user), Some(password)) = (&self.user, &self.password) {
-            config = config.user(user.clone(), password.clone());
-        }
-        if let Some(tls) = self.tls() {
-            config = config.tls(tls);
-        }
-        config.validate()?;
-        Ok(config)
-    }
-
-    /// The [`lock_zk::ZkConfig`] of a `zk://` URL: the path is the base path
-    /// of the locks (default `/distlock`), `user:password@` is sent as
-    /// `digest` credentials; options `connect_timeout`, `request_timeout`,
-    /// `session_timeout`, `chroot`.
-    #[cfg(feature = "zk")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "zk")))]
-    pub fn zk_config(&self) -> Result<lock_zk::ZkConfig, LockError> {
-        self.expect(Scheme::Zk)?;
-        let hosts = self
-            .endpoints
-            .iter()
-            .map(Endpoint::to_string)
-            .collect::<Vec<_>>()
-            .join(",");
-        let connect = format!("{hosts}{}", self.option("chroot").unwrap_or(""));
-        let mut config = lock_zk::ZkConfig::new(connect);
-        if !self.path.is_empty() {
-            config = config.base_path(self.path.clone());
-        }
-        if let Some(d) = self.duration("connect_timeout") {
-            config = config.connect_timeout(d);
-        }
-        if let Some(d) = self.duration("request_timeout") {
-            config = config.request_timeout(d);
-        }
-        if let Some(d) = self.duration("session_timeout") {
-            config = config.session_timeout(d);
-        }
-        if let (Some(user), Some(password)) = (&self.user, &self.password) {
-            config = config.auth("digest", format!("{user}:{password}"));
-        }
-        if let Some(tls) = self.tls() {
-            config = config.tls(tls);
-        }
-        Ok(config)
     }
 }
 

@@ -1,0 +1,123 @@
+//! `redis://` (and `rediss://`): one Redis server (feature `redis`).
+
+use super::options::{
+    option, CA, CERT, CONNECT_TIMEOUT, KEY, PREFIX, REQUEST_TIMEOUT, REQUIRE_NOEVICTION, TLS,
+};
+use super::{Credentials, Descriptor, OptionKind, Servers};
+use crate::url::{LockUrl, Scheme};
+
+/// `redis://[[user]:password@]host[:port][/db][?options]`.
+pub(crate) const REDIS: Descriptor = Descriptor {
+    scheme: Scheme::Redis,
+    names: &["redis"],
+    tls_names: &["rediss"],
+    feature: Some("redis"),
+    enabled: cfg!(feature = "redis"),
+    default_port: Some(6379),
+    servers: Servers::One {
+        hint: "for Redlock over independent servers use redlock://",
+    },
+    credentials: Credentials::Any,
+    options: &[
+        CONNECT_TIMEOUT,
+        REQUEST_TIMEOUT,
+        option("max_recheck", OptionKind::Duration),
+        PREFIX,
+        REQUIRE_NOEVICTION,
+        TLS,
+        CA,
+        CERT,
+        KEY,
+    ],
+    check: check_db_path,
+    connect,
+};
+
+/// The path of a Redis URL is the database number (`/2`), or nothing.
+pub(super) fn check_db_path(url: &LockUrl) -> Result<(), String> {
+    let path = url.path();
+    let db = path.trim_start_matches('/');
+    if path.is_empty() || path == "/" || (path.len() == db.len() + 1 && db.parse::<u32>().is_ok()) {
+        Ok(())
+    } else {
+        Err(format!(
+            "the path of a {}:// URL is the database number (e.g. /0), not {path:?}",
+            url.scheme()
+        ))
+    }
+}
+
+impl LockUrl {
+    /// The Redis database number from the path (`/2`), if any.
+    #[cfg_attr(not(any(feature = "redis", feature = "redlock")), allow(dead_code))]
+    pub(crate) fn redis_db(&self) -> Option<u32> {
+        self.path().trim_start_matches('/').parse().ok()
+    }
+
+    /// The `redis://` (or `rediss://`) URL handed to the `redis` crate for
+    /// `endpoint`: user and password (percent-encoded again), the database
+    /// from the path.
+    #[cfg(any(feature = "redis", feature = "redlock"))]
+    pub(crate) fn redis_node_url(&self, endpoint: &crate::url::Endpoint) -> String {
+        let userinfo = match (self.user(), self.password()) {
+            (None, None) => String::new(),
+            (user, password) => format!(
+                "{}{}@",
+                crate::url::encode_component(user.unwrap_or("")),
+                password
+                    .map(|p| format!(":{}", crate::url::encode_component(p)))
+                    .unwrap_or_default()
+            ),
+        };
+        let db = self.redis_db().unwrap_or(0);
+        let scheme = if self.tls().is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        format!("{scheme}://{userinfo}{endpoint}/{db}")
+    }
+
+    /// The [`lock_redis::RedisLockConfig`] of a `redis://` URL: options
+    /// `connect_timeout`, `request_timeout`, `max_recheck`, `prefix`,
+    /// `require_noeviction`.
+    #[cfg(feature = "redis")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+    pub fn redis_config(&self) -> Result<lock_redis::RedisLockConfig, lock_core::LockError> {
+        self.expect(Scheme::Redis)?;
+        let mut config =
+            lock_redis::RedisLockConfig::new(self.redis_node_url(&self.endpoints()[0]));
+        if let Some(d) = self.duration("connect_timeout") {
+            config = config.connect_timeout(d);
+        }
+        if let Some(d) = self.duration("request_timeout") {
+            config = config.request_timeout(d);
+        }
+        if let Some(d) = self.duration("max_recheck") {
+            config = config.max_recheck(d);
+        }
+        if let Some(prefix) = self.option("prefix") {
+            config = config.key_prefix(prefix);
+        }
+        if let Some(require) = self.option("require_noeviction") {
+            config = config.require_noeviction(require == "true");
+        }
+        if let Some(tls) = self.tls() {
+            config = config.tls(tls);
+        }
+        config.validate()?;
+        Ok(config)
+    }
+}
+
+#[cfg(feature = "redis")]
+fn connect(url: &LockUrl) -> super::Connecting<'_> {
+    Box::pin(async move {
+        let config = url.redis_config()?;
+        let limit = config.connect_timeout;
+        super::bounded(url, limit, lock_redis::RedisLock::connect(config)).await
+    })
+}
+
+#[cfg(not(feature = "redis"))]
+use super::disabled as connect;
