@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use crate::stats::Summary;
 use crate::subject::Kind;
-use crate::workload::{Contended, Errors, KeepAlive, ReadHeavy, Uncontended};
+use crate::workload::{Contended, Errors, KeepAlive, ReadHeavy, Renewals, Uncontended};
 
 /// One measured thing: our backend, a raw protocol or a peer.
 #[derive(Clone, Debug, Serialize)]
@@ -118,7 +118,7 @@ impl KeepAliveReport {
         let errs: Vec<String> = self
             .runs
             .iter()
-            .filter(|r| r.renewals == crate::run::BATCHED)
+            .filter(|r| r.renewals == Renewals::Batched)
             .flat_map(|r| {
                 let mut v = Vec::new();
                 if !r.errors.is_empty() {
@@ -679,7 +679,7 @@ impl Report {
                     "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2} ({}) |",
                     b.backend,
                     if r.errors.is_empty() {
-                        r.renewals.clone()
+                        r.renewals.to_string()
                     } else {
                         format!(
                             "{}; {} operations failed: {}",

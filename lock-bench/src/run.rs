@@ -15,7 +15,7 @@ use crate::report::{BackendReport, KeepAliveReport, ReadHeavyReport, Report, Sub
 use crate::servers::{Needed, OpsSource, Servers, ETCD_MEMBERS, REDLOCK_NODES, ZK_SERVERS};
 use crate::subject::{Connector, DistOptions, Kind, Locker};
 use crate::workload::{
-    self, ContendedParams, CycleSamples, KeepAliveParams, ReadHeavyParams, Uncontended,
+    self, ContendedParams, CycleSamples, KeepAliveParams, ReadHeavyParams, Renewals, Uncontended,
     UncontendedParams,
 };
 use crate::Args;
@@ -867,11 +867,6 @@ async fn measure_group(
     reports
 }
 
-/// The renewals of the default configuration, in words.
-pub const BATCHED: &str = "default";
-/// The renewals with batching off, in words.
-pub const UNBATCHED: &str = "batching off (one request per renewal)";
-
 async fn measure_keep_alive(
     plan: KeepAlivePlan,
     profile: Profile,
@@ -944,15 +939,15 @@ async fn measure_keep_alive(
     }
     for &guards in &profile.ka_guards {
         bar.set_message(format!("{backend}: keep-alive with {guards} guards"));
-        let variants = std::iter::once((&clients, BATCHED, "k"))
-            .chain(baseline.as_ref().map(|b| (b, UNBATCHED, "u")));
-        for (clients, renewals, tag) in variants {
+        let variants = std::iter::once((&clients, Renewals::Batched))
+            .chain(baseline.as_ref().map(|b| (b, Renewals::Unbatched)));
+        for (clients, renewals) in variants {
             let p = KeepAliveParams {
                 guards,
                 creators: profile.ka_creators,
                 window: profile.ka_window,
                 spread: profile.ka_ttl / 3,
-                prefix: format!("{run_id}/keepalive/{tag}{guards}"),
+                prefix: format!("{run_id}/keepalive/{}{guards}", renewals.tag()),
                 requests: Some(requests),
                 renewals,
             };

@@ -401,6 +401,48 @@ pub async fn contended(
     })
 }
 
+/// How the renewals of a keep-alive run's guards are sent: the two variants
+/// each guard count is measured in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Renewals {
+    /// The backend's default configuration (Redis and Redlock batch a
+    /// client's renewals per node): what the keep-alive targets judge.
+    Batched,
+    /// Renewal batching off, one request per renewal: the comparison,
+    /// measured on Redis and Redlock only.
+    Unbatched,
+}
+
+impl Renewals {
+    /// The variant in words, as the report and the JSON results show it.
+    pub fn label(self) -> &'static str {
+        match self {
+            Renewals::Batched => "default",
+            Renewals::Unbatched => "batching off (one request per renewal)",
+        }
+    }
+
+    /// The short tag in the names of the variant's locks.
+    pub fn tag(self) -> &'static str {
+        match self {
+            Renewals::Batched => "k",
+            Renewals::Unbatched => "u",
+        }
+    }
+}
+
+impl std::fmt::Display for Renewals {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
+impl Serialize for Renewals {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.label())
+    }
+}
+
 /// Parameters of a keep-alive run.
 #[derive(Clone, Debug)]
 pub struct KeepAliveParams {
@@ -421,8 +463,8 @@ pub struct KeepAliveParams {
     /// The backend's label in [`lock_core::metrics::REQUESTS`], whose client
     /// requests are counted over the window (`None`: not counted).
     pub requests: Option<&'static str>,
-    /// How the guards' renewals are sent, in words (for the report).
-    pub renewals: &'static str,
+    /// How the guards' renewals are sent.
+    pub renewals: Renewals,
 }
 
 /// The result of a keep-alive run.
@@ -448,7 +490,7 @@ pub struct KeepAlive {
     /// Client requests counted in the window.
     pub hold_requests: Option<u64>,
     /// How the renewals were sent (batched, or one request each).
-    pub renewals: String,
+    pub renewals: Renewals,
     /// The window, s.
     pub window_s: f64,
     /// Resident memory growth of this process per guard, bytes (depends on
@@ -577,7 +619,7 @@ pub async fn keep_alive(
         hold_ops: None,
         hold_requests_per_s: None,
         hold_requests: None,
-        renewals: p.renewals.to_string(),
+        renewals: p.renewals,
         window_s: p.window.as_secs_f64(),
         rss_per_guard_bytes: match (rss_before, rss_after) {
             (Some(b), Some(a)) if count > 0 => Some(a.saturating_sub(b) as f64 / count as f64),
