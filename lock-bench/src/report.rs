@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use crate::stats::Summary;
 use crate::subject::Kind;
-use crate::workload::{Contended, Errors, KeepAlive, ReadHeavy, Uncontended};
+use crate::workload::{Contended, Errors, KeepAlive, ReadHeavy, Renewals, Uncontended};
 
 /// One measured thing: our backend, a raw protocol or a peer.
 #[derive(Clone, Debug, Serialize)]
@@ -118,7 +118,7 @@ impl KeepAliveReport {
         let errs: Vec<String> = self
             .runs
             .iter()
-            .filter(|r| r.renewals == crate::run::BATCHED)
+            .filter(|r| r.renewals == Renewals::Batched)
             .flat_map(|r| {
                 let mut v = Vec::new();
                 if !r.errors.is_empty() {
@@ -431,7 +431,19 @@ impl Report {
             "- servers started in {:.1} s; whole run {:.1} s\n",
             self.server_start_s, self.total_s
         );
+        self.uncontended_table(&mut m);
+        self.raw_table(&mut m);
+        self.loaded_table(&mut m);
+        self.contended_table(&mut m);
+        self.read_heavy_table(&mut m);
+        self.keep_alive_table(&mut m);
+        self.targets_table(&mut m);
+        self.failures_list(&mut m);
+        m
+    }
 
+    /// The uncontended runs of every subject, one row per level.
+    fn uncontended_table(&self, m: &mut String) {
         let _ = writeln!(
             m,
             "## Uncontended acquire+release (each task on its own name)\n"
@@ -490,7 +502,10 @@ impl Report {
                 }
             }
         }
+    }
 
+    /// Ours against the raw protocol at each level both measured.
+    fn raw_table(&self, m: &mut String) {
         let _ = writeln!(
             m,
             "\n## Ours vs the raw-protocol limit (same client crates, same run)\n"
@@ -526,9 +541,10 @@ impl Report {
                 );
             }
         }
+    }
 
-        self.loaded_table(&mut m);
-
+    /// The contended runs: hand-off, fairness, timeouts.
+    fn contended_table(&self, m: &mut String) {
         let _ = writeln!(m, "\n## Contended: clients on one name\n");
         let _ = writeln!(
             m,
@@ -566,7 +582,10 @@ impl Report {
                 );
             }
         }
+    }
 
+    /// The read-heavy runs: readers and a writer on one read-write lock.
+    fn read_heavy_table(&self, m: &mut String) {
         let _ = writeln!(
             m,
             "\n## Read-heavy: readers and a writer on one read-write lock\n"
@@ -613,7 +632,10 @@ impl Report {
                 r.violations
             );
         }
+    }
 
+    /// The keep-alive runs: server traffic, client requests and memory per guard.
+    fn keep_alive_table(&self, m: &mut String) {
         let _ = writeln!(m, "\n## Keep-alive: many guards held at once\n");
         let _ = writeln!(
             m,
@@ -655,61 +677,13 @@ impl Report {
                 _ => "n/a".into(),
             };
             for r in &k.runs {
-                let hold = match (r.hold_ops_per_s, r.hold_ops) {
-                    (Some(v), Some(n)) => format!("{} (n={n})", fmt_rate(v)),
-                    _ => "n/a".into(),
-                };
-                let per_guard = match (r.hold_ops_per_s, k.idle_ops_per_s) {
-                    (Some(h), Some(i)) if r.guards > 0 => {
-                        format!("{:.3}", (h - i) / r.guards as f64)
-                    }
-                    _ => "n/a".into(),
-                };
-                let (requests, per_guard_requests, per_interval) =
-                    match (r.hold_requests_per_s, r.hold_requests) {
-                        (Some(v), Some(n)) if r.guards > 0 => (
-                            format!("{} (n={n})", fmt_rate(v)),
-                            format!("{:.3}", v / r.guards as f64),
-                            format!("{:.1}", v * k.ttl_s / 3.0),
-                        ),
-                        _ => ("n/a".into(), "n/a".into(), "n/a".into()),
-                    };
-                let _ = writeln!(
-                    m,
-                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2} ({}) |",
-                    b.backend,
-                    if r.errors.is_empty() {
-                        r.renewals.clone()
-                    } else {
-                        format!(
-                            "{}; {} operations failed: {}",
-                            r.renewals,
-                            r.errors.count,
-                            one_line(&r.errors.first.join("; "))
-                        )
-                    },
-                    r.guards,
-                    r.sessions,
-                    k.ttl_s,
-                    idle,
-                    hold,
-                    per_guard,
-                    requests,
-                    per_guard_requests,
-                    per_interval,
-                    r.heap_per_guard_bytes
-                        .map(|v| format!("{:.2} KiB", v / 1024.0))
-                        .unwrap_or_else(|| "n/a".into()),
-                    r.rss_per_guard_bytes
-                        .map(|v| format!("{:.1} KiB", v / 1024.0))
-                        .unwrap_or_else(|| "n/a".into()),
-                    r.lost,
-                    r.create_s,
-                    r.create_retries
-                );
+                keep_alive_row(m, &b.backend, k, &idle, r);
             }
         }
+    }
 
+    /// Every target with its figures and verdict.
+    fn targets_table(&self, m: &mut String) {
         let _ = writeln!(m, "\n## Targets\n");
         let _ = writeln!(m, "| target | backend | measured | status |");
         let _ = writeln!(m, "|---|---|---|---|");
@@ -720,7 +694,10 @@ impl Report {
                 t.target, t.backend, t.measured, t.status
             );
         }
+    }
 
+    /// Every failure, one line each.
+    fn failures_list(&self, m: &mut String) {
         let _ = writeln!(m, "\n## Failures\n");
         if self.failures.is_empty() {
             let _ = writeln!(m, "None.");
@@ -729,8 +706,64 @@ impl Report {
                 let _ = writeln!(m, "- {}", one_line(f));
             }
         }
-        m
     }
+}
+
+/// One keep-alive run of `backend` as a row of the keep-alive table
+/// (`idle`: the server ops of its clients with no guard, in words).
+fn keep_alive_row(m: &mut String, backend: &str, k: &KeepAliveReport, idle: &str, r: &KeepAlive) {
+    let hold = match (r.hold_ops_per_s, r.hold_ops) {
+        (Some(v), Some(n)) => format!("{} (n={n})", fmt_rate(v)),
+        _ => "n/a".into(),
+    };
+    let per_guard = match (r.hold_ops_per_s, k.idle_ops_per_s) {
+        (Some(h), Some(i)) if r.guards > 0 => {
+            format!("{:.3}", (h - i) / r.guards as f64)
+        }
+        _ => "n/a".into(),
+    };
+    let (requests, per_guard_requests, per_interval) =
+        match (r.hold_requests_per_s, r.hold_requests) {
+            (Some(v), Some(n)) if r.guards > 0 => (
+                format!("{} (n={n})", fmt_rate(v)),
+                format!("{:.3}", v / r.guards as f64),
+                format!("{:.1}", v * k.ttl_s / 3.0),
+            ),
+            _ => ("n/a".into(), "n/a".into(), "n/a".into()),
+        };
+    let _ = writeln!(
+        m,
+        "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2} ({}) |",
+        backend,
+        if r.errors.is_empty() {
+            r.renewals.to_string()
+        } else {
+            format!(
+                "{}; {} operations failed: {}",
+                r.renewals,
+                r.errors.count,
+                one_line(&r.errors.first.join("; "))
+            )
+        },
+        r.guards,
+        r.sessions,
+        k.ttl_s,
+        idle,
+        hold,
+        per_guard,
+        requests,
+        per_guard_requests,
+        per_interval,
+        r.heap_per_guard_bytes
+            .map(|v| format!("{:.2} KiB", v / 1024.0))
+            .unwrap_or_else(|| "n/a".into()),
+        r.rss_per_guard_bytes
+            .map(|v| format!("{:.1} KiB", v / 1024.0))
+            .unwrap_or_else(|| "n/a".into()),
+        r.lost,
+        r.create_s,
+        r.create_retries
+    );
 }
 
 fn one_line(s: &str) -> String {

@@ -15,7 +15,7 @@ use crate::report::{BackendReport, KeepAliveReport, ReadHeavyReport, Report, Sub
 use crate::servers::{Needed, OpsSource, Servers, ETCD_MEMBERS, REDLOCK_NODES, ZK_SERVERS};
 use crate::subject::{Connector, DistOptions, Kind, Locker};
 use crate::workload::{
-    self, ContendedParams, CycleSamples, KeepAliveParams, ReadHeavyParams, Uncontended,
+    self, ContendedParams, CycleSamples, KeepAliveParams, ReadHeavyParams, Renewals, Uncontended,
     UncontendedParams,
 };
 use crate::Args;
@@ -234,252 +234,301 @@ fn arc<C: Connector + 'static>(c: C) -> Arc<dyn Connector> {
     Arc::new(c)
 }
 
-fn groups(args: &Args, profile: &Profile, servers: &Servers) -> Vec<Group> {
-    let opts = DistOptions {
-        ttl: profile.ttl,
-        keep_alive: true,
-        session_ttl: None,
-        batch_renewals: true,
-    };
-    // Keep-alive runs: the session (etcd lease, ZooKeeper session) as short as
-    // the guards' TTL, so that it is renewed as often as they are.
-    let ka_opts = DistOptions {
-        ttl: profile.ka_ttl,
-        keep_alive: true,
-        session_ttl: Some(profile.ka_ttl),
-        batch_renewals: true,
-    };
-    let ka_unbatched = DistOptions {
-        batch_renewals: false,
-        ..ka_opts.clone()
-    };
-    let plan = |conn, source, requests| KeepAlivePlan {
+/// The options of our backend in each kind of run.
+struct RunOptions {
+    /// The uncontended, contended and read-heavy runs.
+    opts: DistOptions,
+    /// The keep-alive runs.
+    ka_opts: DistOptions,
+    /// The keep-alive runs with renewal batching off (Redis and Redlock).
+    ka_unbatched: DistOptions,
+}
+
+impl RunOptions {
+    fn new(profile: &Profile) -> Self {
+        let opts = DistOptions {
+            ttl: profile.ttl,
+            keep_alive: true,
+            session_ttl: None,
+            batch_renewals: true,
+        };
+        // Keep-alive runs: the session (etcd lease, ZooKeeper session) as short as
+        // the guards' TTL, so that it is renewed as often as they are.
+        let ka_opts = DistOptions {
+            ttl: profile.ka_ttl,
+            keep_alive: true,
+            session_ttl: Some(profile.ka_ttl),
+            batch_renewals: true,
+        };
+        let ka_unbatched = DistOptions {
+            batch_renewals: false,
+            ..ka_opts.clone()
+        };
+        Self {
+            opts,
+            ka_opts,
+            ka_unbatched,
+        }
+    }
+}
+
+/// The keep-alive plan of `conn`, with no batching-off comparison.
+fn plan(
+    conn: Result<Arc<dyn Connector>, String>,
+    source: Option<OpsSource>,
+    requests: &'static str,
+) -> KeepAlivePlan {
+    KeepAlivePlan {
         conn,
         source,
         requests,
         unbatched: None,
-    };
-    let ours =
-        |t: &Result<Target, String>, o: &DistOptions| -> Result<Arc<dyn Connector>, String> {
-            t.clone().map(|t| arc(Ours::new(t, o.clone())))
-        };
-    let raw_redis =
-        |urls: &Result<Vec<String>, String>, fenced: bool| -> Result<Arc<dyn Connector>, String> {
-            urls.clone().map(|urls| arc(RawRedis { urls, fenced }))
-        };
-    let mut out = Vec::new();
-    for b in &args.backends {
-        match b.as_str() {
-            "memory" => {
-                let t = Ok(Target::Memory(MemoryLock::new()));
-                out.push(Group {
-                    backend: "memory",
-                    servers: "in process".into(),
-                    subjects: vec![Plan {
-                        label: "distlock memory".into(),
-                        kind: Kind::Ours,
-                        connector: ours(&t, &opts),
-                        contended: true,
-                    }],
-                    keep_alive: Some(plan(ours(&t, &ka_opts), None, "memory")),
-                    read_heavy: Some(ours(&t, &opts)),
-                });
-            }
-            "redis" => {
-                let url = server(&servers.redis, "redis-server").map(|s| s.url());
-                let t = url.clone().map(Target::Redis);
-                let urls = url.clone().map(|u| vec![u]);
-                out.push(Group {
-                    backend: "redis",
-                    servers: "1 redis-server".into(),
-                    subjects: vec![
-                        Plan {
-                            label: "distlock redis".into(),
-                            kind: Kind::Ours,
-                            connector: ours(&t, &opts),
-                            contended: true,
-                        },
-                        Plan {
-                            label: "raw SET NX PX + EVALSHA del".into(),
-                            kind: Kind::Raw,
-                            connector: raw_redis(&urls, false),
-                            contended: false,
-                        },
-                        Plan {
-                            label: "raw + fencing counter (MULTI SET NX PX, INCR)".into(),
-                            kind: Kind::Fenced,
-                            connector: raw_redis(&urls, true),
-                            contended: false,
-                        },
-                    ],
-                    keep_alive: Some(KeepAlivePlan {
-                        unbatched: Some(ours(&t, &ka_unbatched)),
-                        ..plan(
-                            ours(&t, &ka_opts),
-                            url.ok().map(|u| OpsSource::Redis(vec![u])),
-                            "redis",
-                        )
-                    }),
-                    read_heavy: Some(ours(&t, &opts)),
-                });
-            }
-            "redlock" => {
-                let urls = server(&servers.redis_set, "5 redis-servers").map(|s| s.urls());
-                let t = urls.clone().map(Target::Redlock);
-                out.push(Group {
-                    backend: "redlock",
-                    servers: format!("{REDLOCK_NODES} independent redis-servers"),
-                    subjects: vec![
-                        Plan {
-                            label: "distlock redlock".into(),
-                            kind: Kind::Ours,
-                            connector: ours(&t, &opts),
-                            contended: true,
-                        },
-                        Plan {
-                            label: format!(
-                                "raw SET NX PX + EVALSHA del, {REDLOCK_NODES} nodes in parallel"
-                            ),
-                            kind: Kind::Raw,
-                            connector: raw_redis(&urls, false),
-                            contended: false,
-                        },
-                        Plan {
-                            label: format!(
-                                "raw + fencing counter (MULTI SET NX PX, INCR), {REDLOCK_NODES} nodes"
-                            ),
-                            kind: Kind::Fenced,
-                            connector: raw_redis(&urls, true),
-                            contended: false,
-                        },
-                        Plan {
-                            label: "rslock 0.10".into(),
-                            kind: Kind::Peer,
-                            connector: urls.clone().map(|urls| {
-                                arc(Rslock {
-                                    urls,
-                                    ttl: profile.ttl,
-                                })
-                            }),
-                            contended: true,
-                        },
-                    ],
-                    keep_alive: Some(KeepAlivePlan {
-                        unbatched: Some(ours(&t, &ka_unbatched)),
-                        ..plan(
-                            ours(&t, &ka_opts),
-                            urls.ok().map(OpsSource::Redis),
-                            "redlock",
-                        )
-                    }),
-                    read_heavy: None,
-                });
-            }
-            "etcd" => {
-                let eps = server(&servers.etcd, "etcd cluster").map(|c| c.endpoints());
-                let t = eps.clone().map(Target::Etcd);
-                out.push(Group {
-                    backend: "etcd",
-                    servers: format!("etcd, {ETCD_MEMBERS} members"),
-                    subjects: vec![
-                        Plan {
-                            label: "distlock etcd".into(),
-                            kind: Kind::Ours,
-                            connector: ours(&t, &opts),
-                            contended: true,
-                        },
-                        Plan {
-                            label: "raw txn put-if-absent (lease) + delete".into(),
-                            kind: Kind::Raw,
-                            connector: eps.clone().map(|endpoints| {
-                                arc(RawEtcd {
-                                    endpoints,
-                                    compared: false,
-                                })
-                            }),
-                            contended: false,
-                        },
-                        Plan {
-                            label: "raw txn put-if-absent (lease) + compared delete (txn on the create revision)".into(),
-                            kind: Kind::Checked,
-                            connector: eps.clone().map(|endpoints| {
-                                arc(RawEtcd {
-                                    endpoints,
-                                    compared: true,
-                                })
-                            }),
-                            contended: false,
-                        },
-                        Plan {
-                            label: "etcd Lock RPC (v3lock)".into(),
-                            kind: Kind::Peer,
-                            connector: eps.clone().map(|endpoints| arc(EtcdLockRpc { endpoints })),
-                            contended: true,
-                        },
-                    ],
-                    keep_alive: Some(plan(
-                        ours(&t, &ka_opts),
-                        eps.ok().map(OpsSource::Etcd),
-                        "etcd",
-                    )),
-                    read_heavy: Some(ours(&t, &opts)),
-                });
-            }
-            "zk" => {
-                let ens = server(&servers.zk, "ZooKeeper ensemble");
-                let cs = ens
-                    .as_ref()
-                    .map(|e| e.connect_string())
-                    .map_err(|e| e.clone());
-                let eps = ens.map(|e| e.endpoints());
-                let t = cs.clone().map(Target::Zk);
-                out.push(Group {
-                    backend: "zk",
-                    servers: format!(
-                        "ZooKeeper, {ZK_SERVERS} servers (every subject deals them to its clients in the same turn)"
-                    ),
-                    subjects: vec![
-                        Plan {
-                            label: "distlock zk".into(),
-                            kind: Kind::Ours,
-                            connector: ours(&t, &opts),
-                            contended: true,
-                        },
-                        Plan {
-                            label: "raw create ephemeral-sequential + delete".into(),
-                            kind: Kind::Raw,
-                            connector: cs.clone().map(|connect_string| {
-                                arc(RawZk {
-                                    servers: crate::placement::Deal::new(&connect_string),
-                                    root: "/bench-raw".into(),
-                                })
-                            }),
-                            contended: false,
-                        },
-                        Plan {
-                            label: "zookeeper-client lock recipe".into(),
-                            kind: Kind::Peer,
-                            connector: cs.clone().map(|connect_string| {
-                                arc(ZkRecipe {
-                                    servers: crate::placement::Deal::new(&connect_string),
-                                    root: "/bench-peer".into(),
-                                })
-                            }),
-                            contended: true,
-                        },
-                    ],
-                    keep_alive: Some(plan(
-                        ours(&t, &ka_opts),
-                        eps.ok().map(OpsSource::Zk),
-                        "zookeeper",
-                    )),
-                    read_heavy: Some(ours(&t, &opts)),
-                });
-            }
-            _ => {}
-        }
     }
-    out
+}
+
+/// Our backend on `t` with the options `o`.
+fn ours(t: &Result<Target, String>, o: &DistOptions) -> Result<Arc<dyn Connector>, String> {
+    t.clone().map(|t| arc(Ours::new(t, o.clone())))
+}
+
+/// The raw Redis protocol on `urls`, with a fencing counter or without.
+fn raw_redis(
+    urls: &Result<Vec<String>, String>,
+    fenced: bool,
+) -> Result<Arc<dyn Connector>, String> {
+    urls.clone().map(|urls| arc(RawRedis { urls, fenced }))
+}
+
+/// The groups of the selected backends, in the order of `args.backends`.
+fn groups(args: &Args, profile: &Profile, servers: &Servers) -> Vec<Group> {
+    let o = RunOptions::new(profile);
+    args.backends
+        .iter()
+        .filter_map(|b| match b.as_str() {
+            "memory" => Some(memory_group(&o)),
+            "redis" => Some(redis_group(&o, servers)),
+            "redlock" => Some(redlock_group(&o, profile, servers)),
+            "etcd" => Some(etcd_group(&o, servers)),
+            "zk" => Some(zk_group(&o, servers)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Our in-process backend alone (no server, no raw protocol, no peer).
+fn memory_group(o: &RunOptions) -> Group {
+    let t = Ok(Target::Memory(MemoryLock::new()));
+    Group {
+        backend: "memory",
+        servers: "in process".into(),
+        subjects: vec![Plan {
+            label: "distlock memory".into(),
+            kind: Kind::Ours,
+            connector: ours(&t, &o.opts),
+            contended: true,
+        }],
+        keep_alive: Some(plan(ours(&t, &o.ka_opts), None, "memory")),
+        read_heavy: Some(ours(&t, &o.opts)),
+    }
+}
+
+/// One Redis: ours, the raw protocol and the raw protocol with a fencing counter.
+fn redis_group(o: &RunOptions, servers: &Servers) -> Group {
+    let url = server(&servers.redis, "redis-server").map(|s| s.url());
+    let t = url.clone().map(Target::Redis);
+    let urls = url.clone().map(|u| vec![u]);
+    Group {
+        backend: "redis",
+        servers: "1 redis-server".into(),
+        subjects: vec![
+            Plan {
+                label: "distlock redis".into(),
+                kind: Kind::Ours,
+                connector: ours(&t, &o.opts),
+                contended: true,
+            },
+            Plan {
+                label: "raw SET NX PX + EVALSHA del".into(),
+                kind: Kind::Raw,
+                connector: raw_redis(&urls, false),
+                contended: false,
+            },
+            Plan {
+                label: "raw + fencing counter (MULTI SET NX PX, INCR)".into(),
+                kind: Kind::Fenced,
+                connector: raw_redis(&urls, true),
+                contended: false,
+            },
+        ],
+        keep_alive: Some(KeepAlivePlan {
+            unbatched: Some(ours(&t, &o.ka_unbatched)),
+            ..plan(
+                ours(&t, &o.ka_opts),
+                url.ok().map(|u| OpsSource::Redis(vec![u])),
+                "redis",
+            )
+        }),
+        read_heavy: Some(ours(&t, &o.opts)),
+    }
+}
+
+/// Redlock on independent Redis nodes: ours, the raw protocol and the raw protocol with a fencing counter on every node, rslock.
+fn redlock_group(o: &RunOptions, profile: &Profile, servers: &Servers) -> Group {
+    let urls = server(&servers.redis_set, "5 redis-servers").map(|s| s.urls());
+    let t = urls.clone().map(Target::Redlock);
+    Group {
+        backend: "redlock",
+        servers: format!("{REDLOCK_NODES} independent redis-servers"),
+        subjects: vec![
+            Plan {
+                label: "distlock redlock".into(),
+                kind: Kind::Ours,
+                connector: ours(&t, &o.opts),
+                contended: true,
+            },
+            Plan {
+                label: format!("raw SET NX PX + EVALSHA del, {REDLOCK_NODES} nodes in parallel"),
+                kind: Kind::Raw,
+                connector: raw_redis(&urls, false),
+                contended: false,
+            },
+            Plan {
+                label: format!(
+                    "raw + fencing counter (MULTI SET NX PX, INCR), {REDLOCK_NODES} nodes"
+                ),
+                kind: Kind::Fenced,
+                connector: raw_redis(&urls, true),
+                contended: false,
+            },
+            Plan {
+                label: "rslock 0.10".into(),
+                kind: Kind::Peer,
+                connector: urls.clone().map(|urls| {
+                    arc(Rslock {
+                        urls,
+                        ttl: profile.ttl,
+                    })
+                }),
+                contended: true,
+            },
+        ],
+        keep_alive: Some(KeepAlivePlan {
+            unbatched: Some(ours(&t, &o.ka_unbatched)),
+            ..plan(
+                ours(&t, &o.ka_opts),
+                urls.ok().map(OpsSource::Redis),
+                "redlock",
+            )
+        }),
+        read_heavy: None,
+    }
+}
+
+/// The etcd cluster: ours, the raw protocol, the raw protocol with a compared delete, etcd's Lock RPC.
+fn etcd_group(o: &RunOptions, servers: &Servers) -> Group {
+    let eps = server(&servers.etcd, "etcd cluster").map(|c| c.endpoints());
+    let t = eps.clone().map(Target::Etcd);
+    Group {
+        backend: "etcd",
+        servers: format!("etcd, {ETCD_MEMBERS} members"),
+        subjects: vec![
+            Plan {
+                label: "distlock etcd".into(),
+                kind: Kind::Ours,
+                connector: ours(&t, &o.opts),
+                contended: true,
+            },
+            Plan {
+                label: "raw txn put-if-absent (lease) + delete".into(),
+                kind: Kind::Raw,
+                connector: eps.clone().map(|endpoints| {
+                    arc(RawEtcd {
+                        endpoints,
+                        compared: false,
+                    })
+                }),
+                contended: false,
+            },
+            Plan {
+                label:
+                    "raw txn put-if-absent (lease) + compared delete (txn on the create revision)"
+                        .into(),
+                kind: Kind::Checked,
+                connector: eps.clone().map(|endpoints| {
+                    arc(RawEtcd {
+                        endpoints,
+                        compared: true,
+                    })
+                }),
+                contended: false,
+            },
+            Plan {
+                label: "etcd Lock RPC (v3lock)".into(),
+                kind: Kind::Peer,
+                connector: eps.clone().map(|endpoints| arc(EtcdLockRpc { endpoints })),
+                contended: true,
+            },
+        ],
+        keep_alive: Some(plan(
+            ours(&t, &o.ka_opts),
+            eps.ok().map(OpsSource::Etcd),
+            "etcd",
+        )),
+        read_heavy: Some(ours(&t, &o.opts)),
+    }
+}
+
+/// The ZooKeeper ensemble: ours, the raw protocol, zookeeper-client's lock recipe.
+fn zk_group(o: &RunOptions, servers: &Servers) -> Group {
+    let ens = server(&servers.zk, "ZooKeeper ensemble");
+    let cs = ens
+        .as_ref()
+        .map(|e| e.connect_string())
+        .map_err(|e| e.clone());
+    let eps = ens.map(|e| e.endpoints());
+    let t = cs.clone().map(Target::Zk);
+    Group {
+            backend: "zk",
+            servers: format!(
+                "ZooKeeper, {ZK_SERVERS} servers (every subject deals them to its clients in the same turn)"
+            ),
+            subjects: vec![
+                Plan {
+                    label: "distlock zk".into(),
+                    kind: Kind::Ours,
+                    connector: ours(&t, &o.opts),
+                    contended: true,
+                },
+                Plan {
+                    label: "raw create ephemeral-sequential + delete".into(),
+                    kind: Kind::Raw,
+                    connector: cs.clone().map(|connect_string| {
+                        arc(RawZk {
+                            servers: crate::placement::Deal::new(&connect_string),
+                            root: "/bench-raw".into(),
+                        })
+                    }),
+                    contended: false,
+                },
+                Plan {
+                    label: "zookeeper-client lock recipe".into(),
+                    kind: Kind::Peer,
+                    connector: cs.clone().map(|connect_string| {
+                        arc(ZkRecipe {
+                            servers: crate::placement::Deal::new(&connect_string),
+                            root: "/bench-peer".into(),
+                        })
+                    }),
+                    contended: true,
+                },
+            ],
+            keep_alive: Some(plan(
+                ours(&t, &o.ka_opts),
+                eps.ok().map(OpsSource::Zk),
+                "zookeeper",
+            )),
+            read_heavy: Some(ours(&t, &o.opts)),
+        }
 }
 
 fn slug(label: &str) -> String {
@@ -532,131 +581,16 @@ pub async fn run(args: &Args) -> (Report, Servers) {
 
     let bar = progress(1);
     bar.set_message("starting servers");
-    let servers = tokio::task::spawn_blocking(move || Servers::start(needed))
-        .await
-        .unwrap_or_else(|e| {
-            let msg = format!("the server start-up task failed: {e}");
-            Servers {
-                redis: needed.redis.then(|| Err(msg.clone())),
-                redis_set: needed.redis_set.then(|| Err(msg.clone())),
-                etcd: needed.etcd.then(|| Err(msg.clone())),
-                zk: needed.zk.then(|| Err(msg.clone())),
-            }
-        });
+    let servers = start_servers(needed).await;
     let server_start_s = started.elapsed().as_secs_f64();
 
     let groups = groups(args, &profile, &servers);
-    let per_level = profile.levels.len() as u64 * u64::from(profile.warmup_rounds + profile.rounds);
-    let total: u64 = groups
-        .iter()
-        .map(|g| {
-            let loaded = if profile.load > 0 {
-                loaded_subjects(&g.subjects).len() as u64
-            } else {
-                0
-            };
-            g.subjects
-                .iter()
-                .map(|s| per_level + u64::from(s.contended))
-                .sum::<u64>()
-                + loaded * per_level
-                + profile.ka_guards.len() as u64
-                + u64::from(g.read_heavy.is_some())
-        })
-        .sum::<u64>()
-        + 1;
-    bar.set_length(total);
+    bar.set_length(total_steps(&groups, &profile));
     bar.inc(1);
 
     let mut backends = Vec::new();
     for g in groups {
-        let Group {
-            backend,
-            servers: desc,
-            subjects: plans,
-            keep_alive,
-            read_heavy,
-        } = g;
-        // Each measurement runs in its own task: a panic in a client crate
-        // becomes a failed row, not a crashed benchmark.
-        let labels: Vec<(String, Kind)> = plans.iter().map(|p| (p.label.clone(), p.kind)).collect();
-        let task = tokio::spawn(measure_group(
-            backend,
-            plans,
-            profile.clone(),
-            run_id.clone(),
-            bar.clone(),
-        ));
-        let subjects = match task.await {
-            Ok(s) => s,
-            Err(e) => labels
-                .into_iter()
-                .map(|(label, kind)| {
-                    let mut r = SubjectReport::new(label, kind);
-                    r.error = Some(format!("the measurement task failed: {e}"));
-                    r
-                })
-                .collect(),
-        };
-        let mut rep = BackendReport {
-            backend: backend.to_string(),
-            servers: desc,
-            subjects,
-            keep_alive: None,
-            read_heavy: None,
-        };
-        if let Some(conn) = read_heavy {
-            bar.set_message(format!("{backend}: read-heavy"));
-            let p = ReadHeavyParams {
-                readers: profile.rh_readers,
-                writers: profile.rh_writers,
-                hold: profile.rh_hold,
-                duration: profile.rh_duration,
-                wait: profile.wait,
-                name: format!("{run_id}/read-heavy"),
-            };
-            let run = match conn {
-                Ok(c) => tokio::spawn(async move { workload::read_heavy(c, &p).await })
-                    .await
-                    .unwrap_or_else(|e| Err(format!("the measurement task failed: {e}"))),
-                Err(e) => Err(e),
-            };
-            rep.read_heavy = Some(match run {
-                Ok(r) => ReadHeavyReport {
-                    run: Some(r),
-                    error: None,
-                },
-                Err(e) => ReadHeavyReport {
-                    run: None,
-                    error: Some(e),
-                },
-            });
-            bar.inc(1);
-        }
-        if let Some(plan) = keep_alive {
-            bar.set_message(format!("{backend}: keep-alive"));
-            let task = tokio::spawn(measure_keep_alive(
-                plan,
-                profile.clone(),
-                run_id.clone(),
-                backend,
-                bar.clone(),
-            ));
-            rep.keep_alive = Some(match task.await {
-                Ok(k) => k,
-                Err(e) => KeepAliveReport {
-                    ops_source: None,
-                    idle_ops_per_s: None,
-                    idle_ops: None,
-                    idle_requests_per_s: None,
-                    idle_window_s: profile.ka_idle.as_secs_f64(),
-                    ttl_s: profile.ka_ttl.as_secs_f64(),
-                    runs: Vec::new(),
-                    error: Some(format!("the measurement task failed: {e}")),
-                },
-            });
-        }
-        backends.push(rep);
+        backends.push(measure_backend(g, &profile, &run_id, &bar).await);
     }
     bar.finish_and_clear();
 
@@ -680,6 +614,153 @@ pub async fn run(args: &Args) -> (Report, Servers) {
         server_start_s,
     };
     (report, servers)
+}
+
+/// Starts the servers `needed`, off the async threads; a start-up task that
+/// failed counts as every server failing to start.
+async fn start_servers(needed: Needed) -> Servers {
+    tokio::task::spawn_blocking(move || Servers::start(needed))
+        .await
+        .unwrap_or_else(|e| {
+            let msg = format!("the server start-up task failed: {e}");
+            Servers {
+                redis: needed.redis.then(|| Err(msg.clone())),
+                redis_set: needed.redis_set.then(|| Err(msg.clone())),
+                etcd: needed.etcd.then(|| Err(msg.clone())),
+                zk: needed.zk.then(|| Err(msg.clone())),
+            }
+        })
+}
+
+/// The steps of the progress bar: the server start-up, every measured and
+/// warm-up round of every level of every subject (and of the loaded pass),
+/// the contended runs, every keep-alive guard count and the read-heavy runs.
+fn total_steps(groups: &[Group], profile: &Profile) -> u64 {
+    let per_level = profile.levels.len() as u64 * u64::from(profile.warmup_rounds + profile.rounds);
+    groups
+        .iter()
+        .map(|g| {
+            let loaded = if profile.load > 0 {
+                loaded_subjects(&g.subjects).len() as u64
+            } else {
+                0
+            };
+            g.subjects
+                .iter()
+                .map(|s| per_level + u64::from(s.contended))
+                .sum::<u64>()
+                + loaded * per_level
+                + profile.ka_guards.len() as u64
+                + u64::from(g.read_heavy.is_some())
+        })
+        .sum::<u64>()
+        + 1
+}
+
+/// Everything measured for one backend group: its subjects, then the
+/// read-heavy and keep-alive runs of our backend.
+async fn measure_backend(
+    g: Group,
+    profile: &Profile,
+    run_id: &str,
+    bar: &ProgressBar,
+) -> BackendReport {
+    let Group {
+        backend,
+        servers: desc,
+        subjects: plans,
+        keep_alive,
+        read_heavy,
+    } = g;
+    // Each measurement runs in its own task: a panic in a client crate
+    // becomes a failed row, not a crashed benchmark.
+    let labels: Vec<(String, Kind)> = plans.iter().map(|p| (p.label.clone(), p.kind)).collect();
+    let task = tokio::spawn(measure_group(
+        backend,
+        plans,
+        profile.clone(),
+        run_id.to_string(),
+        bar.clone(),
+    ));
+    let subjects = match task.await {
+        Ok(s) => s,
+        Err(e) => labels
+            .into_iter()
+            .map(|(label, kind)| {
+                let mut r = SubjectReport::new(label, kind);
+                r.error = Some(format!("the measurement task failed: {e}"));
+                r
+            })
+            .collect(),
+    };
+    let mut rep = BackendReport {
+        backend: backend.to_string(),
+        servers: desc,
+        subjects,
+        keep_alive: None,
+        read_heavy: None,
+    };
+    if let Some(conn) = read_heavy {
+        bar.set_message(format!("{backend}: read-heavy"));
+        rep.read_heavy = Some(measure_read_heavy(conn, profile, run_id).await);
+        bar.inc(1);
+    }
+    if let Some(plan) = keep_alive {
+        bar.set_message(format!("{backend}: keep-alive"));
+        let task = tokio::spawn(measure_keep_alive(
+            plan,
+            profile.clone(),
+            run_id.to_string(),
+            backend,
+            bar.clone(),
+        ));
+        rep.keep_alive = Some(match task.await {
+            Ok(k) => k,
+            Err(e) => KeepAliveReport {
+                ops_source: None,
+                idle_ops_per_s: None,
+                idle_ops: None,
+                idle_requests_per_s: None,
+                idle_window_s: profile.ka_idle.as_secs_f64(),
+                ttl_s: profile.ka_ttl.as_secs_f64(),
+                runs: Vec::new(),
+                error: Some(format!("the measurement task failed: {e}")),
+            },
+        });
+    }
+    rep
+}
+
+/// The read-heavy run of our backend, in a task of its own.
+async fn measure_read_heavy(
+    conn: Result<Arc<dyn Connector>, String>,
+    profile: &Profile,
+    run_id: &str,
+) -> ReadHeavyReport {
+    let p = ReadHeavyParams {
+        readers: profile.rh_readers,
+        writers: profile.rh_writers,
+        hold: profile.rh_hold,
+        duration: profile.rh_duration,
+        wait: profile.wait,
+        name: format!("{run_id}/read-heavy"),
+    };
+    let run = match conn {
+        Ok(c) => tokio::spawn(async move { workload::read_heavy(c, &p).await })
+            .await
+            .unwrap_or_else(|e| Err(format!("the measurement task failed: {e}"))),
+        Err(e) => Err(e),
+    };
+    match run {
+        Ok(r) => ReadHeavyReport {
+            run: Some(r),
+            error: None,
+        },
+        Err(e) => ReadHeavyReport {
+            run: None,
+            error: Some(e),
+        },
+    }
 }
 
 /// The subjects measured again under `--load`: ours and the raw protocol,
@@ -867,11 +948,6 @@ async fn measure_group(
     reports
 }
 
-/// The renewals of the default configuration, in words.
-pub const BATCHED: &str = "default";
-/// The renewals with batching off, in words.
-pub const UNBATCHED: &str = "batching off (one request per renewal)";
-
 async fn measure_keep_alive(
     plan: KeepAlivePlan,
     profile: Profile,
@@ -944,15 +1020,15 @@ async fn measure_keep_alive(
     }
     for &guards in &profile.ka_guards {
         bar.set_message(format!("{backend}: keep-alive with {guards} guards"));
-        let variants = std::iter::once((&clients, BATCHED, "k"))
-            .chain(baseline.as_ref().map(|b| (b, UNBATCHED, "u")));
-        for (clients, renewals, tag) in variants {
+        let variants = std::iter::once((&clients, Renewals::Batched))
+            .chain(baseline.as_ref().map(|b| (b, Renewals::Unbatched)));
+        for (clients, renewals) in variants {
             let p = KeepAliveParams {
                 guards,
                 creators: profile.ka_creators,
                 window: profile.ka_window,
                 spread: profile.ka_ttl / 3,
-                prefix: format!("{run_id}/keepalive/{tag}{guards}"),
+                prefix: format!("{run_id}/keepalive/{}{guards}", renewals.tag()),
                 requests: Some(requests),
                 renewals,
             };

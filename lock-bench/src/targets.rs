@@ -6,7 +6,7 @@
 use crate::report::{
     cpu_ratio, fmt_ms, fmt_rate, raw_ratios, BackendReport, Status, SubjectReport, Target,
 };
-use crate::workload::Uncontended;
+use crate::workload::{KeepAlive, Renewals, Uncontended};
 
 /// memory:// (no network) uncontended throughput at least this multiple of
 /// [`MEMORY_BASELINE`]: the library's own work per cycle cut to a third.
@@ -442,9 +442,7 @@ fn keep_alive_server(backends: &[BackendReport], out: &mut Vec<Target>) {
             .iter()
             .flat_map(|k| k.runs.iter())
             .filter(|r| {
-                r.hold_ops_per_s.is_some()
-                    && r.errors.is_empty()
-                    && r.renewals == crate::run::BATCHED
+                r.hold_ops_per_s.is_some() && r.errors.is_empty() && r.renewals == Renewals::Batched
             })
             .collect();
         let small = runs.iter().min_by_key(|r| r.guards);
@@ -495,18 +493,17 @@ fn keep_alive_client(backends: &[BackendReport], out: &mut Vec<Target>) {
             continue;
         };
         let ttl_s = b.keep_alive.as_ref().map_or(0.0, |k| k.ttl_s);
-        let runs = |renewals: &str| -> Vec<&crate::workload::KeepAlive> {
+        let runs = |renewals: Renewals| -> Vec<&KeepAlive> {
             b.keep_alive
                 .iter()
                 .flat_map(|k| k.runs.iter())
                 .filter(|r| r.errors.is_empty() && r.renewals == renewals)
                 .collect()
         };
-        let batched = runs(crate::run::BATCHED);
+        let batched = runs(Renewals::Batched);
         let small = batched.iter().min_by_key(|r| r.guards);
         let large = batched.iter().max_by_key(|r| r.guards);
-        let per_interval =
-            |r: &crate::workload::KeepAlive| r.hold_requests_per_s.unwrap_or(0.0) * ttl_s / 3.0;
+        let per_interval = |r: &KeepAlive| r.hold_requests_per_s.unwrap_or(0.0) * ttl_s / 3.0;
         match (small, large) {
             (Some(s), Some(l))
                 if l.guards > s.guards
@@ -527,7 +524,7 @@ fn keep_alive_client(backends: &[BackendReport], out: &mut Vec<Target>) {
                     ));
                 } else {
                     let growth = if so > 0.0 { lo / so } else { f64::INFINITY };
-                    let off = runs(crate::run::UNBATCHED);
+                    let off = runs(Renewals::Unbatched);
                     let baseline = off
                         .iter()
                         .max_by_key(|r| r.guards)
@@ -588,7 +585,7 @@ fn memory_per_guard(backends: &[BackendReport], out: &mut Vec<Target>) {
             .keep_alive
             .iter()
             .flat_map(|k| k.runs.iter())
-            .filter(|r| r.errors.is_empty() && r.renewals == crate::run::BATCHED)
+            .filter(|r| r.errors.is_empty() && r.renewals == Renewals::Batched)
             .max_by_key(|r| r.guards);
         match largest.and_then(|r| Some((r, r.heap_per_guard_bytes?))) {
             Some((r, bytes)) => out.push(target(
@@ -646,5 +643,91 @@ fn read_heavy(backends: &[BackendReport], out: &mut Vec<Target>) {
                 Status::NotMeasured,
             )),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::KeepAliveReport;
+    use crate::workload::{Errors, KeepAlive};
+
+    fn run(guards: usize, renewals: Renewals, requests_per_s: f64, heap: f64) -> KeepAlive {
+        KeepAlive {
+            guards,
+            sessions: 8,
+            create_s: 0.5,
+            create_retries: 0,
+            hold_ops_per_s: Some(requests_per_s),
+            hold_ops: Some(requests_per_s as u64 * 3),
+            hold_requests_per_s: Some(requests_per_s),
+            hold_requests: Some(requests_per_s as u64 * 3),
+            renewals,
+            window_s: 3.0,
+            rss_per_guard_bytes: None,
+            heap_per_guard_bytes: Some(heap),
+            lost: 0,
+            errors: Errors::default(),
+        }
+    }
+
+    /// The keep-alive targets judge the default renewals; the runs with
+    /// batching off (more guards, more requests and memory here) are only
+    /// quoted beside them.
+    #[test]
+    fn keep_alive_targets_judge_the_default_renewals() {
+        let redis = BackendReport {
+            backend: "redis".into(),
+            servers: "1 redis-server".into(),
+            subjects: Vec::new(),
+            keep_alive: Some(KeepAliveReport {
+                ops_source: None,
+                idle_ops_per_s: None,
+                idle_ops: None,
+                idle_requests_per_s: None,
+                idle_window_s: 3.0,
+                ttl_s: 3.0,
+                runs: vec![
+                    run(100, Renewals::Batched, 30.0, 1100.0),
+                    run(1000, Renewals::Batched, 33.0, 1200.0),
+                    run(1000, Renewals::Unbatched, 600.0, 1300.0),
+                    run(5000, Renewals::Unbatched, 3000.0, 4096.0),
+                ],
+                error: None,
+            }),
+            read_heavy: None,
+        };
+        let rows = evaluate(&[redis], &MemoryBaseline::default());
+        let row = |start: &str| {
+            rows.iter()
+                .find(|t| t.target.starts_with(start))
+                .unwrap_or_else(|| panic!("no row `{start}`: {rows:?}"))
+        };
+        let memory = row("client memory per guard");
+        assert_eq!(
+            memory.measured,
+            "1.17 KiB per guard with 1000 guards on 8 sessions"
+        );
+        assert_eq!(memory.status, Status::Met);
+        let requests = row("keep-alive client requests");
+        assert!(
+            requests
+                .measured
+                .starts_with("1.10x for 10x the guards: 33 requests per interval"),
+            "{}",
+            requests.measured
+        );
+        assert!(
+            requests
+                .measured
+                .ends_with("; batching off: 3,000/s (n=9000), 3000 per interval with 5000 guards"),
+            "{}",
+            requests.measured
+        );
+        assert_eq!(requests.status, Status::Met);
+        assert_eq!(
+            serde_json::to_value(run(1, Renewals::Unbatched, 1.0, 1.0)).unwrap()["renewals"],
+            "batching off (one request per renewal)"
+        );
     }
 }

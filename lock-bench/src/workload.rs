@@ -401,6 +401,48 @@ pub async fn contended(
     })
 }
 
+/// How the renewals of a keep-alive run's guards are sent: the two variants
+/// each guard count is measured in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Renewals {
+    /// The backend's default configuration (Redis and Redlock batch a
+    /// client's renewals per node): what the keep-alive targets judge.
+    Batched,
+    /// Renewal batching off, one request per renewal: the comparison,
+    /// measured on Redis and Redlock only.
+    Unbatched,
+}
+
+impl Renewals {
+    /// The variant in words, as the report and the JSON results show it.
+    pub fn label(self) -> &'static str {
+        match self {
+            Renewals::Batched => "default",
+            Renewals::Unbatched => "batching off (one request per renewal)",
+        }
+    }
+
+    /// The short tag in the names of the variant's locks.
+    pub fn tag(self) -> &'static str {
+        match self {
+            Renewals::Batched => "k",
+            Renewals::Unbatched => "u",
+        }
+    }
+}
+
+impl std::fmt::Display for Renewals {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
+impl Serialize for Renewals {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.label())
+    }
+}
+
 /// Parameters of a keep-alive run.
 #[derive(Clone, Debug)]
 pub struct KeepAliveParams {
@@ -421,8 +463,8 @@ pub struct KeepAliveParams {
     /// The backend's label in [`lock_core::metrics::REQUESTS`], whose client
     /// requests are counted over the window (`None`: not counted).
     pub requests: Option<&'static str>,
-    /// How the guards' renewals are sent, in words (for the report).
-    pub renewals: &'static str,
+    /// How the guards' renewals are sent.
+    pub renewals: Renewals,
 }
 
 /// The result of a keep-alive run.
@@ -448,7 +490,7 @@ pub struct KeepAlive {
     /// Client requests counted in the window.
     pub hold_requests: Option<u64>,
     /// How the renewals were sent (batched, or one request each).
-    pub renewals: String,
+    pub renewals: Renewals,
     /// The window, s.
     pub window_s: f64,
     /// Resident memory growth of this process per guard, bytes (depends on
@@ -519,6 +561,53 @@ pub async fn keep_alive(
     let rss_before = rss_bytes();
     let heap_before = crate::heap::live_bytes();
     let created = Instant::now();
+    let (mut errors, create_retries) = create_guards(clients, p, &held, created).await;
+    let create_s = created.elapsed().as_secs_f64();
+    let rss_after = rss_bytes();
+    let heap_after = crate::heap::live_bytes();
+    let guards: Vec<Box<dyn Held>> = held
+        .lock()
+        .map(|mut v| std::mem::take(&mut *v))
+        .unwrap_or_default();
+    let count = guards.len();
+    let mut result = KeepAlive {
+        guards: count,
+        sessions: clients.len(),
+        create_s,
+        create_retries,
+        hold_ops_per_s: None,
+        hold_ops: None,
+        hold_requests_per_s: None,
+        hold_requests: None,
+        renewals: p.renewals,
+        window_s: p.window.as_secs_f64(),
+        rss_per_guard_bytes: match (rss_before, rss_after) {
+            (Some(b), Some(a)) if count > 0 => Some(a.saturating_sub(b) as f64 / count as f64),
+            _ => None,
+        },
+        heap_per_guard_bytes: (count > 0)
+            .then(|| heap_after.saturating_sub(heap_before).max(0) as f64 / count as f64),
+        lost: 0,
+        errors: Errors::default(),
+    };
+    if errors.is_empty() {
+        measure_hold(source, p, &mut result, &mut errors).await;
+    }
+    result.lost = guards.iter().filter(|g| !g.is_held()).count();
+    errors.merge(release_all(guards, p.creators).await);
+    result.errors = errors;
+    Ok(result)
+}
+
+/// Acquires the `p.guards` guards of a keep-alive run into `held`, with
+/// `p.creators` tasks, guard i not before `created` plus i/guards of
+/// `p.spread`; the failures and the number of acquisitions tried again.
+async fn create_guards(
+    clients: &[Arc<dyn Locker>],
+    p: &KeepAliveParams,
+    held: &Arc<Mutex<Vec<Box<dyn Held>>>>,
+    created: Instant,
+) -> (Errors, usize) {
     let next = Arc::new(AtomicUsize::new(0));
     let mut handles = Vec::new();
     for _ in 0..p.creators.max(1) {
@@ -560,61 +649,48 @@ pub async fn keep_alive(
             Err(e) => errors.push(format!("creator task failed: {e}")),
         }
     }
-    let create_s = created.elapsed().as_secs_f64();
-    let rss_after = rss_bytes();
-    let heap_after = crate::heap::live_bytes();
-    let mut guards: Vec<Box<dyn Held>> = held
-        .lock()
-        .map(|mut v| std::mem::take(&mut *v))
-        .unwrap_or_default();
-    let count = guards.len();
-    let mut result = KeepAlive {
-        guards: count,
-        sessions: clients.len(),
-        create_s,
-        create_retries,
-        hold_ops_per_s: None,
-        hold_ops: None,
-        hold_requests_per_s: None,
-        hold_requests: None,
-        renewals: p.renewals.to_string(),
-        window_s: p.window.as_secs_f64(),
-        rss_per_guard_bytes: match (rss_before, rss_after) {
-            (Some(b), Some(a)) if count > 0 => Some(a.saturating_sub(b) as f64 / count as f64),
-            _ => None,
+    (errors, create_retries)
+}
+
+/// Reads the server counter (or waits) over `p.window` while the guards
+/// are held, from [`KEEP_ALIVE_SETTLE`] on, and the client requests sent
+/// meanwhile, into `result`; a counter that failed goes to `errors`.
+async fn measure_hold(
+    source: Option<&OpsSource>,
+    p: &KeepAliveParams,
+    result: &mut KeepAlive,
+    errors: &mut Errors,
+) {
+    // Steady state only: the acquisitions' own follow-up requests (a
+    // ZooKeeper guard's watch on its node, set 50 ms after the grant)
+    // are done before the window opens.
+    tokio::time::sleep(KEEP_ALIVE_SETTLE).await;
+    let requests_before = p.requests.and_then(crate::requests::sent);
+    let t0 = Instant::now();
+    match source {
+        Some(src) => match ops_rate(src, p.window).await {
+            Ok((rate, ops)) => {
+                result.hold_ops_per_s = Some(rate);
+                result.hold_ops = Some(ops);
+            }
+            Err(e) => errors.push(format!("server counter: {e}")),
         },
-        heap_per_guard_bytes: (count > 0)
-            .then(|| heap_after.saturating_sub(heap_before).max(0) as f64 / count as f64),
-        lost: 0,
-        errors: Errors::default(),
-    };
-    if errors.is_empty() {
-        // Steady state only: the acquisitions' own follow-up requests (a
-        // ZooKeeper guard's watch on its node, set 50 ms after the grant)
-        // are done before the window opens.
-        tokio::time::sleep(KEEP_ALIVE_SETTLE).await;
-        let requests_before = p.requests.and_then(crate::requests::sent);
-        let t0 = Instant::now();
-        match source {
-            Some(src) => match ops_rate(src, p.window).await {
-                Ok((rate, ops)) => {
-                    result.hold_ops_per_s = Some(rate);
-                    result.hold_ops = Some(ops);
-                }
-                Err(e) => errors.push(format!("server counter: {e}")),
-            },
-            None => tokio::time::sleep(p.window).await,
-        }
-        let requests_after = p.requests.and_then(crate::requests::sent);
-        if let (Some(b), Some(a)) = (requests_before, requests_after) {
-            let n = a.saturating_sub(b);
-            result.hold_requests = Some(n);
-            result.hold_requests_per_s = Some(stats::rate(n, t0.elapsed()));
-        }
+        None => tokio::time::sleep(p.window).await,
     }
-    result.lost = guards.iter().filter(|g| !g.is_held()).count();
-    // Release them all, concurrently.
-    let per = count.div_ceil(p.creators.max(1)).max(1);
+    let requests_after = p.requests.and_then(crate::requests::sent);
+    if let (Some(b), Some(a)) = (requests_before, requests_after) {
+        let n = a.saturating_sub(b);
+        result.hold_requests = Some(n);
+        result.hold_requests_per_s = Some(stats::rate(n, t0.elapsed()));
+    }
+}
+
+/// Releases `guards` concurrently, in chunks over `creators` tasks; the
+/// releases that failed (a guard already lost is not counted again).
+async fn release_all(mut guards: Vec<Box<dyn Held>>, creators: usize) -> Errors {
+    let count = guards.len();
+    let mut errors = Errors::default();
+    let per = count.div_ceil(creators.max(1)).max(1);
     let mut releases = Vec::new();
     while !guards.is_empty() {
         let chunk: Vec<Box<dyn Held>> = guards.drain(..per.min(guards.len())).collect();
@@ -639,8 +715,7 @@ pub async fn keep_alive(
             Err(e) => errors.push(format!("release task failed: {e}")),
         }
     }
-    result.errors = errors;
-    Ok(result)
+    errors
 }
 
 /// Parameters of a read-heavy run on one read-write lock.
