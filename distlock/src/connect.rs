@@ -11,7 +11,7 @@ use crate::url::LockUrl;
 /// object-safe [`LockService`]: the mutex ([`lock_core::DistributedLock`]),
 /// the read-write lock ([`lock_core::ReadWriteLock`]) and the semaphore
 /// ([`lock_core::Semaphore`]) of that backend. A primitive the backend cannot
-/// keep honest fails with [`LockErrorKind::Unsupported`] when it is used
+/// keep honest fails with [`lock_core::LockErrorKind::Unsupported`] when it is used
 /// ([`lock_core::Capabilities`] tells which ones it offers).
 ///
 /// `url` is `memory://`, `redis://...`, `redlock://...`, `etcd://...` or
@@ -21,12 +21,12 @@ use crate::url::LockUrl;
 /// ([`lock_core::AcquireOptions::ttl`]).
 ///
 /// Errors:
-/// - [`LockErrorKind::InvalidArgument`]: a malformed URL, an unknown option,
+/// - [`lock_core::LockErrorKind::InvalidArgument`]: a malformed URL, an unknown option,
 ///   a bad value, or a backend whose cargo feature is off (the message names
 ///   the feature to enable);
-/// - [`LockErrorKind::Unavailable`]: the server(s) could not be reached
+/// - [`lock_core::LockErrorKind::Unavailable`]: the server(s) could not be reached
 ///   within the connect timeout (plus two seconds at most; never longer);
-/// - [`LockErrorKind::Unauthorized`]: credentials were rejected;
+/// - [`lock_core::LockErrorKind::Unauthorized`]: credentials were rejected;
 /// - other kinds as the backend reports them.
 ///
 /// Must be called within a tokio runtime.
