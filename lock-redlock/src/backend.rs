@@ -13,7 +13,7 @@ use lock_core::{
     LeaseHandle, LeaseRequest, LockBackend, LockError, LockErrorKind, LockName, LockStatus,
     NodeFailure, NodeFailureReason, Renewal, Result,
 };
-use lock_redis::scripts::{owner_token, Scripts, RESERVED_FOR};
+use lock_redis::kit::scripts::{owner_token, Scripts, RESERVED_FOR};
 use rand::Rng;
 use redis::RedisResult;
 use tokio::sync::SetOnce;
@@ -21,7 +21,7 @@ use tokio::time::Instant;
 
 use crate::config::RedlockConfig;
 use crate::node::{self, NameKeys, Node, Place, ReleaseReply, SetReply};
-use lock_redis::notify::{Notifier, NotifyNode, Subscription, Timeouts, TurnHeard, Wake};
+use lock_redis::kit::notify::{Notifier, NotifyNode, Subscription, Timeouts, TurnHeard, Wake};
 
 /// What [`RedlockLock`] guarantees, as [`lock_core::DistributedLock::capabilities`] reports it.
 pub const FAULT_TOLERANCE: &str =
@@ -167,7 +167,7 @@ impl RedlockLock {
             match r {
                 Ok(policy) => {
                     ok += 1;
-                    lock_redis::eviction::check_policy(
+                    lock_redis::kit::eviction::check_policy(
                         policy.as_deref(),
                         inner.config.require_noeviction,
                         &inner.nodes[i].addr,
@@ -336,7 +336,7 @@ impl Inner {
     }
 
     /// One Redlock round: `SET key token NX PX ttl` on every node in
-    /// parallel, in line ([`lock_redis::scripts::ACQUIRE_IN_LINE`]: a
+    /// parallel, in line ([`lock_redis::kit::scripts::ACQUIRE_IN_LINE`]: a
     /// waiter passes its `place`, and a node with a line gives its free key
     /// only to the first in it). Held if a quorum said yes before the
     /// validity (`start + ttl - drift`) ran out; otherwise every node that did
@@ -814,7 +814,7 @@ impl Inner {
     /// with one place in the nodes' line for the whole wait (so a free lock
     /// is the turn of the longest waiter, and a client that just released
     /// it queues behind the others), woken when a release makes it the first
-    /// in line (see [`lock_redis::notify`]; the lock is ours with no round
+    /// in line (see [`lock_redis::kit::notify`]; the lock is ours with no round
     /// once a quorum of nodes did, see [`Inner::reserved_lease`]),
     /// re-checking at the holder's
     /// remaining TTL (at most every `max_recheck`), retrying split votes
@@ -1054,7 +1054,7 @@ impl Inner {
 
 impl Inner {
     /// The lock held by the reservations that a quorum of nodes announced
-    /// for `place` ([`lock_redis::scripts::ACQUIRE_IN_LINE`]), with no
+    /// for `place` ([`lock_redis::kit::scripts::ACQUIRE_IN_LINE`]), with no
     /// round: the owner token is the reservation, `line:<wait id>`, and the
     /// place stays in line until the release takes it out. Each node made
     /// its reservation after the latest round reached it (its announcement
@@ -1108,7 +1108,7 @@ struct LostTo {
     /// After (the late replies, see [`Inner::settle_late`]).
     taken_late: Arc<AtomicU64>,
     /// Per node, the turn sequence its refusal read (0: none read, as by a
-    /// plain `SET NX`; see [`lock_redis::scripts::ACQUIRE_IN_LINE`]).
+    /// plain `SET NX`; see [`lock_redis::kit::scripts::ACQUIRE_IN_LINE`]).
     seen: Arc<[AtomicU64]>,
     start: Instant,
 }
@@ -1160,7 +1160,7 @@ impl Drop for SetOnDrop {
 struct Delete {
     keys: Arc<NameKeys>,
     token: Arc<str>,
-    /// Announced to the waiters (see [`lock_redis::scripts::RELEASE`]).
+    /// Announced to the waiters (see [`lock_redis::kit::scripts::RELEASE`]).
     announce: bool,
     /// A waiter's place that goes back into the lines where the token was.
     rejoin: Option<Arc<Place>>,

@@ -2,7 +2,7 @@
 //! `lock-redlock` (N nodes).
 //!
 //! The release script publishes the releasing owner's token on the lock's
-//! `{key} released` channel (see [`crate::scripts`]). A client keeps, per
+//! `{key} released` channel (see [`crate::kit::scripts`]). A client keeps, per
 //! node, one pub/sub connection, opened when its first waiter appears,
 //! subscribed to the channels its waiters need. A waiting acquire:
 //!
@@ -32,7 +32,7 @@
 //! ([`Wake::Copy`]), instead of sleeping until the holder's TTL.
 //!
 //! Redlock's nodes keep a line of waiters instead
-//! ([`crate::scripts::ACQUIRE_IN_LINE`]): a release with someone in line
+//! ([`crate::kit::scripts::ACQUIRE_IN_LINE`]): a release with someone in line
 //! publishes `n <owner token> <wait id>`, which wakes only the waiter that
 //! [expects](Subscription::expect_grant) that wait id (it is its turn on
 //! every node), in whichever process it is; copies from several nodes are
@@ -57,7 +57,7 @@
 //!
 //! A release that hands the lock to a queued waiter publishes
 //! `g <owner token> <fencing token> <ttl ms>`
-//! ([`crate::scripts::RELEASE_QUEUED`]): that wakes only the waiter that
+//! ([`crate::kit::scripts::RELEASE_QUEUED`]): that wakes only the waiter that
 //! [expects](Subscription::expect_grant) the grant for that owner token, in
 //! whichever process it is, with [`Wake::Granted`]; every other waiter sleeps
 //! on, but no longer than that TTL (if the new holder vanished, its lock
@@ -386,7 +386,7 @@ impl Notifier {
     /// Must be called within a tokio runtime.
     pub fn start(nodes: Vec<NotifyNode>, timeouts: Timeouts, inbox: Option<&str>) -> Self {
         let inbox = inbox.map(|prefix| {
-            let id = crate::scripts::owner_token();
+            let id = crate::kit::scripts::owner_token();
             (format!("{prefix}{id}"), id)
         });
         let shared = Arc::new(Shared {
@@ -417,7 +417,7 @@ impl Notifier {
     /// naming this client (`<client id>.<random>`) when it has an inbox, so
     /// that the nodes announce the waiter's turn there alone.
     pub fn wait_id(&self) -> String {
-        let random = crate::scripts::owner_token();
+        let random = crate::kit::scripts::owner_token();
         match &self.shared.inbox {
             Some((_, client)) => format!("{client}.{random}"),
             None => random,

@@ -599,7 +599,7 @@ pub const LEAVE_LINE: &str = concat!(
 ///
 /// The waiter gets the lock with its own token and TTL and a new fencing
 /// token, and the release publishes `g <its owner token> <fencing token>
-/// <its ttl ms>`, which wakes that waiter alone ([`crate::notify`]) and
+/// <its ttl ms>`, which wakes that waiter alone ([`crate::kit::notify`]) and
 /// tells the others when to re-check at the latest. A release with nobody
 /// waiting publishes the releasing owner token, as [`RELEASE`] does.
 /// Returns 1 if the key held our token, else 0. Publishing is best effort
@@ -914,7 +914,7 @@ pub async fn list_keys<C: redis::aio::ConnectionLike + Send>(
     let mut cursor = "0".to_string();
     let mut found = Vec::new();
     loop {
-        let page: Vec<redis::Value> = crate::call::ScriptCall::new(script, &[])
+        let page: Vec<redis::Value> = crate::kit::call::ScriptCall::new(script, &[])
             .arg(&cursor)
             .arg(&pattern)
             .arg(1000)
