@@ -14,9 +14,9 @@ use tokio::time::Instant;
 
 use crate::client::{ttl_millis, AcquireReply, Client};
 use crate::config::RedisLockConfig;
+use crate::kit::layout::{owner_token, Keys};
 use crate::kit::notify::{Notifier, NotifyNode, Subscription, Timeouts, Wake};
 use crate::kit::place::PlaceLife;
-use crate::kit::scripts::{owner_token, Keys};
 use crate::primitive::{self, Intent, Primitive};
 
 /// Longest pause between two attempts of the background compare-and-delete

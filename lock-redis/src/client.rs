@@ -14,10 +14,10 @@ use tokio::time::Instant;
 
 use crate::config::RedisLockConfig;
 use crate::kit::call::ScriptCall;
+use crate::kit::layout::{Keys, HOLDER};
+use crate::kit::list::{Listed, LIST_PAGE};
 use crate::kit::renew::{BatchSender, Batcher, KeyOutcome, RenewItem, Renewed, RENEW_BATCH};
-use crate::kit::scripts::{
-    Keys, Listed, Scripts, ACQUIRE_FENCED, HOLDER, LIST_PAGE, RELEASE_QUEUED,
-};
+use crate::kit::scripts::{Scripts, ACQUIRE_FENCED, RELEASE_QUEUED};
 
 /// Delays of the connection manager's reconnection attempts: from this...
 const RECONNECT_MIN_DELAY: Duration = Duration::from_millis(25);
@@ -58,7 +58,7 @@ pub(crate) fn map_error(what: &str, failure: Failure) -> LockError {
         }
         Failure::Redis(err) => err,
     };
-    let kind = crate::kit::scripts::error_kind(&err);
+    let kind = crate::kit::errors::error_kind(&err);
     let hint = match err.kind() {
         ErrorKind::Server(
             ServerErrorKind::Moved | ServerErrorKind::Ask | ServerErrorKind::CrossSlot,
@@ -383,7 +383,7 @@ impl Client {
         let scripts = &self.scripts;
         let found = self
             .request("list", async {
-                let found = crate::kit::scripts::list_keys(
+                let found = crate::kit::list::list_keys(
                     &mut conn,
                     &scripts.list_page,
                     &prefix,

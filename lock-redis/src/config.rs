@@ -158,7 +158,7 @@ impl RedisLockConfig {
         check_duration("max_recheck", self.max_recheck, ms, lock_core::MAX_WAIT)?;
         self.tls.validate()?;
         self.renew_batching.validate()?;
-        crate::kit::scripts::check_prefix(&self.key_prefix)
+        crate::kit::layout::check_prefix(&self.key_prefix)
     }
 
     /// The URL with its password replaced by `***`, for logs and errors.

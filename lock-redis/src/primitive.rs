@@ -9,9 +9,9 @@ use lock_core::{LockError, LockErrorKind, LockMode, Result};
 use tokio::time::Instant;
 
 use crate::client::{AcquireReply, Client};
+use crate::kit::layout::Keys;
 use crate::kit::place::PlaceLife;
 use crate::kit::renew::{LeaseKind, RenewItem};
-use crate::kit::scripts::Keys;
 
 /// Which primitive a lease belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,8 +72,8 @@ impl Primitive {
     pub(crate) fn server_key(self, lock: &str) -> Cow<'_, str> {
         match self {
             Self::Mutex => Cow::Borrowed(lock),
-            Self::Read | Self::Write => Cow::Owned(Keys::aux(lock, crate::kit::scripts::RW)),
-            Self::Permit(_) => Cow::Owned(Keys::aux(lock, crate::kit::scripts::PERMITS)),
+            Self::Read | Self::Write => Cow::Owned(Keys::aux(lock, crate::kit::layout::RW)),
+            Self::Permit(_) => Cow::Owned(Keys::aux(lock, crate::kit::layout::PERMITS)),
         }
     }
 
@@ -162,7 +162,7 @@ impl Primitive {
                 token: token.to_string(),
                 ttl,
                 described: (self == Self::Mutex)
-                    .then(|| Keys::aux(lock, crate::kit::scripts::HOLDER)),
+                    .then(|| Keys::aux(lock, crate::kit::layout::HOLDER)),
             })
             .await
     }

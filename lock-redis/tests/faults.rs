@@ -71,7 +71,7 @@ async fn counter(server: &RedisServer, name: &LockName) -> Option<i64> {
         server,
         &[
             "GET",
-            lock_redis::kit::scripts::Keys::new("", name.as_str()).fencing(),
+            lock_redis::kit::layout::Keys::new("", name.as_str()).fencing(),
         ],
     )
     .await
@@ -648,7 +648,7 @@ async fn tokens_keep_increasing_after_failover_to_a_lagging_replica() {
     let a = client(&primary.url()).await;
     let lock = name("failover");
     let caught_up = take_tokens(&a, &lock, 3).await;
-    let fencing = lock_redis::kit::scripts::Keys::new("", lock.as_str())
+    let fencing = lock_redis::kit::layout::Keys::new("", lock.as_str())
         .fencing()
         .to_owned();
     let t = Instant::now();
@@ -781,7 +781,7 @@ async fn assert_next_token_above(url: &str, lock: &LockName, last: u64, after: &
 
 /// The owner token of the first waiter in `name`'s queue, once one is there.
 async fn first_waiter(server: &RedisServer, name: &LockName) -> String {
-    let queue = lock_redis::kit::scripts::Keys::new("", name.as_str())
+    let queue = lock_redis::kit::layout::Keys::new("", name.as_str())
         .queue()
         .to_owned();
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -818,7 +818,7 @@ async fn a_late_hand_over_announcement_grants_nothing() {
     // Let the waiter subscribe and make its attempt after the subscription.
     sleep(Duration::from_millis(300)).await;
     let last = counter(&server, &name).await.expect("a counter");
-    let channel = lock_redis::kit::scripts::Keys::new("", name.as_str())
+    let channel = lock_redis::kit::layout::Keys::new("", name.as_str())
         .released()
         .to_owned();
     let stale = format!("g {waiter} {last} 10000");
@@ -850,7 +850,7 @@ async fn a_lock_handed_to_a_vanished_waiter_goes_on_after_its_ttl() {
     let server = start_server(RedisOptions::default()).await;
     let (holder, other) = (client(&server.url()).await, client(&server.url()).await);
     let name = name("vanished");
-    let keys = lock_redis::kit::scripts::Keys::new("", name.as_str());
+    let keys = lock_redis::kit::layout::Keys::new("", name.as_str());
     let held = holder
         .acquire(&name, &opts(Duration::from_secs(10)))
         .await
@@ -908,7 +908,7 @@ async fn a_late_hand_over_grants_nothing_after_the_counter_went_back() {
         .await
         .unwrap();
     let name = name("counter-back");
-    let keys = lock_redis::kit::scripts::Keys::new("", name.as_str());
+    let keys = lock_redis::kit::layout::Keys::new("", name.as_str());
     let held = holder
         .acquire(&name, &opts(Duration::from_secs(10)))
         .await

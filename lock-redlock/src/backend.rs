@@ -13,7 +13,8 @@ use lock_core::{
     LeaseHandle, LeaseRequest, LockBackend, LockError, LockErrorKind, LockName, LockStatus,
     NodeFailure, NodeFailureReason, Renewal, Result,
 };
-use lock_redis::kit::scripts::{owner_token, Scripts, RESERVED_FOR};
+use lock_redis::kit::layout::{owner_token, RESERVED_FOR};
+use lock_redis::kit::scripts::Scripts;
 use rand::Rng;
 use redis::RedisResult;
 use tokio::sync::SetOnce;

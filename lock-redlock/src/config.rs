@@ -268,7 +268,7 @@ impl RedlockConfig {
             lock_core::MAX_WAIT,
         )?;
         self.renew_batching.validate()?;
-        lock_redis::kit::scripts::check_prefix(&self.key_prefix)
+        lock_redis::kit::layout::check_prefix(&self.key_prefix)
     }
 }
 

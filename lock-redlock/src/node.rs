@@ -10,11 +10,10 @@ use lock_core::{
     drift, LockError, LockErrorKind, NodeFailure, NodeFailureReason, Result, TlsConfig,
 };
 use lock_redis::kit::call::ScriptCall;
+use lock_redis::kit::layout::{Keys, LINE, LINE_LAPSE, LINE_SEQ, RELEASED};
 use lock_redis::kit::place::PlaceLife;
 use lock_redis::kit::renew::{BatchSender, Batcher, KeyOutcome, RenewItem, RENEW_BATCH};
-use lock_redis::kit::scripts::{
-    Keys, Scripts, ACQUIRE_IN_LINE, LEAVE_LINE, LINE, LINE_LAPSE, LINE_SEQ, RELEASED,
-};
+use lock_redis::kit::scripts::{Scripts, ACQUIRE_IN_LINE, LEAVE_LINE};
 use lock_redis::RenewBatching;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{RedisError, RedisResult, Script, Value};
@@ -30,7 +29,7 @@ pub(crate) fn classify(err: &RedisError) -> (LockErrorKind, NodeFailureReason) {
         return (LockErrorKind::Unavailable, NodeFailureReason::Unreachable);
     }
     (
-        lock_redis::kit::scripts::error_kind(err),
+        lock_redis::kit::errors::error_kind(err),
         NodeFailureReason::Error,
     )
 }
@@ -574,9 +573,9 @@ impl Node {
         scripts: &Scripts,
         key_prefix: &str,
         name_prefix: &str,
-    ) -> RedisResult<Vec<lock_redis::kit::scripts::Listed>> {
+    ) -> RedisResult<Vec<lock_redis::kit::list::Listed>> {
         self.call("list", |mut c| async move {
-            lock_redis::kit::scripts::list_keys(&mut c, &scripts.list_page, key_prefix, name_prefix)
+            lock_redis::kit::list::list_keys(&mut c, &scripts.list_page, key_prefix, name_prefix)
                 .await
         })
         .await

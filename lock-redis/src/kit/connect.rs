@@ -5,7 +5,7 @@
 use lock_core::{LockError, LockErrorKind, TlsConfig};
 use redis::{ClientTlsConfig, TlsCertificates};
 
-use crate::kit::scripts::error_kind;
+use crate::kit::errors::error_kind;
 
 /// A client for `url` (`redis://` or `rediss://`; the password in the URL
 /// never appears in an error). With TLS files in `tls` the URL must be

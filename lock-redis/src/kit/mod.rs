@@ -2,8 +2,10 @@
 //! [`RedisLock`](crate::RedisLock), `lock-redlock` (Redlock over N nodes) and
 //! the Redis fence of `lock-fence` share.
 //!
-//! - [`scripts`]: the key layout, the Lua scripts and the mapping of `redis`
-//!   errors to error kinds;
+//! - [`layout`]: the keys of one lock name, owner tokens, key prefixes;
+//! - [`scripts`]: the Lua scripts (Lua source under `src/kit/lua/`);
+//! - [`list`]: listing the held locks;
+//! - [`errors`]: the mapping of `redis` errors to error kinds;
 //! - [`call`]: one call of a loaded script, written straight into its
 //!   `EVALSHA` command;
 //! - [`connect`]: a `redis::Client` for a URL with TLS files, and URLs
@@ -20,7 +22,10 @@
 
 pub mod call;
 pub mod connect;
+pub mod errors;
 pub mod eviction;
+pub mod layout;
+pub mod list;
 pub mod notify;
 pub mod place;
 pub mod renew;

@@ -386,7 +386,7 @@ impl Notifier {
     /// Must be called within a tokio runtime.
     pub fn start(nodes: Vec<NotifyNode>, timeouts: Timeouts, inbox: Option<&str>) -> Self {
         let inbox = inbox.map(|prefix| {
-            let id = crate::kit::scripts::owner_token();
+            let id = crate::kit::layout::owner_token();
             (format!("{prefix}{id}"), id)
         });
         let shared = Arc::new(Shared {
@@ -417,7 +417,7 @@ impl Notifier {
     /// naming this client (`<client id>.<random>`) when it has an inbox, so
     /// that the nodes announce the waiter's turn there alone.
     pub fn wait_id(&self) -> String {
-        let random = crate::kit::scripts::owner_token();
+        let random = crate::kit::layout::owner_token();
         match &self.shared.inbox {
             Some((_, client)) => format!("{client}.{random}"),
             None => random,

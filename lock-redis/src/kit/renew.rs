@@ -51,82 +51,7 @@ use crate::RenewBatching;
 /// 1 extended, 0 not ours (gone, expired, another owner), or the error
 /// text of a key whose own commands failed (a key of the wrong type, a key
 /// the ACL denies): one bad key never fails the others.
-pub const RENEW_BATCH: &str = r#"
-local now = false
-local function clock()
-  if not now then
-    local t = redis.call('TIME')
-    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  end
-  return now
-end
-local function mutex(k, tok, ttl)
-  if redis.call('GET', k) == tok then
-    return redis.call('PEXPIRE', k, ttl)
-  end
-  return 0
-end
-local function rw(k, tok, ttl)
-  local v = redis.call('HGET', k, tok)
-  if not v then return 0 end
-  local n = clock()
-  if tonumber(string.sub(v, 3)) <= n then
-    redis.call('HDEL', k, tok)
-    return 0
-  end
-  local t = tonumber(ttl)
-  redis.call('HSET', k, tok, string.sub(v, 1, 1) .. ' ' .. string.format('%.0f', n + t))
-  if redis.call('PTTL', k) < t then redis.call('PEXPIRE', k, t) end
-  return 1
-end
-local function permit(k, tok, ttl)
-  local exp = redis.call('ZSCORE', k, tok)
-  if not exp then return 0 end
-  local n = clock()
-  if tonumber(exp) <= n then
-    redis.call('ZREM', k, tok)
-    return 0
-  end
-  local t = tonumber(ttl)
-  redis.call('ZADD', k, n + t, tok)
-  if redis.call('PTTL', k) < t then redis.call('PEXPIRE', k, t) end
-  return 1
-end
-local function described(k, tok, ttl, d)
-  local r = mutex(k, tok, ttl)
-  if r == 1 then
-    local v = redis.call('GET', d)
-    if v and string.sub(v, 1, #tok + 1) == tok .. ' ' then redis.call('PEXPIRE', d, ttl) end
-  end
-  return r
-end
-local kinds = {m = mutex, d = described, r = rw, p = permit}
-local out = {}
-local n = #ARGV / 3
-local extra = n
-for i = 1, n do
-  local kind = ARGV[3 * i - 2]
-  local f = kinds[kind]
-  local d
-  if kind == 'd' then
-    extra = extra + 1
-    d = KEYS[extra]
-  end
-  if not f then
-    out[i] = 'ERR unknown lease kind ' .. tostring(kind)
-  else
-    local ok, r = pcall(f, KEYS[i], ARGV[3 * i - 1], ARGV[3 * i], d)
-    if ok then
-      out[i] = r
-    elseif type(r) == 'table' then
-      out[i] = tostring(r.err)
-    else
-      out[i] = tostring(r)
-    end
-  end
-end
-return out
-"#;
+pub const RENEW_BATCH: &str = include_str!("lua/renew_batch.lua");
 
 /// The kind of lease a renewal extends: which part of [`RENEW_BATCH`] runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -474,11 +399,11 @@ mod tests {
         assert!(parse_reply(vec![Value::Int(1)], 2).is_err());
         assert!(parse_reply(vec![Value::Nil], 1).is_err());
         assert_eq!(
-            crate::kit::scripts::error_kind(&KeyOutcome::error("NOPERM no")),
+            crate::kit::errors::error_kind(&KeyOutcome::error("NOPERM no")),
             lock_core::LockErrorKind::Unauthorized
         );
         assert_eq!(
-            crate::kit::scripts::error_kind(&KeyOutcome::error("WRONGTYPE x")),
+            crate::kit::errors::error_kind(&KeyOutcome::error("WRONGTYPE x")),
             lock_core::LockErrorKind::Protocol
         );
     }
