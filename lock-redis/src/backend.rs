@@ -12,8 +12,9 @@ use lock_core::{
 };
 use tokio::time::Instant;
 
-use crate::client::{ttl_millis, AcquireReply, Client};
+use crate::client::{AcquireReply, Client};
 use crate::config::RedisLockConfig;
+use crate::kit::call::ttl_millis;
 use crate::kit::layout::{owner_token, Keys};
 use crate::kit::notify::{Notifier, NotifyNode, Subscription, Timeouts, Wake};
 use crate::kit::place::PlaceLife;

@@ -499,24 +499,9 @@ impl BatchSender for BatchOnClient {
     }
 }
 
-/// A TTL in whole milliseconds for `PX`/`PEXPIRE`, rounded UP so that the
-/// server never expires the key before the validity the client computes.
-pub(crate) fn ttl_millis(ttl: Duration) -> u64 {
-    let ms = ttl.as_nanos().div_ceil(1_000_000);
-    u64::try_from(ms).unwrap_or(u64::MAX).max(1)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn ttl_rounds_up() {
-        assert_eq!(ttl_millis(Duration::from_micros(1500)), 2);
-        assert_eq!(ttl_millis(Duration::from_millis(1)), 1);
-        assert_eq!(ttl_millis(Duration::from_nanos(1)), 1);
-        assert_eq!(ttl_millis(Duration::from_secs(30)), 30_000);
-    }
 
     #[test]
     fn timeouts_and_io_are_unavailable() {

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use lock_core::{check_duration, LockError, TlsConfig};
 
+use crate::batching::RenewBatching;
 use crate::kit::connect::redact_url;
-use crate::RenewBatching;
 
 /// The default server URL: `redis://127.0.0.1:6379/`.
 pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379/";

@@ -32,8 +32,8 @@ use redis::{ErrorKind, RedisError, RedisResult, Script, ServerErrorKind, Value};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use crate::batching::RenewBatching;
 use crate::kit::call::ScriptCall;
-use crate::RenewBatching;
 
 /// Compare-and-extend of many leases in one script, each with its own kind,
 /// owner token and TTL, for the mutex, the read-write lock and the semaphore
@@ -340,7 +340,7 @@ pub async fn send_batch<C: redis::aio::ConnectionLike + Send>(
         };
         call.arg(kind.code())
             .arg(&item.token)
-            .arg(crate::client::ttl_millis(item.ttl));
+            .arg(crate::kit::call::ttl_millis(item.ttl));
     }
     let reply: Vec<Value> = call.invoke_async(conn).await?;
     parse_reply(reply, items.len())
