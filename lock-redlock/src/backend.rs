@@ -22,7 +22,8 @@ use tokio::time::Instant;
 
 use crate::config::RedlockConfig;
 use crate::node::{self, NameKeys, Node, Place, ReleaseReply, SetReply};
-use lock_redis::kit::notify::{Notifier, NotifyNode, Subscription, Timeouts, TurnHeard, Wake};
+use crate::turn::{turn_reached, TurnHeard};
+use lock_redis::kit::notify::{Notifier, NotifyNode, Subscription, Timeouts, Wake};
 
 /// What [`RedlockLock`] guarantees, as [`lock_core::DistributedLock::capabilities`] reports it.
 pub const FAULT_TOLERANCE: &str =
@@ -1024,7 +1025,7 @@ impl Inner {
                     // Our turn: go once the release freed a quorum.
                     let by = add_saturating(Instant::now(), TURN_GRACE).min(deadline);
                     let among = lost_to.as_ref().map_or(0, LostTo::refused_by);
-                    match s.turn_reached(self.quorum, among, by).await {
+                    match turn_reached(s, self.quorum, among, by).await {
                         Some(turn) => {
                             let turns = lost_to.as_ref().map_or(0, |l| l.reserved_by(&turn));
                             // A quorum reserved the key for us: that is the
