@@ -103,7 +103,7 @@ async fn raw_del(
     token: String,
 ) -> redis::RedisResult<i64> {
     // Written into the command as the backends write their scripts' calls.
-    lock_redis::call::ScriptCall::new(&script, &[&key])
+    lock_redis::kit::call::ScriptCall::new(&script, &[&key])
         .arg(&token)
         .invoke_async(&mut conn)
         .await

@@ -2,7 +2,7 @@
 //! resource's fence key and writes, atomically.
 
 use lock_core::{FencingToken, LockError, LockErrorKind};
-use lock_redis::call::ScriptCall;
+use lock_redis::kit::call::ScriptCall;
 use redis::aio::ConnectionLike;
 use redis::{RedisError, Script};
 
@@ -186,10 +186,10 @@ fn no_idempotency_key(write: &FencedWrite) -> Result<(), FenceError> {
 }
 
 /// The one place where `redis` errors become [`LockError`]s: the kinds of
-/// lock-redis ([`lock_redis::scripts::error_kind`]).
+/// lock-redis ([`lock_redis::kit::errors::error_kind`]).
 fn map_error(what: &str, err: RedisError) -> LockError {
     LockError::new(
-        lock_redis::scripts::error_kind(&err),
+        lock_redis::kit::errors::error_kind(&err),
         format!("redis: {what}"),
     )
     .with_source(err)

@@ -14,12 +14,13 @@ use lock_core::{
 };
 use tokio::time::Instant;
 
-use crate::client::{ttl_millis, AcquireReply, Client};
+use crate::client::{AcquireReply, Client};
 use crate::config::RedisLockConfig;
-use crate::notify::{Notifier, NotifyNode, Subscription, Timeouts, Wake};
-use crate::place::PlaceLife;
+use crate::kit::call::ttl_millis;
+use crate::kit::layout::{owner_token, Keys};
+use crate::kit::notify::{Notifier, NotifyNode, Subscription, Timeouts, Wake};
+use crate::kit::place::PlaceLife;
 use crate::primitive::{self, Intent, Primitive};
-use crate::scripts::{owner_token, Keys};
 
 /// Longest pause between two attempts of the background compare-and-delete
 /// that follows an acquire whose reply was lost.
@@ -225,7 +226,7 @@ impl RedisLock {
     }
 
     /// The waiting acquire of the mutex, in arrival order (see
-    /// [`crate::scripts::ACQUIRE_FENCED`]): one owner token for the whole
+    /// [`crate::kit::scripts::ACQUIRE_FENCED`]): one owner token for the whole
     /// wait, a place in the name's queue from the first attempt, and a
     /// release that hands the lock to us wakes this waiter alone
     /// ([`Wake::Granted`]), already holding it. Every attempt can be
@@ -525,11 +526,11 @@ impl LockBackend for RedisLock {
             .with_holder(seen.holder))
     }
 
-    /// The mutex by [`RELEASE_QUEUED`](crate::scripts::RELEASE_QUEUED)
+    /// The mutex by [`RELEASE_QUEUED`](crate::kit::scripts::RELEASE_QUEUED)
     /// with the owner not compared (the first waiter is handed the lock
     /// and woken, as on a release), then the read-write lock's holders and
     /// the semaphore's permits by
-    /// [`FORCE_RELEASE_SHARED`](crate::scripts::FORCE_RELEASE_SHARED), a
+    /// [`FORCE_RELEASE_SHARED`](crate::kit::scripts::FORCE_RELEASE_SHARED), a
     /// release notice published for each; two requests, each within the
     /// request timeout. The evicted guards find out at their next renewal.
     async fn force_release(&self, name: &LockName) -> Result<ForceReleased> {

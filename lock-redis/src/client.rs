@@ -12,10 +12,12 @@ use redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind};
 
 use tokio::time::Instant;
 
-use crate::call::ScriptCall;
 use crate::config::RedisLockConfig;
-use crate::renew::{BatchSender, Batcher, KeyOutcome, RenewItem, Renewed, RENEW_BATCH};
-use crate::scripts::{Keys, Listed, Scripts, ACQUIRE_FENCED, HOLDER, LIST_PAGE, RELEASE_QUEUED};
+use crate::kit::call::ScriptCall;
+use crate::kit::layout::{Keys, HOLDER};
+use crate::kit::list::{Listed, LIST_PAGE};
+use crate::kit::renew::{BatchSender, Batcher, KeyOutcome, RenewItem, Renewed, RENEW_BATCH};
+use crate::kit::scripts::{Scripts, ACQUIRE_FENCED, RELEASE_QUEUED};
 
 /// Delays of the connection manager's reconnection attempts: from this...
 const RECONNECT_MIN_DELAY: Duration = Duration::from_millis(25);
@@ -56,7 +58,7 @@ pub(crate) fn map_error(what: &str, failure: Failure) -> LockError {
         }
         Failure::Redis(err) => err,
     };
-    let kind = crate::scripts::error_kind(&err);
+    let kind = crate::kit::errors::error_kind(&err);
     let hint = match err.kind() {
         ErrorKind::Server(
             ServerErrorKind::Moved | ServerErrorKind::Ask | ServerErrorKind::CrossSlot,
@@ -75,7 +77,7 @@ pub(crate) struct Client {
     scripts: Scripts,
     /// [`RENEW_BATCH`], the one script every renewal runs in.
     renew_script: redis::Script,
-    /// This client's renewals, one request per batch (see [`crate::renew`]).
+    /// This client's renewals, one request per batch (see [`crate::kit::renew`]).
     renewals: Batcher<BatchOnClient>,
 }
 
@@ -111,7 +113,7 @@ impl Client {
     pub(crate) async fn connect(config: RedisLockConfig) -> Result<Arc<Self>> {
         config.validate()?;
         let what = format!("connecting to {}", config.redacted_url());
-        let client = crate::tls::open_client(&config.url, &config.tls)?;
+        let client = crate::kit::connect::open_client(&config.url, &config.tls)?;
         let manager_config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(config.connect_timeout))
             .set_response_timeout(Some(config.request_timeout))
@@ -137,7 +139,8 @@ impl Client {
             }
             load.query_async::<()>(&mut probe).await?;
             // The eviction policy: lock keys must never be evicted.
-            let policy = crate::eviction::read_policy(&mut probe, &config.redacted_url()).await;
+            let policy =
+                crate::kit::eviction::read_policy(&mut probe, &config.redacted_url()).await;
             drop(probe);
             let conn = ConnectionManager::new_with_config(client.clone(), manager_config).await?;
             Ok::<_, RedisError>((conn, Scripts::default(), policy))
@@ -147,7 +150,7 @@ impl Client {
             Err(_) => Err(map_error(&what, Failure::TimedOut(config.connect_timeout))),
             Ok(Err(e)) => Err(map_error(&what, Failure::Redis(e))),
             Ok(Ok((conn, scripts, policy))) => {
-                crate::eviction::check_policy(
+                crate::kit::eviction::check_policy(
                     policy.as_deref(),
                     config.require_noeviction,
                     &config.redacted_url(),
@@ -344,7 +347,7 @@ impl Client {
     }
 
     /// Renews one lease in this client's next renewal batch (see
-    /// [`crate::renew`]): `Some(sent)` if it is still ours, now for `ttl`
+    /// [`crate::kit::renew`]): `Some(sent)` if it is still ours, now for `ttl`
     /// from `sent` (taken before the request that carried it was sent),
     /// `None` if it is not. A failed batch is the error this renewal's own
     /// request would have had: mapped as an `extend`, retryable kinds kept.
@@ -380,9 +383,13 @@ impl Client {
         let scripts = &self.scripts;
         let found = self
             .request("list", async {
-                let found =
-                    crate::scripts::list_keys(&mut conn, &scripts.list_page, &prefix, name_prefix)
-                        .await?;
+                let found = crate::kit::list::list_keys(
+                    &mut conn,
+                    &scripts.list_page,
+                    &prefix,
+                    name_prefix,
+                )
+                .await?;
                 if found.is_empty() {
                     return Ok((found, Vec::new(), Vec::new()));
                 }
@@ -482,7 +489,7 @@ impl BatchSender for BatchOnClient {
             .request_idempotent_raw("renew", || {
                 let mut conn = client.conn.clone();
                 let (script, items) = (&client.renew_script, &items);
-                async move { crate::renew::send_batch(&mut conn, script, items).await }
+                async move { crate::kit::renew::send_batch(&mut conn, script, items).await }
             })
             .await
     }
@@ -492,24 +499,9 @@ impl BatchSender for BatchOnClient {
     }
 }
 
-/// A TTL in whole milliseconds for `PX`/`PEXPIRE`, rounded UP so that the
-/// server never expires the key before the validity the client computes.
-pub(crate) fn ttl_millis(ttl: Duration) -> u64 {
-    let ms = ttl.as_nanos().div_ceil(1_000_000);
-    u64::try_from(ms).unwrap_or(u64::MAX).max(1)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn ttl_rounds_up() {
-        assert_eq!(ttl_millis(Duration::from_micros(1500)), 2);
-        assert_eq!(ttl_millis(Duration::from_millis(1)), 1);
-        assert_eq!(ttl_millis(Duration::from_nanos(1)), 1);
-        assert_eq!(ttl_millis(Duration::from_secs(30)), 30_000);
-    }
 
     #[test]
     fn timeouts_and_io_are_unavailable() {

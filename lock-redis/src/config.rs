@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use lock_core::{check_duration, LockError, TlsConfig};
 
-use crate::renew::RenewBatching;
+use crate::batching::RenewBatching;
+use crate::kit::connect::redact_url;
 
 /// The default server URL: `redis://127.0.0.1:6379/`.
 pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379/";
@@ -65,7 +66,7 @@ pub struct RedisLockConfig {
     pub max_recheck: Duration,
     /// How the renewals of this client's guards are batched: those that come
     /// within a short window go to the server as one request (see
-    /// [`crate::renew`]). Default: [`RenewBatching::default`] (a 50 ms
+    /// [`crate::kit::renew`]). Default: [`RenewBatching::default`] (a 50 ms
     /// window, at most 1/50 of a lease's TTL; at most 256 renewals per
     /// request).
     pub renew_batching: RenewBatching,
@@ -74,7 +75,7 @@ pub struct RedisLockConfig {
     /// error). Under any other policy a server at its `maxmemory` may evict
     /// lock keys silently, and another client then gets a lock that is
     /// still held. Either way the policy is read at connect (`CONFIG GET`,
-    /// else `INFO memory`; see [`crate::eviction`]) and any other policy is
+    /// else `INFO memory`; see [`crate::kit::eviction`]) and any other policy is
     /// a warning; a server that answers neither is not checked (logged at
     /// debug level). Default: `false`.
     pub require_noeviction: bool,
@@ -157,7 +158,7 @@ impl RedisLockConfig {
         check_duration("max_recheck", self.max_recheck, ms, lock_core::MAX_WAIT)?;
         self.tls.validate()?;
         self.renew_batching.validate()?;
-        crate::scripts::check_prefix(&self.key_prefix)
+        crate::kit::layout::check_prefix(&self.key_prefix)
     }
 
     /// The URL with its password replaced by `***`, for logs and errors.
@@ -181,46 +182,9 @@ impl fmt::Debug for RedisLockConfig {
     }
 }
 
-/// `scheme://user:password@host...` -> `scheme://user:***@host...`: how
-/// every Redis URL or node address is shown in logs, errors and `Debug`
-/// output. Everything before the last `@` after the scheme is taken for
-/// credentials (a malformed URL, a bare `password@host:port`, or a password
-/// holding `/` or `@` is hidden too); only the user name stays visible.
-pub fn redact_url(url: &str) -> String {
-    let scheme_end = url.find("://").map_or(0, |i| i + 3);
-    let rest = &url[scheme_end..];
-    let Some(at) = rest.rfind('@') else {
-        return url.to_string();
-    };
-    let userinfo = &rest[..at];
-    let hidden = match userinfo.split_once(':') {
-        Some((user, _)) if !user.contains('/') => format!("{user}:***"),
-        _ => "***".to_string(),
-    };
-    format!("{}{hidden}{}", &url[..scheme_end], &rest[at..])
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn passwords_are_redacted() {
-        assert_eq!(
-            redact_url("redis://127.0.0.1:6379/0"),
-            "redis://127.0.0.1:6379/0"
-        );
-        assert_eq!(redact_url("redis://:pw@h:1/2"), "redis://:***@h:1/2");
-        assert_eq!(redact_url("redis://u:pw@h:1"), "redis://u:***@h:1");
-        assert_eq!(redact_url("redis://pw@h"), "redis://***@h");
-        assert_eq!(redact_url("not a url"), "not a url");
-        // Malformed or unusual forms never show the password either.
-        assert_eq!(redact_url("pw@127.0.0.1:1"), "***@127.0.0.1:1");
-        assert_eq!(redact_url(":pw@127.0.0.1:1"), ":***@127.0.0.1:1");
-        assert_eq!(redact_url("redis://:p/w@h:1/0"), "redis://:***@h:1/0");
-        assert_eq!(redact_url("redis://u:p@w@h:1"), "redis://u:***@h:1");
-        assert_eq!(redact_url("redis://:pw@[::1/"), "redis://:***@[::1/");
-    }
 
     #[test]
     fn zero_timeouts_are_rejected() {

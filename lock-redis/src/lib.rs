@@ -2,22 +2,17 @@
 #![deny(missing_docs)]
 
 mod backend;
-pub mod call;
+mod batching;
 mod client;
 mod config;
-pub mod eviction;
-pub mod notify;
-pub mod place;
+pub mod kit;
 mod primitive;
-pub mod renew;
-pub mod scripts;
-mod tls;
 
 pub use backend::RedisLock;
-pub use config::{
-    redact_url, RedisLockConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_RECHECK,
-    DEFAULT_REQUEST_TIMEOUT, DEFAULT_URL, MAX_TIMEOUT,
+pub use batching::{
+    RenewBatching, DEFAULT_RENEW_MAX_KEYS, DEFAULT_RENEW_WINDOW, MAX_RENEW_KEYS, MAX_RENEW_WINDOW,
 };
-pub use renew::RenewBatching;
-pub use scripts::Keys;
-pub use tls::open_client;
+pub use config::{
+    RedisLockConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_RECHECK, DEFAULT_REQUEST_TIMEOUT,
+    DEFAULT_URL, MAX_TIMEOUT,
+};

@@ -9,9 +9,9 @@ use lock_core::{LockError, LockErrorKind, LockMode, Result};
 use tokio::time::Instant;
 
 use crate::client::{AcquireReply, Client};
-use crate::place::PlaceLife;
-use crate::renew::{LeaseKind, RenewItem};
-use crate::scripts::Keys;
+use crate::kit::layout::Keys;
+use crate::kit::place::PlaceLife;
+use crate::kit::renew::{LeaseKind, RenewItem};
 
 /// Which primitive a lease belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -27,7 +27,7 @@ pub(crate) enum Primitive {
 }
 
 /// A waiter's place in the read-write lock's queue (see
-/// [`crate::scripts::ACQUIRE_RW`]): taken at its first failed attempt,
+/// [`crate::kit::scripts::ACQUIRE_RW`]): taken at its first failed attempt,
 /// renewed by each later one, given up when it stops waiting, lapsed by
 /// itself if the waiter vanishes.
 #[derive(Clone, Debug)]
@@ -72,8 +72,8 @@ impl Primitive {
     pub(crate) fn server_key(self, lock: &str) -> Cow<'_, str> {
         match self {
             Self::Mutex => Cow::Borrowed(lock),
-            Self::Read | Self::Write => Cow::Owned(Keys::aux(lock, crate::scripts::RW)),
-            Self::Permit(_) => Cow::Owned(Keys::aux(lock, crate::scripts::PERMITS)),
+            Self::Read | Self::Write => Cow::Owned(Keys::aux(lock, crate::kit::layout::RW)),
+            Self::Permit(_) => Cow::Owned(Keys::aux(lock, crate::kit::layout::PERMITS)),
         }
     }
 
@@ -140,7 +140,7 @@ impl Primitive {
     }
 
     /// Renews `token`'s lease for `ttl` in the client's next renewal batch
-    /// (one script for every primitive, see [`crate::renew::RENEW_BATCH`]):
+    /// (one script for every primitive, see [`crate::kit::renew::RENEW_BATCH`]):
     /// `Some(sent)` if it still holds, now for `ttl` from `sent`; `None` if
     /// it no longer holds.
     pub(crate) async fn renew(
@@ -161,7 +161,8 @@ impl Primitive {
                 key: self.server_key(lock).into_owned(),
                 token: token.to_string(),
                 ttl,
-                described: (self == Self::Mutex).then(|| Keys::aux(lock, crate::scripts::HOLDER)),
+                described: (self == Self::Mutex)
+                    .then(|| Keys::aux(lock, crate::kit::layout::HOLDER)),
             })
             .await
     }

@@ -69,7 +69,10 @@ async fn cmd(server: &RedisServer, args: &[&str]) -> RespValue {
 async fn counter(server: &RedisServer, name: &LockName) -> Option<i64> {
     match cmd(
         server,
-        &["GET", lock_redis::Keys::new("", name.as_str()).fencing()],
+        &[
+            "GET",
+            lock_redis::kit::layout::Keys::new("", name.as_str()).fencing(),
+        ],
     )
     .await
     {
@@ -645,7 +648,7 @@ async fn tokens_keep_increasing_after_failover_to_a_lagging_replica() {
     let a = client(&primary.url()).await;
     let lock = name("failover");
     let caught_up = take_tokens(&a, &lock, 3).await;
-    let fencing = lock_redis::Keys::new("", lock.as_str())
+    let fencing = lock_redis::kit::layout::Keys::new("", lock.as_str())
         .fencing()
         .to_owned();
     let t = Instant::now();
@@ -778,7 +781,9 @@ async fn assert_next_token_above(url: &str, lock: &LockName, last: u64, after: &
 
 /// The owner token of the first waiter in `name`'s queue, once one is there.
 async fn first_waiter(server: &RedisServer, name: &LockName) -> String {
-    let queue = lock_redis::Keys::new("", name.as_str()).queue().to_owned();
+    let queue = lock_redis::kit::layout::Keys::new("", name.as_str())
+        .queue()
+        .to_owned();
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         if let RespValue::Array(Some(items)) = cmd(server, &["ZRANGE", &queue, "0", "0"]).await {
@@ -813,7 +818,7 @@ async fn a_late_hand_over_announcement_grants_nothing() {
     // Let the waiter subscribe and make its attempt after the subscription.
     sleep(Duration::from_millis(300)).await;
     let last = counter(&server, &name).await.expect("a counter");
-    let channel = lock_redis::Keys::new("", name.as_str())
+    let channel = lock_redis::kit::layout::Keys::new("", name.as_str())
         .released()
         .to_owned();
     let stale = format!("g {waiter} {last} 10000");
@@ -845,7 +850,7 @@ async fn a_lock_handed_to_a_vanished_waiter_goes_on_after_its_ttl() {
     let server = start_server(RedisOptions::default()).await;
     let (holder, other) = (client(&server.url()).await, client(&server.url()).await);
     let name = name("vanished");
-    let keys = lock_redis::Keys::new("", name.as_str());
+    let keys = lock_redis::kit::layout::Keys::new("", name.as_str());
     let held = holder
         .acquire(&name, &opts(Duration::from_secs(10)))
         .await
@@ -903,7 +908,7 @@ async fn a_late_hand_over_grants_nothing_after_the_counter_went_back() {
         .await
         .unwrap();
     let name = name("counter-back");
-    let keys = lock_redis::Keys::new("", name.as_str());
+    let keys = lock_redis::kit::layout::Keys::new("", name.as_str());
     let held = holder
         .acquire(&name, &opts(Duration::from_secs(10)))
         .await

@@ -16,7 +16,8 @@ use lock_core::{
     Capabilities, Fencing, ForceReleased, LockError, LockErrorKind, LockName, LockStatus,
     NodeFailure, NodeFailureReason, Result,
 };
-use lock_redis::scripts::{owner_token, Scripts, RESERVED_FOR};
+use lock_redis::kit::layout::{owner_token, RESERVED_FOR};
+use lock_redis::kit::scripts::Scripts;
 use rand::Rng;
 use redis::RedisResult;
 use tokio::sync::SetOnce;
@@ -24,7 +25,8 @@ use tokio::time::Instant;
 
 use crate::config::RedlockConfig;
 use crate::node::{self, NameKeys, Node, Place, ReleaseReply, SetReply};
-use lock_redis::notify::{Notifier, NotifyNode, Subscription, Timeouts, TurnHeard, Wake};
+use crate::turn::{turn_reached, TurnHeard};
+use lock_redis::kit::notify::{Notifier, NotifyNode, Subscription, Timeouts, Wake};
 
 /// What [`RedlockLock`] guarantees, as [`lock_core::DistributedLock::capabilities`] reports it.
 pub const FAULT_TOLERANCE: &str =
@@ -170,7 +172,7 @@ impl RedlockLock {
             match r {
                 Ok(policy) => {
                     ok += 1;
-                    lock_redis::eviction::check_policy(
+                    lock_redis::kit::eviction::check_policy(
                         policy.as_deref(),
                         inner.config.require_noeviction,
                         &inner.nodes[i].addr,
@@ -316,6 +318,85 @@ enum Attempt {
     TooSlow(LockError),
 }
 
+/// One waiting acquire: its request, the name's keys, its place in the
+/// nodes' line, the order of its requests on each node, and its deadline.
+#[derive(Clone, Copy)]
+struct Wait<'a> {
+    req: &'a LeaseRequest,
+    keys: &'a Arc<NameKeys>,
+    place: &'a Arc<Place>,
+    order: &'a Arc<NodeOrder>,
+    deadline: Instant,
+}
+
+/// What a waiting acquire keeps from one round to the next.
+struct WaitState {
+    /// A round lost to a holder or in a split vote: the lease says contended.
+    contended: bool,
+    /// Rounds whose quorum came too late, and rounds without a quorum of answers.
+    slow_rounds: u32,
+    silent_rounds: u32,
+    /// Rounds so far.
+    rounds: u32,
+    /// The subscription to the name's releases, once there is one.
+    sub: Option<Subscription>,
+    /// The holder whose release was still reaching nodes when we tried.
+    late_release_of: Option<String>,
+}
+
+/// What a waiting acquire does after a round (see [`Inner::after_round`]).
+enum Next {
+    /// It is over: the lease, none (the deadline came), or the error.
+    Done(Result<Option<Lease>>),
+    /// Another round at once.
+    Again,
+    /// Another round after `delay`, or sooner when a release wakes the
+    /// waiter (if it `listen`s); `lost_to`: the round lost to a holder.
+    Sleep {
+        delay: Duration,
+        listen: bool,
+        lost_to: Option<LostTo>,
+    },
+}
+
+/// One node's answer to a round's `SET`.
+type SetResult = std::result::Result<SetReply, NodeFailure>;
+
+/// What the nodes answered to a round that did not win, node by node (see
+/// [`Inner::tally`]).
+struct Tally {
+    /// How many refused it (someone else's token is there).
+    taken: usize,
+    /// How many of those did not read the holder (a plain round's refusal).
+    unread: usize,
+    /// The shortest TTL left of a holder, where it has one.
+    min_pttl: Option<Duration>,
+    /// Why each node did not say yes.
+    failures: Vec<NodeFailure>,
+    /// The nodes that said yes.
+    ours: Vec<usize>,
+    /// The nodes whose request failed (the `SET` may have landed).
+    unknown: Vec<usize>,
+    /// The nodes that had not answered when the round was decided.
+    late: Vec<usize>,
+    /// How many nodes each other owner token was seen on, and where.
+    holders: Vec<(String, usize)>,
+    /// The nodes that refused the key (bit `i`: node `i`).
+    taken_on: u64,
+    /// The turn sequence each node read when it refused (0: not read).
+    seen: Arc<[AtomicU64]>,
+}
+
+/// The votes that decide what a round that did not win came to (see
+/// [`Inner::outcome`]).
+struct Votes {
+    won: usize,
+    taken: usize,
+    holders: Vec<(String, usize)>,
+    failures: Vec<NodeFailure>,
+    min_pttl: Option<Duration>,
+}
+
 impl Inner {
     fn keys(&self, name: &LockName) -> Arc<NameKeys> {
         NameKeys::of(format!("{}{}", self.config.key_prefix, name.as_str()).into())
@@ -339,7 +420,7 @@ impl Inner {
     }
 
     /// One Redlock round: `SET key token NX PX ttl` on every node in
-    /// parallel, in line ([`lock_redis::scripts::ACQUIRE_IN_LINE`]: a
+    /// parallel, in line ([`lock_redis::kit::scripts::ACQUIRE_IN_LINE`]: a
     /// waiter passes its `place`, and a node with a line gives its free key
     /// only to the first in it). Held if a quorum said yes before the
     /// validity (`start + ttl - drift`) ran out; otherwise every node that did
@@ -360,9 +441,6 @@ impl Inner {
         };
         let place = place.as_ref();
         let token: Arc<str> = owner_token().into();
-        let key = &keys.key;
-        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
-        let limit = self.config.node_timeout;
         let cleanup = CleanupOnDrop::new(release_everywhere(
             self.clone(),
             keys.clone(),
@@ -370,11 +448,87 @@ impl Inner {
         ));
         let start = Instant::now();
         let valid_until = validity(start, ttl);
-        let mut pending = {
-            let (keys, token) = (keys.clone(), token.clone());
-            fan_out(self, self.all(), limit, move |inner, i| {
+        let mut pending = self.send_round(keys, &token, ttl, ask, order);
+        let mut results: Vec<Option<SetResult>> = vec![None; self.nodes.len()];
+        let won = self.count_votes(&mut pending, &mut results).await;
+        if won >= self.quorum && Instant::now() < valid_until {
+            let (settled, late) = self.finish_won_round(keys, place, order, &results, pending);
+            cleanup.disarm();
+            let handle = RedlockLease {
+                inner: self.clone(),
+                key: keys.key.clone(),
+                token,
+                extensions: AtomicU32::new(0),
+                settled,
+                late,
+            };
+            let lease = Lease::new(Box::new(handle), valid_until).with_key(keys.key.clone());
+            return (Attempt::Acquired(lease), Deletes::default());
+        }
+        let elapsed = start.elapsed();
+        let tally = self.tally(results);
+        // One other owner holds a quorum: the lock is held, and removing
+        // our keys frees nothing, so it wakes nobody (every waiter would try
+        // in vain, and each failed try would wake the others again). After a
+        // split vote the lock is free once the keys are gone: announce it.
+        // A plain round reads no holder: a quorum refusing it is held (the
+        // holder's release wakes the waiters), as far as it can tell.
+        let held_by = tally
+            .holders
+            .iter()
+            .find(|(_, seen)| *seen >= self.quorum)
+            .map(|(holder, _)| Some(holder.clone()))
+            .or((tally.unread >= self.quorum).then_some(None));
+        // A waiter's place goes back into the lines its wins took it from.
+        let delete = Delete {
+            keys: keys.clone(),
+            token,
+            announce: held_by.is_none(),
+            rejoin: place.cloned(),
+        };
+        let taken_late = Arc::new(AtomicU64::new(0));
+        let deletes = self
+            .delete_round(&tally, &delete, pending, order, &taken_late, start)
+            .await;
+        cleanup.disarm();
+        let lost_to = LostTo {
+            taken_on: tally.taken_on,
+            taken_late,
+            seen: tally.seen,
+            start,
+        };
+        let votes = Votes {
+            won,
+            taken: tally.taken,
+            holders: tally.holders,
+            failures: tally.failures,
+            min_pttl: tally.min_pttl,
+        };
+        let outcome = self.outcome(&keys.key, ttl, elapsed, votes, held_by, lost_to);
+        (outcome, deletes)
+    }
+
+    /// The requests of one round: `ask` with owner `token` for `ttl` on
+    /// every node at once, each bounded by the node timeout and sent after
+    /// the call's earlier requests to its node (`order`); yields `(node
+    /// index, reply)` as they come.
+    fn send_round(
+        self: &Arc<Self>,
+        keys: &Arc<NameKeys>,
+        token: &Arc<str>,
+        ttl: Duration,
+        ask: Ask,
+        order: Option<&Arc<NodeOrder>>,
+    ) -> FuturesUnordered<impl Future<Output = (usize, SetResult)> + Send + 'static> {
+        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
+        let (keys, token, order) = (keys.clone(), token.clone(), order.cloned());
+        fan_out(
+            self,
+            self.all(),
+            self.config.node_timeout,
+            move |inner, i| {
                 let (keys, token, ask) = (keys.clone(), token.clone(), ask.clone());
-                let earlier = order.map(|o| o.after(i));
+                let earlier = order.as_ref().map(|o| o.after(i));
                 async move {
                     if let Some(earlier) = earlier {
                         earlier.await;
@@ -388,10 +542,23 @@ impl Inner {
                         }
                     }
                 }
-            })
-        };
+            },
+        )
+    }
+
+    /// Reads the replies to a round into `results` (by node) until it is
+    /// decided: a quorum said yes, or a quorum answered and ours can no
+    /// longer be one (held, or a split vote), or every node answered. How
+    /// many said yes.
+    async fn count_votes<F>(
+        &self,
+        pending: &mut FuturesUnordered<F>,
+        results: &mut [Option<SetResult>],
+    ) -> usize
+    where
+        F: Future<Output = (usize, SetResult)>,
+    {
         let n = self.nodes.len();
-        let mut results: Vec<Option<std::result::Result<SetReply, NodeFailure>>> = vec![None; n];
         let (mut won, mut taken, mut heard) = (0, 0, 0);
         while let Some((i, r)) = pending.next().await {
             heard += 1;
@@ -408,98 +575,108 @@ impl Inner {
                 break;
             }
             if won >= self.quorum {
-                if Instant::now() < valid_until {
-                    // The requests to the slower nodes finish in the
-                    // background (each within the node timeout): their yes
-                    // adds redundancy, so the lease survives more failures.
-                    // Renewals and the release wait for them first, so a
-                    // delete never overtakes its node's SET. A waiter's
-                    // place stays in line where it did not win: it leaves
-                    // those lines.
-                    if let Some(place) = place {
-                        let lost: Vec<usize> = (0..n)
-                            .filter(|&i| !matches!(results[i], Some(Ok(SetReply::Won)) | None))
-                            .collect();
-                        if !lost.is_empty() {
-                            tokio::spawn(self.clone().leave_line(
-                                lost,
-                                keys.clone(),
-                                place.clone(),
-                                true,
-                                order.cloned(),
-                            ));
-                        }
-                    }
-                    // The nodes still to answer: a release sends them its
-                    // delete only once they have.
-                    let late: Box<[usize]> = (0..n).filter(|&i| results[i].is_none()).collect();
-                    let settled = (!pending.is_empty()).then(|| {
-                        let settled = Arc::new(SetOnce::new());
-                        let done = SetOnDrop(settled.clone());
-                        let (inner, keys, place) = (self.clone(), keys.clone(), place.cloned());
-                        let order = order.cloned();
-                        tokio::spawn(async move {
-                            let _done = done;
-                            let mut lost = Vec::new();
-                            while let Some((i, r)) = pending.next().await {
-                                if !matches!(r, Ok(SetReply::Won)) {
-                                    lost.push(i);
-                                }
-                            }
-                            if let Some(place) = place {
-                                inner.leave_line(lost, keys, place, true, order).await;
-                            }
-                        });
-                        settled
-                    });
-                    cleanup.disarm();
-                    let handle = RedlockLease {
-                        inner: self.clone(),
-                        key: key.clone(),
-                        token,
-                        extensions: AtomicU32::new(0),
-                        settled,
-                        late,
-                    };
-                    let lease = Lease::new(Box::new(handle), valid_until).with_key(key.clone());
-                    return (Attempt::Acquired(lease), Deletes::default());
-                }
                 break;
             }
         }
-        let elapsed = start.elapsed();
+        won
+    }
 
-        let (mut taken, mut unread) = (0, 0);
-        let mut min_pttl: Option<Duration> = None;
-        let mut failures = Vec::new();
-        let (mut ours, mut unknown, mut late) = (Vec::new(), Vec::new(), Vec::new());
-        // How many nodes each other owner token was seen on, and where.
-        let mut holders: Vec<(String, usize)> = Vec::new();
-        // The nodes that refused the key (bit `i`: node `i`), and the turn
-        // sequence each read when it refused (0: not read).
-        let mut taken_on = 0u64;
-        let seen: Arc<[AtomicU64]> = (0..n).map(|_| AtomicU64::new(0)).collect();
+    /// The rest of a round that a quorum said yes to within the validity
+    /// (`results` so far, by node). The requests to the slower nodes
+    /// (`pending`) finish in the background (each within the node timeout):
+    /// their yes adds redundancy, so the lease survives more failures.
+    /// Renewals and the release wait for them first, so a delete never
+    /// overtakes its node's SET. A waiter's place stays in line where it
+    /// did not win: it leaves those lines. Returns what the lease waits
+    /// for: set once the slower nodes answered (`None`: all did), and
+    /// which nodes they are.
+    fn finish_won_round<F>(
+        self: &Arc<Self>,
+        keys: &Arc<NameKeys>,
+        place: Option<&Arc<Place>>,
+        order: Option<&Arc<NodeOrder>>,
+        results: &[Option<SetResult>],
+        mut pending: FuturesUnordered<F>,
+    ) -> (Option<Arc<SetOnce<()>>>, Box<[usize]>)
+    where
+        F: Future<Output = (usize, SetResult)> + Send + 'static,
+    {
+        let n = self.nodes.len();
+        if let Some(place) = place {
+            let lost: Vec<usize> = (0..n)
+                .filter(|&i| !matches!(results[i], Some(Ok(SetReply::Won)) | None))
+                .collect();
+            if !lost.is_empty() {
+                tokio::spawn(self.clone().leave_line(
+                    lost,
+                    keys.clone(),
+                    place.clone(),
+                    true,
+                    order.cloned(),
+                ));
+            }
+        }
+        // The nodes still to answer: a release sends them its
+        // delete only once they have.
+        let late: Box<[usize]> = (0..n).filter(|&i| results[i].is_none()).collect();
+        let settled = (!pending.is_empty()).then(|| {
+            let settled = Arc::new(SetOnce::new());
+            let done = SetOnDrop(settled.clone());
+            let (inner, keys, place) = (self.clone(), keys.clone(), place.cloned());
+            let order = order.cloned();
+            tokio::spawn(async move {
+                let _done = done;
+                let mut lost = Vec::new();
+                while let Some((i, r)) = pending.next().await {
+                    if !matches!(r, Ok(SetReply::Won)) {
+                        lost.push(i);
+                    }
+                }
+                if let Some(place) = place {
+                    inner.leave_line(lost, keys, place, true, order).await;
+                }
+            });
+            settled
+        });
+        (settled, late)
+    }
+
+    /// What the nodes answered to a round that did not win, node by node.
+    fn tally(&self, results: Vec<Option<SetResult>>) -> Tally {
+        let n = self.nodes.len();
+        let mut t = Tally {
+            taken: 0,
+            unread: 0,
+            min_pttl: None,
+            failures: Vec::new(),
+            ours: Vec::new(),
+            unknown: Vec::new(),
+            late: Vec::new(),
+            holders: Vec::new(),
+            taken_on: 0,
+            seen: (0..n).map(|_| AtomicU64::new(0)).collect(),
+        };
         for (i, r) in results.into_iter().enumerate() {
             match r {
-                Some(Ok(SetReply::Won)) => ours.push(i),
+                Some(Ok(SetReply::Won)) => t.ours.push(i),
                 Some(Ok(SetReply::Taken {
                     pttl,
                     holder,
                     seen: seq,
                 })) => {
-                    taken += 1;
-                    taken_on |= node_bit(i);
-                    seen[i].store(seq.unwrap_or(0), Ordering::Relaxed);
+                    t.taken += 1;
+                    t.taken_on |= node_bit(i);
+                    t.seen[i].store(seq.unwrap_or(0), Ordering::Relaxed);
                     if let Some(holder) = holder {
-                        match holders.iter_mut().find(|(h, _)| *h == holder) {
+                        match t.holders.iter_mut().find(|(h, _)| *h == holder) {
                             Some((_, seen)) => *seen += 1,
-                            None => holders.push((holder, 1)),
+                            None => t.holders.push((holder, 1)),
                         }
                     }
                     if let Some(p) = pttl {
-                        min_pttl = Some(min_pttl.map_or(p, |m| m.min(p)));
+                        t.min_pttl = Some(t.min_pttl.map_or(p, |m| m.min(p)));
                     }
-                    failures.push(NodeFailure {
+                    t.failures.push(NodeFailure {
                         node: self.nodes[i].addr.clone(),
                         reason: NodeFailureReason::Taken,
                         detail: pttl.map_or_else(
@@ -509,20 +686,20 @@ impl Inner {
                     });
                 }
                 Some(Ok(SetReply::TakenUnread)) => {
-                    (taken, unread) = (taken + 1, unread + 1);
-                    failures.push(NodeFailure {
+                    (t.taken, t.unread) = (t.taken + 1, t.unread + 1);
+                    t.failures.push(NodeFailure {
                         node: self.nodes[i].addr.clone(),
                         reason: NodeFailureReason::Taken,
                         detail: "held".into(),
                     });
                 }
                 Some(Err(f)) => {
-                    unknown.push(i);
-                    failures.push(f);
+                    t.unknown.push(i);
+                    t.failures.push(f);
                 }
                 None => {
-                    late.push(i);
-                    failures.push(NodeFailure {
+                    t.late.push(i);
+                    t.failures.push(NodeFailure {
                         node: self.nodes[i].addr.clone(),
                         reason: NodeFailureReason::TimedOut,
                         detail: "no answer yet when the round was decided".into(),
@@ -530,59 +707,84 @@ impl Inner {
                 }
             }
         }
-        // One other owner holds a quorum: the lock is held, and removing
-        // our keys frees nothing, so it wakes nobody (every waiter would try
-        // in vain, and each failed try would wake the others again). After a
-        // split vote the lock is free once the keys are gone: announce it.
-        // A plain round reads no holder: a quorum refusing it is held (the
-        // holder's release wakes the waiters), as far as it can tell.
-        let held_by = holders
-            .iter()
-            .find(|(_, seen)| *seen >= self.quorum)
-            .map(|(holder, _)| Some(holder.clone()))
-            .or((unread >= self.quorum).then_some(None));
-        let announce = held_by.is_none();
-        // Where the SET failed and may have landed, the delete goes in the
-        // background (it follows the SET on that node's connection); where
-        // the SET is still on its way, its reply decides in the background
-        // whether the key needs deleting (most of them are refused); where
-        // we know we won, it is done before returning.
-        // A waiter's place goes back into the lines its wins took it from.
-        let delete = Delete {
-            keys: keys.clone(),
-            token,
-            announce,
-            rejoin: place.cloned(),
-        };
+        t
+    }
+
+    /// Removes the keys of a round that did not win. Where the SET failed
+    /// and may have landed, the delete goes in the background (it follows
+    /// the SET on that node's connection); where the SET is still on its
+    /// way (`pending`), its reply decides in the background whether the key
+    /// needs deleting (most of them are refused; the late refusals are
+    /// recorded in `taken_late` and the tally's `seen`); where we know we
+    /// won, it is done before returning, waiting only for what is left of
+    /// the round's node timeout from `start` (the call's bound): when the
+    /// nodes answer, the keys are gone when the round returns; when they
+    /// hang, the release goes on in the background and a waiting caller
+    /// awaits it before its next round (see `Released`).
+    async fn delete_round<F>(
+        self: &Arc<Self>,
+        tally: &Tally,
+        delete: &Delete,
+        pending: FuturesUnordered<F>,
+        order: Option<&Arc<NodeOrder>>,
+        taken_late: &Arc<AtomicU64>,
+        start: Instant,
+    ) -> Deletes
+    where
+        F: Future<Output = (usize, SetResult)> + Send + 'static,
+    {
         let mut unanswered: Vec<Released> = Vec::new();
-        if !unknown.is_empty() {
-            unanswered.push(self.start_release(&unknown, &delete, order));
+        if !tally.unknown.is_empty() {
+            unanswered.push(self.start_release(&tally.unknown, delete, order));
         }
-        let taken_late = Arc::new(AtomicU64::new(0));
-        if !late.is_empty() {
+        if !tally.late.is_empty() {
             unanswered.push(self.settle_late(
                 pending,
-                &late,
-                &delete,
+                &tally.late,
+                delete,
                 order,
-                (taken_late.clone(), seen.clone()),
+                (taken_late.clone(), tally.seen.clone()),
             ));
         }
-        // The nodes we won are released at once, waiting only for what is
-        // left of this round's node timeout (the call's bound): when the
-        // nodes answer, the keys are gone when the round returns; when they
-        // hang, the release goes on in the background and a waiting caller
-        // awaits it before its next round (see `Released`).
-        let mut released = (!ours.is_empty()).then(|| self.start_release(&ours, &delete, order));
+        let mut released =
+            (!tally.ours.is_empty()).then(|| self.start_release(&tally.ours, delete, order));
         if let Some(r) = released.as_mut() {
-            if r.wait_by(add_saturating(start, limit)).await {
+            if r.wait_by(add_saturating(start, self.config.node_timeout))
+                .await
+            {
                 released = None;
             }
         }
-        cleanup.disarm();
+        Deletes {
+            won: released,
+            unanswered,
+            doubtful: false,
+        }
+    }
 
+    /// What a round that did not win came to, from its `votes`: too slow
+    /// (a quorum said yes after `elapsed`, past the validity of `ttl`), held
+    /// by `held_by` (a quorum refused it for one holder), too few answers for
+    /// a quorum, or a split vote.
+    fn outcome(
+        &self,
+        key: &str,
+        ttl: Duration,
+        elapsed: Duration,
+        votes: Votes,
+        held_by: Option<Option<String>>,
+        lost_to: LostTo,
+    ) -> Attempt {
+        let n = self.nodes.len();
+        let Votes {
+            won,
+            taken,
+            holders,
+            failures,
+            min_pttl,
+        } = votes;
         let answered = won + taken;
-        let outcome = if won >= self.quorum {
+        if won >= self.quorum {
             Attempt::TooSlow(
                 LockError::unavailable(format!(
                     "redlock: a quorum for {key} answered only after {elapsed:?}, past the validity of a {ttl:?} lease \
@@ -595,12 +797,7 @@ impl Inner {
             Attempt::Held {
                 min_pttl,
                 holder,
-                lost_to: LostTo {
-                    taken_on,
-                    taken_late,
-                    seen,
-                    start,
-                },
+                lost_to,
             }
         } else if answered < self.quorum {
             let transient = failures
@@ -617,22 +814,9 @@ impl Inner {
         } else {
             Attempt::Split {
                 holders: holders.into_iter().map(|(holder, _)| holder).collect(),
-                lost_to: LostTo {
-                    taken_on,
-                    taken_late,
-                    seen,
-                    start,
-                },
+                lost_to,
             }
-        };
-        (
-            outcome,
-            Deletes {
-                won: released,
-                unanswered,
-                doubtful: false,
-            },
-        )
+        }
     }
 
     /// Starts `delete` (a compare-and-delete of a round's token) on the
@@ -817,7 +1001,7 @@ impl Inner {
     /// with one place in the nodes' line for the whole wait (so a free lock
     /// is the turn of the longest waiter, and a client that just released
     /// it queues behind the others), woken when a release makes it the first
-    /// in line (see [`lock_redis::notify`]; the lock is ours with no round
+    /// in line (see [`lock_redis::kit::notify`]; the lock is ours with no round
     /// once a quorum of nodes did, see [`Inner::reserved_lease`]),
     /// re-checking at the holder's
     /// remaining TTL (at most every `max_recheck`), retrying split votes
@@ -852,9 +1036,14 @@ impl Inner {
             Some(order.clone()),
         ));
         let mut deletes = Deletes::default();
-        let got = self
-            .rounds(req, &keys, &place, &order, deadline, &mut deletes)
-            .await;
+        let wait = Wait {
+            req,
+            keys: &keys,
+            place: &place,
+            order: &order,
+            deadline,
+        };
+        let got = self.rounds(&wait, &mut deletes).await;
         // Granted, the round left the lines where it did not win. At the
         // deadline, our keys go first: their deletes put our place back in
         // line.
@@ -866,190 +1055,265 @@ impl Inner {
         got
     }
 
-    /// The rounds and waits of [`lock`](Self::lock) with `place` in line,
-    /// until the lock is ours or `deadline`; the deletes of rounds that did
-    /// not win still going on are left in `deletes`.
+    /// The rounds and waits of [`lock`](Self::lock) with the place of
+    /// `wait` in line, until the lock is ours or the deadline; the deletes of
+    /// rounds that did not win still going on are left in `deletes`.
     async fn rounds(
         self: &Arc<Self>,
-        req: &LeaseRequest,
-        keys: &Arc<NameKeys>,
-        place: &Arc<Place>,
-        order: &Arc<NodeOrder>,
-        deadline: Instant,
+        wait: &Wait<'_>,
         deletes: &mut Deletes,
     ) -> Result<Option<Lease>> {
-        let mut contended = false;
-        let mut slow_rounds = 0u32;
-        let mut silent_rounds = 0u32;
-        let mut rounds = 0u32;
-        // Subscribed already if other local waiters are (or were lately):
-        // then a release after our first round reaches us. Else the first
-        // round goes out before the subscription (most find the lock free).
-        let mut sub = self.notifier.subscribe_if_live(&keys.channel);
-        if let Some(s) = sub.as_mut() {
-            s.expect_grant(&place.id);
+        let mut state = WaitState {
+            contended: false,
+            slow_rounds: 0,
+            silent_rounds: 0,
+            rounds: 0,
+            // Subscribed already if other local waiters are (or were
+            // lately): then a release after our first round reaches us.
+            // Else the first round goes out before the subscription (most
+            // find the lock free).
+            sub: self.notifier.subscribe_if_live(&wait.keys.channel),
+            late_release_of: None,
+        };
+        if let Some(s) = state.sub.as_mut() {
+            s.expect_grant(&wait.place.id);
         }
-        // The holder whose release was still reaching nodes when we tried.
-        let mut late_release_of: Option<String> = None;
         loop {
-            if let Some(released) = deletes.won.take() {
-                // Our keys of the last round must be gone before the next
-                // round, or they would count against us: wait up to one
-                // node timeout (a node's next request waits for its delete
-                // in any case, see `NodeOrder`).
-                let by = add_saturating(Instant::now(), self.config.node_timeout);
-                released.wait(by.min(deadline)).await;
-            }
-            if let Some(sub) = sub.as_mut() {
-                sub.before_attempt();
-            }
-            // A first round with no sign of contention is a plain `SET NX`;
-            // from the second on, or with other waiters of ours on the
-            // name, the round takes (or keeps) our place in line.
-            let ask = if rounds == 0 && sub.is_none() {
-                Ask::Plain
-            } else {
-                Ask::InLine(Some(place.clone()))
-            };
-            let (outcome, round) = self.attempt(keys, req.ttl, ask, Some(order)).await;
-            deletes.add(round);
-            if let Some(sub) = sub.as_mut() {
-                sub.after_attempt();
-            }
-            rounds = rounds.saturating_add(1);
-            // The holder this round lost to, where, and when it was sent.
-            let mut lost_to: Option<LostTo> = None;
-            let mut listen = false;
-            let delay = match outcome {
-                Attempt::Acquired(lease) => {
-                    return Ok(Some(lease.with_contended(contended)));
-                }
-                Attempt::NoQuorum { err, transient } => {
-                    // A majority that timed out once may be a hiccup: one
-                    // more round if time is left; nodes that refuse are
-                    // down: fail at once.
-                    silent_rounds += 1;
-                    if !transient || silent_rounds > 1 || Instant::now() >= deadline {
-                        return Err(err);
-                    }
-                    self.retry_delay()
-                }
-                Attempt::TooSlow(err) => {
-                    slow_rounds += 1;
-                    if slow_rounds > self.config.retry_count || Instant::now() >= deadline {
-                        return Err(err);
-                    }
-                    self.retry_delay()
-                }
-                Attempt::Split {
-                    holders,
-                    lost_to: round,
-                } => {
-                    contended = true;
-                    lost_to = Some(round);
-                    // The line decides who goes next: the racers' clean-up
-                    // announces the first in line, which wakes it alone; the
-                    // random delay only bounds the wait. A split against
-                    // a release still reaching some nodes ends with its
-                    // next copy.
-                    match sub.as_mut() {
-                        Some(s) => {
-                            if !holders.is_empty() && holders.iter().all(|h| s.was_released(h)) {
-                                s.follow_copies();
-                            }
-                            listen = s.is_confirmed();
-                        }
-                        None => sub = Some(self.subscribe_for(keys, place)),
-                    }
-                    self.retry_delay()
-                }
-                Attempt::Held {
-                    min_pttl,
-                    holder,
-                    lost_to: round,
-                } => {
-                    contended = true;
-                    lost_to = Some(round);
-                    let now = Instant::now();
-                    if now >= deadline {
-                        return Ok(None);
-                    }
-                    let Some(s) = sub.as_mut() else {
-                        // Subscribe, wait for a node to confirm, then try
-                        // again at once: a release between the round and the
-                        // subscription published to nobody.
-                        let mut s = self.subscribe_for(keys, place);
-                        let confirm_by =
-                            deadline.min(add_saturating(now, self.config.node_timeout));
-                        s.confirmed_by(confirm_by).await;
-                        sub = Some(s);
-                        continue;
-                    };
-                    let jitter = rand::rng().random_range(
-                        Duration::from_millis(1)..=self.retry_delay().max(Duration::from_millis(1)),
-                    );
-                    let mut until_free =
-                        (min_pttl.unwrap_or(req.ttl) + jitter).min(self.config.max_recheck);
-                    if let Some(holder) = holder.filter(|h| s.was_released(h)) {
-                        // We heard the holder's release from some nodes and
-                        // tried before it reached the others. Their deletes
-                        // are on the way, each announced: wake on the next
-                        // one. All of them are done within the releaser's
-                        // bound, which covers the nodes that do not reach us.
-                        s.follow_copies();
-                        if late_release_of.as_deref() != Some(holder.as_str()) {
-                            until_free = until_free.min(self.background_bound());
-                            late_release_of = Some(holder);
-                        }
-                    }
-                    listen = true;
-                    if s.is_confirmed() {
-                        until_free
-                    } else {
-                        // No node confirmed our subscription: re-check with backoff.
-                        req.retry.delay(rounds).min(until_free)
-                    }
-                }
+            let outcome = self.round(wait, &mut state, deletes).await;
+            let (delay, listen, lost_to) = match self.after_round(wait, &mut state, outcome).await {
+                Next::Done(got) => return got,
+                Next::Again => continue,
+                Next::Sleep {
+                    delay,
+                    listen,
+                    lost_to,
+                } => (delay, listen, lost_to),
             };
             let now = Instant::now();
-            if now >= deadline {
+            if now >= wait.deadline {
                 return Ok(None);
             }
-            let wake = add_saturating(now, delay).min(deadline);
-            match sub.as_mut() {
-                Some(s) if listen => loop {
-                    let why = s.wait_until(wake).await;
-                    tracing::trace!(key = %keys.key, ?why, "redlock: waiter woke");
-                    if why != Wake::Notified {
-                        break;
+            let wake = add_saturating(now, delay).min(wait.deadline);
+            match state.sub.as_mut() {
+                Some(s) if listen => {
+                    if let Some(lease) = self.listen(wait, s, lost_to.as_ref(), deletes, wake).await
+                    {
+                        return Ok(Some(lease.with_contended(true)));
                     }
-                    // Our turn: go once the release freed a quorum.
-                    let by = add_saturating(Instant::now(), TURN_GRACE).min(deadline);
-                    let among = lost_to.as_ref().map_or(0, LostTo::refused_by);
-                    match s.turn_reached(self.quorum, among, by).await {
-                        Some(turn) => {
-                            let turns = lost_to.as_ref().map_or(0, |l| l.reserved_by(&turn));
-                            // A quorum reserved the key for us: that is the
-                            // lock, with no round. Otherwise a round takes it.
-                            if turns >= self.quorum {
-                                if let Some(lease) = lost_to
-                                    .as_ref()
-                                    .and_then(|l| self.reserved_lease(req, keys, place, l, deletes))
-                                {
-                                    s.after_attempt();
-                                    return Ok(Some(lease.with_contended(true)));
-                                }
-                            }
-                            break;
-                        }
-                        // A quorum made it another waiter's turn (our line on
-                        // some node had lost it already): it holds, we wait on.
-                        None => {
-                            tracing::trace!(key = %keys.key, "redlock: the turn of another waiter on a quorum");
-                        }
-                    }
-                },
+                }
                 _ => tokio::time::sleep_until(wake).await,
+            }
+        }
+    }
+
+    /// One round of a waiting acquire, once the last round's keys are gone.
+    async fn round(
+        self: &Arc<Self>,
+        wait: &Wait<'_>,
+        state: &mut WaitState,
+        deletes: &mut Deletes,
+    ) -> Attempt {
+        if let Some(released) = deletes.won.take() {
+            // Our keys of the last round must be gone before the next
+            // round, or they would count against us: wait up to one
+            // node timeout (a node's next request waits for its delete
+            // in any case, see `NodeOrder`).
+            let by = add_saturating(Instant::now(), self.config.node_timeout);
+            released.wait(by.min(wait.deadline)).await;
+        }
+        if let Some(sub) = state.sub.as_mut() {
+            sub.before_attempt();
+        }
+        // A first round with no sign of contention is a plain `SET NX`;
+        // from the second on, or with other waiters of ours on the
+        // name, the round takes (or keeps) our place in line.
+        let ask = if state.rounds == 0 && state.sub.is_none() {
+            Ask::Plain
+        } else {
+            Ask::InLine(Some(wait.place.clone()))
+        };
+        let (outcome, round) = self
+            .attempt(wait.keys, wait.req.ttl, ask, Some(wait.order))
+            .await;
+        deletes.add(round);
+        if let Some(sub) = state.sub.as_mut() {
+            sub.after_attempt();
+        }
+        state.rounds = state.rounds.saturating_add(1);
+        outcome
+    }
+
+    /// What a waiting acquire does after a round that came to `outcome`:
+    /// return, try again at once, or sleep until a release, the holder's
+    /// remaining TTL (at most `max_recheck`) or a random retry delay.
+    async fn after_round(
+        self: &Arc<Self>,
+        wait: &Wait<'_>,
+        state: &mut WaitState,
+        outcome: Attempt,
+    ) -> Next {
+        let (req, deadline) = (wait.req, wait.deadline);
+        // The holder this round lost to, where, and when it was sent.
+        let mut lost_to: Option<LostTo> = None;
+        let mut listen = false;
+        let delay = match outcome {
+            Attempt::Acquired(lease) => {
+                return Next::Done(Ok(Some(lease.with_contended(state.contended))));
+            }
+            Attempt::NoQuorum { err, transient } => {
+                // A majority that timed out once may be a hiccup: one
+                // more round if time is left; nodes that refuse are
+                // down: fail at once.
+                state.silent_rounds += 1;
+                if !transient || state.silent_rounds > 1 || Instant::now() >= deadline {
+                    return Next::Done(Err(err));
+                }
+                self.retry_delay()
+            }
+            Attempt::TooSlow(err) => {
+                state.slow_rounds += 1;
+                if state.slow_rounds > self.config.retry_count || Instant::now() >= deadline {
+                    return Next::Done(Err(err));
+                }
+                self.retry_delay()
+            }
+            Attempt::Split {
+                holders,
+                lost_to: round,
+            } => {
+                state.contended = true;
+                lost_to = Some(round);
+                // The line decides who goes next: the racers' clean-up
+                // announces the first in line, which wakes it alone; the
+                // random delay only bounds the wait. A split against
+                // a release still reaching some nodes ends with its
+                // next copy.
+                match state.sub.as_mut() {
+                    Some(s) => {
+                        if !holders.is_empty() && holders.iter().all(|h| s.was_released(h)) {
+                            s.follow_copies();
+                        }
+                        listen = s.is_confirmed();
+                    }
+                    None => state.sub = Some(self.subscribe_for(wait.keys, wait.place)),
+                }
+                self.retry_delay()
+            }
+            Attempt::Held {
+                min_pttl,
+                holder,
+                lost_to: round,
+            } => {
+                state.contended = true;
+                lost_to = Some(round);
+                let now = Instant::now();
+                if now >= deadline {
+                    return Next::Done(Ok(None));
+                }
+                let Some(s) = state.sub.as_mut() else {
+                    // Subscribe, wait for a node to confirm, then try
+                    // again at once: a release between the round and the
+                    // subscription published to nobody.
+                    let mut s = self.subscribe_for(wait.keys, wait.place);
+                    let confirm_by = deadline.min(add_saturating(now, self.config.node_timeout));
+                    s.confirmed_by(confirm_by).await;
+                    state.sub = Some(s);
+                    return Next::Again;
+                };
+                let until_free =
+                    self.until_free(req, s, min_pttl, holder, &mut state.late_release_of);
+                listen = true;
+                if s.is_confirmed() {
+                    until_free
+                } else {
+                    // No node confirmed our subscription: re-check with backoff.
+                    req.retry.delay(state.rounds).min(until_free)
+                }
+            }
+        };
+        Next::Sleep {
+            delay,
+            listen,
+            lost_to,
+        }
+    }
+
+    /// How long a waiter whose round was refused by a holder sleeps at
+    /// most: until the holder's shortest remaining TTL (`min_pttl`, else
+    /// the request's TTL) plus a jitter, at most `max_recheck`. If the
+    /// release of that `holder` was heard from some nodes already, the
+    /// waiter follows the copies of it on `s`, and sleeps no longer than
+    /// the releaser's bound the first time (`late_release_of`).
+    fn until_free(
+        &self,
+        req: &LeaseRequest,
+        s: &mut Subscription,
+        min_pttl: Option<Duration>,
+        holder: Option<String>,
+        late_release_of: &mut Option<String>,
+    ) -> Duration {
+        let jitter = rand::rng().random_range(
+            Duration::from_millis(1)..=self.retry_delay().max(Duration::from_millis(1)),
+        );
+        let mut until_free = (min_pttl.unwrap_or(req.ttl) + jitter).min(self.config.max_recheck);
+        if let Some(holder) = holder.filter(|h| s.was_released(h)) {
+            // We heard the holder's release from some nodes and
+            // tried before it reached the others. Their deletes
+            // are on the way, each announced: wake on the next
+            // one. All of them are done within the releaser's
+            // bound, which covers the nodes that do not reach us.
+            s.follow_copies();
+            if late_release_of.as_deref() != Some(holder.as_str()) {
+                until_free = until_free.min(self.background_bound());
+                *late_release_of = Some(holder);
+            }
+        }
+        until_free
+    }
+
+    /// Sleeps on `s` until a release wakes it, a node (re)confirms the
+    /// subscription, or `wake`. A release that made it our turn in line is
+    /// followed until it freed a quorum ([`turn_reached`]); if a quorum
+    /// reserved the key for us after the round `lost_to`, that is the lock,
+    /// with no round ([`Inner::reserved_lease`]), and it is returned.
+    /// Otherwise (`None`) a round takes it.
+    async fn listen(
+        self: &Arc<Self>,
+        wait: &Wait<'_>,
+        s: &mut Subscription,
+        lost_to: Option<&LostTo>,
+        deletes: &Deletes,
+        wake: Instant,
+    ) -> Option<Lease> {
+        loop {
+            let why = s.wait_until(wake).await;
+            tracing::trace!(key = %wait.keys.key, ?why, "redlock: waiter woke");
+            if why != Wake::Notified {
+                return None;
+            }
+            // Our turn: go once the release freed a quorum.
+            let by = add_saturating(Instant::now(), TURN_GRACE).min(wait.deadline);
+            let among = lost_to.map_or(0, LostTo::refused_by);
+            match turn_reached(s, self.quorum, among, by).await {
+                Some(turn) => {
+                    let turns = lost_to.map_or(0, |l| l.reserved_by(&turn));
+                    // A quorum reserved the key for us: that is the
+                    // lock, with no round. Otherwise a round takes it.
+                    if turns >= self.quorum {
+                        if let Some(lease) = lost_to.and_then(|l| {
+                            self.reserved_lease(wait.req, wait.keys, wait.place, l, deletes)
+                        }) {
+                            s.after_attempt();
+                            return Some(lease);
+                        }
+                    }
+                    return None;
+                }
+                // A quorum made it another waiter's turn (our line on
+                // some node had lost it already): it holds, we wait on.
+                None => {
+                    tracing::trace!(key = %wait.keys.key, "redlock: the turn of another waiter on a quorum");
+                }
             }
         }
     }
@@ -1057,7 +1321,7 @@ impl Inner {
 
 impl Inner {
     /// The lock held by the reservations that a quorum of nodes announced
-    /// for `place` ([`lock_redis::scripts::ACQUIRE_IN_LINE`]), with no
+    /// for `place` ([`lock_redis::kit::scripts::ACQUIRE_IN_LINE`]), with no
     /// round: the owner token is the reservation, `line:<wait id>`, and the
     /// place stays in line until the release takes it out. Each node made
     /// its reservation after the latest round reached it (its announcement
@@ -1111,7 +1375,7 @@ struct LostTo {
     /// After (the late replies, see [`Inner::settle_late`]).
     taken_late: Arc<AtomicU64>,
     /// Per node, the turn sequence its refusal read (0: none read, as by a
-    /// plain `SET NX`; see [`lock_redis::scripts::ACQUIRE_IN_LINE`]).
+    /// plain `SET NX`; see [`lock_redis::kit::scripts::ACQUIRE_IN_LINE`]).
     seen: Arc<[AtomicU64]>,
     start: Instant,
 }
@@ -1163,7 +1427,7 @@ impl Drop for SetOnDrop {
 struct Delete {
     keys: Arc<NameKeys>,
     token: Arc<str>,
-    /// Announced to the waiters (see [`lock_redis::scripts::RELEASE`]).
+    /// Announced to the waiters (see [`lock_redis::kit::scripts::RELEASE`]).
     announce: bool,
     /// A waiter's place that goes back into the lines where the token was.
     rejoin: Option<Arc<Place>>,

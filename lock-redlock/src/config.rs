@@ -86,7 +86,7 @@ pub struct RedlockConfig {
     pub max_recheck: Duration,
     /// How the renewals of this client's guards are batched, per node: the
     /// renewals that come within a short window go to each node as one
-    /// request (`lock-redis`'s batcher, see [`lock_redis::renew`]); a
+    /// request (`lock-redis`'s batcher, see [`lock_redis::kit::renew`]); a
     /// renewal waits for its batch, then `node_timeout` counts from the
     /// batch's send.
     /// Default: [`RenewBatching::default`] (a 50 ms window, at most 1/50 of
@@ -98,7 +98,7 @@ pub struct RedlockConfig {
     /// error naming the node). Under any other policy a node at its
     /// `maxmemory` may evict lock keys silently, which counts as that node
     /// failing. Either way `connect` reads each node's policy (`CONFIG GET`,
-    /// else `INFO memory`, see [`lock_redis::eviction`]) and warns of any
+    /// else `INFO memory`, see [`lock_redis::kit::eviction`]) and warns of any
     /// other; a node that answers neither is not checked (logged at debug
     /// level), and [`RedlockLock::connect_lazy`](crate::RedlockLock::connect_lazy),
     /// which does no I/O, checks nothing. Default: `false`.
@@ -113,7 +113,7 @@ impl std::fmt::Debug for RedlockConfig {
         let nodes: Vec<String> = self
             .nodes
             .iter()
-            .map(|n| lock_redis::redact_url(n))
+            .map(|n| lock_redis::kit::connect::redact_url(n))
             .collect();
         f.debug_struct("RedlockConfig")
             .field("nodes", &nodes)
@@ -268,7 +268,7 @@ impl RedlockConfig {
             lock_core::MAX_WAIT,
         )?;
         self.renew_batching.validate()?;
-        lock_redis::scripts::check_prefix(&self.key_prefix)
+        lock_redis::kit::layout::check_prefix(&self.key_prefix)
     }
 }
 

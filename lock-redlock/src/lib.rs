@@ -4,6 +4,7 @@
 mod backend;
 mod config;
 mod node;
+mod turn;
 
 pub use backend::{RedlockLock, FAULT_TOLERANCE};
 pub use config::RedlockConfig;

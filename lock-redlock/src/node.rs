@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use lock_core::backend::drift;
 use lock_core::{LockError, LockErrorKind, NodeFailure, NodeFailureReason, Result, TlsConfig};
-use lock_redis::call::ScriptCall;
-use lock_redis::place::PlaceLife;
-use lock_redis::renew::{BatchSender, Batcher, KeyOutcome, RenewBatching, RenewItem, RENEW_BATCH};
-use lock_redis::scripts::{
-    Keys, Scripts, ACQUIRE_IN_LINE, LEAVE_LINE, LINE, LINE_LAPSE, LINE_SEQ, RELEASED,
-};
+use lock_redis::kit::call::ScriptCall;
+use lock_redis::kit::layout::{Keys, LINE, LINE_LAPSE, LINE_SEQ, RELEASED};
+use lock_redis::kit::place::PlaceLife;
+use lock_redis::kit::renew::{BatchSender, Batcher, KeyOutcome, RenewItem, RENEW_BATCH};
+use lock_redis::kit::scripts::{Scripts, ACQUIRE_IN_LINE, LEAVE_LINE};
+use lock_redis::RenewBatching;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{RedisError, RedisResult, Script, Value};
 use tokio::time::Instant;
@@ -28,7 +28,7 @@ pub(crate) fn classify(err: &RedisError) -> (LockErrorKind, NodeFailureReason) {
         return (LockErrorKind::Unavailable, NodeFailureReason::Unreachable);
     }
     (
-        lock_redis::scripts::error_kind(err),
+        lock_redis::kit::errors::error_kind(err),
         NodeFailureReason::Error,
     )
 }
@@ -68,8 +68,8 @@ pub(crate) fn node_client(url: &str, tls: &TlsConfig) -> Result<redis::Client> {
     } else {
         format!("redis://{url}/")
     };
-    lock_redis::open_client(&full, tls).map_err(|e| {
-        let shown = lock_redis::redact_url(url);
+    lock_redis::kit::connect::open_client(&full, tls).map_err(|e| {
+        let shown = lock_redis::kit::connect::redact_url(url);
         LockError::new(e.kind(), format!("redlock: node {shown}: {}", e.message()))
     })
 }
@@ -138,7 +138,7 @@ impl NameKeys {
 #[derive(Debug)]
 pub(crate) struct Place {
     /// A random id for this call only, naming this client
-    /// ([`lock_redis::notify::Notifier::wait_id`]).
+    /// ([`lock_redis::kit::notify::Notifier::wait_id`]).
     pub id: String,
     /// When the call began, in µs of this machine's clock since the Unix
     /// epoch (an order between waiters, not a time bound).
@@ -156,11 +156,11 @@ impl Place {
     /// attempt keeps the place twice that longer, but not past
     /// `deadline + slack` ([`PlaceLife`]).
     ///
-    /// Its wait id is `wait_id` ([`lock_redis::notify::Notifier::wait_id`])
+    /// Its wait id is `wait_id` ([`lock_redis::kit::notify::Notifier::wait_id`])
     /// with `+<ttl ms>+<slack ms>` appended: a node that reserves the key
     /// for this place while more than the slack is left of it keeps the
     /// reservation for the TTL at least (see
-    /// [`lock_redis::scripts::ACQUIRE_IN_LINE`]), so that it is the lock of
+    /// [`lock_redis::kit::scripts::ACQUIRE_IN_LINE`]), so that it is the lock of
     /// this waiter once a quorum of nodes made it ([`Place::ttl_reserved_before`]).
     pub fn new(
         wait_id: &str,
@@ -257,7 +257,7 @@ impl BatchSender for NodeBatch {
     async fn send(&self, items: Vec<RenewItem>) -> RedisResult<Vec<KeyOutcome>> {
         let request = call_on(&self.conn, "renew", |mut c| {
             let (script, items) = (&self.script, &items);
-            async move { lock_redis::renew::send_batch(&mut c, script, items).await }
+            async move { lock_redis::kit::renew::send_batch(&mut c, script, items).await }
         });
         match tokio::time::timeout(self.limit, request).await {
             Ok(r) => r,
@@ -287,7 +287,7 @@ pub(crate) struct Node {
     /// The renewals of this client's leases on this node, one request per batch.
     renewals: Batcher<NodeBatch>,
     /// The prefix of the waiters' inbox channels, where this node announces
-    /// a waiter's turn (see `lock_redis::notify`).
+    /// a waiter's turn (see `lock_redis::kit::notify`).
     inbox: Arc<str>,
 }
 
@@ -464,7 +464,7 @@ impl Node {
         let renewed = self
             .renewals
             .renew(RenewItem {
-                kind: lock_redis::renew::LeaseKind::Mutex,
+                kind: lock_redis::kit::renew::LeaseKind::Mutex,
                 described: None,
                 key: key.to_string(),
                 token: token.to_string(),
@@ -572,19 +572,19 @@ impl Node {
         scripts: &Scripts,
         key_prefix: &str,
         name_prefix: &str,
-    ) -> RedisResult<Vec<lock_redis::scripts::Listed>> {
+    ) -> RedisResult<Vec<lock_redis::kit::list::Listed>> {
         self.call("list", |mut c| async move {
-            lock_redis::scripts::list_keys(&mut c, &scripts.list_page, key_prefix, name_prefix)
+            lock_redis::kit::list::list_keys(&mut c, &scripts.list_page, key_prefix, name_prefix)
                 .await
         })
         .await
     }
 
     /// The node's `maxmemory-policy`, if it tells
-    /// ([`lock_redis::eviction::read_policy`]).
+    /// ([`lock_redis::kit::eviction::read_policy`]).
     pub async fn eviction_policy(&self) -> RedisResult<Option<String>> {
         self.call("connect", |mut c| async move {
-            Ok(lock_redis::eviction::read_policy(&mut c, &self.addr).await)
+            Ok(lock_redis::kit::eviction::read_policy(&mut c, &self.addr).await)
         })
         .await
     }
@@ -595,7 +595,7 @@ impl Node {
         let mut pipe = redis::pipe();
         pipe.cmd("SCRIPT")
             .arg("LOAD")
-            .arg(lock_redis::scripts::RELEASE)
+            .arg(lock_redis::kit::scripts::RELEASE)
             .cmd("SCRIPT")
             .arg("LOAD")
             .arg(RENEW_BATCH)

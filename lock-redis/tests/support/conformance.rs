@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use lock_conformance::{async_trait, Harness};
 use lock_core::{Capabilities, Fencing, LockError, LockName, LockService, TlsConfig};
-use lock_redis::{Keys, RedisLock, RedisLockConfig};
+use lock_redis::kit::layout::Keys;
+use lock_redis::{RedisLock, RedisLockConfig};
 use lock_testbed::{shared_redis, RedisOptions, RedisServer, RespValue};
 
 /// The suite's view of one Redis server, reached over TLS or not.

@@ -28,23 +28,12 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use lock_core::{LockError, Result};
 use redis::{ErrorKind, RedisError, RedisResult, Script, ServerErrorKind, Value};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::call::ScriptCall;
-
-/// The default [`RenewBatching::window`]: 50 ms: at most 20 renewal
-/// requests per second per connection, whatever the number of guards.
-pub const DEFAULT_RENEW_WINDOW: Duration = Duration::from_millis(50);
-/// The default [`RenewBatching::max_keys`]: 256 renewals per request (a few
-/// hundred microseconds of script time on the server).
-pub const DEFAULT_RENEW_MAX_KEYS: usize = 256;
-/// The longest [`RenewBatching::window`] accepted: 1 s.
-pub const MAX_RENEW_WINDOW: Duration = Duration::from_secs(1);
-/// The largest [`RenewBatching::max_keys`] accepted: 10,000.
-pub const MAX_RENEW_KEYS: usize = 10_000;
+use crate::batching::RenewBatching;
+use crate::kit::call::ScriptCall;
 
 /// Compare-and-extend of many leases in one script, each with its own kind,
 /// owner token and TTL, for the mutex, the read-write lock and the semaphore
@@ -62,153 +51,7 @@ pub const MAX_RENEW_KEYS: usize = 10_000;
 /// 1 extended, 0 not ours (gone, expired, another owner), or the error
 /// text of a key whose own commands failed (a key of the wrong type, a key
 /// the ACL denies): one bad key never fails the others.
-pub const RENEW_BATCH: &str = r#"
-local now = false
-local function clock()
-  if not now then
-    local t = redis.call('TIME')
-    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  end
-  return now
-end
-local function mutex(k, tok, ttl)
-  if redis.call('GET', k) == tok then
-    return redis.call('PEXPIRE', k, ttl)
-  end
-  return 0
-end
-local function rw(k, tok, ttl)
-  local v = redis.call('HGET', k, tok)
-  if not v then return 0 end
-  local n = clock()
-  if tonumber(string.sub(v, 3)) <= n then
-    redis.call('HDEL', k, tok)
-    return 0
-  end
-  local t = tonumber(ttl)
-  redis.call('HSET', k, tok, string.sub(v, 1, 1) .. ' ' .. string.format('%.0f', n + t))
-  if redis.call('PTTL', k) < t then redis.call('PEXPIRE', k, t) end
-  return 1
-end
-local function permit(k, tok, ttl)
-  local exp = redis.call('ZSCORE', k, tok)
-  if not exp then return 0 end
-  local n = clock()
-  if tonumber(exp) <= n then
-    redis.call('ZREM', k, tok)
-    return 0
-  end
-  local t = tonumber(ttl)
-  redis.call('ZADD', k, n + t, tok)
-  if redis.call('PTTL', k) < t then redis.call('PEXPIRE', k, t) end
-  return 1
-end
-local function described(k, tok, ttl, d)
-  local r = mutex(k, tok, ttl)
-  if r == 1 then
-    local v = redis.call('GET', d)
-    if v and string.sub(v, 1, #tok + 1) == tok .. ' ' then redis.call('PEXPIRE', d, ttl) end
-  end
-  return r
-end
-local kinds = {m = mutex, d = described, r = rw, p = permit}
-local out = {}
-local n = #ARGV / 3
-local extra = n
-for i = 1, n do
-  local kind = ARGV[3 * i - 2]
-  local f = kinds[kind]
-  local d
-  if kind == 'd' then
-    extra = extra + 1
-    d = KEYS[extra]
-  end
-  if not f then
-    out[i] = 'ERR unknown lease kind ' .. tostring(kind)
-  else
-    local ok, r = pcall(f, KEYS[i], ARGV[3 * i - 1], ARGV[3 * i], d)
-    if ok then
-      out[i] = r
-    elseif type(r) == 'table' then
-      out[i] = tostring(r.err)
-    else
-      out[i] = tostring(r)
-    end
-  end
-end
-return out
-"#;
-
-/// How a client batches its renewals (see the [module docs](self)).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct RenewBatching {
-    /// The shortest time between two renewal requests of a connection: a
-    /// renewal that comes sooner after the last request waits for the next
-    /// one, with the others that come meanwhile, but never longer than 1/50
-    /// of its TTL (so that no renewal is late: keep-alive renews with two
-    /// thirds of the TTL left). A renewal on a connection quiet for a window
-    /// goes at once. `Duration::ZERO` sends every renewal on its own, at
-    /// once. Default: [`DEFAULT_RENEW_WINDOW`] (50 ms); at most
-    /// [`MAX_RENEW_WINDOW`].
-    pub window: Duration,
-    /// The most renewals one request carries; a larger batch is split.
-    /// Bounds how long one script runs on the server. Default:
-    /// [`DEFAULT_RENEW_MAX_KEYS`] (256); 1 ..= [`MAX_RENEW_KEYS`].
-    pub max_keys: usize,
-}
-
-impl Default for RenewBatching {
-    fn default() -> Self {
-        Self {
-            window: DEFAULT_RENEW_WINDOW,
-            max_keys: DEFAULT_RENEW_MAX_KEYS,
-        }
-    }
-}
-
-impl RenewBatching {
-    /// The defaults.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Sets [`RenewBatching::window`].
-    pub fn window(mut self, window: Duration) -> Self {
-        self.window = window;
-        self
-    }
-
-    /// Sets [`RenewBatching::max_keys`].
-    pub fn max_keys(mut self, max_keys: usize) -> Self {
-        self.max_keys = max_keys;
-        self
-    }
-
-    /// Checks the bounds: `window` at most [`MAX_RENEW_WINDOW`], `max_keys`
-    /// in 1 ..= [`MAX_RENEW_KEYS`].
-    pub fn validate(&self) -> Result<()> {
-        if self.window > MAX_RENEW_WINDOW {
-            return Err(LockError::invalid(format!(
-                "renew batching window {:?} is above the limit of {MAX_RENEW_WINDOW:?}",
-                self.window
-            )));
-        }
-        if self.max_keys == 0 || self.max_keys > MAX_RENEW_KEYS {
-            return Err(LockError::invalid(format!(
-                "renew batching max_keys must be 1 ..= {MAX_RENEW_KEYS}, not {}",
-                self.max_keys
-            )));
-        }
-        Ok(())
-    }
-
-    /// The longest a renewal of a lease of `ttl` may wait for its batch:
-    /// the window, at most 1/50 of the TTL.
-    pub fn wait_for(&self, ttl: Duration) -> Duration {
-        self.window.min(ttl / 50)
-    }
-}
+pub const RENEW_BATCH: &str = include_str!("lua/renew_batch.lua");
 
 /// The kind of lease a renewal extends: which part of [`RENEW_BATCH`] runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -497,7 +340,7 @@ pub async fn send_batch<C: redis::aio::ConnectionLike + Send>(
         };
         call.arg(kind.code())
             .arg(&item.token)
-            .arg(crate::client::ttl_millis(item.ttl));
+            .arg(crate::kit::call::ttl_millis(item.ttl));
     }
     let reply: Vec<Value> = call.invoke_async(conn).await?;
     parse_reply(reply, items.len())
@@ -535,36 +378,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn limits_are_checked_and_the_wait_is_a_fraction_of_the_ttl() {
-        assert!(RenewBatching::default().validate().is_ok());
-        assert!(RenewBatching::new().max_keys(0).validate().is_err());
-        assert!(RenewBatching::new()
-            .max_keys(MAX_RENEW_KEYS + 1)
-            .validate()
-            .is_err());
-        assert!(RenewBatching::new()
-            .window(Duration::from_secs(2))
-            .validate()
-            .is_err());
-        let b = RenewBatching::default();
-        assert_eq!(b.wait_for(Duration::from_secs(30)), DEFAULT_RENEW_WINDOW);
-        assert_eq!(
-            b.wait_for(Duration::from_millis(500)),
-            Duration::from_millis(10)
-        );
-        assert_eq!(
-            b.wait_for(Duration::from_secs(3)),
-            Duration::from_millis(50)
-        );
-        assert_eq!(
-            RenewBatching::new()
-                .window(Duration::ZERO)
-                .wait_for(Duration::from_secs(3)),
-            Duration::ZERO
-        );
-    }
-
-    #[test]
     fn replies_are_read_per_key() {
         let got = parse_reply(
             vec![
@@ -586,11 +399,11 @@ mod tests {
         assert!(parse_reply(vec![Value::Int(1)], 2).is_err());
         assert!(parse_reply(vec![Value::Nil], 1).is_err());
         assert_eq!(
-            crate::scripts::error_kind(&KeyOutcome::error("NOPERM no")),
+            crate::kit::errors::error_kind(&KeyOutcome::error("NOPERM no")),
             lock_core::LockErrorKind::Unauthorized
         );
         assert_eq!(
-            crate::scripts::error_kind(&KeyOutcome::error("WRONGTYPE x")),
+            crate::kit::errors::error_kind(&KeyOutcome::error("WRONGTYPE x")),
             lock_core::LockErrorKind::Protocol
         );
     }

@@ -9,6 +9,8 @@
 //! failover to a replica that never saw it) is sent `SCRIPT LOAD` and the
 //! call once more.
 
+use std::time::Duration;
+
 use redis::aio::ConnectionLike;
 use redis::{Cmd, ErrorKind, FromRedisValue, RedisResult, Script, ServerErrorKind, ToRedisArgs};
 
@@ -51,5 +53,25 @@ impl<'a> ScriptCall<'a> {
             }
             done => done,
         }
+    }
+}
+
+/// A TTL in whole milliseconds for `PX`/`PEXPIRE`, rounded UP so that the
+/// server never expires the key before the validity the client computes.
+pub(crate) fn ttl_millis(ttl: Duration) -> u64 {
+    let ms = ttl.as_nanos().div_ceil(1_000_000);
+    u64::try_from(ms).unwrap_or(u64::MAX).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ttl_rounds_up() {
+        assert_eq!(ttl_millis(Duration::from_micros(1500)), 2);
+        assert_eq!(ttl_millis(Duration::from_millis(1)), 1);
+        assert_eq!(ttl_millis(Duration::from_nanos(1)), 1);
+        assert_eq!(ttl_millis(Duration::from_secs(30)), 30_000);
     }
 }

@@ -1,0 +1,264 @@
+//! The key layout shared by `lock-redis` and `lock-redlock`.
+//!
+//! Layout (compatible with redis-py `Lock`, redsync, node-redlock, rslock):
+//! the lock key is the lock name (with an optional prefix) holding a random
+//! owner token; acquisition is `SET key token NX PX ttl`; release and extend
+//! compare the token first. `lock-redis` adds a fencing counter
+//! `{key} fencing` (same cluster slot through the hash tag) that never
+//! expires, and publishes on `{key} released` when it releases, so that
+//! waiters wake at once instead of polling.
+//!
+//! The mutex's holder describes itself in `{key} holder`: its owner token,
+//! a space and the holder's description as JSON (`lock_core::Holder`),
+//! with the lock key's expiry; every script that sets, hands over, extends
+//! or deletes the lock key does the same to it, so a description is shown
+//! only while its token holds the lock key (peers never touch it).
+//!
+//! Every auxiliary key is the lock key in braces, a space and a suffix. Lock
+//! names and key prefixes cannot contain whitespace, so no lock key is ever
+//! an auxiliary key of another lock: the lock named `{x}:fencing` is just a
+//! lock, never the counter of the lock `x`.
+
+use std::fmt;
+
+/// The Redis keys of one lock name, written one after another into one
+/// string (every acquisition and release makes them: one allocation, not
+/// twelve) and read through the methods below.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Keys {
+    /// The lock key, then each auxiliary key of [`AUX_SUFFIXES`].
+    text: String,
+    /// Where each key ends in `text`: the lock key's end, then each
+    /// auxiliary key's.
+    ends: [usize; AUX_SUFFIXES.len() + 1],
+}
+
+/// The auxiliary keys' suffixes, in the order of [`Keys`]'s methods.
+const AUX_SUFFIXES: [&str; 11] = [
+    "fencing",
+    RELEASED,
+    "queue",
+    "lapse",
+    RW,
+    "rw queue",
+    "rw lapse",
+    "rw released",
+    PERMITS,
+    "permits released",
+    HOLDER,
+];
+
+impl fmt::Debug for Keys {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Keys")
+            .field("lock", &self.lock())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Keys {
+    /// The key at `index` (0: the lock key; then [`AUX_SUFFIXES`]'s).
+    fn nth(&self, index: usize) -> &str {
+        let start = index.checked_sub(1).map_or(0, |before| self.ends[before]);
+        &self.text[start..self.ends[index]]
+    }
+
+    /// The lock key itself: `prefix + name`.
+    pub fn lock(&self) -> &str {
+        self.nth(0)
+    }
+
+    /// The fencing counter: `{prefix + name} fencing` (never expires).
+    pub fn fencing(&self) -> &str {
+        self.nth(1)
+    }
+
+    /// The pub/sub channel a release publishes on: `{prefix + name} released`.
+    pub fn released(&self) -> &str {
+        self.nth(2)
+    }
+
+    /// The mutex's waiters by arrival: `{prefix + name} queue`.
+    pub fn queue(&self) -> &str {
+        self.nth(3)
+    }
+
+    /// The mutex's waiters by lapse time: `{prefix + name} lapse`.
+    pub fn lapse(&self) -> &str {
+        self.nth(4)
+    }
+
+    /// The read-write lock's holders: `{prefix + name} rw`.
+    pub fn rw(&self) -> &str {
+        self.nth(5)
+    }
+
+    /// The read-write lock's waiters by arrival: `{prefix + name} rw queue`.
+    pub fn rw_queue(&self) -> &str {
+        self.nth(6)
+    }
+
+    /// The read-write lock's waiters by lapse time: `{prefix + name} rw lapse`.
+    pub fn rw_lapse(&self) -> &str {
+        self.nth(7)
+    }
+
+    /// The read-write lock's release channel: `{prefix + name} rw released`.
+    pub fn rw_released(&self) -> &str {
+        self.nth(8)
+    }
+
+    /// The semaphore's holders: `{prefix + name} permits`.
+    pub fn permits(&self) -> &str {
+        self.nth(9)
+    }
+
+    /// The semaphore's release channel: `{prefix + name} permits released`.
+    pub fn permits_released(&self) -> &str {
+        self.nth(10)
+    }
+
+    /// The mutex holder's description: `{prefix + name} holder`, holding
+    /// `<owner token> <description JSON>` with the lock key's expiry.
+    pub fn holder(&self) -> &str {
+        self.nth(11)
+    }
+}
+
+/// The suffix of the mutex's release channel ([`Keys::released`]).
+pub const RELEASED: &str = "released";
+/// The suffix of a Redlock lock's line of waiters (see
+/// [`ACQUIRE_IN_LINE`](super::scripts::ACQUIRE_IN_LINE)).
+pub const LINE: &str = "line";
+/// The suffix of the lapse times of a Redlock lock's line.
+pub const LINE_LAPSE: &str = "line lapse";
+/// The suffix of a Redlock lock's turn sequence on one node: the sequence
+/// of the node's latest reservation for the first in line (it expires with
+/// the line; the server's clock stands in for it when it is gone).
+pub const LINE_SEQ: &str = "line seq";
+/// The suffix of the mutex holder's description ([`Keys::holder`]).
+pub const HOLDER: &str = "holder";
+/// The suffix of the read-write lock's holders key ([`Keys::rw`]).
+pub const RW: &str = "rw";
+/// The suffix of the semaphore's holders key ([`Keys::permits`]).
+pub const PERMITS: &str = "permits";
+
+impl Keys {
+    /// The keys of lock `name` under `prefix` (empty for none). `prefix`
+    /// must pass [`check_prefix`] (the configurations check it).
+    pub fn new(prefix: &str, name: &str) -> Self {
+        Self::build(&[prefix, name])
+    }
+
+    /// The keys that go with the lock key `lock` (`prefix + name`).
+    pub fn of_lock(lock: &str) -> Self {
+        Self::build(&[lock])
+    }
+
+    /// The keys of the lock key made of `parts`.
+    fn build(parts: &[&str]) -> Self {
+        let lock_len: usize = parts.iter().map(|p| p.len()).sum();
+        let aux_len: usize = AUX_SUFFIXES.iter().map(|s| lock_len + s.len() + 3).sum();
+        let mut text = String::with_capacity(lock_len + aux_len);
+        parts.iter().for_each(|part| text.push_str(part));
+        let mut ends = [0; AUX_SUFFIXES.len() + 1];
+        ends[0] = lock_len;
+        for (i, suffix) in AUX_SUFFIXES.iter().enumerate() {
+            text.push('{');
+            text.extend_from_within(..lock_len);
+            text.push_str("} ");
+            text.push_str(suffix);
+            ends[i + 1] = text.len();
+        }
+        Self { text, ends }
+    }
+
+    /// The auxiliary key `suffix` of the lock key `lock`: `{lock} suffix`.
+    pub fn aux(lock: &str, suffix: &str) -> String {
+        let mut key = String::with_capacity(lock.len() + suffix.len() + 3);
+        key.push('{');
+        key.push_str(lock);
+        key.push_str("} ");
+        key.push_str(suffix);
+        key
+    }
+}
+
+/// Checks a key prefix: no whitespace or control characters, so that no
+/// lock key can be an auxiliary key (see the module docs).
+pub fn check_prefix(prefix: &str) -> lock_core::Result<()> {
+    match prefix
+        .chars()
+        .find(|c| c.is_whitespace() || c.is_control())
+    {
+        Some(c) => Err(lock_core::LockError::invalid(format!(
+            "key prefix {prefix:?} contains {c:?}; whitespace and control characters are not allowed"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// The value of a Redlock key reserved for the first in line: `line:` and
+/// its wait id (see [`ACQUIRE_IN_LINE`](super::scripts::ACQUIRE_IN_LINE)).
+/// It is also that waiter's owner token when it holds the lock by the
+/// reservation alone (a quorum of nodes reserved the key for it), so it
+/// contains no space.
+pub const RESERVED_FOR: &str = "line:";
+
+/// A random owner token: 128 bits from the OS-seeded thread RNG, as 32 hex digits.
+pub fn owner_token() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kit::list::match_prefix;
+
+    #[test]
+    fn keys_share_a_hash_slot_tag() {
+        let k = Keys::new("", "jobs/report");
+        assert_eq!(k.lock(), "jobs/report");
+        assert_eq!(k.fencing(), "{jobs/report} fencing");
+        assert_eq!(k.released(), "{jobs/report} released");
+        assert_eq!(Keys::new("app:", "x").lock(), "app:x");
+        // A name shaped like another lock's counter is just a lock.
+        let tricky = Keys::new("", "{x}:fencing");
+        assert_ne!(tricky.lock(), Keys::new("", "x").fencing());
+        assert!(check_prefix("locks:").is_ok());
+        assert!(check_prefix("a b").is_err());
+        assert_eq!(match_prefix("jobs/[a]*"), "jobs/\\[a\\]\\**");
+    }
+
+    #[test]
+    fn every_auxiliary_key_is_the_lock_key_in_braces_and_its_suffix() {
+        let k = Keys::new("app:", "jobs/é x");
+        assert_eq!(k.lock(), "app:jobs/é x");
+        let aux = [
+            k.fencing(),
+            k.released(),
+            k.queue(),
+            k.lapse(),
+            k.rw(),
+            k.rw_queue(),
+            k.rw_lapse(),
+            k.rw_released(),
+            k.permits(),
+            k.permits_released(),
+            k.holder(),
+        ];
+        for (key, suffix) in aux.into_iter().zip(AUX_SUFFIXES) {
+            assert_eq!(key, Keys::aux("app:jobs/é x", suffix));
+        }
+        assert_eq!(k.rw_released(), "{app:jobs/é x} rw released");
+        assert_eq!(Keys::of_lock("app:jobs/é x"), k);
+        assert_eq!(Keys::new("", "").fencing(), "{} fencing");
+    }
+
+    #[test]
+    fn owner_tokens_are_128_bit_and_distinct() {
+        let (a, b) = (owner_token(), owner_token());
+        assert_eq!(a.len(), 32);
+        assert_ne!(a, b);
+    }
+}

@@ -1,0 +1,1 @@
+local holder = redis.call('GET', KEYS[1])

@@ -1,0 +1,2 @@
+if left then return 1 end
+return 0

@@ -1,0 +1,2 @@
+
+  if ARGV[3] ~= '' then

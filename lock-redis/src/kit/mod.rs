@@ -1,0 +1,32 @@
+//! The toolkit for backends built on Redis: the pieces that
+//! [`RedisLock`](crate::RedisLock), `lock-redlock` (Redlock over N nodes) and
+//! the Redis fence of `lock-fence` share.
+//!
+//! - [`layout`]: the keys of one lock name, owner tokens, key prefixes;
+//! - [`scripts`]: the Lua scripts (Lua source under `src/kit/lua/`);
+//! - [`list`]: listing the held locks;
+//! - [`errors`]: the mapping of `redis` errors to error kinds;
+//! - [`call`]: one call of a loaded script, written straight into its
+//!   `EVALSHA` command;
+//! - [`connect`]: a `redis::Client` for a URL with TLS files, and URLs
+//!   shown without their password;
+//! - [`notify`]: release notifications over pub/sub, for waiters;
+//! - [`renew`]: renewal batching, many guards' renewals in one request;
+//! - [`place`]: how long a waiter's place in a line lasts on the server;
+//! - [`eviction`]: the server's eviction policy, checked at connect.
+//!
+//! Applications do not need this module: they use
+//! [`RedisLock`](crate::RedisLock) and [`RedisLockConfig`](crate::RedisLockConfig).
+//! It is for crates that build a lock backend on Redis, and its API may
+//! change between minor versions.
+
+pub mod call;
+pub mod connect;
+pub mod errors;
+pub mod eviction;
+pub mod layout;
+pub mod list;
+pub mod notify;
+pub mod place;
+pub mod renew;
+pub mod scripts;
