@@ -8,13 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::{AcquireOptions, LockError, LockGuard, LockMode, LockName, LockService};
-use lock_etcd::{EtcdConfig, EtcdLock};
-use lock_redis::{RedisLock, RedisLockConfig};
-use lock_redlock::{RedlockConfig, RedlockLock};
 use lock_testbed::{
-    EtcdCluster, Persistence, Proxy, RedisOptions, RedisServer, RedisSet, ZkEnsemble, ZkOptions,
+    Cluster, EtcdCluster, Persistence, Proxy, RedisOptions, RedisServer, RedisSet, ZkEnsemble,
+    ZkOptions,
 };
-use lock_zk::{ZkConfig, ZkLock};
 
 /// A backend under test.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,6 +48,40 @@ impl Kind {
     /// The backend named `name` (as [`Kind::name`] says it).
     pub fn parse(name: &str) -> Option<Kind> {
         Kind::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    /// The URL of a client of `addrs` (the servers, or proxies in front of
+    /// them), with the timeouts of [`Kind::request_timeout`] and the TTL of
+    /// [`Kind::ttl`] (etcd's lease, ZooKeeper's session).
+    pub fn url(self, addrs: &[SocketAddr]) -> String {
+        let ms = |d: Duration| format!("{}ms", d.as_millis());
+        let timeout = ms(self.request_timeout());
+        let (scheme, options) = match self {
+            Kind::Redis => (
+                "redis",
+                format!("request_timeout={timeout}&connect_timeout=500ms"),
+            ),
+            Kind::Redlock => (
+                "redlock",
+                format!("node_timeout={timeout}&connect_timeout=500ms"),
+            ),
+            Kind::Etcd => (
+                "etcd",
+                format!(
+                    "lease_ttl={}&request_timeout={timeout}&connect_timeout=2s",
+                    ms(self.ttl())
+                ),
+            ),
+            Kind::Zk => (
+                "zk",
+                format!(
+                    "session_timeout={}&request_timeout={timeout}&connect_timeout=2s",
+                    ms(self.ttl())
+                ),
+            ),
+        };
+        let hosts: Vec<String> = addrs.iter().map(SocketAddr::to_string).collect();
+        format!("{scheme}://{}?{options}", hosts.join(","))
     }
 
     /// The timeout of one request of the clients made here (Redlock: of one
@@ -148,68 +179,54 @@ impl Servers {
         }
     }
 
+    /// The servers as every backend's servers look.
+    pub fn cluster(&self) -> &dyn Cluster {
+        match self {
+            Servers::Redis(r) => r,
+            Servers::Redlock(s) => s,
+            Servers::Etcd(c) => c,
+            Servers::Zk(z) => z,
+        }
+    }
+
+    /// [`Servers::cluster`], to kill and restart members.
+    pub fn cluster_mut(&mut self) -> &mut dyn Cluster {
+        match self {
+            Servers::Redis(r) => r,
+            Servers::Redlock(s) => s,
+            Servers::Etcd(c) => c,
+            Servers::Zk(z) => z,
+        }
+    }
+
     /// The client addresses of the servers, in member order.
     pub fn addrs(&self) -> Vec<SocketAddr> {
-        let parse = |s: String| s.parse::<SocketAddr>().expect("endpoint is host:port");
-        match self {
-            Servers::Redis(r) => vec![r.addr()],
-            Servers::Redlock(s) => s.addrs(),
-            Servers::Etcd(c) => c.endpoints().into_iter().map(parse).collect(),
-            Servers::Zk(z) => z.endpoints().into_iter().map(parse).collect(),
-        }
+        self.cluster().addrs()
     }
 
     /// Pauses member `i` (SIGSTOP).
     pub fn pause(&self, i: usize) {
-        match self {
-            Servers::Redis(r) => r.pause(),
-            Servers::Redlock(s) => s.nodes()[i].pause(),
-            Servers::Etcd(c) => c.pause(i),
-            Servers::Zk(z) => z.pause(i),
-        }
-        .expect("pause");
+        self.cluster().pause(i).expect("pause");
     }
 
     /// Resumes member `i` (SIGCONT).
     pub fn resume(&self, i: usize) {
-        match self {
-            Servers::Redis(r) => r.resume(),
-            Servers::Redlock(s) => s.nodes()[i].resume(),
-            Servers::Etcd(c) => c.resume(i),
-            Servers::Zk(z) => z.resume(i),
-        }
-        .expect("resume");
+        self.cluster().resume(i).expect("resume");
     }
 
     /// Kills member `i` (SIGKILL).
     pub fn kill(&mut self, i: usize) {
-        match self {
-            Servers::Redis(r) => r.kill(),
-            Servers::Redlock(s) => s.node_mut(i).kill(),
-            Servers::Etcd(c) => c.kill(i),
-            Servers::Zk(z) => z.kill(i),
-        }
-        .expect("kill");
+        self.cluster_mut().kill(i).expect("kill");
     }
 
     /// Starts member `i` again (killing it first if it runs), with its data.
     pub fn restart(&mut self, i: usize) {
-        match self {
-            Servers::Redis(r) => r.restart(),
-            Servers::Redlock(s) => s.node_mut(i).restart(),
-            Servers::Etcd(c) => c.restart(i),
-            Servers::Zk(z) => z.restart(i),
-        }
-        .expect("restart");
+        self.cluster_mut().restart(i).expect("restart");
     }
 
     /// The etcd or ZooKeeper leader's member index (0 for Redis and Redlock).
     pub fn leader(&self) -> usize {
-        match self {
-            Servers::Etcd(c) => c.leader().expect("etcd leader"),
-            Servers::Zk(z) => z.leader().expect("zookeeper leader"),
-            _ => 0,
-        }
+        self.cluster().leader().expect("leader").unwrap_or(0)
     }
 
     /// A client of this backend that talks to `addrs` (the servers or proxies in front of them).
@@ -232,55 +249,13 @@ impl Servers {
         .unwrap_or_else(|e| panic!("{what}: {e:?}"))
     }
 
-    /// One try of [`Servers::connect`].
+    /// One try of [`Servers::connect`]: through the backend's URL, as
+    /// applications connect ([`Kind::url`]).
     async fn try_connect(
         kind: Kind,
         addrs: &[SocketAddr],
     ) -> Result<Arc<dyn LockService>, LockError> {
-        let ttl = kind.ttl();
-        Ok(match kind {
-            Kind::Redis => Arc::new(
-                RedisLock::connect(
-                    RedisLockConfig::new(format!("redis://{}/", addrs[0]))
-                        .request_timeout(kind.request_timeout())
-                        .connect_timeout(Duration::from_millis(500)),
-                )
-                .await?,
-            ),
-            Kind::Redlock => Arc::new(
-                RedlockLock::connect(
-                    RedlockConfig::new(addrs.iter().map(|a| format!("redis://{a}/")))
-                        .node_timeout(kind.request_timeout())
-                        .connect_timeout(Duration::from_millis(500)),
-                )
-                .await?,
-            ),
-            Kind::Etcd => Arc::new(
-                EtcdLock::connect(
-                    EtcdConfig::new(addrs.iter().map(|a| a.to_string()))
-                        .lease_ttl(ttl)
-                        .request_timeout(kind.request_timeout())
-                        .connect_timeout(Duration::from_secs(2)),
-                )
-                .await?,
-            ),
-            Kind::Zk => {
-                let connect = addrs
-                    .iter()
-                    .map(|a| a.to_string())
-                    .collect::<Vec<_>>()
-                    .join(",");
-                Arc::new(
-                    ZkLock::connect(
-                        ZkConfig::new(connect)
-                            .session_timeout(ttl)
-                            .request_timeout(kind.request_timeout())
-                            .connect_timeout(Duration::from_secs(2)),
-                    )
-                    .await?,
-                )
-            }
-        })
+        distlock::connect(&kind.url(addrs)).await
     }
 
     /// A client behind its own proxies (one per server), so that its network

@@ -311,6 +311,11 @@ impl EtcdCluster {
         }
     }
 
+    /// Client addresses of all members (running or not), index-stable.
+    pub fn addrs(&self) -> Vec<SocketAddr> {
+        self.addrs.clone()
+    }
+
     /// Client endpoints `127.0.0.1:PORT` of all members (running or not), index-stable.
     pub fn endpoints(&self) -> Vec<String> {
         self.endpoints.clone()

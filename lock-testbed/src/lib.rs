@@ -87,6 +87,7 @@
 #![deny(missing_docs)]
 
 mod bins;
+mod cluster;
 mod error;
 mod etcd;
 mod http;
@@ -104,6 +105,7 @@ mod tls;
 mod util;
 mod zk;
 
+pub use cluster::Cluster;
 pub use error::TestbedError;
 pub use etcd::{etcd_metrics, EtcdCluster};
 pub use log_capture::LogCapture;

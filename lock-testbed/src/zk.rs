@@ -420,6 +420,11 @@ impl ZkEnsemble {
         self.endpoints.join(",")
     }
 
+    /// Client addresses of all members (running or not), index-stable.
+    pub fn addrs(&self) -> Vec<SocketAddr> {
+        self.addrs.clone()
+    }
+
     /// Client endpoints of all servers (running or not), index-stable.
     pub fn endpoints(&self) -> Vec<String> {
         self.endpoints.clone()
