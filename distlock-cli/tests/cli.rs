@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use distlock_cli::exit_code;
 use lock_testbed::{
-    pid_alive, shared_etcd, shared_redis, shared_redis_set, shared_zk, unique_name, Proxy,
+    pid_alive, shared_etcd, shared_redis, shared_redis_set, shared_zk, unique_name, Cluster, Proxy,
 };
 
 const BIN: &str = env!("CARGO_BIN_EXE_distlock");
@@ -47,16 +47,15 @@ fn memory() -> Backend {
 fn redis() -> Backend {
     let server = expect("starting Redis", shared_redis());
     Backend {
-        url: format!("redis://{}?connect_timeout=2s", server.addr()),
+        url: Cluster::url(server, "connect_timeout=2s"),
         fencing: true,
     }
 }
 
 fn redlock() -> Backend {
     let set = expect("starting 5 Redis for Redlock", shared_redis_set());
-    let nodes: Vec<String> = set.addrs().iter().map(|a| a.to_string()).collect();
     Backend {
-        url: format!("redlock://{}?connect_timeout=2s", nodes.join(",")),
+        url: Cluster::url(set, "connect_timeout=2s"),
         fencing: false,
     }
 }
@@ -64,7 +63,7 @@ fn redlock() -> Backend {
 fn etcd() -> Backend {
     let cluster = expect("starting etcd", shared_etcd());
     Backend {
-        url: format!("etcd://{}?lease_ttl=3s", cluster.endpoints().join(",")),
+        url: Cluster::url(cluster, "lease_ttl=3s"),
         fencing: true,
     }
 }
@@ -72,7 +71,7 @@ fn etcd() -> Backend {
 fn zk() -> Backend {
     let ensemble = expect("starting ZooKeeper", shared_zk());
     Backend {
-        url: format!("zk://{}?session_timeout=2s", ensemble.connect_string()),
+        url: Cluster::url(ensemble, "session_timeout=2s"),
         fencing: true,
     }
 }

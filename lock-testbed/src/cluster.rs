@@ -15,7 +15,7 @@ use crate::zk::ZkEnsemble;
 /// ```no_run
 /// use lock_testbed::{Cluster, EtcdCluster};
 /// let mut etcd = EtcdCluster::start(3).unwrap();
-/// let url = etcd.url_to(&etcd.addrs(), "request_timeout=1s");
+/// let url = Cluster::url(&etcd, "request_timeout=1s");
 /// assert!(url.starts_with("etcd://127.0.0.1:"));
 /// etcd.kill(0).unwrap();
 /// etcd.restart(0).unwrap();
@@ -40,6 +40,11 @@ pub trait Cluster: Send + Sync {
         let hosts: Vec<String> = addrs.iter().map(SocketAddr::to_string).collect();
         let query = if options.is_empty() { "" } else { "?" };
         format!("{}://{}{query}{options}", self.scheme(), hosts.join(","))
+    }
+
+    /// The URL of a client of these members, with `options` as its query.
+    fn url(&self, options: &str) -> String {
+        self.url_to(&self.addrs(), options)
     }
 
     /// Stops member `i` (SIGSTOP): it keeps its connections but answers nothing.
