@@ -23,14 +23,81 @@ use crate::held::{grant, Confirmed};
 use crate::key::{Carry, OurKey};
 use crate::layout::{lease_hex, value_of, Kind, Queue};
 use crate::permit::Turns;
-use crate::queue::{in_line, Placed, Position, QueueOps, Turn};
+use crate::queue::{in_line, Line, Placed, Position, QueueOps, Turn};
 use crate::session::Session;
-use crate::watcher::Watcher;
+use crate::watcher::{QueueWatch, Watcher};
 
 /// How often one acquisition may find its own key in the way (a leftover of a
 /// request that timed out after the server applied it) or lose its session
 /// before it gives up.
 const MAX_ROUNDS: u32 = 8;
+
+/// What the rounds of one acquisition carry from one to the next.
+#[derive(Default)]
+struct Attempt {
+    /// The turn, and the doubt about a put of our mutex key that may still
+    /// be applied (a later round puts a key of the same name).
+    carry: Carry,
+    /// Until when a put of unknown outcome is tried again (with a key of
+    /// its own name, or once the late put is ruled out): within the request
+    /// timeout of the first such put, as a request that fails over within
+    /// its call.
+    place_until: Option<Instant>,
+    /// Whether the acquisition waited (for its turn in the process, or for
+    /// a key ahead).
+    contended: bool,
+}
+
+/// How one round ended.
+enum Round {
+    /// Queue again with a new key, carrying this.
+    Again(Carry),
+    /// The acquisition's outcome: the lease, or none (the deadline passed,
+    /// or a single attempt found the lock taken).
+    Done(Option<Lease>),
+}
+
+/// How a wait for our turn ended.
+enum Waited {
+    /// Nothing blocks our key any more, as of revision `at`, learnt by a
+    /// request sent (or an event received) at `sent`.
+    Turn {
+        ours: OurKey,
+        at: i64,
+        sent: Sent,
+        own: Option<QueueWatch>,
+    },
+    /// The round ends here.
+    End(Round),
+}
+
+/// The put of our key has an unknown outcome: it may still be applied.
+/// `again`: there is time and a round left to put a key again.
+fn put_unknown(
+    req: &LeaseRequest,
+    queue: &Queue,
+    mut ours: OurKey,
+    e: LockError,
+    again: bool,
+) -> Result<Round> {
+    tracing::debug!(name = %req.name, error = %e, "distlock etcd: the put of our key has an unknown outcome");
+    ours.doubt();
+    if queue.kind == Kind::Mutex && again {
+        // The next key has the same name: while it is there, the late put
+        // cannot land (it puts only if absent); once it is gone, its
+        // clean-up settles the late put (moves the session's fence on,
+        // then looks for the key), holding the turn.
+        return Ok(Round::Again(ours.nothing_written()));
+    }
+    // Settled in the background (dropped armed: the fence moved on, then
+    // the key looked for and removed), at once: a key of its own name, or
+    // the end.
+    drop(ours);
+    if !again {
+        return Err(e);
+    }
+    Ok(Round::Again(Carry::default()))
+}
 
 /// A distributed lock client on etcd. Cheap to clone (clones share the
 /// connections, the session lease, the watch stream and the in-process turns).
@@ -173,215 +240,261 @@ impl EtcdLock {
         bounded_by(bound, self.acquire_within(req, deadline)).await
     }
 
-    /// [`EtcdLock::acquire`] within its bound.
+    /// [`EtcdLock::acquire`] within its bound: rounds of [`EtcdLock::round`]
+    /// until one ends the acquisition.
     async fn acquire_within(
         &self,
         req: &LeaseRequest,
         deadline: Option<Instant>,
     ) -> Result<Option<Lease>> {
-        let inner = &self.inner;
         let queue = Queue::new(&self.config().key_prefix, &req.name, Kind::of(req.mode));
         // A mutex key is one per session and name: this client's acquisitions
         // of the name take turns first.
-        let mut turn = None;
-        let mut contended = false;
+        let mut attempt = Attempt::default();
         if queue.kind == Kind::Mutex {
-            match inner.turns.enter(&req.name, deadline).await {
+            match self.inner.turns.enter(&req.name, deadline).await {
                 Some((permit, waited)) => {
-                    turn = Some(permit);
-                    contended = waited;
+                    attempt.carry = Carry::from(Some(permit));
+                    attempt.contended = waited;
                 }
                 None => return Ok(None),
             }
         }
-        // The turn, and the doubt about a put of our mutex key that may
-        // still be applied (a later round puts a key of the same name).
-        let mut carry = Carry::from(turn);
-        // Until when a put of unknown outcome is tried again (with a key of
-        // its own name, or once the late put is ruled out): within the
-        // request timeout of the first such put, as a request that fails
-        // over within its call.
-        let mut place_until: Option<Instant> = None;
         for round in 0..MAX_ROUNDS {
-            let session = self.session().await?;
-            let seq = inner.seq.fetch_add(1, Ordering::Relaxed);
-            let mut ours = OurKey::new(
-                inner.client.clone(),
-                session.clone(),
-                queue.key(session.id(), seq),
-                queue.fence_key(session.id()),
-                std::mem::take(&mut carry),
-            );
-            // From here on, whatever ends this acquisition removes our key
-            // (`OurKey` is armed), unless it becomes a guard's.
-            let sent = Sent::now();
-            let place_by =
-                *place_until.get_or_insert_with(|| Instant::now() + inner.client.request_timeout());
-            // Until the put's answer comes, its outcome is unknown: an
-            // acquisition dropped meanwhile (a cancelled wait) or failing
-            // after the put (a read that pages further) leaves our key in
-            // doubt, and the clean-up settles it.
-            let before = ours.sending();
-            let value = value_of(req.mode, req.holder.as_ref());
-            let placed = match inner
-                .ops
-                .place(&queue, &ours.key, &session, req.mode, value)
-                .await
+            match self
+                .round(req, &queue, deadline, &mut attempt, round)
+                .await?
             {
-                Err(e) if e.kind() == LockErrorKind::Lost => {
-                    // A put with an expired lease writes nothing.
-                    session.end("the server no longer knows the session lease");
-                    ours.answered(before);
-                    carry = ours.nothing_written();
-                    continue;
-                }
-                other => other?,
-            };
-            if !matches!(placed, Placed::Unknown(_)) {
-                ours.answered(before);
+                Round::Again(carry) => attempt.carry = carry,
+                Round::Done(lease) => return Ok(lease),
             }
-            let (rev, position) = match placed {
-                Placed::Stale { rev } => {
-                    // Our own key from an attempt whose answer we never saw.
-                    ours.rev = Some(rev);
-                    carry = ours.remove_and_carry().await?.1;
-                    continue;
-                }
-                Placed::Fenced => {
-                    // Nothing written; the session knows its fence now.
-                    carry = ours.nothing_written();
-                    continue;
-                }
-                Placed::Unknown(e) => {
-                    tracing::debug!(name = %req.name, error = %e, "distlock etcd: the put of our key has an unknown outcome");
-                    ours.doubt();
-                    let again = Instant::now() < place_by && round + 1 < MAX_ROUNDS;
-                    if queue.kind == Kind::Mutex && again {
-                        // The next key has the same name: while it is
-                        // there, the late put cannot land (it puts only if
-                        // absent); once it is gone, its clean-up settles
-                        // the late put (moves the session's fence on, then
-                        // looks for the key), holding the turn.
-                        carry = ours.nothing_written();
-                        continue;
-                    }
-                    // Settled in the background (dropped armed: the fence
-                    // moved on, then the key looked for and removed), at
-                    // once: a key of its own name, or the end.
-                    drop(ours);
-                    if !again {
-                        return Err(e);
-                    }
-                    continue;
-                }
-                Placed::At { rev, position } => {
-                    place_until = None;
-                    (rev, position)
-                }
-            };
-            ours.rev = Some(rev);
-            let (mut at, sent, own, waited) = match position {
-                Position::Held { at } => (at, sent, None, false),
-                Position::Gone => {
-                    carry = ours.nothing_written();
-                    continue;
-                }
-                Position::Blocked(line) => {
-                    contended = true;
-                    let Some(deadline) = deadline else {
-                        // On an error the delete goes on in the background.
-                        if let Err(e) = ours.remove().await {
-                            tracing::debug!(name = %req.name, error = %e, "distlock etcd: leaving the queue goes on in the background");
-                        }
-                        return Ok(None);
-                    };
-                    let (ops, key) = (&inner.ops, &ours.key);
-                    let turn_came = if in_line(req.mode) {
-                        ops.wait_in_line(&session, &queue, key, rev, req.mode, line, deadline)
-                            .await?
-                    } else {
-                        ops.wait_turn(&session, &queue, key, rev, req.mode, line, deadline)
-                            .await?
-                    };
-                    match turn_came {
-                        Turn::Mine { at, sent, own } => (at, sent, own, true),
-                        Turn::Deadline => {
-                            // Out of the line before the call returns: its
-                            // caller may exit at once. On an error the
-                            // delete goes on in the background.
-                            if let Err(e) = ours.remove().await {
-                                tracing::debug!(name = %req.name, error = %e, "distlock etcd: leaving the line after the deadline goes on in the background");
-                            }
-                            return Ok(None);
-                        }
-                        Turn::Requeue(why) => {
-                            tracing::debug!(name = %req.name, why, "distlock etcd: contender key gone while waiting; queueing again");
-                            carry = ours.nothing_written();
-                            continue;
-                        }
-                    }
-                }
-            };
-            // The token: a revision above every earlier grant's token of
-            // the name, and unique to this grant.
-            //
-            // - A contender granted by its own put (nothing ahead blocked
-            //   it there) takes its key's create revision: every earlier
-            //   grant's token is a revision from before that put. A mutex
-            //   and a permit take it even after a wait: they are granted in
-            //   the order of their keys, so in create revision order.
-            // - A writer that waited takes the revision at which it found
-            //   nothing ahead (`at`, at least the deletion of the last key
-            //   ahead): every earlier grant of the read-write lock (a
-            //   downgrade's put, a reader's stamp, a writer's `at`) is from
-            //   before that deletion, and no other grant can be shown by
-            //   the same revision (the writer is alone).
-            // - A reader that waited (behind a writer) is stamped: our key
-            //   is put again, if still ours, and the revision of that put
-            //   is its token. Its create revision may be below the writer
-            //   it waited for (which took its `at`), and readers let in by
-            //   the same deletion would share that deletion's revision; a
-            //   put of its own is above both and unique. The stamp is made
-            //   while our key exists, so a writer granted after this
-            //   reader (once our key is deleted) still has a larger token
-            //   and fenced storage refuses this reader once it is stale.
-            let token = match req.mode {
-                LockMode::Write => at.max(rev),
-                LockMode::Read if waited => {
-                    match inner
-                        .ops
-                        .stamp(&ours.key, rev, session.id(), req.mode)
-                        .await?
-                    {
-                        Some(stamped) => {
-                            at = stamped;
-                            stamped
-                        }
-                        None => {
-                            tracing::debug!(name = %req.name, "distlock etcd: contender key gone before its grant was stamped; queueing again");
-                            carry = ours.nothing_written();
-                            continue;
-                        }
-                    }
-                }
-                _ => rev,
-            };
-            let confirmed = Confirmed { token, at, sent };
-            return grant(
-                ours,
-                &inner.ops.watcher,
-                own,
-                req.mode,
-                confirmed,
-                req.ttl,
-                contended,
-            )
-            .map(Some);
         }
         Err(LockError::unavailable(format!(
             "etcd: could not place a contender key for {} after {MAX_ROUNDS} attempts",
             req.name
         )))
+    }
+
+    /// One round: put our key, wait for our turn if something is ahead,
+    /// and make the grant. Whatever ends the round removes our key
+    /// (`OurKey` is armed), unless it becomes a guard's.
+    async fn round(
+        &self,
+        req: &LeaseRequest,
+        queue: &Queue,
+        deadline: Option<Instant>,
+        attempt: &mut Attempt,
+        round: u32,
+    ) -> Result<Round> {
+        let inner = &self.inner;
+        let session = self.session().await?;
+        let seq = inner.seq.fetch_add(1, Ordering::Relaxed);
+        let mut ours = OurKey::new(
+            inner.client.clone(),
+            session.clone(),
+            queue.key(session.id(), seq),
+            queue.fence_key(session.id()),
+            std::mem::take(&mut attempt.carry),
+        );
+        let sent = Sent::now();
+        let place_by = *attempt
+            .place_until
+            .get_or_insert_with(|| Instant::now() + inner.client.request_timeout());
+        // Until the put's answer comes, its outcome is unknown: an
+        // acquisition dropped meanwhile (a cancelled wait) or failing
+        // after the put (a read that pages further) leaves our key in
+        // doubt, and the clean-up settles it.
+        let before = ours.sending();
+        let value = value_of(req.mode, req.holder.as_ref());
+        let placed = match inner
+            .ops
+            .place(queue, &ours.key, &session, req.mode, value)
+            .await
+        {
+            Err(e) if e.kind() == LockErrorKind::Lost => {
+                // A put with an expired lease writes nothing.
+                session.end("the server no longer knows the session lease");
+                ours.answered(before);
+                return Ok(Round::Again(ours.nothing_written()));
+            }
+            other => other?,
+        };
+        if !matches!(placed, Placed::Unknown(_)) {
+            ours.answered(before);
+        }
+        let (rev, position) = match placed {
+            Placed::Stale { rev } => {
+                // Our own key from an attempt whose answer we never saw.
+                ours.rev = Some(rev);
+                return Ok(Round::Again(ours.remove_and_carry().await?.1));
+            }
+            // Nothing written; the session knows its fence now.
+            Placed::Fenced => return Ok(Round::Again(ours.nothing_written())),
+            Placed::Unknown(e) => {
+                let again = Instant::now() < place_by && round + 1 < MAX_ROUNDS;
+                return put_unknown(req, queue, ours, e, again);
+            }
+            Placed::At { rev, position } => {
+                attempt.place_until = None;
+                (rev, position)
+            }
+        };
+        ours.rev = Some(rev);
+        let (ours, at, sent, own, waited) = match position {
+            Position::Held { at } => (ours, at, sent, None, false),
+            Position::Gone => return Ok(Round::Again(ours.nothing_written())),
+            Position::Blocked(line) => {
+                attempt.contended = true;
+                let Some(deadline) = deadline else {
+                    // On an error the delete goes on in the background.
+                    if let Err(e) = ours.remove().await {
+                        tracing::debug!(name = %req.name, error = %e, "distlock etcd: leaving the queue goes on in the background");
+                    }
+                    return Ok(Round::Done(None));
+                };
+                match self
+                    .wait(req, queue, &session, ours, rev, line, deadline)
+                    .await?
+                {
+                    Waited::Turn {
+                        ours,
+                        at,
+                        sent,
+                        own,
+                    } => (ours, at, sent, own, true),
+                    Waited::End(round) => return Ok(round),
+                }
+            }
+        };
+        self.grant_to(
+            req,
+            &session,
+            ours,
+            rev,
+            at,
+            sent,
+            own,
+            waited,
+            attempt.contended,
+        )
+        .await
+    }
+
+    /// Waits in line (a mutex, a writer) or for the writers ahead (a
+    /// reader, a permit) until our turn comes or the deadline passes.
+    #[allow(clippy::too_many_arguments)]
+    async fn wait(
+        &self,
+        req: &LeaseRequest,
+        queue: &Queue,
+        session: &Session,
+        ours: OurKey,
+        rev: i64,
+        line: Line,
+        deadline: Instant,
+    ) -> Result<Waited> {
+        let (ops, key) = (&self.inner.ops, &ours.key);
+        let turn_came = if in_line(req.mode) {
+            ops.wait_in_line(session, queue, key, rev, req.mode, line, deadline)
+                .await?
+        } else {
+            ops.wait_turn(session, queue, key, rev, req.mode, line, deadline)
+                .await?
+        };
+        Ok(match turn_came {
+            Turn::Mine { at, sent, own } => Waited::Turn {
+                ours,
+                at,
+                sent,
+                own,
+            },
+            Turn::Deadline => {
+                // Out of the line before the call returns: its caller may
+                // exit at once. On an error the delete goes on in the
+                // background.
+                if let Err(e) = ours.remove().await {
+                    tracing::debug!(name = %req.name, error = %e, "distlock etcd: leaving the line after the deadline goes on in the background");
+                }
+                Waited::End(Round::Done(None))
+            }
+            Turn::Requeue(why) => {
+                tracing::debug!(name = %req.name, why, "distlock etcd: contender key gone while waiting; queueing again");
+                Waited::End(Round::Again(ours.nothing_written()))
+            }
+        })
+    }
+
+    /// The grant of our key, created at `rev` and found free of anything
+    /// ahead at revision `at`, with its fencing token.
+    ///
+    /// The token: a revision above every earlier grant's token of the name,
+    /// and unique to this grant.
+    ///
+    /// - A contender granted by its own put (nothing ahead blocked it
+    ///   there) takes its key's create revision: every earlier grant's
+    ///   token is a revision from before that put. A mutex and a permit
+    ///   take it even after a wait: they are granted in the order of their
+    ///   keys, so in create revision order.
+    /// - A writer that waited takes the revision at which it found nothing
+    ///   ahead (`at`, at least the deletion of the last key ahead): every
+    ///   earlier grant of the read-write lock (a downgrade's put, a
+    ///   reader's stamp, a writer's `at`) is from before that deletion, and
+    ///   no other grant can be shown by the same revision (the writer is
+    ///   alone).
+    /// - A reader that waited (behind a writer) is stamped: our key is put
+    ///   again, if still ours, and the revision of that put is its token.
+    ///   Its create revision may be below the writer it waited for (which
+    ///   took its `at`), and readers let in by the same deletion would
+    ///   share that deletion's revision; a put of its own is above both and
+    ///   unique. The stamp is made while our key exists, so a writer
+    ///   granted after this reader (once our key is deleted) still has a
+    ///   larger token and fenced storage refuses this reader once it is
+    ///   stale.
+    #[allow(clippy::too_many_arguments)]
+    async fn grant_to(
+        &self,
+        req: &LeaseRequest,
+        session: &Session,
+        ours: OurKey,
+        rev: i64,
+        mut at: i64,
+        sent: Sent,
+        own: Option<QueueWatch>,
+        waited: bool,
+        contended: bool,
+    ) -> Result<Round> {
+        let inner = &self.inner;
+        let token = match req.mode {
+            LockMode::Write => at.max(rev),
+            LockMode::Read if waited => {
+                match inner
+                    .ops
+                    .stamp(&ours.key, rev, session.id(), req.mode)
+                    .await?
+                {
+                    Some(stamped) => {
+                        at = stamped;
+                        stamped
+                    }
+                    None => {
+                        tracing::debug!(name = %req.name, "distlock etcd: contender key gone before its grant was stamped; queueing again");
+                        return Ok(Round::Again(ours.nothing_written()));
+                    }
+                }
+            }
+            _ => rev,
+        };
+        let confirmed = Confirmed { token, at, sent };
+        grant(
+            ours,
+            &inner.ops.watcher,
+            own,
+            req.mode,
+            confirmed,
+            req.ttl,
+            contended,
+        )
+        .map(|lease| Round::Done(Some(lease)))
     }
 
     /// The holder (oldest contender) of a mutex queue and the number of
