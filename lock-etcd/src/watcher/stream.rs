@@ -3,7 +3,8 @@
 //! revision it had reached, and the events routed to their watches.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
+use std::ops::ControlFlow;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use etcd_client::{
@@ -40,115 +41,157 @@ pub(super) struct Conn {
 /// The stream's task: opens it while watches exist, routes responses,
 /// reopens it after failures. Ends when the client is dropped.
 pub(super) async fn run(
-    inner: std::sync::Weak<Inner>,
+    inner: Weak<Inner>,
     client: Arc<EtcdClient>,
-    mut cmds: mpsc::UnboundedReceiver<Cmd>,
+    cmds: mpsc::UnboundedReceiver<Cmd>,
 ) {
-    let mut conn: Option<Conn> = None;
-    let mut retry = Duration::from_millis(50);
-    // When the next idle shared watch is due to end.
-    let mut sweep: Option<Instant> = None;
-    // Watches to create later, in the order they are due.
-    let mut later: VecDeque<(Instant, i64)> = VecDeque::new();
+    let mut task = Task {
+        inner,
+        client,
+        cmds,
+        conn: None,
+        retry: Duration::from_millis(50),
+        sweep: None,
+        later: VecDeque::new(),
+    };
     loop {
-        let Some(me) = inner.upgrade() else { return };
-        if conn.is_none() {
-            // A watch due later waits for its time, also to open the stream;
-            // the others are created when it opens.
-            while let Ok(cmd) = cmds.try_recv() {
-                if let Cmd::CreateAt(id, due) = cmd {
-                    later.push_back((due, id));
-                }
-            }
-            let now = Instant::now();
-            while later.front().is_some_and(|(due, _)| *due <= now) {
-                later.pop_front();
-            }
-            // By the registration's own due time: its command may still be
-            // on its way (it is sent after the registration is made).
-            let first = {
-                let mut st = me.state();
-                st.watches
-                    .iter_mut()
-                    .filter(|(_, reg)| reg.due.is_none_or(|due| due <= now))
-                    .min_by_key(|(id, _)| **id)
-                    .map(|(id, reg)| (*id, sent_request(*id, reg)))
-            };
-            let Some((first_id, (key, opts))) = first else {
-                drop(me);
-                sweep = None;
-                // Nothing to watch yet: wait for a command, or for the
-                // first watch due later.
-                let due = later.front().map(|(due, _)| *due);
-                tokio::select! {
-                    cmd = cmds.recv() => match cmd {
-                        None => return,
-                        Some(Cmd::CreateAt(id, due)) => later.push_back((due, id)),
-                        Some(_) => {}
-                    },
-                    _ = tokio::time::sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => {}
-                }
-                continue;
-            };
-            match open(&client, key, opts).await {
-                Ok(mut c) => {
-                    // Every other watch, from where it was.
-                    let rest: Vec<(Vec<u8>, WatchOptions)> = {
-                        let mut st = me.state();
-                        let mut rest: Vec<(&i64, &mut Registration)> = st
-                            .watches
-                            .iter_mut()
-                            .filter(|(id, _)| **id != first_id)
-                            .collect();
-                        rest.sort_by_key(|(id, _)| **id);
-                        rest.into_iter()
-                            .map(|(id, reg)| sent_request(*id, reg))
-                            .collect()
-                    };
-                    let mut ok = true;
-                    for (key, opts) in rest {
-                        lock_core::metrics::count_request("etcd", "watch");
-                        if c.sender.watch(key, Some(opts)).await.is_err() {
-                            ok = false;
-                            break;
-                        }
-                    }
-                    // Watches asked for while these went out, and watches
-                    // ended meanwhile, have their commands still queued:
-                    // the loop below sends what is not sent yet (a watch
-                    // in `rest` is marked sent, and one due later is sent
-                    // when due) and the cancels.
-                    if ok {
-                        retry = Duration::from_millis(50);
-                        sweep = Some(Instant::now());
-                        conn = Some(c);
-                    } else {
-                        client.failed(c.endpoint);
-                    }
-                }
-                Err(reason) => {
-                    tracing::debug!(%reason, ?retry, "distlock etcd: watch stream could not be opened; retrying");
-                    drop(me);
-                    tokio::time::sleep(retry).await;
-                    retry = (retry * 2).min(Duration::from_secs(1));
-                }
-            }
-            continue;
+        let Some(me) = task.inner.upgrade() else {
+            return;
+        };
+        let step = if task.conn.is_none() {
+            task.open_with_watches(me).await
+        } else {
+            drop(me);
+            task.serve().await
+        };
+        if step.is_break() {
+            return;
         }
-        let Some(c) = conn.as_mut() else { continue };
-        drop(me);
-        let sweep_at = sweep;
-        let create_at = later.front().map(|(due, _)| *due);
+    }
+}
+
+/// What the stream task keeps between its steps.
+struct Task {
+    inner: Weak<Inner>,
+    client: Arc<EtcdClient>,
+    cmds: mpsc::UnboundedReceiver<Cmd>,
+    /// The stream, while it is open.
+    conn: Option<Conn>,
+    /// How long to wait before the next try to open the stream.
+    retry: Duration,
+    /// When the next idle shared watch is due to end.
+    sweep: Option<Instant>,
+    /// Watches to create later, in the order they are due.
+    later: VecDeque<(Instant, i64)>,
+}
+
+impl Task {
+    /// While the stream is closed: opens it with the first watch due and
+    /// creates every other one from where it was, or waits for a watch to
+    /// be wanted. Breaks when the client is gone.
+    async fn open_with_watches(&mut self, me: Arc<Inner>) -> ControlFlow<()> {
+        // A watch due later waits for its time, also to open the stream;
+        // the others are created when it opens.
+        while let Ok(cmd) = self.cmds.try_recv() {
+            if let Cmd::CreateAt(id, due) = cmd {
+                self.later.push_back((due, id));
+            }
+        }
+        let now = Instant::now();
+        while self.later.front().is_some_and(|(due, _)| *due <= now) {
+            self.later.pop_front();
+        }
+        // By the registration's own due time: its command may still be
+        // on its way (it is sent after the registration is made).
+        let first = {
+            let mut st = me.state();
+            st.watches
+                .iter_mut()
+                .filter(|(_, reg)| reg.due.is_none_or(|due| due <= now))
+                .min_by_key(|(id, _)| **id)
+                .map(|(id, reg)| (*id, sent_request(*id, reg)))
+        };
+        let Some((first_id, (key, opts))) = first else {
+            drop(me);
+            self.sweep = None;
+            // Nothing to watch yet: wait for a command, or for the
+            // first watch due later.
+            let due = self.later.front().map(|(due, _)| *due);
+            tokio::select! {
+                cmd = self.cmds.recv() => match cmd {
+                    None => return ControlFlow::Break(()),
+                    Some(Cmd::CreateAt(id, due)) => self.later.push_back((due, id)),
+                    Some(_) => {}
+                },
+                _ = tokio::time::sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => {}
+            }
+            return ControlFlow::Continue(());
+        };
+        match open(&self.client, key, opts).await {
+            Ok(mut c) => {
+                // Every other watch, from where it was.
+                let rest: Vec<(Vec<u8>, WatchOptions)> = {
+                    let mut st = me.state();
+                    let mut rest: Vec<(&i64, &mut Registration)> = st
+                        .watches
+                        .iter_mut()
+                        .filter(|(id, _)| **id != first_id)
+                        .collect();
+                    rest.sort_by_key(|(id, _)| **id);
+                    rest.into_iter()
+                        .map(|(id, reg)| sent_request(*id, reg))
+                        .collect()
+                };
+                let mut ok = true;
+                for (key, opts) in rest {
+                    lock_core::metrics::count_request("etcd", "watch");
+                    if c.sender.watch(key, Some(opts)).await.is_err() {
+                        ok = false;
+                        break;
+                    }
+                }
+                // Watches asked for while these went out, and watches
+                // ended meanwhile, have their commands still queued:
+                // the loop below sends what is not sent yet (a watch
+                // in `rest` is marked sent, and one due later is sent
+                // when due) and the cancels.
+                if ok {
+                    self.retry = Duration::from_millis(50);
+                    self.sweep = Some(Instant::now());
+                    self.conn = Some(c);
+                } else {
+                    self.client.failed(c.endpoint);
+                }
+            }
+            Err(reason) => {
+                tracing::debug!(%reason, retry = ?self.retry, "distlock etcd: watch stream could not be opened; retrying");
+                drop(me);
+                tokio::time::sleep(self.retry).await;
+                self.retry = (self.retry * 2).min(Duration::from_secs(1));
+            }
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// While the stream is open: one event of the stream, of the commands,
+    /// or of the timers (a watch due, an idle shared watch to end). Breaks
+    /// when the client is gone.
+    async fn serve(&mut self) -> ControlFlow<()> {
+        let Some(c) = self.conn.as_mut() else {
+            return ControlFlow::Continue(());
+        };
+        let sweep_at = self.sweep;
+        let create_at = self.later.front().map(|(due, _)| *due);
         tokio::select! {
             _ = tokio::time::sleep_until(create_at.unwrap_or_else(Instant::now)), if create_at.is_some() => {
-                let Some(me) = inner.upgrade() else { return };
+                let Some(me) = self.inner.upgrade() else { return ControlFlow::Break(()) };
                 let now = Instant::now();
                 let mut due = Vec::new();
-                while let Some(&(at, id)) = later.front() {
+                while let Some(&(at, id)) = self.later.front() {
                     if at > now {
                         break;
                     }
-                    later.pop_front();
+                    self.later.pop_front();
                     due.push(id);
                 }
                 let requests = due_requests(&me, &due);
@@ -156,69 +199,70 @@ pub(super) async fn run(
                 for (key, opts) in requests {
                     lock_core::metrics::count_request("etcd", "watch");
                     if c.sender.watch(key, Some(opts)).await.is_err() {
-                        client.failed(c.endpoint);
-                        conn = None;
+                        self.client.failed(c.endpoint);
+                        self.conn = None;
                         break;
                     }
                 }
             }
             _ = tokio::time::sleep_until(sweep_at.unwrap_or_else(Instant::now)), if sweep_at.is_some() => {
-                let Some(me) = inner.upgrade() else { return };
+                let Some(me) = self.inner.upgrade() else { return ControlFlow::Break(()) };
                 let (expired, next) = me.state().expire_idle(Instant::now());
                 drop(me);
-                sweep = next;
+                self.sweep = next;
                 for id in expired {
                     if c.sender.cancel(id).await.is_err() {
-                        client.failed(c.endpoint);
-                        conn = None;
+                        self.client.failed(c.endpoint);
+                        self.conn = None;
                         break;
                     }
                 }
             }
-            cmd = cmds.recv() => match cmd {
-                None => return,
+            cmd = self.cmds.recv() => match cmd {
+                None => return ControlFlow::Break(()),
                 Some(Cmd::Idle) => {
-                    sweep = Some(sweep.unwrap_or_else(|| Instant::now() + LINGER));
+                    self.sweep = Some(self.sweep.unwrap_or_else(|| Instant::now() + LINGER));
                 }
-                Some(Cmd::CreateAt(id, due)) => later.push_back((due, id)),
+                Some(Cmd::CreateAt(id, due)) => self.later.push_back((due, id)),
                 Some(Cmd::Create(id)) => {
-                    let request = inner
+                    let request = self.inner
                         .upgrade()
                         .and_then(|me| due_requests(&me, &[id]).pop());
                     if let Some((key, opts)) = request {
                         lock_core::metrics::count_request("etcd", "watch");
                         if c.sender.watch(key, Some(opts)).await.is_err() {
-                            client.failed(c.endpoint);
-                            conn = None;
+                            self.client.failed(c.endpoint);
+                            self.conn = None;
                         }
                     }
                 }
                 Some(Cmd::Cancel(id)) => {
                     if c.sender.cancel(id).await.is_err() {
-                        client.failed(c.endpoint);
-                        conn = None;
+                        self.client.failed(c.endpoint);
+                        self.conn = None;
                     }
                 }
             },
             msg = c.stream.message() => match msg {
                 Ok(Some(resp)) => {
-                    client.stream_ok(c.endpoint);
-                    if let Some(me) = inner.upgrade() {
+                    self.client.stream_ok(c.endpoint);
+                    if let Some(me) = self.inner.upgrade() {
                         route(&me, resp);
                     }
                 }
                 Ok(None) => {
                     tracing::debug!("distlock etcd: watch stream ended; reopening");
-                    client.failed(c.endpoint);
-                    conn = None;
+                    self.client.failed(c.endpoint);
+                    self.conn = None;
                 }
                 Err(e) => {
-                    let err = client.stream_error(c.endpoint, Failure::Etcd(e), "watch");
+                    let err = self.client.stream_error(c.endpoint, Failure::Etcd(e), "watch");
                     tracing::debug!(error = %err, "distlock etcd: watch stream failed; reopening");
-                    conn = None;
+                    self.conn = None;
                 }
             },
         }
+        ControlFlow::Continue(())
     }
 }
 
