@@ -8,9 +8,6 @@ use lock_core::{LockService, MemoryLock};
 
 use crate::subject::{BenchResult, Connector, DistLocker, DistOptions, Locker};
 
-/// The backends, in report order.
-pub const ALL: [&str; 5] = ["memory", "redis", "redlock", "etcd", "zk"];
-
 /// Where a backend's server is.
 #[derive(Clone)]
 pub enum Target {

@@ -3,6 +3,7 @@
 
 use serde::Serialize;
 
+use crate::backend::Backend;
 use crate::subject::Kind;
 use crate::workload::{Contended, Errors, KeepAlive, ReadHeavy, Renewals, Uncontended};
 
@@ -143,8 +144,8 @@ impl KeepAliveReport {
 /// Everything measured for one backend and its comparisons.
 #[derive(Clone, Debug, Serialize)]
 pub struct BackendReport {
-    /// `memory`, `redis`, `redlock`, `etcd` or `zk`.
-    pub backend: String,
+    /// Which backend.
+    pub backend: Backend,
     /// The servers it ran against.
     pub servers: String,
     /// Ours first, then the raw protocol, then the peers.

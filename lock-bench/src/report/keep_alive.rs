@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 
 use super::format::{fmt_rate, one_line};
 use super::{KeepAliveReport, Report};
+use crate::backend::Backend;
 use crate::workload::KeepAlive;
 
 impl Report {
@@ -51,7 +52,7 @@ impl Report {
                 _ => "n/a".into(),
             };
             for r in &k.runs {
-                keep_alive_row(m, &b.backend, k, &idle, r);
+                keep_alive_row(m, b.backend, k, &idle, r);
             }
         }
     }
@@ -59,7 +60,13 @@ impl Report {
 
 /// One keep-alive run of `backend` as a row of the keep-alive table
 /// (`idle`: the server ops of its clients with no guard, in words).
-fn keep_alive_row(m: &mut String, backend: &str, k: &KeepAliveReport, idle: &str, r: &KeepAlive) {
+fn keep_alive_row(
+    m: &mut String,
+    backend: Backend,
+    k: &KeepAliveReport,
+    idle: &str,
+    r: &KeepAlive,
+) {
     let hold = match (r.hold_ops_per_s, r.hold_ops) {
         (Some(v), Some(n)) => format!("{} (n={n})", fmt_rate(v)),
         _ => "n/a".into(),

@@ -12,6 +12,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use crate::backend::Backend;
 use crate::workload::Uncontended;
 pub use backend::{BackendReport, KeepAliveReport, ReadHeavyReport, SubjectReport};
 use format::one_line;
@@ -47,7 +48,7 @@ pub struct Target {
     /// The target, in words.
     pub target: String,
     /// The backend it is about.
-    pub backend: String,
+    pub backend: Backend,
     /// The measured value, in words, with sample counts.
     pub measured: String,
     /// The verdict.

@@ -9,6 +9,7 @@ use indicatif::ProgressBar;
 use super::groups::{Group, KeepAlivePlan};
 use super::subjects::measure_group;
 use super::Profile;
+use crate::backend::Backend;
 use crate::report::{BackendReport, KeepAliveReport, ReadHeavyReport, SubjectReport};
 use crate::subject::{Connector, Kind, Locker};
 use crate::workload::{self, KeepAliveParams, ReadHeavyParams, Renewals};
@@ -50,7 +51,7 @@ pub(super) async fn measure_backend(
             .collect(),
     };
     let mut rep = BackendReport {
-        backend: backend.to_string(),
+        backend,
         servers: desc,
         subjects,
         keep_alive: None,
@@ -119,17 +120,18 @@ async fn measure_read_heavy(
     }
 }
 
+/// The keep-alive runs of our backend, in a task of its own: the idle
+/// rate, then each guard count in each way of sending the renewals.
 async fn measure_keep_alive(
     plan: KeepAlivePlan,
     profile: Profile,
     run_id: String,
-    backend: &'static str,
+    backend: Backend,
     bar: ProgressBar,
 ) -> KeepAliveReport {
     let KeepAlivePlan {
         conn,
         source,
-        requests,
         unbatched,
     } = plan;
     let mut rep = KeepAliveReport {
@@ -142,6 +144,7 @@ async fn measure_keep_alive(
         runs: Vec::new(),
         error: None,
     };
+    let requests = backend.metrics_label();
     let steps = profile.ka_guards.len() as u64;
     let connect = |conn: Result<Arc<dyn Connector>, String>| async move {
         let conn = conn?;

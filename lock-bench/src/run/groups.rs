@@ -7,6 +7,7 @@ use std::sync::Arc;
 use lock_core::MemoryLock;
 
 use super::Profile;
+use crate::backend::Backend;
 use crate::backends::{Ours, Target};
 use crate::peers::{EtcdLockRpc, Rslock, ZkRecipe};
 use crate::raw::{RawEtcd, RawRedis, RawZk};
@@ -28,8 +29,6 @@ pub(super) struct KeepAlivePlan {
     pub(super) conn: Result<Arc<dyn Connector>, String>,
     /// Where to count server ops.
     pub(super) source: Option<OpsSource>,
-    /// Its label in lock-core's request counter.
-    pub(super) requests: &'static str,
     /// Redis and Redlock: the same backend with renewal batching off, run
     /// after each guard count for the comparison in the same run.
     pub(super) unbatched: Option<Result<Arc<dyn Connector>, String>>,
@@ -37,7 +36,7 @@ pub(super) struct KeepAlivePlan {
 
 /// A backend group: our backend, its raw protocol, its peer.
 pub(super) struct Group {
-    pub(super) backend: &'static str,
+    pub(super) backend: Backend,
     pub(super) servers: String,
     pub(super) subjects: Vec<Plan>,
     /// Our backend with keep-alive options, and where to count server ops.
@@ -97,15 +96,10 @@ impl RunOptions {
 }
 
 /// The keep-alive plan of `conn`, with no batching-off comparison.
-fn plan(
-    conn: Result<Arc<dyn Connector>, String>,
-    source: Option<OpsSource>,
-    requests: &'static str,
-) -> KeepAlivePlan {
+fn plan(conn: Result<Arc<dyn Connector>, String>, source: Option<OpsSource>) -> KeepAlivePlan {
     KeepAlivePlan {
         conn,
         source,
-        requests,
         unbatched: None,
     }
 }
@@ -128,13 +122,12 @@ pub(super) fn groups(args: &Args, profile: &Profile, servers: &Servers) -> Vec<G
     let o = RunOptions::new(profile);
     args.backends
         .iter()
-        .filter_map(|b| match b.as_str() {
-            "memory" => Some(memory_group(&o)),
-            "redis" => Some(redis_group(&o, servers)),
-            "redlock" => Some(redlock_group(&o, profile, servers)),
-            "etcd" => Some(etcd_group(&o, servers)),
-            "zk" => Some(zk_group(&o, servers)),
-            _ => None,
+        .map(|b| match b {
+            Backend::Memory => memory_group(&o),
+            Backend::Redis => redis_group(&o, servers),
+            Backend::Redlock => redlock_group(&o, profile, servers),
+            Backend::Etcd => etcd_group(&o, servers),
+            Backend::Zk => zk_group(&o, servers),
         })
         .collect()
 }
@@ -143,7 +136,7 @@ pub(super) fn groups(args: &Args, profile: &Profile, servers: &Servers) -> Vec<G
 fn memory_group(o: &RunOptions) -> Group {
     let t = Ok(Target::Memory(MemoryLock::new()));
     Group {
-        backend: "memory",
+        backend: Backend::Memory,
         servers: "in process".into(),
         subjects: vec![Plan {
             label: "distlock memory".into(),
@@ -151,7 +144,7 @@ fn memory_group(o: &RunOptions) -> Group {
             connector: ours(&t, &o.opts),
             contended: true,
         }],
-        keep_alive: Some(plan(ours(&t, &o.ka_opts), None, "memory")),
+        keep_alive: Some(plan(ours(&t, &o.ka_opts), None)),
         read_heavy: Some(ours(&t, &o.opts)),
     }
 }
@@ -162,7 +155,7 @@ fn redis_group(o: &RunOptions, servers: &Servers) -> Group {
     let t = url.clone().map(Target::Redis);
     let urls = url.clone().map(|u| vec![u]);
     Group {
-        backend: "redis",
+        backend: Backend::Redis,
         servers: "1 redis-server".into(),
         subjects: vec![
             Plan {
@@ -189,7 +182,6 @@ fn redis_group(o: &RunOptions, servers: &Servers) -> Group {
             ..plan(
                 ours(&t, &o.ka_opts),
                 url.ok().map(|u| OpsSource::Redis(vec![u])),
-                "redis",
             )
         }),
         read_heavy: Some(ours(&t, &o.opts)),
@@ -201,7 +193,7 @@ fn redlock_group(o: &RunOptions, profile: &Profile, servers: &Servers) -> Group 
     let urls = server(&servers.redis_set, "5 redis-servers").map(|s| s.urls());
     let t = urls.clone().map(Target::Redlock);
     Group {
-        backend: "redlock",
+        backend: Backend::Redlock,
         servers: format!("{REDLOCK_NODES} independent redis-servers"),
         subjects: vec![
             Plan {
@@ -238,11 +230,7 @@ fn redlock_group(o: &RunOptions, profile: &Profile, servers: &Servers) -> Group 
         ],
         keep_alive: Some(KeepAlivePlan {
             unbatched: Some(ours(&t, &o.ka_unbatched)),
-            ..plan(
-                ours(&t, &o.ka_opts),
-                urls.ok().map(OpsSource::Redis),
-                "redlock",
-            )
+            ..plan(ours(&t, &o.ka_opts), urls.ok().map(OpsSource::Redis))
         }),
         read_heavy: None,
     }
@@ -253,7 +241,7 @@ fn etcd_group(o: &RunOptions, servers: &Servers) -> Group {
     let eps = server(&servers.etcd, "etcd cluster").map(|c| c.endpoints());
     let t = eps.clone().map(Target::Etcd);
     Group {
-        backend: "etcd",
+        backend: Backend::Etcd,
         servers: format!("etcd, {ETCD_MEMBERS} members"),
         subjects: vec![
             Plan {
@@ -293,11 +281,7 @@ fn etcd_group(o: &RunOptions, servers: &Servers) -> Group {
                 contended: true,
             },
         ],
-        keep_alive: Some(plan(
-            ours(&t, &o.ka_opts),
-            eps.ok().map(OpsSource::Etcd),
-            "etcd",
-        )),
+        keep_alive: Some(plan(ours(&t, &o.ka_opts), eps.ok().map(OpsSource::Etcd))),
         read_heavy: Some(ours(&t, &o.opts)),
     }
 }
@@ -312,7 +296,7 @@ fn zk_group(o: &RunOptions, servers: &Servers) -> Group {
     let eps = ens.map(|e| e.endpoints());
     let t = cs.clone().map(Target::Zk);
     Group {
-        backend: "zk",
+        backend: Backend::Zk,
         servers: format!(
             "ZooKeeper, {ZK_SERVERS} servers (every subject deals them to its clients in the same turn)"
         ),
@@ -349,7 +333,6 @@ fn zk_group(o: &RunOptions, servers: &Servers) -> Group {
         keep_alive: Some(plan(
             ours(&t, &o.ka_opts),
             eps.ok().map(OpsSource::Zk),
-            "zookeeper",
         )),
         read_heavy: Some(ours(&t, &o.opts)),
     }

@@ -10,6 +10,7 @@ use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
+use crate::backend::Backend;
 use crate::report::Report;
 use crate::servers::{Needed, Servers};
 use crate::Args;
@@ -31,10 +32,10 @@ pub async fn run(args: &Args) -> (Report, Servers) {
         }
     };
     let needed = Needed {
-        redis: args.backends.iter().any(|b| b == "redis"),
-        redis_set: args.backends.iter().any(|b| b == "redlock"),
-        etcd: args.backends.iter().any(|b| b == "etcd"),
-        zk: args.backends.iter().any(|b| b == "zk"),
+        redis: args.backends.contains(&Backend::Redis),
+        redis_set: args.backends.contains(&Backend::Redlock),
+        etcd: args.backends.contains(&Backend::Etcd),
+        zk: args.backends.contains(&Backend::Zk),
     };
     let run_id = format!("bench-{}", std::process::id());
 

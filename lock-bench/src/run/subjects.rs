@@ -8,6 +8,7 @@ use indicatif::ProgressBar;
 
 use super::groups::Plan;
 use super::{slug, Profile};
+use crate::backend::Backend;
 use crate::load::BusyLoad;
 use crate::report::SubjectReport;
 use crate::subject::{Kind, Locker};
@@ -31,7 +32,7 @@ pub(super) fn loaded_subjects(plans: &[Plan]) -> Vec<usize> {
 /// One pass over the uncontended levels of a backend group.
 #[derive(Clone, Copy)]
 struct Levels<'a> {
-    backend: &'static str,
+    backend: Backend,
     profile: &'a Profile,
     run_id: &'a str,
     bar: &'a ProgressBar,
@@ -123,7 +124,7 @@ impl Levels<'_> {
 /// (the subjects taking turns); with `--load`, the levels of ours and the
 /// raw protocol again while the busy processes run; then each contended run.
 pub(super) async fn measure_group(
-    backend: &'static str,
+    backend: Backend,
     plans: Vec<Plan>,
     profile: Profile,
     run_id: String,

@@ -2,7 +2,8 @@
 //! the client requests grow with the sessions, not the guards, and each
 //! guard costs the client little memory.
 
-use super::{find, status, target, KEEPALIVE_GROWTH, MEMORY_PER_GUARD, REMOTE};
+use super::{find, status, target, KEEPALIVE_GROWTH, MEMORY_PER_GUARD};
+use crate::backend::Backend;
 use crate::report::{fmt_rate, BackendReport, Status, Target};
 use crate::workload::{KeepAlive, Renewals};
 
@@ -11,7 +12,7 @@ pub(super) fn keep_alive_server(backends: &[BackendReport], out: &mut Vec<Target
     let t4 = format!(
         "keep-alive server traffic grows with sessions, not guards: ops/s at the larger guard count <= {KEEPALIVE_GROWTH}x the smaller (same sessions)"
     );
-    for name in ["etcd", "zk"] {
+    for name in [Backend::Etcd, Backend::Zk] {
         let Some(b) = find(backends, name) else {
             continue;
         };
@@ -66,7 +67,7 @@ pub(super) fn keep_alive_client(backends: &[BackendReport], out: &mut Vec<Target
     let t4b = format!(
         "keep-alive client requests per renewal interval grow with (nodes x connections), not guards: requests/s at the larger guard count <= {KEEPALIVE_GROWTH}x the smaller (same sessions)"
     );
-    for name in REMOTE {
+    for name in Backend::REMOTE {
         let Some(b) = find(backends, name) else {
             continue;
         };
@@ -155,7 +156,7 @@ pub(super) fn memory_per_guard(backends: &[BackendReport], out: &mut Vec<Target>
         "client memory per guard < {:.0} KiB with the most guards held (live heap growth of the client)",
         MEMORY_PER_GUARD / 1024.0
     );
-    for name in REMOTE {
+    for name in Backend::REMOTE {
         let Some(b) = find(backends, name) else {
             continue;
         };
@@ -219,7 +220,7 @@ mod tests {
     #[test]
     fn keep_alive_targets_judge_the_default_renewals() {
         let redis = BackendReport {
-            backend: "redis".into(),
+            backend: Backend::Redis,
             servers: "1 redis-server".into(),
             subjects: Vec::new(),
             keep_alive: Some(KeepAliveReport {

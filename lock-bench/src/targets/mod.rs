@@ -8,6 +8,7 @@
 
 mod keep_alive;
 
+use crate::backend::Backend;
 use crate::report::{
     cpu_ratio, fmt_ms, fmt_rate, raw_ratios, BackendReport, Status, SubjectReport, Target,
 };
@@ -72,9 +73,6 @@ pub const MEMORY_PER_GUARD: f64 = 2048.0;
 /// milliseconds (a writer starved by a stream of readers waits for ever).
 pub const READ_HEAVY_WRITE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// The backends that talk to servers.
-const REMOTE: [&str; 4] = ["redis", "redlock", "etcd", "zk"];
-
 fn status(ok: bool) -> Status {
     if ok {
         Status::Met
@@ -83,26 +81,28 @@ fn status(ok: bool) -> Status {
     }
 }
 
-fn target(target: &str, backend: &str, measured: String, status: Status) -> Target {
+fn target(target: &str, backend: Backend, measured: String, status: Status) -> Target {
     Target {
         target: target.to_string(),
-        backend: backend.to_string(),
+        backend,
         measured,
         status,
     }
 }
 
-fn not_measured(what: &str, backend: &str) -> Target {
+fn not_measured(what: &str, backend: Backend) -> Target {
     target(what, backend, "not measured".into(), Status::NotMeasured)
 }
 
-fn find<'a>(backends: &'a [BackendReport], name: &str) -> Option<&'a BackendReport> {
-    backends.iter().find(|b| b.backend == name)
+fn find(backends: &[BackendReport], backend: Backend) -> Option<&BackendReport> {
+    backends.iter().find(|b| b.backend == backend)
 }
 
 /// The remote backends of the run, in report order.
 fn remote(backends: &[BackendReport]) -> impl Iterator<Item = &BackendReport> {
-    REMOTE.iter().filter_map(|name| find(backends, name))
+    Backend::REMOTE
+        .into_iter()
+        .filter_map(|backend| find(backends, backend))
 }
 
 /// Every target, in the order.
@@ -127,7 +127,7 @@ fn memory_speedup(backends: &[BackendReport], baseline: &MemoryBaseline, out: &m
     let what = format!(
         "library overhead: memory:// uncontended >= {MEMORY_SPEEDUP}x its rate before the work (8 and 64 tasks)"
     );
-    let Some(ours) = find(backends, "memory").and_then(BackendReport::ours) else {
+    let Some(ours) = find(backends, Backend::Memory).and_then(BackendReport::ours) else {
         return;
     };
     let mut parts = Vec::new();
@@ -144,14 +144,14 @@ fn memory_speedup(backends: &[BackendReport], baseline: &MemoryBaseline, out: &m
         if base <= 0.0 {
             out.push(target(
                 &what,
-                "memory",
+                Backend::Memory,
                 format!("no baseline rate at {tasks} tasks"),
                 Status::NotMeasured,
             ));
             return;
         }
         let Some(u) = ours.at(tasks) else {
-            out.push(not_measured(&what, "memory"));
+            out.push(not_measured(&what, Backend::Memory));
             return;
         };
         let x = u.throughput_per_s / base;
@@ -166,7 +166,7 @@ fn memory_speedup(backends: &[BackendReport], baseline: &MemoryBaseline, out: &m
     if let Some(w) = worst {
         out.push(target(
             &what,
-            "memory",
+            Backend::Memory,
             format!(
                 "worst {w:.2}x; {}; {}",
                 parts.join("; "),
@@ -195,7 +195,7 @@ fn cpu_per_cycle(backends: &[BackendReport], out: &mut Vec<Target>) {
     );
     for b in remote(backends) {
         let (Some(ours), Some(raw)) = (b.ours(), b.raw()) else {
-            out.push(not_measured(&what, &b.backend));
+            out.push(not_measured(&what, b.backend));
             continue;
         };
         let levels: Vec<(f64, String)> = ours
@@ -213,13 +213,7 @@ fn cpu_per_cycle(backends: &[BackendReport], out: &mut Vec<Target>) {
                 ))
             })
             .collect();
-        out.push(worst_of(
-            &what,
-            &b.backend,
-            levels,
-            |w| w <= CPU_RATIO,
-            true,
-        ));
+        out.push(worst_of(&what, b.backend, levels, |w| w <= CPU_RATIO, true));
     }
 }
 
@@ -227,7 +221,7 @@ fn cpu_per_cycle(backends: &[BackendReport], out: &mut Vec<Target>) {
 /// target row.
 fn worst_of(
     what: &str,
-    backend: &str,
+    backend: Backend,
     levels: Vec<(f64, String)>,
     met: impl Fn(f64) -> bool,
     highest: bool,
@@ -274,7 +268,7 @@ fn level_ratios(ours: &SubjectReport, floor: &SubjectReport) -> Vec<(f64, String
 /// ZooKeeper against the raw protocol.
 fn against_the_floor(backends: &[BackendReport], out: &mut Vec<Target>) {
     for b in remote(backends) {
-        let fenced = matches!(b.backend.as_str(), "redis" | "redlock");
+        let fenced = matches!(b.backend, Backend::Redis | Backend::Redlock);
         let what = if fenced {
             format!("uncontended acquire+release >= {FLOOR_FRACTION}x the raw protocol with a fencing counter (latency and throughput, every level)")
         } else {
@@ -282,12 +276,12 @@ fn against_the_floor(backends: &[BackendReport], out: &mut Vec<Target>) {
         };
         let floor = if fenced { b.fenced() } else { b.raw() };
         let (Some(ours), Some(floor)) = (b.ours(), floor) else {
-            out.push(not_measured(&what, &b.backend));
+            out.push(not_measured(&what, b.backend));
             continue;
         };
         let mut row = worst_of(
             &what,
-            &b.backend,
+            b.backend,
             level_ratios(ours, floor),
             |w| w >= FLOOR_FRACTION,
             false,
@@ -313,8 +307,8 @@ fn against_the_floor(backends: &[BackendReport], out: &mut Vec<Target>) {
 /// Target 3: Contended hand-off p50 within a few raw round trips, and fair.
 fn handoff(backends: &[BackendReport], out: &mut Vec<Target>) {
     for b in remote(backends) {
-        let trips_allowed = match b.backend.as_str() {
-            "redis" | "redlock" => HANDOFF_TRIPS_REDIS,
+        let trips_allowed = match b.backend {
+            Backend::Redis | Backend::Redlock => HANDOFF_TRIPS_REDIS,
             _ => HANDOFF_TRIPS_CONSENSUS,
         };
         let what = format!(
@@ -328,11 +322,11 @@ fn handoff(backends: &[BackendReport], out: &mut Vec<Target>) {
             .and_then(|s| s.at(1))
             .and_then(|u| u.acquire.as_ref());
         let (Some(c), Some(h), Some(rt)) = (contended, handoff, rt) else {
-            out.push(not_measured(&what, &b.backend));
+            out.push(not_measured(&what, b.backend));
             continue;
         };
         if rt.p50_ms <= 0.0 {
-            out.push(not_measured(&what, &b.backend));
+            out.push(not_measured(&what, b.backend));
             continue;
         }
         let trips = h.p50_ms / rt.p50_ms;
@@ -352,7 +346,7 @@ fn handoff(backends: &[BackendReport], out: &mut Vec<Target>) {
             .unwrap_or_default();
         out.push(target(
             &what,
-            &b.backend,
+            b.backend,
             format!(
                 "{trips:.2} round trips: hand-off p50 {} ms (n={}), round trip {} ms (n={}); {:.0}% to another; {}/s{peer}",
                 fmt_ms(h.p50_ms),
@@ -382,7 +376,7 @@ fn under_load(backends: &[BackendReport], out: &mut Vec<Target>) {
         if let Some(e) = &ours.load_error {
             out.push(target(
                 &what,
-                &b.backend,
+                b.backend,
                 format!("not measured: {e}"),
                 Status::NotMeasured,
             ));
@@ -418,7 +412,7 @@ fn under_load(backends: &[BackendReport], out: &mut Vec<Target>) {
         match worst {
             Some(w) => out.push(target(
                 &what,
-                &b.backend,
+                b.backend,
                 format!(
                     "largest fall {w:.2}; {}",
                     levels
@@ -429,7 +423,7 @@ fn under_load(backends: &[BackendReport], out: &mut Vec<Target>) {
                 ),
                 status(w <= LOAD_DRIFT),
             )),
-            None => out.push(not_measured(&what, &b.backend)),
+            None => out.push(not_measured(&what, b.backend)),
         }
     }
 }
@@ -445,7 +439,7 @@ fn read_heavy(backends: &[BackendReport], out: &mut Vec<Target>) {
                 let bound_ms = READ_HEAVY_WRITE_WAIT.as_secs_f64() * 1e3;
                 out.push(target(
                     t5,
-                    &b.backend,
+                    b.backend,
                     format!(
                         "{} readers at once; write wait p99 {} ms (n={}); {} violations",
                         r.most_readers_together,
@@ -463,7 +457,7 @@ fn read_heavy(backends: &[BackendReport], out: &mut Vec<Target>) {
             }
             None => out.push(target(
                 t5,
-                &b.backend,
+                b.backend,
                 "not measured".into(),
                 Status::NotMeasured,
             )),
