@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use lock_core::MemoryLock;
+use distlock::MemoryLock;
 
 use super::Profile;
 use crate::backend::Backend;
@@ -151,8 +151,9 @@ fn memory_group(o: &RunOptions) -> Group {
 
 /// One Redis: ours, the raw protocol and the raw protocol with a fencing counter.
 fn redis_group(o: &RunOptions, servers: &Servers) -> Group {
-    let url = server(&servers.redis, "redis-server").map(|s| s.url());
-    let t = url.clone().map(Target::Redis);
+    let redis = server(&servers.redis, "redis-server");
+    let url = redis.clone().map(|s| s.url());
+    let t = redis.map(|s| Target::Redis(s.addr().to_string()));
     let urls = url.clone().map(|u| vec![u]);
     Group {
         backend: Backend::Redis,
@@ -190,8 +191,9 @@ fn redis_group(o: &RunOptions, servers: &Servers) -> Group {
 
 /// Redlock on independent Redis nodes: ours, the raw protocol and the raw protocol with a fencing counter on every node, rslock.
 fn redlock_group(o: &RunOptions, profile: &Profile, servers: &Servers) -> Group {
-    let urls = server(&servers.redis_set, "5 redis-servers").map(|s| s.urls());
-    let t = urls.clone().map(Target::Redlock);
+    let set = server(&servers.redis_set, "5 redis-servers");
+    let urls = set.clone().map(|s| s.urls());
+    let t = set.map(|s| Target::Redlock(s.addrs().iter().map(ToString::to_string).collect()));
     Group {
         backend: Backend::Redlock,
         servers: format!("{REDLOCK_NODES} independent redis-servers"),
