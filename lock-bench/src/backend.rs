@@ -63,7 +63,7 @@ impl fmt::Display for Backend {
 
 /// A name that is none of [`Backend::ALL`]'s.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct UnknownBackend(pub String);
+pub struct UnknownBackend(String);
 
 impl fmt::Display for UnknownBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -17,9 +17,13 @@ use crate::Args;
 
 /// One subject of a backend group.
 pub(super) struct Plan {
+    /// What it is, in the report.
     pub(super) label: String,
+    /// Ours, raw, fenced, checked or peer.
     pub(super) kind: Kind,
+    /// Its clients, or why there are none (a server did not start).
     pub(super) connector: Result<Arc<dyn Connector>, String>,
+    /// Whether it runs the contended run too.
     pub(super) contended: bool,
 }
 
@@ -36,8 +40,11 @@ pub(super) struct KeepAlivePlan {
 
 /// A backend group: our backend, its raw protocol, its peer.
 pub(super) struct Group {
+    /// Which backend.
     pub(super) backend: Backend,
+    /// Its servers, in words.
     pub(super) servers: String,
+    /// Ours first, then the raw protocol, then the peers.
     pub(super) subjects: Vec<Plan>,
     /// Our backend with keep-alive options, and where to count server ops.
     pub(super) keep_alive: Option<KeepAlivePlan>,

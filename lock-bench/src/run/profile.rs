@@ -103,6 +103,7 @@ impl Profile {
         }
     }
 
+    /// The profile in words, for the report (`quick`: the quick run).
     pub(super) fn describe(&self, quick: bool) -> Vec<(String, String)> {
         let s = |v: Duration| format!("{:.2} s", v.as_secs_f64());
         vec![

@@ -125,6 +125,8 @@ async fn one_cycle(locker: &dyn Locker, name: &str) -> BenchResult<(Duration, Du
     Ok((t1 - t0, t1.elapsed()))
 }
 
+/// One acquire+release of `name`, within [`CYCLE_TIMEOUT`]: how long the
+/// acquire and the release took.
 pub(super) async fn bounded_cycle(
     locker: &dyn Locker,
     name: &str,
