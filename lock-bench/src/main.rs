@@ -27,6 +27,7 @@
 //! cargo run --release -p lock-bench -- [--quick] [--backends redis,etcd,...] [--load N] [--memory-baseline 8=RATE,64=RATE] [--data-dir PATH] [--json PATH] [--svg PATH]
 //! ```
 
+mod backend;
 mod backends;
 mod heap;
 mod load;
@@ -47,8 +48,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::builder::PossibleValuesParser;
 use clap::{CommandFactory, Parser};
+
+use backend::Backend;
 
 /// Counts the live heap, for the client memory held per guard.
 #[global_allocator]
@@ -73,9 +75,9 @@ struct Cli {
         value_name = "LIST",
         value_delimiter = ',',
         num_args = 1,
-        value_parser = PossibleValuesParser::new(backends::ALL)
+        value_enum
     )]
-    backends: Vec<String>,
+    backends: Vec<Backend>,
     /// Where the servers keep their data (default: /dev/shm, a tmpfs, where it
     /// exists: etcd and ZooKeeper fsync every write, and a noisy disk would
     /// swing their rates between runs; else the system's temp dir).
@@ -142,7 +144,7 @@ impl Cli {
     /// The command line with every default filled in and the backends in report order.
     fn resolve(self) -> Args {
         let dir = out_dir();
-        let picked = |b: &&&str| self.backends.is_empty() || self.backends.iter().any(|p| p == **b);
+        let picked = |b: &Backend| self.backends.is_empty() || self.backends.contains(b);
         Args {
             quick: self.quick,
             load: self
@@ -157,11 +159,7 @@ impl Cli {
                     given: true,
                 }
             },
-            backends: backends::ALL
-                .iter()
-                .filter(picked)
-                .map(|s| s.to_string())
-                .collect(),
+            backends: Backend::ALL.into_iter().filter(picked).collect(),
             json: self.json.unwrap_or_else(|| dir.join("results.json")),
             svg: self.svg.unwrap_or_else(|| dir.join("latency.svg")),
             data_dir: self.data_dir.or_else(|| {
@@ -185,7 +183,7 @@ pub struct Args {
     /// What target 1a's memory:// speed-up counts from.
     pub memory_baseline: targets::MemoryBaseline,
     /// Selected backends, in report order.
-    pub backends: Vec<String>,
+    pub backends: Vec<Backend>,
     /// JSON output path.
     pub json: PathBuf,
     /// SVG output path.
@@ -342,7 +340,7 @@ mod tests {
         assert!(!a.quick);
         assert_eq!(a.load, FULL_RUN_LOAD, "the full run has a loaded pass");
         assert!(!a.busy_loop);
-        assert_eq!(a.backends, backends::ALL.to_vec());
+        assert_eq!(a.backends, Backend::ALL.to_vec());
         assert_eq!(args(&["--load", "0"]).unwrap().load, 0);
         assert_eq!(args(&["--quick", "--load", "3"]).unwrap().load, 3);
         assert!(a.json.ends_with("lock-bench/results.json"));
@@ -358,7 +356,11 @@ mod tests {
         .unwrap();
         assert!(a.quick);
         assert_eq!(a.load, 0, "no loaded pass in the quick run unless asked");
-        assert_eq!(a.backends, vec!["redis", "zk"], "report order");
+        assert_eq!(
+            a.backends,
+            vec![Backend::Redis, Backend::Zk],
+            "report order"
+        );
         assert_eq!(a.json, PathBuf::from("/tmp/x.json"));
         assert_eq!(a.data_dir, Some(PathBuf::from("/tmp/data")));
         assert!(args(&["--backends", "mysql"]).is_err());

@@ -5,26 +5,26 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
+use crate::backend::Backend;
 use crate::report::Report;
 use crate::stats::PLOT_PERCENTILES;
 use crate::subject::Kind;
 
 struct Series {
-    backend: String,
+    backend: Backend,
     kind: Kind,
     label: String,
     points: Vec<(f64, f64)>,
 }
 
 /// One colour per backend (its servers), one line style per kind of subject.
-fn color(backend: &str) -> RGBColor {
+fn color(backend: Backend) -> RGBColor {
     match backend {
-        "memory" => RGBColor(110, 110, 110),
-        "redis" => RGBColor(214, 39, 40),
-        "redlock" => RGBColor(255, 127, 14),
-        "etcd" => RGBColor(31, 119, 180),
-        "zk" => RGBColor(44, 160, 44),
-        _ => RGBColor(148, 103, 189),
+        Backend::Memory => RGBColor(110, 110, 110),
+        Backend::Redis => RGBColor(214, 39, 40),
+        Backend::Redlock => RGBColor(255, 127, 14),
+        Backend::Etcd => RGBColor(31, 119, 180),
+        Backend::Zk => RGBColor(44, 160, 44),
     }
 }
 
@@ -93,7 +93,7 @@ fn panel(
         .draw()
         .map_err(|e| err(&e))?;
     for s in series {
-        let style = color(&s.backend).stroke_width(width(s.kind));
+        let style = color(s.backend).stroke_width(width(s.kind));
         let pts: Vec<(f64, f64)> = s
             .points
             .iter()
@@ -107,7 +107,7 @@ fn panel(
         let kind = s.kind;
         chart
             .draw_series(pts.into_iter().map(|p| {
-                EmptyElement::at(p) + marker(kind, (0, 0), color(&s.backend).stroke_width(2))
+                EmptyElement::at(p) + marker(kind, (0, 0), color(s.backend).stroke_width(2))
             }))
             .map_err(|e| err(&e))?;
     }
@@ -115,14 +115,14 @@ fn panel(
     for (i, s) in series.iter().enumerate() {
         let x = 70;
         let y = 10 + i as i32 * 17;
-        let style = color(&s.backend).stroke_width(width(s.kind));
+        let style = color(s.backend).stroke_width(width(s.kind));
         legend_area
             .draw(&PathElement::new(vec![(x, y), (x + 24, y)], style))
             .map_err(|e| err(&e))?;
         legend_area
             .draw(
                 &(EmptyElement::at((x + 12, y))
-                    + marker(s.kind, (0, 0), color(&s.backend).stroke_width(2))),
+                    + marker(s.kind, (0, 0), color(s.backend).stroke_width(2))),
             )
             .map_err(|e| err(&e))?;
         legend_area
@@ -144,7 +144,7 @@ pub fn write_svg(report: &Report, path: &Path) -> Result<(), String> {
         for s in &b.subjects {
             if let Some(c) = s.at(1).and_then(|u| u.cycle.as_ref()) {
                 uncontended.push(Series {
-                    backend: b.backend.clone(),
+                    backend: b.backend,
                     kind: s.kind,
                     label: format!("{}: {} (n={})", b.backend, s.label, c.n),
                     points: c.curve_ms.clone(),
@@ -152,7 +152,7 @@ pub fn write_svg(report: &Report, path: &Path) -> Result<(), String> {
             }
             if let Some(h) = s.contended.as_ref().and_then(|c| c.handoff.as_ref()) {
                 contended.push(Series {
-                    backend: b.backend.clone(),
+                    backend: b.backend,
                     kind: s.kind,
                     label: format!("{}: {} (n={})", b.backend, s.label, h.n),
                     points: h.curve_ms.clone(),

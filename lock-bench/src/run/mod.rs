@@ -1,0 +1,149 @@
+//! The run: start the servers, measure every selected backend with its raw
+//! protocol and peer, evaluate the targets.
+
+mod backend;
+mod groups;
+mod profile;
+mod subjects;
+
+use std::time::Instant;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use crate::backend::Backend;
+use crate::report::Report;
+use crate::servers::{Needed, Servers};
+use crate::Args;
+use backend::measure_backend;
+use groups::{groups, Group};
+pub use profile::{Profile, LEVELS};
+use subjects::loaded_subjects;
+
+/// Runs everything; returns the report and the servers (to stop after the
+/// runtime has shut down).
+pub async fn run(args: &Args) -> (Report, Servers) {
+    let started = Instant::now();
+    let profile = Profile {
+        load: args.load,
+        ..if args.quick {
+            Profile::quick()
+        } else {
+            Profile::full()
+        }
+    };
+    let needed = Needed {
+        redis: args.backends.contains(&Backend::Redis),
+        redis_set: args.backends.contains(&Backend::Redlock),
+        etcd: args.backends.contains(&Backend::Etcd),
+        zk: args.backends.contains(&Backend::Zk),
+    };
+    let run_id = format!("bench-{}", std::process::id());
+
+    let bar = progress(1);
+    bar.set_message("starting servers");
+    let servers = start_servers(needed).await;
+    let server_start_s = started.elapsed().as_secs_f64();
+
+    let groups = groups(args, &profile, &servers);
+    bar.set_length(total_steps(&groups, &profile));
+    bar.inc(1);
+
+    let mut backends = Vec::new();
+    for g in groups {
+        backends.push(measure_backend(g, &profile, &run_id, &bar).await);
+    }
+    bar.finish_and_clear();
+
+    let targets = crate::targets::evaluate(&backends, &args.memory_baseline);
+    let failures = backends.iter().flat_map(|b| b.failures()).collect();
+    let report = Report {
+        mode: if args.quick {
+            "quick".into()
+        } else {
+            "full".into()
+        },
+        profile: {
+            let mut p = profile.describe(args.quick);
+            p.push(("server data dirs".into(), args.data_dir_description()));
+            p
+        },
+        backends,
+        targets,
+        failures,
+        total_s: started.elapsed().as_secs_f64(),
+        server_start_s,
+    };
+    (report, servers)
+}
+
+/// Starts the servers `needed`, off the async threads; a start-up task that
+/// failed counts as every server failing to start.
+async fn start_servers(needed: Needed) -> Servers {
+    tokio::task::spawn_blocking(move || Servers::start(needed))
+        .await
+        .unwrap_or_else(|e| {
+            let msg = format!("the server start-up task failed: {e}");
+            Servers {
+                redis: needed.redis.then(|| Err(msg.clone())),
+                redis_set: needed.redis_set.then(|| Err(msg.clone())),
+                etcd: needed.etcd.then(|| Err(msg.clone())),
+                zk: needed.zk.then(|| Err(msg.clone())),
+            }
+        })
+}
+
+/// The steps of the progress bar: the server start-up, every measured and
+/// warm-up round of every level of every subject (and of the loaded pass),
+/// the contended runs, every keep-alive guard count and the read-heavy runs.
+fn total_steps(groups: &[Group], profile: &Profile) -> u64 {
+    let per_level = profile.levels.len() as u64 * u64::from(profile.warmup_rounds + profile.rounds);
+    groups
+        .iter()
+        .map(|g| {
+            let loaded = if profile.load > 0 {
+                loaded_subjects(&g.subjects).len() as u64
+            } else {
+                0
+            };
+            g.subjects
+                .iter()
+                .map(|s| per_level + u64::from(s.contended))
+                .sum::<u64>()
+                + loaded * per_level
+                + profile.ka_guards.len() as u64
+                + u64::from(g.read_heavy.is_some())
+        })
+        .sum::<u64>()
+        + 1
+}
+
+/// The first three words of a subject's label, lower case, for the names
+/// of its locks.
+fn slug(label: &str) -> String {
+    label
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .collect::<String>()
+        .split('-')
+        .filter(|s| !s.is_empty())
+        .take(3)
+        .collect::<Vec<_>>()
+        .join("-")
+}
+
+/// The progress bar on stderr, `steps` long.
+fn progress(steps: u64) -> ProgressBar {
+    let bar = ProgressBar::with_draw_target(Some(steps), ProgressDrawTarget::stderr());
+    if let Ok(style) =
+        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {wide_msg}")
+    {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar
+}
