@@ -30,10 +30,10 @@ macro_rules! now_ms {
 /// `t` from `now_ms!`.
 macro_rules! next_fence {
     ("KEYS[2]") => {
-        include_str!("lua/fragments/next_fence_keys2.lua")
+        include_str!(concat!(env!("OUT_DIR"), "/lua/next_fence_keys2.lua"))
     };
     ("KEYS[3]") => {
-        include_str!("lua/fragments/next_fence_keys3.lua")
+        include_str!(concat!(env!("OUT_DIR"), "/lua/next_fence_keys3.lua"))
     };
 }
 
@@ -117,10 +117,10 @@ macro_rules! drop_lapsed {
 /// [`ACQUIRE_IN_LINE`].
 macro_rules! take_place {
     ("KEYS[2]", "KEYS[3]", "ARGV[3]", "ARGV[4]", "ARGV[5]") => {
-        include_str!("lua/fragments/take_place_keys2.lua")
+        include_str!(concat!(env!("OUT_DIR"), "/lua/take_place_keys2.lua"))
     };
     ("KEYS[3]", "KEYS[4]", "ARGV[3]", "ARGV[4]", "ARGV[5]") => {
-        include_str!("lua/fragments/take_place_keys3.lua")
+        include_str!(concat!(env!("OUT_DIR"), "/lua/take_place_keys3.lua"))
     };
 }
 
@@ -135,10 +135,10 @@ macro_rules! take_place {
 /// releases).
 macro_rules! announce_turn {
     ("KEYS[2]", "ARGV[6]") => {
-        include_str!("lua/fragments/announce_turn_argv6.lua")
+        include_str!(concat!(env!("OUT_DIR"), "/lua/announce_turn_argv6.lua"))
     };
     ("KEYS[2]", "ARGV[3]") => {
-        include_str!("lua/fragments/announce_turn_argv3.lua")
+        include_str!(concat!(env!("OUT_DIR"), "/lua/announce_turn_argv3.lua"))
     };
 }
 
@@ -170,10 +170,10 @@ macro_rules! announce_turn {
 /// waits for leaves no key behind.
 macro_rules! reserve_for_head {
     ("KEYS[1]", "KEYS[2]", "KEYS[3]", "KEYS[4]") => {
-        include_str!("lua/fragments/reserve_for_head_keys2.lua")
+        include_str!(concat!(env!("OUT_DIR"), "/lua/reserve_for_head_keys2.lua"))
     };
     ("KEYS[1]", "KEYS[3]", "KEYS[4]", "KEYS[5]") => {
-        include_str!("lua/fragments/reserve_for_head_keys3.lua")
+        include_str!(concat!(env!("OUT_DIR"), "/lua/reserve_for_head_keys3.lua"))
     };
 }
 
@@ -187,18 +187,18 @@ macro_rules! reserve_for_head {
 macro_rules! leave_line {
     ("granted", "holder", "ARGV[2] ~= '0'") => {
         concat!(
-            include_str!("lua/fragments/leave_line_granted_1.lua"),
+            include_str!(concat!(env!("OUT_DIR"), "/lua/leave_line_granted_1.lua")),
             now_ms!(),
             reserve_for_head!("KEYS[1]", "KEYS[3]", "KEYS[4]", "KEYS[5]"),
-            include_str!("lua/fragments/leave_line_granted_2.lua"),
+            include_str!(concat!(env!("OUT_DIR"), "/lua/leave_line_granted_2.lua")),
         )
     };
     ("ARGV[1]", "holder", "ARGV[2] ~= '1'") => {
         concat!(
-            include_str!("lua/fragments/leave_line_argv1_1.lua"),
+            include_str!(concat!(env!("OUT_DIR"), "/lua/leave_line_argv1_1.lua")),
             now_ms!(),
             reserve_for_head!("KEYS[1]", "KEYS[3]", "KEYS[4]", "KEYS[5]"),
-            include_str!("lua/fragments/leave_line_argv1_2.lua"),
+            include_str!(concat!(env!("OUT_DIR"), "/lua/leave_line_argv1_2.lua")),
         )
     };
 }

@@ -1,5 +1,5 @@
 local function announce_turn(message, head)
-  local inbox = ARGV[3] or ''
+  local inbox = @inbox@ or ''
   local client = inbox ~= '' and string.match(head, '^(%x+)%.')
   if client then
     return redis.pcall('PUBLISH', inbox .. client, KEYS[2] .. '\n' .. message)

@@ -1,8 +1,0 @@
-local function announce_turn(message, head)
-  local inbox = ARGV[6] or ''
-  local client = inbox ~= '' and string.match(head, '^(%x+)%.')
-  if client then
-    return redis.pcall('PUBLISH', inbox .. client, KEYS[2] .. '\n' .. message)
-  end
-  return redis.pcall('PUBLISH', KEYS[2], message)
-end

@@ -1,6 +1,0 @@
-local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
-redis.call('ZREM', KEYS[4], ARGV[1])
-local left = redis.call('ZREM', KEYS[3], ARGV[1]) == 1
-if redis.call('EXISTS', KEYS[3]) == 0 then redis.call('DEL', KEYS[5]) end
-if left and (holder == 'line:' .. ARGV[1] or (first == ARGV[1] and not holder)) then
-local head, turn_seq

@@ -1,4 +1,0 @@
-local fence = (tonumber(redis.call('GET', KEYS[2])) or 0) + 1
-local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-if us > fence then fence = us end
-redis.call('SET', KEYS[2], string.format('%.0f', fence))
