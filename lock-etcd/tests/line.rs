@@ -1,19 +1,23 @@
 //! The line of mutex waiters: a hand-off goes to the next in line and to
 //! nobody behind it, a waiter that gives up in the middle passes nothing on,
-//! a waiter whose own key goes queues again instead of taking the lock.
+//! a waiter whose own key goes queues again instead of taking the lock. A
+//! waiting acquire that is dropped leaves no key; with eight waiting
+//! clients, each release hands the lock to the next in order, quickly.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use etcd_client::{DeleteOptions, GetOptions, SortOrder, SortTarget};
 use lock_core::{AcquireOptions, DistributedLock, LockGuard, LockName};
 use lock_etcd::{EtcdConfig, EtcdLock};
-use lock_testbed::{shared_etcd, unique_name};
+use lock_testbed::shared_etcd;
 use tokio::task::JoinHandle;
 use tokio::time::{sleep, timeout, Instant};
 
-fn name(prefix: &str) -> LockName {
-    LockName::new(unique_name(prefix)).expect("valid name")
-}
+mod support;
+// `connect` is this file's client of the shared etcd; the shared helper that
+// connects with a given configuration is `connect_with` here.
+use support::{config, connect as connect_with, eventually, keys_under, name};
 
 fn endpoints() -> Vec<String> {
     shared_etcd()
@@ -204,4 +208,130 @@ async fn a_waiter_whose_key_went_queues_again() {
     let line = line_of(&h, &n).await;
     assert_eq!(line.len(), 1, "the holder's key is not the only one");
     assert!(g.release().await.unwrap());
+}
+
+/// A waiting acquire that is dropped (aborted task, or a timeout around it)
+/// leaves no key under `NAME/`: only the holder's key remains, then none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_waiting_acquire_leaves_no_key() {
+    let etcd = shared_etcd().expect("shared etcd");
+    let eps = etcd.endpoints();
+    let lease = Duration::from_secs(2);
+    let (a, b) = (
+        connect_with(config(eps.clone(), lease)).await,
+        connect_with(config(eps.clone(), lease)).await,
+    );
+    let n = name("dropwait");
+    let prefix = a.key_prefix(&n);
+    let opts = AcquireOptions::new()
+        .ttl(lease)
+        .wait(Duration::from_secs(30));
+    let g = a.acquire(&n, &opts).await.expect("acquire");
+    let (a_lease, _) = a.session_lease().await.expect("session");
+    let a_key = format!("{prefix}{a_lease:x}");
+    assert_eq!(keys_under(&eps, &prefix).await, vec![a_key.clone()]);
+
+    // 1. An aborted task.
+    let waiting = {
+        let (b, n, opts) = (b.clone(), n.clone(), opts.clone());
+        tokio::spawn(async move { b.acquire(&n, &opts).await.map(|_| ()) })
+    };
+    eventually(Duration::from_secs(2), "waiter queued", || async {
+        keys_under(&eps, &prefix).await.len() == 2
+    })
+    .await;
+    waiting.abort();
+    assert!(waiting.await.unwrap_err().is_cancelled());
+    eventually(
+        Duration::from_secs(2),
+        "aborted waiter's key removed",
+        || async { keys_under(&eps, &prefix).await == vec![a_key.clone()] },
+    )
+    .await;
+
+    // 2. A future dropped by a timeout around it.
+    let dropped = timeout(Duration::from_millis(300), b.acquire(&n, &opts)).await;
+    assert!(dropped.is_err(), "acquired a held lock");
+    eventually(
+        Duration::from_secs(2),
+        "timed-out waiter's key removed",
+        || async { keys_under(&eps, &prefix).await == vec![a_key.clone()] },
+    )
+    .await;
+
+    assert!(g.release().await.unwrap());
+    eventually(Duration::from_secs(2), "all keys gone", || async {
+        keys_under(&eps, &prefix).await.is_empty()
+    })
+    .await;
+    // The next acquirer is not delayed by the cancelled waiters.
+    let t = Instant::now();
+    let g2 = b
+        .acquire(&n, &opts.clone().wait(Duration::from_secs(1)))
+        .await
+        .expect("free lock");
+    assert!(
+        t.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        t.elapsed()
+    );
+    assert!(g2.release().await.unwrap());
+}
+
+/// FIFO hand-off: with K queued waiters on separate clients, each release
+/// hands the lock to the next waiter in order, quickly (a watch event, not a poll).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifo_handoff_is_ordered_and_fast() {
+    const K: usize = 8;
+    let etcd = shared_etcd().expect("shared etcd");
+    let eps = etcd.endpoints();
+    let lease = Duration::from_secs(5);
+    let n = name("handoff");
+    let opts = AcquireOptions::new()
+        .ttl(lease)
+        .wait(Duration::from_secs(30));
+    let holder = connect_with(config(eps.clone(), lease)).await;
+    let g = holder.acquire(&n, &opts).await.expect("acquire");
+    // (waiter index, acquired at, release started at)
+    let log = Arc::new(Mutex::new(Vec::<(usize, Instant, Instant)>::new()));
+    let mut tasks = Vec::new();
+    for i in 0..K {
+        let c = connect_with(config(eps.clone(), lease)).await;
+        let (name, opts, log) = (n.clone(), opts.clone(), log.clone());
+        tasks.push(tokio::spawn(async move {
+            let g = c.acquire(&name, &opts).await.expect("waiter");
+            let got = Instant::now();
+            let releasing = Instant::now();
+            log.lock().unwrap().push((i, got, releasing));
+            assert!(g.release().await.unwrap());
+        }));
+        // Let each waiter queue before the next one starts.
+        eventually(Duration::from_secs(2), "waiter queued", || async {
+            keys_under(&eps, &holder.key_prefix(&n)).await.len() == i + 2
+        })
+        .await;
+    }
+    let first_release = Instant::now();
+    assert!(g.release().await.unwrap());
+    for t in tasks {
+        t.await.expect("waiter task");
+    }
+    let log = log.lock().unwrap().clone();
+    let order: Vec<usize> = log.iter().map(|e| e.0).collect();
+    assert_eq!(order, (0..K).collect::<Vec<_>>(), "not FIFO");
+    let mut handoffs = vec![log[0].1 - first_release];
+    handoffs.extend(log.windows(2).map(|w| w[1].1 - w[0].2));
+    let mut sorted = handoffs.clone();
+    sorted.sort();
+    println!(
+        "hand-offs over {K} waiters: min {:?}, median {:?}, max {:?} (all: {handoffs:?})",
+        sorted[0],
+        sorted[K / 2],
+        sorted[K - 1]
+    );
+    assert!(
+        sorted[K - 1] < Duration::from_secs(1),
+        "a hand-off took {:?}",
+        sorted[K - 1]
+    );
 }

@@ -1,25 +1,20 @@
 //! Faults on real ZooKeeper servers: a killed ensemble leader, a holder cut
 //! off beyond its session timeout, a waiter dropped while its create reply is
-//! held back, a server that does not answer, and interoperation with kazoo
-//! (Python) both ways.
+//! held back, and a server that does not answer.
 //!
 //! The leader test starts its own 3-server ensemble; the others use the
 //! testbed's standalone server (they fault a proxy, not the server).
-//! A missing server, Python or kazoo fails the test.
+//! A missing server fails the test.
 
 use std::net::SocketAddr;
-use std::process::Stdio;
 use std::time::Duration;
 
-use lock_core::{
-    AcquireOptions, DistributedLock, GuardState, LockErrorKind, LossCause, ReadWriteLock,
-};
+use lock_core::{AcquireOptions, DistributedLock, GuardState, LockErrorKind, LossCause};
 use lock_testbed::{Proxy, ZkEnsemble, ZkOptions};
 use lock_zk::{ZkConfig, ZkLock};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::time::{sleep, sleep_until, timeout, Instant};
 mod support;
-use support::{admin, children, interop, name, server as standalone, Interop};
+use support::{admin, children, name, server as standalone};
 
 fn state_kind(st: &GuardState) -> &'static str {
     match st {
@@ -707,195 +702,4 @@ async fn every_call_returns_within_its_bound_with_the_defaults() {
     .await
     .expect_err("connected to a hung server");
     assert_eq!(err.kind(), LockErrorKind::Unavailable, "{err}");
-}
-
-/// Runs `tests/support/kazoo_lock.py`; fails (never skips) without Python or kazoo.
-fn kazoo(args: &[&str]) -> tokio::process::Child {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/kazoo_lock.py");
-    let python = lock_testbed::python_path().unwrap_or_else(|e| panic!("{e}"));
-    tokio::process::Command::new(python)
-        .arg(script)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run Python ({e}): the kazoo interop test needs Python with kazoo (Debian: `apt-get install python3-kazoo`, or set DISTLOCK_PYTHON)"))
-}
-
-async fn kazoo_line(
-    lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
-) -> String {
-    let line = timeout(Duration::from_secs(20), lines.next_line())
-        .await
-        .expect("the kazoo script did not answer within 20 s")
-        .expect("reading the kazoo script's output")
-        .unwrap_or_default();
-    assert!(
-        !line.starts_with("NO_KAZOO") && !line.is_empty(),
-        "the kazoo interop test needs the Python package kazoo (Debian: `apt-get install python3-kazoo`, or set DISTLOCK_PYTHON to a Python that has it; script said {line:?})"
-    );
-    line
-}
-
-/// kazoo's `Lock` (with `extra_lock_patterns=("-lock-",)`, its documented
-/// Curator interop) and lock-zk exclude each other on the same path, both
-/// ways, and a waiter of ours is woken by kazoo's release.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kazoo_and_lock_zk_exclude_each_other() {
-    let Interop {
-        connect,
-        locks: ours,
-        lock,
-        dir: path,
-        ..
-    } = interop("kazoo").await;
-    let opts = AcquireOptions::new().ttl(Duration::from_secs(4));
-
-    // kazoo holds: we are refused, and our waiter gets it when kazoo releases.
-    let mut holder = kazoo(&["hold", "lock", &connect, &path]);
-    let mut stdin = holder.stdin.take().unwrap();
-    let mut lines = BufReader::new(holder.stdout.take().unwrap()).lines();
-    let held = kazoo_line(&mut lines).await;
-    let node = held
-        .strip_prefix("HELD ")
-        .unwrap_or_else(|| panic!("kazoo said {held:?}"));
-    assert!(node.contains("__lock__"), "kazoo's node {node}");
-    assert!(
-        ours.try_acquire(&lock, &opts).await.unwrap().is_none(),
-        "granted while kazoo holds it"
-    );
-    let status = ours.inspect(&lock).await.unwrap();
-    assert!(status.held);
-    // kazoo's node data (its identifier) describes no holder, and fails nothing.
-    assert_eq!(status.holder, None);
-    let listed = ours.list(lock.as_str(), 10).await.unwrap();
-    assert_eq!(listed.len(), 1, "{listed:?}");
-    assert_eq!(listed[0].1.holder, None);
-    let waiting = {
-        let (ours, lock, opts) = (
-            ours.clone(),
-            lock.clone(),
-            opts.clone().wait(Duration::from_secs(20)),
-        );
-        tokio::spawn(async move { ours.acquire(&lock, &opts).await })
-    };
-    sleep(Duration::from_millis(300)).await;
-    assert!(
-        !waiting.is_finished(),
-        "our waiter got the lock while kazoo holds it"
-    );
-    let released_at = Instant::now();
-    stdin.write_all(b"release\n").await.unwrap();
-    stdin.flush().await.unwrap();
-    assert_eq!(kazoo_line(&mut lines).await, "RELEASED");
-    let guard = waiting
-        .await
-        .unwrap()
-        .expect("our waiter after kazoo released");
-    assert!(
-        released_at.elapsed() < Duration::from_secs(2),
-        "woken {:?} after kazoo's release",
-        released_at.elapsed()
-    );
-    assert!(holder.wait().await.unwrap().success());
-
-    // We hold: kazoo's acquire(timeout=1) fails; after our release it succeeds.
-    let mut refused = kazoo(&["try", "lock", &connect, &path, "1"]);
-    let mut lines = BufReader::new(refused.stdout.take().unwrap()).lines();
-    assert_eq!(
-        kazoo_line(&mut lines).await,
-        "TIMEOUT",
-        "kazoo got the lock while lock-zk held it"
-    );
-    assert!(refused.wait().await.unwrap().success());
-    assert!(guard.release().await.unwrap());
-    let mut granted = kazoo(&["try", "lock", &connect, &path, "5"]);
-    let mut lines = BufReader::new(granted.stdout.take().unwrap()).lines();
-    assert_eq!(kazoo_line(&mut lines).await, "ACQUIRED");
-    assert!(granted.wait().await.unwrap().success());
-}
-
-/// kazoo's `try` of `kind` on `path` with a timeout: whether it got the lock.
-async fn kazoo_tries(kind: &str, connect: &str, path: &str, secs: &str) -> bool {
-    let mut child = kazoo(&["try", kind, connect, path, secs]);
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let said = kazoo_line(&mut lines).await;
-    assert!(child.wait().await.unwrap().success());
-    match said.as_str() {
-        "ACQUIRED" => true,
-        "TIMEOUT" => false,
-        other => panic!("kazoo said {other:?}"),
-    }
-}
-
-/// kazoo's `ReadLock` and `WriteLock` (told about Curator's node names with
-/// `extra_lock_patterns`, as kazoo documents) and lock-zk's read-write lock
-/// on the same path: readers share, a writer excludes everyone, both ways.
-/// (kazoo's `WriteLock` nodes are its `Lock` nodes: a kazoo `Lock` on the
-/// path is a writer to lock-zk's read-write lock too.)
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kazoo_read_write_locks_and_lock_zk_share_the_path() {
-    let Interop {
-        connect,
-        locks: ours,
-        lock,
-        dir: path,
-        ..
-    } = interop("kazoo-rw").await;
-    let opts = AcquireOptions::new().ttl(Duration::from_secs(4));
-
-    for (kind, marker) in [("write", "__lock__"), ("read", "__rlock__")] {
-        let mut holder = kazoo(&["hold", kind, &connect, &path]);
-        let mut stdin = holder.stdin.take().unwrap();
-        let mut lines = BufReader::new(holder.stdout.take().unwrap()).lines();
-        let held = kazoo_line(&mut lines).await;
-        assert!(
-            held.starts_with("HELD") && held.contains(marker),
-            "kazoo said {held:?}"
-        );
-        assert!(
-            ours.try_acquire_write(&lock, &opts)
-                .await
-                .unwrap()
-                .is_none(),
-            "our writer beside a kazoo {kind} lock"
-        );
-        let reader = ours.try_acquire_read(&lock, &opts).await.unwrap();
-        assert_eq!(
-            reader.is_some(),
-            kind == "read",
-            "our reader beside a kazoo {kind} lock"
-        );
-        if let Some(r) = reader {
-            assert!(r.release().await.unwrap());
-        }
-        stdin.write_all(b"release\n").await.unwrap();
-        stdin.flush().await.unwrap();
-        assert_eq!(kazoo_line(&mut lines).await, "RELEASED");
-        assert!(holder.wait().await.unwrap().success());
-    }
-
-    let w = ours.acquire_write(&lock, &opts).await.unwrap();
-    assert!(
-        !kazoo_tries("read", &connect, &path, "1").await,
-        "kazoo reader beside our writer"
-    );
-    assert!(
-        !kazoo_tries("write", &connect, &path, "1").await,
-        "kazoo writer beside our writer"
-    );
-    assert!(w.release().await.unwrap());
-    let r = ours.acquire_read(&lock, &opts).await.unwrap();
-    assert!(
-        !kazoo_tries("write", &connect, &path, "1").await,
-        "kazoo writer beside our reader"
-    );
-    assert!(
-        kazoo_tries("read", &connect, &path, "5").await,
-        "kazoo reader refused beside our reader"
-    );
-    assert!(r.release().await.unwrap());
-    assert!(kazoo_tries("write", &connect, &path, "5").await);
 }

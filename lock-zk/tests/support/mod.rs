@@ -18,6 +18,11 @@ pub fn name(prefix: &str) -> LockName {
     LockName::new(unique_name(prefix)).expect("valid name")
 }
 
+/// A configuration for `connect` with this session timeout.
+pub fn config(connect: &str, session: Duration) -> ZkConfig {
+    ZkConfig::new(connect).session_timeout(session)
+}
+
 /// The testbed's shared standalone ZooKeeper (started on first use; a
 /// failure to start it fails the test).
 pub async fn server() -> &'static ZkEnsemble {

@@ -5,32 +5,18 @@
 //! never leaves an orphan key on our live lease, a downgrade whose reply
 //! was lost is not reported lost, watches asked for while the watch stream
 //! reopens are made, and every call keeps to its bound (wait + one request
-//! timeout).
+//! timeout). Keep-alive answers later than the request timeout still keep
+//! the lock.
 
 use std::time::Duration;
 
-use lock_core::{AcquireOptions, DistributedLock, LockName, ReadWriteLock};
+use lock_core::{AcquireOptions, DistributedLock, GuardState, LockName, ReadWriteLock};
 use lock_etcd::{EtcdConfig, EtcdLock};
-use lock_testbed::{unique_name, EtcdCluster, Proxy};
+use lock_testbed::{EtcdCluster, Proxy};
 use tokio::time::{sleep, Instant};
 
-fn name(prefix: &str) -> LockName {
-    LockName::new(unique_name(prefix)).expect("valid name")
-}
-
-async fn connect(cfg: EtcdConfig) -> EtcdLock {
-    EtcdLock::connect(cfg)
-        .await
-        .expect("connect to the test etcd")
-}
-
-/// Starts a cluster on a blocking thread (the testbed API is synchronous).
-async fn start_cluster(members: usize) -> EtcdCluster {
-    tokio::task::spawn_blocking(move || EtcdCluster::start(members))
-        .await
-        .expect("start thread")
-        .unwrap_or_else(|e| panic!("starting a {members}-member etcd cluster: {e}"))
-}
+mod support;
+use support::{connect, name, never_lost, start_cluster};
 
 /// A 3-member cluster, a proxy in front of its leader, and the endpoints of
 /// a client that talks to the leader through the proxy first (it pins the
@@ -51,7 +37,9 @@ async fn cluster_behind_a_proxy() -> (EtcdCluster, Proxy, Vec<String>) {
 }
 
 const REQUEST: Duration = Duration::from_secs(1);
+
 const LEASE: Duration = Duration::from_secs(10);
+
 /// Longer than the request timeout: a request through the proxy is applied
 /// after its call gave up.
 const LATENCY: Duration = Duration::from_millis(1500);
@@ -477,4 +465,41 @@ async fn both_free_soon(
         );
         sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// Slow commits: keep-alive answers arrive later than the request timeout
+/// but well within the lease TTL. They still confirm the lease (from when
+/// each was sent), so the guard is at most suspended, never lost, and is
+/// held again once the answers speed up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_keep_alive_answers_keep_the_lock() {
+    let cluster = start_cluster(1).await;
+    let proxy = Proxy::start(cluster.endpoints()[0].parse().unwrap()).expect("proxy");
+    let lease = Duration::from_secs(4);
+    let cfg = EtcdConfig::new([proxy.addr().to_string()])
+        .lease_ttl(lease)
+        .request_timeout(Duration::from_millis(400))
+        .connect_timeout(Duration::from_secs(2));
+    let client = connect(cfg).await;
+    let g = client
+        .acquire(&name("slow-commits"), &AcquireOptions::new().ttl(lease))
+        .await
+        .unwrap();
+    let (states, watcher) = never_lost(&g);
+    proxy.set_reply_delay(Duration::from_millis(900));
+    sleep(lease * 2).await;
+    proxy.heal();
+    sleep(Duration::from_secs(2)).await;
+    watcher.abort();
+    let history = states.lock().unwrap().clone();
+    assert!(
+        !history.iter().any(|s| matches!(s, GuardState::Lost { .. })),
+        "the lock was lost to late but successful keep-alives: {history:?}"
+    );
+    assert!(
+        matches!(g.state(), GuardState::Held { .. }),
+        "not held again after the answers sped up: {:?}",
+        g.state()
+    );
+    assert!(g.release().await.unwrap());
 }

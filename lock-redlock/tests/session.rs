@@ -17,7 +17,7 @@ use tokio::time::{sleep, timeout, Instant};
 
 /// Extra time allowed on top of every bound checked here (a loaded 2-core machine).
 const SLACK: Duration = Duration::from_millis(700);
-/// The per-node timeout of these tests (see `faults.rs`: a loaded machine).
+/// The per-node timeout of these tests (see `support/mod.rs`: a loaded machine).
 const NODE_TIMEOUT: Duration = Duration::from_millis(150);
 
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
