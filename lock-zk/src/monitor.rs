@@ -93,115 +93,175 @@ pub(crate) async fn monitor(
     live: Arc<Liveness>,
     mut states: zk::StateWatcher,
 ) {
-    let mut vouching = Vouching::unknown(live.timeout);
-    let mut config = read_config(&session, live.timeout);
-    // Whether the read is out, and whether the ensemble is known.
-    let (mut reading, mut known) = (true, false);
-    // The connection heartbeats are sent on: bumped on every state change.
-    let mut epoch = 0u64;
-    // The latest heartbeat answered so far, and what it was when the last
-    // disconnection was heard of: the session's server asks the leader to
-    // revalidate the session when the client reconnects, so the leader has
-    // counted it alive since then.
-    let mut latest: Option<Sent> = None;
-    let mut before_break: Option<Sent> = None;
-    // The first at once: what vouches for the session until its answer is
-    // the connect, sent a round trip or more ago.
-    let mut next_heartbeat = Instant::now();
-    let mut in_flight: FuturesUnordered<Heartbeat> = FuturesUnordered::new();
-    let mut disconnected = false;
-    let retire = |cause: Retired| match session.upgrade() {
-        Some(s) => s.retire(cause),
-        None => live.retire(cause),
-    };
+    let mut m = Monitor::new(session, live);
     loop {
-        if live.retired().is_some() {
+        if m.live.retired().is_some() {
             return;
         }
-        let Some(vouched) = live.hub.vouched_until() else {
-            return retire(Retired::Closed);
+        let Some(vouched) = m.live.hub.vouched_until() else {
+            return m.retire(Retired::Closed);
         };
-        let suspect_at = add_saturating(live.last_answer(), live.timeout / 2);
-        let connected = matches!(live.hub.status(), SessionStatus::Live);
-        let beats = vouching.beats();
+        let suspect_at = add_saturating(m.live.last_answer(), m.live.timeout / 2);
+        let connected = matches!(m.live.hub.status(), SessionStatus::Live);
+        let beats = m.vouching.beats();
         tokio::select! {
             biased;
             state = states.changed() => {
-                epoch += 1;
-                vouching.reconnected();
-                match state {
-                    zk::SessionState::Disconnected => {
-                        disconnected = true;
-                        before_break = latest;
-                        live.suspend("disconnected from ZooKeeper; reconnecting");
-                    }
-                    zk::SessionState::SyncConnected => {
-                        let now = Instant::now();
-                        let revalidated = before_break
-                            .take()
-                            .filter(|sent| disconnected && sent.validity(live.timeout) > now);
-                        if let Some(sent) = revalidated {
-                            live.hub.confirm(sent, live.timeout);
-                        }
-                        if !known && !reading {
-                            config = read_config(&session, live.timeout);
-                            reading = true;
-                        }
-                        disconnected = false;
-                        next_heartbeat = now;
-                    }
-                    zk::SessionState::ConnectedReadOnly => {
-                        disconnected = false;
-                        next_heartbeat = Instant::now();
-                    }
-                    zk::SessionState::Expired => return retire(Retired::Expired),
-                    zk::SessionState::AuthFailed => return retire(Retired::AuthFailed),
-                    zk::SessionState::Closed => return retire(Retired::Closed),
+                if let Err(cause) = m.state_changed(state) {
+                    return m.retire(cause);
                 }
             },
-            found = &mut config, if reading => {
-                reading = false;
+            found = &mut m.config, if m.reading => {
+                m.reading = false;
                 if let Some(found) = found {
-                    known = true;
-                    vouching = found;
+                    m.known = true;
+                    m.vouching = found;
                 }
             }
-            Some((on, answered)) = in_flight.next(), if !in_flight.is_empty() => {
+            Some((on, answered)) = m.in_flight.next(), if !m.in_flight.is_empty() => {
                 if let Some(sent) = answered {
-                    live.answered(sent.at());
-                    if latest.is_none_or(|l| sent.at() > l.at()) {
-                        latest = Some(sent);
-                    }
-                    let now = Instant::now();
-                    let proven = vouching
-                        .answered(sent, now, on == epoch)
-                        .filter(|proven| proven.validity(live.timeout) > now);
-                    if let (Some(proven), false) = (proven, disconnected) {
-                        live.hub.confirm(proven, live.timeout);
-                    }
+                    m.answered(on, sent);
                 }
             }
             _ = tokio::time::sleep_until(retire_at(vouched)) => {
-                if live.hub.vouched_until().is_none_or(|v| retire_at(v) <= Instant::now()) {
-                    return retire(Retired::Presumed);
+                if m.live.hub.vouched_until().is_none_or(|v| retire_at(v) <= Instant::now()) {
+                    return m.retire(Retired::Presumed);
                 }
             }
             _ = tokio::time::sleep_until(suspect_at), if connected => {
-                if add_saturating(live.last_answer(), live.timeout / 2) <= Instant::now() {
-                    live.suspend("no reply from ZooKeeper for half the session timeout");
+                if add_saturating(m.live.last_answer(), m.live.timeout / 2) <= Instant::now() {
+                    m.live.suspend("no reply from ZooKeeper for half the session timeout");
                 }
             }
-            _ = tokio::time::sleep_until(next_heartbeat), if in_flight.len() < beats as usize => {
-                let every = (live.timeout / beats).max(Duration::from_millis(10));
-                next_heartbeat = add_saturating(Instant::now(), every);
-                let Some(s) = session.upgrade() else { return };
-                match s.client() {
-                    // An answer later than the session timeout confirms
-                    // nothing: its send time plus the timeout has passed.
-                    Ok(client) => in_flight.push(heartbeat(client, epoch, live.timeout)),
-                    Err(_) => return,
+            _ = tokio::time::sleep_until(m.next_heartbeat), if m.in_flight.len() < beats as usize => {
+                if m.send_heartbeat(beats).is_none() {
+                    return;
                 }
             }
         }
+    }
+}
+
+/// What the monitor knows of its session between two events.
+struct Monitor {
+    session: Weak<Session>,
+    live: Arc<Liveness>,
+    /// What answered heartbeats prove about the session's expiry.
+    vouching: Vouching,
+    /// The read of the ensemble's configuration.
+    config: ConfigRead,
+    /// Whether the read is out.
+    reading: bool,
+    /// Whether the ensemble is known.
+    known: bool,
+    /// The connection heartbeats are sent on: bumped on every state change.
+    epoch: u64,
+    /// The latest heartbeat answered so far.
+    latest: Option<Sent>,
+    /// What `latest` was when the last disconnection was heard of: the
+    /// session's server asks the leader to revalidate the session when the
+    /// client reconnects, so the leader has counted it alive since then.
+    before_break: Option<Sent>,
+    /// When the next heartbeat goes out. The first at once: what vouches
+    /// for the session until its answer is the connect, sent a round trip
+    /// or more ago.
+    next_heartbeat: Instant,
+    in_flight: FuturesUnordered<Heartbeat>,
+    disconnected: bool,
+}
+
+impl Monitor {
+    fn new(session: Weak<Session>, live: Arc<Liveness>) -> Self {
+        let config = read_config(&session, live.timeout);
+        Monitor {
+            vouching: Vouching::unknown(live.timeout),
+            config,
+            reading: true,
+            known: false,
+            epoch: 0,
+            latest: None,
+            before_break: None,
+            next_heartbeat: Instant::now(),
+            in_flight: FuturesUnordered::new(),
+            disconnected: false,
+            session,
+            live,
+        }
+    }
+
+    /// Retires the session (or, when it is gone, its liveness) for `cause`.
+    fn retire(&self, cause: Retired) {
+        match self.session.upgrade() {
+            Some(s) => s.retire(cause),
+            None => self.live.retire(cause),
+        }
+    }
+
+    /// The client's connection changed state; `Err` when the session ended.
+    fn state_changed(&mut self, state: zk::SessionState) -> Result<(), Retired> {
+        self.epoch += 1;
+        self.vouching.reconnected();
+        match state {
+            zk::SessionState::Disconnected => {
+                self.disconnected = true;
+                self.before_break = self.latest;
+                self.live
+                    .suspend("disconnected from ZooKeeper; reconnecting");
+            }
+            zk::SessionState::SyncConnected => {
+                let now = Instant::now();
+                let revalidated = self
+                    .before_break
+                    .take()
+                    .filter(|sent| self.disconnected && sent.validity(self.live.timeout) > now);
+                if let Some(sent) = revalidated {
+                    self.live.hub.confirm(sent, self.live.timeout);
+                }
+                if !self.known && !self.reading {
+                    self.config = read_config(&self.session, self.live.timeout);
+                    self.reading = true;
+                }
+                self.disconnected = false;
+                self.next_heartbeat = now;
+            }
+            zk::SessionState::ConnectedReadOnly => {
+                self.disconnected = false;
+                self.next_heartbeat = Instant::now();
+            }
+            zk::SessionState::Expired => return Err(Retired::Expired),
+            zk::SessionState::AuthFailed => return Err(Retired::AuthFailed),
+            zk::SessionState::Closed => return Err(Retired::Closed),
+        }
+        Ok(())
+    }
+
+    /// A heartbeat sent at `sent` on connection `on` was answered.
+    fn answered(&mut self, on: u64, sent: Sent) {
+        self.live.answered(sent.at());
+        if self.latest.is_none_or(|l| sent.at() > l.at()) {
+            self.latest = Some(sent);
+        }
+        let now = Instant::now();
+        let proven = self
+            .vouching
+            .answered(sent, now, on == self.epoch)
+            .filter(|proven| proven.validity(self.live.timeout) > now);
+        if let (Some(proven), false) = (proven, self.disconnected) {
+            self.live.hub.confirm(proven, self.live.timeout);
+        }
+    }
+
+    /// Sends the next heartbeat (`beats` per session timeout); `None` when
+    /// the session or its client is gone.
+    fn send_heartbeat(&mut self, beats: u32) -> Option<()> {
+        let every = (self.live.timeout / beats).max(Duration::from_millis(10));
+        self.next_heartbeat = add_saturating(Instant::now(), every);
+        let s = self.session.upgrade()?;
+        // An answer later than the session timeout confirms nothing: its
+        // send time plus the timeout has passed.
+        let client = s.client().ok()?;
+        self.in_flight
+            .push(heartbeat(client, self.epoch, self.live.timeout));
+        Some(())
     }
 }
