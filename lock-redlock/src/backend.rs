@@ -25,6 +25,7 @@ use tokio::time::Instant;
 
 use crate::config::RedlockConfig;
 use crate::node::{self, NameKeys, Node, Place, ReleaseReply, SetReply};
+use crate::tally::{node_bit, Tally};
 use crate::turn::{turn_reached, TurnHeard};
 use lock_redis::kit::notify::{Notifier, NotifyNode, Subscription, Timeouts, Wake};
 
@@ -166,12 +167,12 @@ impl RedlockLock {
             node.load_scripts(&inner.scripts).await?;
             node.eviction_policy().await
         });
+        let mut tally = Tally::new(inner.nodes.len(), inner.quorum);
         let mut failures = Vec::new();
-        let mut ok = 0;
         while let Some((i, r)) = pending.next().await {
             match r {
                 Ok(policy) => {
-                    ok += 1;
+                    tally.said_yes(i);
                     lock_redis::kit::eviction::check_policy(
                         policy.as_deref(),
                         inner.config.require_noeviction,
@@ -179,17 +180,21 @@ impl RedlockLock {
                         "redlock",
                     )?;
                 }
-                Err(f) => failures.push(f),
+                Err(f) => {
+                    tally.failed(i);
+                    failures.push(f);
+                }
             }
         }
-        if ok >= inner.quorum {
+        if tally.reached() {
             for f in &failures {
                 tracing::warn!(node = %f.node, reason = %f.reason, detail = %f.detail, "redlock: node not reachable at start; it will be retried by later rounds");
             }
             Ok(())
         } else {
             Err(LockError::unavailable(format!(
-                "redlock: only {ok} of {} nodes could be reached within {limit:?}; a quorum of {} is needed",
+                "redlock: only {} of {} nodes could be reached within {limit:?}; a quorum of {} is needed",
+                tally.yes(),
                 inner.nodes.len(),
                 inner.quorum
             ))
@@ -260,22 +265,12 @@ async fn next_by<F: Future>(
         .flatten()
 }
 
-/// The nodes not `heard` from, as timed out.
-fn silent(inner: &Inner, heard: &[bool]) -> Vec<NodeFailure> {
-    heard
-        .iter()
-        .enumerate()
-        .filter(|(_, h)| !**h)
-        .map(|(i, _)| node::timed_out(&inner.nodes[i], inner.config.node_timeout))
+/// The nodes not heard from in `tally`, as timed out.
+fn silent(inner: &Inner, tally: &Tally) -> Vec<NodeFailure> {
+    tally
+        .unheard()
+        .map(|i| node::timed_out(&inner.nodes[i], inner.config.node_timeout))
         .collect()
-}
-
-/// Bit `i` of a node set (nodes past the 64th are left out).
-fn node_bit(i: usize) -> u64 {
-    u32::try_from(i)
-        .ok()
-        .and_then(|i| 1u64.checked_shl(i))
-        .unwrap_or(0)
 }
 
 /// How a round asks each node for the key.
@@ -363,11 +358,10 @@ enum Next {
 type SetResult = std::result::Result<SetReply, NodeFailure>;
 
 /// What the nodes answered to a round that did not win, node by node (see
-/// [`Inner::tally`]).
-struct Tally {
-    /// How many refused it (someone else's token is there).
-    taken: usize,
-    /// How many of those did not read the holder (a plain round's refusal).
+/// [`Inner::answers`]).
+struct Answers {
+    /// How many refused it without reading the holder (a plain round's
+    /// refusal).
     unread: usize,
     /// The shortest TTL left of a holder, where it has one.
     min_pttl: Option<Duration>,
@@ -390,8 +384,8 @@ struct Tally {
 /// The votes that decide what a round that did not win came to (see
 /// [`Inner::outcome`]).
 struct Votes {
-    won: usize,
-    taken: usize,
+    /// The replies read until the round was decided.
+    count: Tally,
     holders: Vec<(String, usize)>,
     failures: Vec<NodeFailure>,
     min_pttl: Option<Duration>,
@@ -450,8 +444,8 @@ impl Inner {
         let valid_until = validity(start, ttl);
         let mut pending = self.send_round(keys, &token, ttl, ask, order);
         let mut results: Vec<Option<SetResult>> = vec![None; self.nodes.len()];
-        let won = self.count_votes(&mut pending, &mut results).await;
-        if won >= self.quorum && Instant::now() < valid_until {
+        let count = self.count_votes(&mut pending, &mut results).await;
+        if count.reached() && Instant::now() < valid_until {
             let (settled, late) = self.finish_won_round(keys, place, order, &results, pending);
             cleanup.disarm();
             let handle = RedlockLease {
@@ -466,19 +460,19 @@ impl Inner {
             return (Attempt::Acquired(lease), Deletes::default());
         }
         let elapsed = start.elapsed();
-        let tally = self.tally(results);
+        let answers = self.answers(results);
         // One other owner holds a quorum: the lock is held, and removing
         // our keys frees nothing, so it wakes nobody (every waiter would try
         // in vain, and each failed try would wake the others again). After a
         // split vote the lock is free once the keys are gone: announce it.
         // A plain round reads no holder: a quorum refusing it is held (the
         // holder's release wakes the waiters), as far as it can tell.
-        let held_by = tally
+        let held_by = answers
             .holders
             .iter()
             .find(|(_, seen)| *seen >= self.quorum)
             .map(|(holder, _)| Some(holder.clone()))
-            .or((tally.unread >= self.quorum).then_some(None));
+            .or((answers.unread >= self.quorum).then_some(None));
         // A waiter's place goes back into the lines its wins took it from.
         let delete = Delete {
             keys: keys.clone(),
@@ -488,21 +482,20 @@ impl Inner {
         };
         let taken_late = Arc::new(AtomicU64::new(0));
         let deletes = self
-            .delete_round(&tally, &delete, pending, order, &taken_late, start)
+            .delete_round(&answers, &delete, pending, order, &taken_late, start)
             .await;
         cleanup.disarm();
         let lost_to = LostTo {
-            taken_on: tally.taken_on,
+            taken_on: answers.taken_on,
             taken_late,
-            seen: tally.seen,
+            seen: answers.seen,
             start,
         };
         let votes = Votes {
-            won,
-            taken: tally.taken,
-            holders: tally.holders,
-            failures: tally.failures,
-            min_pttl: tally.min_pttl,
+            count,
+            holders: answers.holders,
+            failures: answers.failures,
+            min_pttl: answers.min_pttl,
         };
         let outcome = self.outcome(&keys.key, ttl, elapsed, votes, held_by, lost_to);
         (outcome, deletes)
@@ -548,37 +541,35 @@ impl Inner {
 
     /// Reads the replies to a round into `results` (by node) until it is
     /// decided: a quorum said yes, or a quorum answered and ours can no
-    /// longer be one (held, or a split vote), or every node answered. How
-    /// many said yes.
+    /// longer be one (held, or a split vote), or every node answered. The
+    /// replies so read, counted.
     async fn count_votes<F>(
         &self,
         pending: &mut FuturesUnordered<F>,
         results: &mut [Option<SetResult>],
-    ) -> usize
+    ) -> Tally
     where
         F: Future<Output = (usize, SetResult)>,
     {
-        let n = self.nodes.len();
-        let (mut won, mut taken, mut heard) = (0, 0, 0);
+        let mut votes = Tally::new(self.nodes.len(), self.quorum);
         while let Some((i, r)) = pending.next().await {
-            heard += 1;
             match r {
-                Ok(SetReply::Won) => won += 1,
-                Ok(SetReply::Taken { .. } | SetReply::TakenUnread) => taken += 1,
-                Err(_) => {}
+                Ok(SetReply::Won) => votes.said_yes(i),
+                Ok(SetReply::Taken { .. } | SetReply::TakenUnread) => votes.said_no(i),
+                Err(_) => votes.failed(i),
             }
             results[i] = Some(r);
-            if won + (n - heard) < self.quorum && won + taken >= self.quorum {
+            if votes.out_of_reach() && votes.quorum_answered() {
                 // Decided without the silent nodes: a quorum answered and
                 // ours can no longer be one (held, or a split vote). The
                 // silent nodes get the background delete below.
                 break;
             }
-            if won >= self.quorum {
+            if votes.reached() {
                 break;
             }
         }
-        won
+        votes
     }
 
     /// The rest of a round that a quorum said yes to within the validity
@@ -642,10 +633,9 @@ impl Inner {
     }
 
     /// What the nodes answered to a round that did not win, node by node.
-    fn tally(&self, results: Vec<Option<SetResult>>) -> Tally {
+    fn answers(&self, results: Vec<Option<SetResult>>) -> Answers {
         let n = self.nodes.len();
-        let mut t = Tally {
-            taken: 0,
+        let mut t = Answers {
             unread: 0,
             min_pttl: None,
             failures: Vec::new(),
@@ -664,7 +654,6 @@ impl Inner {
                     holder,
                     seen: seq,
                 })) => {
-                    t.taken += 1;
                     t.taken_on |= node_bit(i);
                     t.seen[i].store(seq.unwrap_or(0), Ordering::Relaxed);
                     if let Some(holder) = holder {
@@ -686,7 +675,7 @@ impl Inner {
                     });
                 }
                 Some(Ok(SetReply::TakenUnread)) => {
-                    (t.taken, t.unread) = (t.taken + 1, t.unread + 1);
+                    t.unread += 1;
                     t.failures.push(NodeFailure {
                         node: self.nodes[i].addr.clone(),
                         reason: NodeFailureReason::Taken,
@@ -715,7 +704,7 @@ impl Inner {
     /// the SET on that node's connection); where the SET is still on its
     /// way (`pending`), its reply decides in the background whether the key
     /// needs deleting (most of them are refused; the late refusals are
-    /// recorded in `taken_late` and the tally's `seen`); where we know we
+    /// recorded in `taken_late` and the answers' `seen`); where we know we
     /// won, it is done before returning, waiting only for what is left of
     /// the round's node timeout from `start` (the call's bound): when the
     /// nodes answer, the keys are gone when the round returns; when they
@@ -723,7 +712,7 @@ impl Inner {
     /// awaits it before its next round (see `Released`).
     async fn delete_round<F>(
         self: &Arc<Self>,
-        tally: &Tally,
+        answers: &Answers,
         delete: &Delete,
         pending: FuturesUnordered<F>,
         order: Option<&Arc<NodeOrder>>,
@@ -734,20 +723,20 @@ impl Inner {
         F: Future<Output = (usize, SetResult)> + Send + 'static,
     {
         let mut unanswered: Vec<Released> = Vec::new();
-        if !tally.unknown.is_empty() {
-            unanswered.push(self.start_release(&tally.unknown, delete, order));
+        if !answers.unknown.is_empty() {
+            unanswered.push(self.start_release(&answers.unknown, delete, order));
         }
-        if !tally.late.is_empty() {
+        if !answers.late.is_empty() {
             unanswered.push(self.settle_late(
                 pending,
-                &tally.late,
+                &answers.late,
                 delete,
                 order,
-                (taken_late.clone(), tally.seen.clone()),
+                (taken_late.clone(), answers.seen.clone()),
             ));
         }
         let mut released =
-            (!tally.ours.is_empty()).then(|| self.start_release(&tally.ours, delete, order));
+            (!answers.ours.is_empty()).then(|| self.start_release(&answers.ours, delete, order));
         if let Some(r) = released.as_mut() {
             if r.wait_by(add_saturating(start, self.config.node_timeout))
                 .await
@@ -777,14 +766,12 @@ impl Inner {
     ) -> Attempt {
         let n = self.nodes.len();
         let Votes {
-            won,
-            taken,
+            count,
             holders,
             failures,
             min_pttl,
         } = votes;
-        let answered = won + taken;
-        if won >= self.quorum {
+        if count.reached() {
             Attempt::TooSlow(
                 LockError::unavailable(format!(
                     "redlock: a quorum for {key} answered only after {elapsed:?}, past the validity of a {ttl:?} lease \
@@ -799,7 +786,8 @@ impl Inner {
                 holder,
                 lost_to,
             }
-        } else if answered < self.quorum {
+        } else if !count.quorum_answered() {
+            let answered = count.answered();
             let transient = failures
                 .iter()
                 .any(|f| f.reason == NodeFailureReason::TimedOut);
@@ -1630,18 +1618,25 @@ impl LockBackend for RedlockLock {
                 async move { inner.nodes[i].peek(&key).await }
             }
         });
+        let mut tally = Tally::new(inner.nodes.len(), inner.quorum);
         let mut peeks = Vec::new();
         let mut failures = Vec::new();
-        while let Some((_, r)) = pending.next().await {
+        while let Some((i, r)) = pending.next().await {
             match r {
-                Ok(p) => peeks.push(p),
-                Err(f) => failures.push(f),
+                Ok(p) => {
+                    tally.said_yes(i);
+                    peeks.push(p);
+                }
+                Err(f) => {
+                    tally.failed(i);
+                    failures.push(f);
+                }
             }
         }
-        if peeks.len() < inner.quorum {
+        if !tally.reached() {
             return Err(LockError::unavailable(format!(
                 "redlock: only {} of {} nodes answered for {key}; a quorum of {} is needed",
-                peeks.len(),
+                tally.yes(),
                 inner.nodes.len(),
                 inner.quorum
             ))
@@ -1696,28 +1691,30 @@ impl LockBackend for RedlockLock {
                 async move { inner.nodes[i].force_release(&inner.scripts, &keys).await }
             }
         });
-        let (mut removed, mut free) = (0, 0);
+        let mut tally = Tally::new(n, inner.quorum);
         let mut failures = Vec::new();
-        let mut heard = vec![false; n];
         while let Some((i, r)) = next_by(&mut pending, decide_by).await {
-            heard[i] = true;
             match r {
-                Ok(ReleaseReply::Deleted) => removed += 1,
-                Ok(ReleaseReply::NotOurs) => free += 1,
-                Err(f) => failures.push(f),
+                Ok(ReleaseReply::Deleted) => tally.said_yes(i),
+                Ok(ReleaseReply::NotOurs) => tally.said_no(i),
+                Err(f) => {
+                    tally.failed(i);
+                    failures.push(f);
+                }
             }
-            if removed >= inner.quorum || free > n - inner.quorum {
+            if tally.reached() || tally.refused() {
                 break;
             }
         }
         finish_in_background(pending);
-        if removed >= inner.quorum {
+        if tally.reached() {
             return Ok(ForceReleased::none().with_mutex(1));
         }
-        if free > n - inner.quorum {
+        if tally.refused() {
             return Ok(ForceReleased::none());
         }
-        failures.extend(silent(inner, &heard));
+        failures.extend(silent(inner, &tally));
+        let (removed, free) = (tally.yes(), tally.no());
         Err(LockError::unavailable(format!(
             "redlock: the force release of {} removed a key on {removed} of {n} nodes ({free} held nothing, {} \
              failed or did not answer); a quorum of {} is needed to tell whether it was held; the keys left expire \
@@ -1750,23 +1747,28 @@ impl LockBackend for RedlockLock {
         );
         let mut seen: std::collections::HashMap<(String, String), (usize, u64)> =
             std::collections::HashMap::new();
-        let (mut answered, mut failures) = (0, Vec::new());
-        while let Some((_, r)) = pending.next().await {
+        let mut tally = Tally::new(inner.nodes.len(), inner.quorum);
+        let mut failures = Vec::new();
+        while let Some((i, r)) = pending.next().await {
             match r {
                 Ok(found) => {
-                    answered += 1;
+                    tally.said_yes(i);
                     for l in found {
                         let e = seen.entry((l.key, l.token)).or_insert((0, u64::MAX));
                         e.0 += 1;
                         e.1 = e.1.min(l.pttl);
                     }
                 }
-                Err(f) => failures.push(f),
+                Err(f) => {
+                    tally.failed(i);
+                    failures.push(f);
+                }
             }
         }
-        if answered < inner.quorum {
+        if !tally.reached() {
             return Err(LockError::unavailable(format!(
-                "redlock: only {answered} of {} nodes answered the listing; a quorum of {} is needed",
+                "redlock: only {} of {} nodes answered the listing; a quorum of {} is needed",
+                tally.yes(),
                 inner.nodes.len(),
                 inner.quorum
             ))
@@ -1871,27 +1873,28 @@ impl LeaseHandle for RedlockLease {
         // The earliest send among the nodes that extended: every one of
         // their keys lasts at least `ttl` from it.
         let mut earliest: Option<Instant> = None;
-        let (mut extended, mut not_ours) = (0, 0);
+        let mut tally = Tally::new(n, inner.quorum);
         let mut failures = Vec::new();
-        let mut heard = vec![false; n];
         while let Some((i, r)) = next_by(&mut pending, decide_by).await {
-            heard[i] = true;
             match r {
                 Ok(Some(sent)) => {
-                    extended += 1;
+                    tally.said_yes(i);
                     earliest = Some(earliest.map_or(sent, |e| e.min(sent)));
                 }
                 Ok(None) => {
-                    not_ours += 1;
+                    tally.said_no(i);
                     failures.push(NodeFailure {
                         node: inner.nodes[i].addr.clone(),
                         reason: NodeFailureReason::Taken,
                         detail: "key gone or held by another token".into(),
                     });
                 }
-                Err(f) => failures.push(f),
+                Err(f) => {
+                    tally.failed(i);
+                    failures.push(f);
+                }
             }
-            if extended >= inner.quorum {
+            if tally.reached() {
                 finish_in_background(pending);
                 let valid_until = validity(earliest.unwrap_or(start), ttl);
                 if Instant::now() < valid_until {
@@ -1905,16 +1908,18 @@ impl LeaseHandle for RedlockLease {
                 ))
                 .with_nodes(failures));
             }
-            if not_ours > n - inner.quorum {
+            if tally.refused() {
                 finish_in_background(pending);
                 return Ok(Renewal::Gone);
             }
         }
         finish_in_background(pending);
-        failures.extend(silent(inner, &heard));
+        failures.extend(silent(inner, &tally));
         Err(LockError::unavailable(format!(
-            "redlock: {} could be extended on only {extended} of {n} nodes; a quorum of {} is needed",
-            self.key, inner.quorum
+            "redlock: {} could be extended on only {} of {n} nodes; a quorum of {} is needed",
+            self.key,
+            tally.yes(),
+            inner.quorum
         ))
         .with_nodes(failures))
     }
@@ -1966,32 +1971,37 @@ impl LeaseHandle for RedlockLease {
                 }
             })
         };
-        let (mut deleted, mut not_ours) = (0, 0);
+        let mut tally = Tally::new(n, inner.quorum);
         let mut failures = Vec::new();
         // The late nodes are not waited for here.
-        let mut heard: Vec<bool> = (0..n).map(|i| late.contains(&i)).collect();
+        for &i in late {
+            tally.skipped(i);
+        }
         while let Some((i, r)) = next_by(&mut pending, decide_by).await {
-            heard[i] = true;
             match r {
-                Ok(ReleaseReply::Deleted) => deleted += 1,
-                Ok(ReleaseReply::NotOurs) => not_ours += 1,
-                Err(f) => failures.push(f),
+                Ok(ReleaseReply::Deleted) => tally.said_yes(i),
+                Ok(ReleaseReply::NotOurs) => tally.said_no(i),
+                Err(f) => {
+                    tally.failed(i);
+                    failures.push(f);
+                }
             }
-            if deleted >= inner.quorum {
+            if tally.reached() {
                 finish_in_background(pending);
                 return Ok(true);
             }
-            if not_ours > n - inner.quorum {
+            if tally.refused() {
                 finish_in_background(pending);
                 return Ok(false);
             }
         }
         finish_in_background(pending);
-        failures.extend(silent(inner, &heard));
+        failures.extend(silent(inner, &tally));
         // Fewer than a quorum of deletes proves nothing: the lock may have
         // been lost (our key expired or was taken on some nodes) or still
         // ours (on the nodes that did not answer). The silent nodes get the
         // delete when they answer, else their key expires.
+        let (deleted, not_ours) = (tally.yes(), tally.no());
         Err(LockError::unavailable(format!(
             "redlock: the release of {} was confirmed by {deleted} of {n} nodes ({not_ours} said the key \
              was not ours, {} failed or did not answer); a quorum of {} deletes is needed to tell whether it was \

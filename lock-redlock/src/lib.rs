@@ -4,6 +4,7 @@
 mod backend;
 mod config;
 mod node;
+mod tally;
 mod turn;
 
 pub use backend::{RedlockLock, FAULT_TOLERANCE};
