@@ -312,8 +312,8 @@ mod tests {
 
     #[test]
     fn lazy_client_outside_a_runtime_is_an_error_not_a_panic() {
-        let err =
-            crate::RedlockLock::connect_lazy(RedlockConfig::new(["127.0.0.1:7000"])).unwrap_err();
+        let err = crate::client::RedlockLock::connect_lazy(RedlockConfig::new(["127.0.0.1:7000"]))
+            .unwrap_err();
         assert_eq!(err.kind(), LockErrorKind::InvalidArgument, "{err}");
     }
 }

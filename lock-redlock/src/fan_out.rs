@@ -1,0 +1,80 @@
+//! One request to every node at once: the fan-out that rounds, renewals,
+//! releases and reads send, read as its answers come (by a deadline), and
+//! what is left of it finished in the background.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::stream::{FuturesUnordered, StreamExt};
+use lock_core::NodeFailure;
+use redis::RedisResult;
+use tokio::time::Instant;
+
+use crate::inner::Inner;
+use crate::node;
+use crate::tally::Tally;
+
+/// Sends one request to each of the nodes `which` ([`Inner::all`]: every
+/// node), all at once, each bounded by `limit`; yields
+/// `(node index, outcome)` as they come. The futures own what they use, so
+/// what is left of them can finish in the background.
+pub(crate) fn fan_out<T, F, Fut>(
+    inner: &Arc<Inner>,
+    which: impl Iterator<Item = usize>,
+    limit: Duration,
+    op: F,
+) -> FuturesUnordered<
+    impl Future<Output = (usize, std::result::Result<T, NodeFailure>)> + Send + 'static,
+>
+where
+    F: Fn(Arc<Inner>, usize) -> Fut,
+    Fut: Future<Output = RedisResult<T>> + Send + 'static,
+    T: Send + 'static,
+{
+    which
+        .map(|i| {
+            let request = op(inner.clone(), i);
+            let inner = inner.clone();
+            async move {
+                let outcome = match tokio::time::timeout(limit, request).await {
+                    Ok(Ok(v)) => Ok(v),
+                    Ok(Err(e)) => Err(node::failed(&inner.nodes[i], &e)),
+                    Err(_) => Err(node::timed_out(&inner.nodes[i], limit)),
+                };
+                (i, outcome)
+            }
+        })
+        .collect()
+}
+
+/// Lets the rest of a fan-out finish in the background (a release or
+/// extension already decided must still reach the slow nodes).
+pub(crate) fn finish_in_background<F>(mut rest: FuturesUnordered<F>)
+where
+    F: Future + Send + 'static,
+    F::Output: Send,
+{
+    if !rest.is_empty() {
+        tokio::spawn(async move { while rest.next().await.is_some() {} });
+    }
+}
+
+/// The next outcome of a fan-out, if one comes before `deadline`.
+pub(crate) async fn next_by<F: Future>(
+    pending: &mut FuturesUnordered<F>,
+    deadline: Instant,
+) -> Option<F::Output> {
+    tokio::time::timeout_at(deadline, pending.next())
+        .await
+        .ok()
+        .flatten()
+}
+
+/// The nodes not heard from in `tally`, as timed out.
+pub(crate) fn silent(inner: &Inner, tally: &Tally) -> Vec<NodeFailure> {
+    tally
+        .unheard()
+        .map(|i| node::timed_out(&inner.nodes[i], inner.config.node_timeout))
+        .collect()
+}
