@@ -65,7 +65,15 @@ pub(crate) fn suspended_total() -> Duration {
     real_suspended() + Duration::from_nanos(SIMULATED_NS.load(Ordering::Relaxed))
 }
 
-/// Pretends the machine was just suspended for `d` (unit tests only).
+/// Unit tests that hold guards share this; a test that simulates a
+/// suspension holds it alone. A simulated suspension is process-wide: a
+/// guard that another test acquires meanwhile counts it against its
+/// validity (its grant may even arrive already expired).
+#[cfg(test)]
+pub(crate) static SUSPENSIONS: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
+/// Pretends the machine was just suspended for `d` (unit tests only; the
+/// caller holds [`SUSPENSIONS`] for writing).
 #[cfg(test)]
 pub(crate) fn simulate_suspend(d: Duration) {
     SIMULATED_NS.fetch_add(

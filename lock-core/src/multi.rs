@@ -220,6 +220,7 @@ mod tests {
     #[tokio::test]
     async fn a_set_waits_forever_for_a_member_held_elsewhere() {
         use crate::{DistributedLock, DistributedLockExt, MemoryLock};
+        let _shared = crate::clock::SUSPENSIONS.read().await;
         let locks = MemoryLock::new();
         let held = locks
             .acquire(&n("b"), &AcquireOptions::new())

@@ -367,6 +367,7 @@ mod tests {
 
     #[tokio::test]
     async fn fans_out_and_unregisters() {
+        let _shared = crate::clock::SUSPENSIONS.read().await;
         let hub = SessionHub::new();
         let mut a = hub.register().unwrap();
         let b = hub.register().unwrap();
@@ -398,6 +399,7 @@ mod tests {
     /// of it.
     #[tokio::test]
     async fn a_late_look_gets_what_it_missed_in_order() {
+        let _shared = crate::clock::SUSPENSIONS.read().await;
         let hub = SessionHub::new();
         hub.confirm(Sent::now(), Duration::from_secs(5));
         let mut late = hub.register().unwrap();
@@ -435,6 +437,7 @@ mod tests {
     /// of the last one replaces what was due: the lease ends suspended.
     #[tokio::test]
     async fn a_new_suspension_overtakes_a_resumption_still_due() {
+        let _shared = crate::clock::SUSPENSIONS.read().await;
         let hub = SessionHub::new();
         let mut ev = hub.register().unwrap();
         hub.suspend("first");
@@ -461,6 +464,7 @@ mod tests {
     /// A lease granted while the session is suspended starts suspended.
     #[tokio::test]
     async fn a_lease_registered_during_a_suspension_starts_suspended() {
+        let _shared = crate::clock::SUSPENSIONS.read().await;
         let hub = SessionHub::new();
         hub.suspend("away");
         let mut ev = hub.register().unwrap();
@@ -483,6 +487,7 @@ mod tests {
     /// comes before it looked is handed out once, with the latest bound.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_waiting_lease_is_woken_by_news() {
+        let _shared = crate::clock::SUSPENSIONS.read().await;
         let hub = SessionHub::new();
         let mut ev = hub.register().unwrap();
         let waiter = tokio::spawn(async move {

@@ -279,9 +279,9 @@ impl fmt::Debug for LockGuard {
 
 #[cfg(test)]
 mod tests {
-    //! The only unit tests of this crate that hold guards: a simulated
-    //! suspension is process-wide, so guard tests of other modules live in
-    //! `tests/`, in their own processes.
+    //! Unit tests that hold guards: a simulated suspension is process-wide,
+    //! so each takes [`clock::SUSPENSIONS`] (the one that suspends, alone);
+    //! guard tests of other kinds live in `tests/`, in their own processes.
     use std::sync::atomic::Ordering;
 
     use super::keeper::KEEPER_STATE_BYTES;
@@ -295,6 +295,7 @@ mod tests {
     /// timers on the stopped clock.
     #[tokio::test]
     async fn suspension_longer_than_the_ttl_loses_the_guard() {
+        let _alone = clock::SUSPENSIONS.write().await;
         let locks = MemoryLock::new();
         let name = LockName::new("suspended").unwrap();
         let g = locks
@@ -329,6 +330,7 @@ mod tests {
     /// wake-up were kept; 328 now, 312 in a release build).
     #[tokio::test]
     async fn a_keepers_state_stays_small() {
+        let _shared = clock::SUSPENSIONS.read().await;
         let locks = MemoryLock::new();
         let g = locks
             .acquire(
@@ -349,6 +351,7 @@ mod tests {
     /// guard lives, and gives it up when it ends (released or dropped).
     #[tokio::test]
     async fn keepers_give_up_their_resume_place_when_they_end() {
+        let _shared = clock::SUSPENSIONS.read().await;
         let locks = MemoryLock::new();
         let opts = AcquireOptions::new().ttl(Duration::from_secs(30));
         // Another test of this module may hold a couple of guards meanwhile.
