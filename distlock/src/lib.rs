@@ -5,6 +5,8 @@
 mod backends;
 mod connect;
 mod duration;
+mod parse;
+mod scheme;
 mod url;
 
 pub use connect::connect;

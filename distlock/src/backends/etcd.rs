@@ -2,7 +2,8 @@
 
 use super::options::{option, CA, CERT, CONNECT_TIMEOUT, KEY, PREFIX, REQUEST_TIMEOUT, TLS};
 use super::{Credentials, Descriptor, OptionKind, Servers};
-use crate::url::{LockUrl, Scheme};
+use crate::scheme::Scheme;
+use crate::url::LockUrl;
 
 /// `etcd://[user:password@]host[:port][,host[:port]...][/prefix][?options]`.
 pub(crate) const ETCD: Descriptor = Descriptor {

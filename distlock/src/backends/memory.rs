@@ -5,7 +5,8 @@ use std::sync::Arc;
 use lock_core::{LockService, MemoryLock};
 
 use super::{Credentials, Descriptor, Servers};
-use crate::url::{LockUrl, Scheme};
+use crate::scheme::Scheme;
+use crate::url::LockUrl;
 
 /// `memory://` (or `mem://`, or `memory:`): no server, no path, no options.
 pub(crate) const MEMORY: Descriptor = Descriptor {

@@ -2,7 +2,7 @@
 //! servers, credentials, path, options), which cargo feature builds it in,
 //! and how to connect to it. The URL parser, [`crate::Scheme`] and
 //! [`crate::connect`] read these descriptions; adding a backend is a new
-//! file here and one line in [`ALL`].
+//! file here, one line in [`ALL`] and a variant of [`Scheme`].
 
 use std::future::Future;
 use std::sync::Arc;
@@ -12,7 +12,8 @@ use futures::future::BoxFuture;
 use lock_core::{LockError, LockErrorKind, LockService};
 
 use crate::duration::format_duration;
-use crate::url::{LockUrl, Scheme};
+use crate::scheme::Scheme;
+use crate::url::LockUrl;
 
 mod etcd;
 mod memory;
@@ -31,6 +32,42 @@ pub(crate) const ALL: [&Descriptor; 5] = [
     &etcd::ETCD,
     &zk::ZK,
 ];
+
+/// A scheme's facts are its backend's description.
+impl Scheme {
+    /// The description of this backend: everything the facade knows of it.
+    pub(crate) fn descriptor(self) -> &'static Descriptor {
+        // `ALL` lists the backends in the order of `Scheme`'s variants
+        // (checked by `every_backend_is_described_once`).
+        ALL[self as usize]
+    }
+
+    /// The scheme as written in URLs (`zk` for ZooKeeper).
+    pub fn as_str(self) -> &'static str {
+        self.descriptor().names[0]
+    }
+
+    /// The cargo feature of `distlock` that builds this backend in
+    /// (`None` for `memory`, which is always there).
+    pub fn feature(self) -> Option<&'static str> {
+        self.descriptor().feature
+    }
+
+    /// Whether this build of `distlock` has the backend.
+    pub fn is_enabled(self) -> bool {
+        self.descriptor().enabled
+    }
+
+    /// The port used when a host has none.
+    pub fn default_port(self) -> Option<u16> {
+        self.descriptor().default_port
+    }
+
+    /// The query options URLs of this scheme accept.
+    pub fn options(self) -> Vec<&'static str> {
+        self.descriptor().options.iter().map(|o| o.name).collect()
+    }
+}
 
 /// What the facade knows of one backend.
 pub(crate) struct Descriptor {
@@ -153,7 +190,17 @@ mod tests {
 
     #[test]
     fn every_backend_is_described_once() {
+        assert_eq!(ALL.len(), Scheme::ALL.len());
         for (i, d) in ALL.iter().enumerate() {
+            assert_eq!(
+                d.scheme,
+                Scheme::ALL[i],
+                "ALL is in the order of Scheme::ALL"
+            );
+            assert_eq!(
+                d.scheme as usize, i,
+                "Scheme::ALL is in the order of the variants"
+            );
             assert_eq!(d.scheme.descriptor().scheme, d.scheme);
             assert_eq!(d.names[0], d.scheme.as_str());
             for other in &ALL[i + 1..] {

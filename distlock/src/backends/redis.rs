@@ -4,7 +4,8 @@ use super::options::{
     option, CA, CERT, CONNECT_TIMEOUT, KEY, PREFIX, REQUEST_TIMEOUT, REQUIRE_NOEVICTION, TLS,
 };
 use super::{Credentials, Descriptor, OptionKind, Servers};
-use crate::url::{LockUrl, Scheme};
+use crate::scheme::Scheme;
+use crate::url::LockUrl;
 
 /// `redis://[[user]:password@]host[:port][/db][?options]`.
 pub(crate) const REDIS: Descriptor = Descriptor {

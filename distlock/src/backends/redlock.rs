@@ -3,7 +3,8 @@
 use super::options::{option, CA, CERT, CONNECT_TIMEOUT, KEY, PREFIX, REQUIRE_NOEVICTION, TLS};
 use super::redis::check_db_path;
 use super::{Credentials, Descriptor, OptionKind, Servers};
-use crate::url::{LockUrl, Scheme};
+use crate::scheme::Scheme;
+use crate::url::LockUrl;
 
 /// `redlock://[[user]:password@]host[:port],host[:port],...[/db][?options]`.
 pub(crate) const REDLOCK: Descriptor = Descriptor {

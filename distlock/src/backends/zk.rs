@@ -2,7 +2,8 @@
 
 use super::options::{option, CA, CERT, CONNECT_TIMEOUT, KEY, REQUEST_TIMEOUT, TLS};
 use super::{Credentials, Descriptor, OptionKind, Servers};
-use crate::url::{LockUrl, Scheme};
+use crate::scheme::Scheme;
+use crate::url::LockUrl;
 
 /// `zk://[user:password@]host[:port][,host[:port]...][/base][?options]`.
 pub(crate) const ZK: Descriptor = Descriptor {
