@@ -97,6 +97,17 @@ async fn careful_section(w: &Workload, guard: &LockGuard, asked: Instant) {
     s.exit_checked(guard);
 }
 
+/// Releases `guard`. A release whose outcome is unknown (a retryable
+/// error: on a busy machine Redlock's nodes may not all answer within its
+/// node timeout) is the scenario's business only in that the lease then
+/// expires within its TTL, which the next [`take_retrying`] waits for; any
+/// other error fails the scenario.
+async fn release_or_expire(guard: LockGuard, who: &str) {
+    if let Err(e) = guard.release().await {
+        assert!(e.is_retryable(), "{who}'s release failed: {e}");
+    }
+}
+
 /// Like [`acquire_retrying`], in `mode`.
 async fn take_retrying(
     lock: &dyn LockService,
@@ -223,7 +234,7 @@ async fn s1_pause_as(kind: Kind, storage: Storage, mode: LockMode) -> Stats {
                 let asked = Instant::now();
                 let gb = take_retrying(&*b, &n, &opts(kind), mode, kind.ttl() * 6).await;
                 careful_section(&w, &gb, asked).await;
-                gb.release().await.expect("B releases");
+                release_or_expire(gb, "B").await;
                 // A wakes up and writes what it read, as a paused process would.
                 a.heal();
                 sa.write();
@@ -263,9 +274,9 @@ async fn s1_pause_permits(kind: Kind) -> Stats {
         let asked = Instant::now();
         let gc = take_retrying(&*c, &n, &opts(kind), mode, kind.ttl() * 6).await;
         careful_section(&w, &gc, asked).await;
-        gc.release().await.expect("C releases");
+        release_or_expire(gc, "C").await;
         sb.exit_checked(&gb);
-        gb.release().await.expect("B releases");
+        release_or_expire(gb, "B").await;
         a.heal();
         sa.exit_checked(&ga);
         drop(ga);
