@@ -67,7 +67,7 @@ impl LockUrl {
             None => (None, authority),
         };
 
-        let mut url = Parts {
+        let mut url = LockUrl {
             scheme,
             user: None,
             password: None,
@@ -123,7 +123,6 @@ impl LockUrl {
             }
             url.options.insert("tls".into(), "true".into());
         }
-        let url = url.into_url();
         (backend.check)(&url).map_err(err)?;
         Ok(url)
     }
@@ -133,29 +132,6 @@ impl FromStr for LockUrl {
     type Err = LockError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         LockUrl::parse(s)
-    }
-}
-
-/// A URL being parsed.
-struct Parts {
-    scheme: Scheme,
-    user: Option<String>,
-    password: Option<String>,
-    endpoints: Vec<Endpoint>,
-    path: String,
-    options: BTreeMap<String, String>,
-}
-
-impl Parts {
-    fn into_url(self) -> LockUrl {
-        LockUrl::from_parts(
-            self.scheme,
-            self.user,
-            self.password,
-            self.endpoints,
-            self.path,
-            self.options,
-        )
     }
 }
 

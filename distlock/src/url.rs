@@ -58,35 +58,17 @@ impl fmt::Display for Endpoint {
 /// Its `Display` and `Debug` hide the password.
 #[derive(Clone, PartialEq, Eq)]
 pub struct LockUrl {
-    scheme: Scheme,
-    user: Option<String>,
-    password: Option<String>,
-    endpoints: Vec<Endpoint>,
+    // Filled in by the parser (`parse.rs`).
+    pub(crate) scheme: Scheme,
+    pub(crate) user: Option<String>,
+    pub(crate) password: Option<String>,
+    pub(crate) endpoints: Vec<Endpoint>,
     /// The decoded path, `""` when the URL has none.
-    path: String,
-    options: BTreeMap<String, String>,
+    pub(crate) path: String,
+    pub(crate) options: BTreeMap<String, String>,
 }
 
 impl LockUrl {
-    /// A URL from its parsed parts (the parser's, `parse.rs`).
-    pub(crate) fn from_parts(
-        scheme: Scheme,
-        user: Option<String>,
-        password: Option<String>,
-        endpoints: Vec<Endpoint>,
-        path: String,
-        options: BTreeMap<String, String>,
-    ) -> LockUrl {
-        LockUrl {
-            scheme,
-            user,
-            password,
-            endpoints,
-            path,
-            options,
-        }
-    }
-
     /// The backend.
     pub fn scheme(&self) -> Scheme {
         self.scheme
