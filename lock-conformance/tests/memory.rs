@@ -15,6 +15,7 @@ fn main() -> ExitCode {
         .with_read_write(true)
         .with_semaphore(true)
         .with_describes_holder(true)
+        .with_election(true)
         .with_fault_tolerance("not applicable: one process");
     lock_conformance::run(|| async { MemoryHarness::new() }, expected)
 }

@@ -63,6 +63,9 @@ pub struct Capabilities {
     /// id, note: [`crate::Holder`]) and `inspect` and `list` show it
     /// ([`crate::LockStatus::holder`]).
     pub describes_holder: bool,
+    /// Leader elections ([`crate::LeaderElection`]) are offered: campaign,
+    /// proclaim, resign, and followers' `leader` and `observe`.
+    pub election: bool,
 }
 
 impl Capabilities {
@@ -79,6 +82,7 @@ impl Capabilities {
             read_write: false,
             semaphore: false,
             describes_holder: false,
+            election: false,
         }
     }
 
@@ -127,6 +131,12 @@ impl Capabilities {
     /// Sets [`Capabilities::describes_holder`].
     pub fn with_describes_holder(mut self, on: bool) -> Self {
         self.describes_holder = on;
+        self
+    }
+
+    /// Sets [`Capabilities::election`].
+    pub fn with_election(mut self, on: bool) -> Self {
+        self.election = on;
         self
     }
 

@@ -37,9 +37,11 @@
 //! spends suspended counts against every validity.
 #![deny(missing_docs)]
 
+mod acquire;
 pub mod backend;
 mod capabilities;
 mod clock;
+mod election;
 mod error;
 mod fencing;
 mod guard;
@@ -60,6 +62,10 @@ mod status;
 mod tls;
 
 pub use capabilities::{Capabilities, Fencing};
+pub use election::{
+    CampaignOptions, LeaderElection, LeaderElectionExt, LeaderInfo, Leadership,
+    MAX_LEADER_VALUE_LEN,
+};
 pub use error::{LockError, LockErrorKind, NodeFailure, NodeFailureReason, Result};
 pub use fencing::{FencedRegister, FencingToken, StaleToken, TokenFence};
 pub use guard::{GuardView, LockGuard};

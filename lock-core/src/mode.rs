@@ -1,5 +1,5 @@
-//! The kinds of lock a name can be used as: a mutex, a read-write lock or a
-//! semaphore.
+//! The kinds of lock a name can be used as: a mutex, a read-write lock, a
+//! semaphore, or a leader election.
 
 use crate::error::Result;
 
@@ -24,6 +24,10 @@ pub enum LockMode {
         /// How many holders the semaphore admits at once (1 ..= [`MAX_PERMITS`]).
         permits: u32,
     },
+    /// A term of a leader election ([`crate::LeaderElection`]): one leader at
+    /// a time, who publishes a value; the election of a name keeps its state
+    /// apart from the mutex of that name.
+    Leader,
 }
 
 impl LockMode {
@@ -34,6 +38,7 @@ impl LockMode {
             Self::Read => "read",
             Self::Write => "write",
             Self::Permit { .. } => "permit",
+            Self::Leader => "leader",
         }
     }
 

@@ -73,5 +73,17 @@ pub(super) async fn missing_primitives_are_unsupported(h: Arc<dyn Harness>) {
             assert_eq!(err.kind(), LockErrorKind::Unsupported, "{err}");
         }
     }
+    if !caps.election {
+        let campaign = lock_core::CampaignOptions::new().wait(std::time::Duration::ZERO);
+        for err in [
+            a.campaign(&name, "v", &campaign).await.err(),
+            a.leader(&name).await.err(),
+            a.observe(&name).await.err(),
+        ] {
+            let err = err.expect("an election from a backend without them");
+            assert_eq!(err.kind(), LockErrorKind::Unsupported, "{err}");
+            assert!(!err.is_retryable());
+        }
+    }
     assert!(h.leftovers(&name).await.is_empty());
 }

@@ -10,6 +10,7 @@ use lock_core::Capabilities;
 
 use crate::{Case, Harness};
 
+mod election;
 mod faults;
 mod fencing;
 mod force_release;
@@ -84,7 +85,8 @@ cases! {
     semaphore::freed_permit_goes_to_a_waiter_promptly if |c| c.semaphore && c.notified_wait,
     semaphore::abandoned_permit_frees_within_ttl if |c| c.semaphore,
     semaphore::dropped_permit_waiter_leaves_nothing if |c| c.semaphore,
-    input::missing_primitives_are_unsupported if |c| !c.read_write || !c.semaphore,
+    input::missing_primitives_are_unsupported
+        if |c| !c.read_write || !c.semaphore || !c.election,
     inspect::list_shows_held_locks_by_prefix if always,
     rw::downgrade_keeps_a_queued_writer_out if |c| c.read_write,
     faults::list_and_other_primitives_honour_their_deadline_when_the_server_hangs if |c| c.remote,
@@ -104,4 +106,12 @@ cases! {
     force_release::force_release_removes_every_reader_and_permit if |c| c.read_write || c.semaphore,
     faults::an_unanswered_downgrade_never_leaves_the_write_guard_held_beside_a_reader
         if |c| c.remote && c.read_write,
+    election::one_leader_at_a_time_with_rising_epochs if |c| c.election,
+    election::followers_see_the_leader_and_its_values if |c| c.election,
+    election::resignation_hands_over_in_campaign_order if |c| c.election && c.fifo,
+    election::an_abandoned_term_ends_within_its_ttl if |c| c.election,
+    election::withdrawn_candidates_leave_nothing if |c| c.election,
+    election::lock_delay_follows_only_an_unresigned_end if |c| c.election,
+    election::with_leadership_runs_while_leading if |c| c.election,
+    election::bad_campaigns_are_invalid_argument if |c| c.election,
 }

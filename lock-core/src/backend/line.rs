@@ -43,7 +43,7 @@ pub fn blocker(
             let n = usize::try_from(permits).unwrap_or(usize::MAX).max(1);
             ahead.nth(n - 1).map(|_| n - 1)
         }
-        LockMode::Exclusive | LockMode::Write => ahead.next().map(|_| 0),
+        LockMode::Exclusive | LockMode::Write | LockMode::Leader => ahead.next().map(|_| 0),
     }
 }
 
@@ -64,6 +64,9 @@ mod tests {
             (LockMode::Exclusive, "", None),
             (LockMode::Exclusive, "W", Some(0)),
             (LockMode::Exclusive, "WWW", Some(0)),
+            (LockMode::Leader, "", None),
+            (LockMode::Leader, "W", Some(0)),
+            (LockMode::Leader, "WW", Some(0)),
             (LockMode::Write, "", None),
             (LockMode::Write, "R", Some(0)),
             (LockMode::Write, "RRW", Some(0)),

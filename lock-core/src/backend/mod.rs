@@ -28,6 +28,7 @@ use futures::stream::BoxStream;
 use tokio::time::Instant;
 
 use crate::capabilities::Capabilities;
+use crate::election::info::{check_value, LeaderInfo};
 use crate::error::Result;
 use crate::fencing::FencingToken;
 use crate::holder::Holder;
@@ -60,6 +61,14 @@ pub struct LeaseRequest {
     /// id and the caller's note; `None` (the default of
     /// [`LeaseRequest::new`]) stores nothing.
     pub holder: Option<Holder>,
+    /// A leader's published value ([`LockMode::Leader`] only): what
+    /// [`LockBackend::leader`] and [`LockBackend::observe`] show while this
+    /// lease leads.
+    pub value: Option<String>,
+    /// A leader's lock-delay ([`LockMode::Leader`] only): if this lease ends
+    /// without being released (it expired, or its session did), no new term
+    /// of the election may start until this long after its end. Zero: none.
+    pub lock_delay: Duration,
 }
 
 impl LeaseRequest {
@@ -74,7 +83,24 @@ impl LeaseRequest {
             retry: RetryPolicy::default(),
             mode: LockMode::Exclusive,
             holder: None,
+            value: None,
+            lock_delay: Duration::ZERO,
         })
+    }
+
+    /// Sets a leader's published value (see [`LeaseRequest::value`]); an
+    /// `InvalidArgument` error if it is longer than [`crate::MAX_LEADER_VALUE_LEN`].
+    pub fn with_value(mut self, value: impl Into<String>) -> Result<Self> {
+        self.value = Some(check_value(value.into())?);
+        Ok(self)
+    }
+
+    /// Sets a leader's lock-delay (see [`LeaseRequest::lock_delay`]); an
+    /// `InvalidArgument` error above [`crate::MAX_TTL`].
+    pub fn with_lock_delay(mut self, delay: Duration) -> Result<Self> {
+        crate::options::check_duration("lock_delay", delay, Duration::ZERO, crate::MAX_TTL)?;
+        self.lock_delay = delay;
+        Ok(self)
     }
 
     /// Sets the holder's description (see [`LeaseRequest::holder`]).
@@ -165,6 +191,16 @@ pub trait LeaseHandle: Send + Sync + 'static {
     /// if it was already gone or taken over. Must never remove someone else's lock.
     async fn release(&self) -> Result<bool>;
 
+    /// Removes a lease that ended without being released: its guard's
+    /// validity passed, or it was lost (the clean-up after a loss, or a
+    /// release that came too late). Same contract as
+    /// [`release`](Self::release); a leader's lease ([`LockMode::Leader`])
+    /// keeps its lock-delay ([`LeaseRequest::lock_delay`]) as if it had
+    /// expired on the server. The default is [`release`](Self::release).
+    async fn release_after_loss(&self) -> Result<bool> {
+        self.release().await
+    }
+
     /// Turns this write lease into a read lease of the same name with `ttl`,
     /// never leaving the name without our lease in between (take the read
     /// side first, then drop the write side, or both at once). On `Ok` the
@@ -180,6 +216,20 @@ pub trait LeaseHandle: Send + Sync + 'static {
         Err(crate::LockError::new(
             crate::LockErrorKind::Unsupported,
             "this backend has no read-write locks",
+        ))
+    }
+
+    /// Replaces the published value of this leader lease
+    /// ([`LockMode::Leader`]) if it still leads: `Ok(true)` once the value
+    /// is the leader's, `Ok(false)` if the lease is gone (nothing was
+    /// written). Compares the owner like [`release`](Self::release): never
+    /// writes over another leader's value. An error leaves the outcome
+    /// unknown. The default says the backend has no elections.
+    async fn proclaim(&self, value: &str) -> Result<bool> {
+        let _ = value;
+        Err(crate::LockError::new(
+            crate::LockErrorKind::Unsupported,
+            "this backend has no leader elections",
         ))
     }
 }
@@ -336,6 +386,35 @@ pub trait LockBackend: Send + Sync + 'static {
             "this backend cannot force a release",
         ))
     }
+
+    /// The leader of the election `name` now, as the server says: its
+    /// value and epoch (the fencing token of its term), or `None` when no
+    /// term runs. The default says the backend has no elections.
+    async fn leader(&self, name: &LockName) -> Result<Option<LeaderInfo>> {
+        let _ = name;
+        Err(no_elections())
+    }
+
+    /// The leaders of the election `name` as they change: first who leads
+    /// now, then every change (a new term, a proclaimed value, no leader),
+    /// pushed by the server (no polling). The stream ends with an error
+    /// item when the backend can no longer follow the election. The
+    /// default says the backend has no elections.
+    async fn observe(&self, name: &LockName) -> Result<LeaderStream> {
+        let _ = name;
+        Err(no_elections())
+    }
+}
+
+/// What [`LockBackend::observe`] yields.
+pub type LeaderStream = BoxStream<'static, Result<Option<LeaderInfo>>>;
+
+/// The error of a backend without elections.
+fn no_elections() -> crate::LockError {
+    crate::LockError::new(
+        crate::LockErrorKind::Unsupported,
+        "this backend has no leader elections",
+    )
 }
 
 #[async_trait]
@@ -357,6 +436,12 @@ impl<B: LockBackend + ?Sized> LockBackend for Arc<B> {
     }
     async fn force_release(&self, name: &LockName) -> Result<ForceReleased> {
         (**self).force_release(name).await
+    }
+    async fn leader(&self, name: &LockName) -> Result<Option<LeaderInfo>> {
+        (**self).leader(name).await
+    }
+    async fn observe(&self, name: &LockName) -> Result<LeaderStream> {
+        (**self).observe(name).await
     }
 }
 

@@ -379,6 +379,10 @@ impl Keeper {
                     return None;
                 }
             }
+            Some(Command::Proclaim(value, reply)) => {
+                let result = self.proclaim(&value).await;
+                let _ = reply.send(result);
+            }
             Some(Command::Resumed) => {
                 if self.current().valid_until().is_some() {
                     if let Some(at) = self.resumed().await {
@@ -474,23 +478,7 @@ impl Keeper {
     }
 
     async fn extend(&mut self, ttl: Duration) -> Result<Instant> {
-        self.rebase();
-        let state = self.current().at(Instant::now());
-        let valid_until = match state {
-            GuardState::Lost { cause } => {
-                return Err(LockError::new(
-                    LockErrorKind::Lost,
-                    format!("lock {} lost: {cause}", self.name),
-                ))
-            }
-            GuardState::Released => {
-                return Err(LockError::new(
-                    LockErrorKind::NotHeld,
-                    "guard already released",
-                ))
-            }
-            other => other.valid_until().unwrap_or_else(Instant::now),
-        };
+        let valid_until = self.live()?.valid_until().unwrap_or_else(Instant::now);
         let started = Instant::now();
         let mark = SuspendMark::now();
         match tokio::time::timeout_at(valid_until, self.link.handle.renew(ttl)).await {
@@ -519,25 +507,49 @@ impl Keeper {
         }
     }
 
+    /// Replaces a leader's published value, within the guard's validity.
+    async fn proclaim(&mut self, value: &str) -> Result<()> {
+        let valid_until = self.live()?.valid_until().unwrap_or_else(Instant::now);
+        match tokio::time::timeout_at(valid_until, self.link.handle.proclaim(value)).await {
+            Ok(Ok(true)) => Ok(()),
+            Ok(Ok(false)) => {
+                self.lose(LossCause::NotOwner).await;
+                Err(LockError::new(
+                    LockErrorKind::Lost,
+                    format!("leadership of {} is no longer ours on the server", self.name),
+                ))
+            }
+            Ok(Err(err)) => Err(err),
+            // The timer ends the guard at its validity; the value may or
+            // may not have been written.
+            Err(_elapsed) => Err(LockError::unavailable(format!(
+                "the proclaim on {} got no answer within the leadership's validity; its outcome is unknown",
+                self.name
+            ))),
+        }
+    }
+
+    /// The guard's state now, or the error of a guard that has ended
+    /// (lost or released).
+    fn live(&mut self) -> Result<GuardState> {
+        self.rebase();
+        match self.current().at(Instant::now()) {
+            GuardState::Lost { cause } => Err(LockError::new(
+                LockErrorKind::Lost,
+                format!("lock {} lost: {cause}", self.name),
+            )),
+            GuardState::Released => Err(LockError::new(
+                LockErrorKind::NotHeld,
+                "guard already released",
+            )),
+            other => Ok(other),
+        }
+    }
+
     /// Write -> read: the backend grants the read lease and removes the
     /// write side; this keeper then ends without releasing.
     async fn downgrade(&mut self) -> Result<(Lease, Grant)> {
-        self.rebase();
-        match self.current().at(Instant::now()) {
-            GuardState::Lost { cause } => {
-                return Err(LockError::new(
-                    LockErrorKind::Lost,
-                    format!("lock {} lost: {cause}", self.name),
-                ))
-            }
-            GuardState::Released => {
-                return Err(LockError::new(
-                    LockErrorKind::NotHeld,
-                    "guard already released",
-                ))
-            }
-            _ => {}
-        }
+        self.live()?;
         // The write guard ends with the call, whatever its outcome: a
         // downgrade whose answer is lost may have been applied, and then a
         // reader may hold beside us before the call returns.
@@ -595,7 +607,7 @@ impl Keeper {
         self.link.record_hold();
         self.link.state.send_replace(GuardState::Lost { cause });
         self.events = None;
-        if let Err(err) = self.link.handle.release().await {
+        if let Err(err) = self.link.handle.release_after_loss().await {
             tracing::debug!(backend = self.link.backend, name = %self.name, error = %err, "distlock: clean-up after loss failed; the server expires it");
         }
         self.given_up = true;
@@ -610,7 +622,7 @@ impl Keeper {
         self.link.record_hold();
         let expired = state.at(Instant::now()).valid_until().is_none();
         self.link.state.send_replace(GuardState::Released);
-        let released = self.link.handle.release().await;
+        let released = self.link.end_lease(expired).await;
         released_outcome(released, expired, self.link.backend, &self.name)
     }
 }

@@ -24,6 +24,8 @@ pub(super) enum Command {
     Extend(Duration, oneshot::Sender<Result<Instant>>),
     Release(oneshot::Sender<Result<bool>>),
     Downgrade(oneshot::Sender<Result<(Lease, Grant)>>),
+    /// A leader publishes a new value.
+    Proclaim(String, oneshot::Sender<Result<()>>),
     /// The machine resumed from a suspension
     /// ([`crate::resume::machine_resumed`]).
     Resumed,
@@ -79,6 +81,16 @@ impl Link {
         let _ = self
             .turn
             .compare_exchange(KEEPER_ACTS, IDLE, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    /// Removes the lease on release: a release, or the clean-up of a lease
+    /// whose validity had `expired` (see [`LeaseHandle::release_after_loss`]).
+    pub(super) async fn end_lease(&self, expired: bool) -> Result<bool> {
+        if expired {
+            self.handle.release_after_loss().await
+        } else {
+            self.handle.release().await
+        }
     }
 
     /// Records how long the lock was held.

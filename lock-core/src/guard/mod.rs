@@ -73,14 +73,17 @@ impl Drop for Commands {
 /// A release made in the caller's task that is cancelled before the
 /// server answered (its future dropped) goes on in the background, as a
 /// release by the keeper would: the lock is not left to its TTL.
-struct ReleaseUnlessDone(Option<Arc<Link>>);
+/// (`bool`: whether the lease's validity had passed, see [`Link::end_lease`]).
+struct ReleaseUnlessDone(Option<(Arc<Link>, bool)>);
 
 impl Drop for ReleaseUnlessDone {
     fn drop(&mut self) {
-        let Some(link) = self.0.take() else { return };
+        let Some((link, expired)) = self.0.take() else {
+            return;
+        };
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
-                if let Err(err) = link.handle.release().await {
+                if let Err(err) = link.end_lease(expired).await {
                     tracing::debug!(backend = link.backend, error = %err, "distlock: background release failed; the lock expires with its TTL");
                 }
             });
@@ -233,10 +236,20 @@ impl LockGuard {
         link.state.send_replace(GuardState::Released);
         link.keeper.cancel();
         drop(commands);
-        let mut pending = ReleaseUnlessDone(Some(link.clone()));
-        let released = link.handle.release().instrument(view.span).await;
+        let mut pending = ReleaseUnlessDone(Some((link.clone(), expired)));
+        let released = link.end_lease(expired).instrument(view.span).await;
         pending.0 = None;
         released_outcome(released, expired, link.backend, &view.name)
+    }
+
+    /// Replaces the published value of a leader's guard (see
+    /// [`crate::Leadership::proclaim`]).
+    pub(crate) async fn proclaim(&self, value: String) -> Result<()> {
+        let (tx, rx) = oneshot::channel();
+        self.commands
+            .send(Command::Proclaim(value, tx))
+            .map_err(|_| self.keeper_gone())?;
+        rx.await.map_err(|_| self.keeper_gone())?
     }
 
     /// Hands the lease to the backend's downgrade (write -> read) and ends

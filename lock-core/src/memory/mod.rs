@@ -4,7 +4,8 @@
 //! polling (each waiter has its own wake-up; waiters also wake at the
 //! earliest expiry of a holder that blocks them), a loss event when a lock
 //! is removed behind its holder, and every primitive: the mutex, the
-//! read-write lock (writer preference, downgrade) and the semaphore. It is
+//! read-write lock (writer preference, downgrade), the semaphore and the
+//! leader election (`election.rs`: followers' view, lock-delay). It is
 //! the embedded default for single-process use, the backend for users' unit
 //! tests, and the proof that the conformance suite is right.
 
@@ -19,9 +20,11 @@ use tokio::time::Instant;
 use crate::backend::line;
 use crate::backend::mailbox::{Mailbox, MailboxStream};
 use crate::backend::{
-    add_saturating, Lease, LeaseEvent, LeaseHandle, LeaseRequest, LockBackend, Renewal,
+    add_saturating, LeaderStream, Lease, LeaseEvent, LeaseHandle, LeaseRequest, LockBackend,
+    Renewal,
 };
 use crate::capabilities::{Capabilities, Fencing};
+use crate::election::LeaderInfo;
 use crate::error::{LockError, LockErrorKind, Result};
 use crate::fencing::FencingToken;
 use crate::holder::Holder as Description;
@@ -54,19 +57,26 @@ struct Shared {
     state: Mutex<State>,
 }
 
-/// The three kinds of lock a name can be; each keeps its own state.
+mod election;
+
+/// The kinds of lock a name can be; each keeps its own state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Kind {
     Mutex,
     ReadWrite,
     Semaphore,
+    Leader,
 }
 
 impl Kind {
+    /// Every kind.
+    const ALL: [Kind; 4] = [Kind::Mutex, Kind::ReadWrite, Kind::Semaphore, Kind::Leader];
+
     fn of(mode: LockMode) -> Self {
         match mode {
             LockMode::Read | LockMode::Write => Self::ReadWrite,
             LockMode::Permit { .. } => Self::Semaphore,
+            LockMode::Leader => Self::Leader,
             _ => Self::Mutex,
         }
     }
@@ -85,6 +95,8 @@ struct Entry {
     counter: u64,
     /// FIFO queue of waiters by ticket; each has its own wake-up.
     waiters: BTreeMap<u64, Waiter>,
+    /// An election's followers and lock-delay (`election.rs`).
+    followers: election::Followers,
 }
 
 struct Holder {
@@ -98,6 +110,8 @@ struct Holder {
     events: Arc<Mailbox<LeaseEvent>>,
     /// The holder's description, as it asked ([`LeaseRequest::holder`]).
     described: Option<Description>,
+    /// A leader's term (its value, start and lock-delay).
+    term: Option<election::Term>,
 }
 
 impl Drop for Holder {
@@ -113,7 +127,18 @@ struct Waiter {
 
 impl Entry {
     fn purge_expired(&mut self, now: Instant) {
-        self.holders.retain(|_, h| h.expires > now);
+        let before = self.holders.len();
+        let followers = &mut self.followers;
+        self.holders.retain(|_, h| {
+            let live = h.expires > now;
+            if !live {
+                followers.ended_unreleased(h, h.expires);
+            }
+            live
+        });
+        if self.holders.len() != before {
+            self.announce();
+        }
     }
 
     /// Whether `mode` may be granted now to a contender behind the waiters
@@ -122,7 +147,8 @@ impl Entry {
     /// holders stand ahead of every waiter (their order among themselves
     /// does not change whether one blocks).
     fn grantable(&self, mode: LockMode, ahead: &[LockMode]) -> bool {
-        let writes = |m: &LockMode| matches!(m, LockMode::Exclusive | LockMode::Write);
+        let writes =
+            |m: &LockMode| matches!(m, LockMode::Exclusive | LockMode::Write | LockMode::Leader);
         let line = ahead
             .iter()
             .rev()
@@ -150,13 +176,24 @@ impl Entry {
         }
     }
 
-    /// The earliest expiry among the holders.
-    fn next_expiry(&self) -> Option<Instant> {
-        self.holders.values().map(|h| h.expires).min()
+    /// The earliest expiry among the holders, or the end of an election's
+    /// lock-delay (after `now`) if that is sooner.
+    fn next_expiry(&self, now: Instant) -> Option<Instant> {
+        let expiry = self.holders.values().map(|h| h.expires).min();
+        match (expiry, self.followers.delayed_until(now)) {
+            (Some(e), Some(d)) => Some(e.min(d)),
+            (e, d) => e.or(d),
+        }
     }
 
     fn is_idle(&self) -> bool {
         self.holders.is_empty() && self.waiters.is_empty()
+    }
+
+    /// Whether the entry can go: nobody holds, waits or follows it, and it
+    /// never granted (a counter that was used keeps tokens increasing).
+    fn removable(&self) -> bool {
+        self.is_idle() && self.counter == 0 && !self.followers.any()
     }
 }
 
@@ -191,7 +228,7 @@ impl MemoryLock {
         let mut st = self.state();
         let mut holders = 0;
         let mut waiters = 0;
-        for kind in [Kind::Mutex, Kind::ReadWrite, Kind::Semaphore] {
+        for kind in Kind::ALL {
             if let Some(entry) = st.locks.get_mut(&(name.clone(), kind)) {
                 entry.purge_expired(now);
                 holders += entry.holders.len();
@@ -212,38 +249,37 @@ impl MemoryLock {
         let entry = st.locks.entry(key).or_default();
         entry.purge_expired(now);
         let ahead = entry.ahead_of(ticket);
-        if !entry.grantable(req.mode, &ahead) {
+        if !entry.grantable(req.mode, &ahead) || entry.followers.delays(now) {
             return None;
         }
         if let Some(t) = ticket {
             entry.waiters.remove(&t);
         }
+        let term = (req.mode == LockMode::Leader).then(|| election::Term::of(req));
         let lease = self.hold(
             entry,
             &req.name,
-            req.mode,
-            owner,
+            (req.mode, owner),
             req.ttl,
             now,
-            req.holder.clone(),
+            (req.holder.clone(), term),
         );
         // Readers and permits behind this one may be grantable too.
         entry.wake_eligible();
+        entry.announce();
         Some(lease)
     }
 
-    /// Records a holder of `mode` (described by `described`) and builds
-    /// its lease.
-    #[allow(clippy::too_many_arguments)]
+    /// Records `owner` as a holder of `mode` (described by `described`, and
+    /// a leader's `term`) and builds its lease.
     fn hold(
         &self,
         entry: &mut Entry,
         name: &LockName,
-        mode: LockMode,
-        owner: u64,
+        (mode, owner): (LockMode, u64),
         ttl: Duration,
         now: Instant,
-        described: Option<Description>,
+        (described, term): (Option<Description>, Option<election::Term>),
     ) -> Lease {
         entry.counter += 1;
         let token = entry.counter;
@@ -257,6 +293,7 @@ impl MemoryLock {
                 token,
                 events: events.clone(),
                 described,
+                term,
             },
         );
         let handle = MemoryLease {
@@ -294,7 +331,7 @@ impl Drop for Ticket<'_> {
                 // A writer that gives up may unblock the readers behind it.
                 entry.wake_eligible();
             }
-            if entry.is_idle() && entry.counter == 0 {
+            if entry.removable() {
                 st.locks.remove(&self.key);
             }
         }
@@ -312,6 +349,7 @@ impl LockBackend for MemoryLock {
             .with_read_write(true)
             .with_semaphore(true)
             .with_describes_holder(true)
+            .with_election(true)
             .with_fault_tolerance("not applicable: one process")
     }
 
@@ -358,7 +396,7 @@ impl LockBackend for MemoryLock {
                 .state()
                 .locks
                 .get(&key)
-                .and_then(Entry::next_expiry)
+                .and_then(|e| e.next_expiry(now))
                 .map_or(deadline, |exp| exp.min(deadline));
             tokio::select! {
                 _ = notify.notified() => {}
@@ -422,6 +460,16 @@ impl LockBackend for MemoryLock {
             .with_permits(removed[2]))
     }
 
+    async fn leader(&self, name: &LockName) -> Result<Option<LeaderInfo>> {
+        cooperate().await;
+        Ok(self.leader_now(name))
+    }
+
+    async fn observe(&self, name: &LockName) -> Result<LeaderStream> {
+        cooperate().await;
+        Ok(self.follow(name))
+    }
+
     async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<(LockName, LockStatus)>> {
         let mut names: Vec<LockName> = {
             let now = Instant::now();
@@ -476,16 +524,34 @@ impl LeaseHandle for MemoryLease {
 
     async fn release(&self) -> Result<bool> {
         cooperate().await;
+        Ok(self.remove(false))
+    }
+
+    /// A release after the guard found the lease lost: a leader's
+    /// lock-delay runs from the later of the loss and the lease's end.
+    async fn release_after_loss(&self) -> Result<bool> {
+        cooperate().await;
+        Ok(self.remove(true))
+    }
+
+    async fn proclaim(&self, value: &str) -> Result<bool> {
+        cooperate().await;
         let now = Instant::now();
         let mut st = self.lock.state();
         let Some(entry) = st.locks.get_mut(&self.key) else {
             return Ok(false);
         };
-        let Some(holder) = entry.holders.remove(&self.owner) else {
+        entry.purge_expired(now);
+        let Some(term) = entry
+            .holders
+            .get_mut(&self.owner)
+            .and_then(|h| h.term.as_mut())
+        else {
             return Ok(false);
         };
-        entry.wake_eligible();
-        Ok(holder.expires > now)
+        term.value = value.to_string();
+        entry.announce();
+        Ok(true)
     }
 
     async fn downgrade(&self, ttl: Duration) -> Result<Lease> {
@@ -508,14 +574,36 @@ impl LeaseHandle for MemoryLease {
         let lease = self.lock.hold(
             entry,
             &self.key.0,
-            LockMode::Read,
-            owner,
+            (LockMode::Read, owner),
             ttl,
             now,
-            described,
+            (described, None),
         );
         entry.wake_eligible();
         Ok(lease)
+    }
+}
+
+impl MemoryLease {
+    /// Removes this holder (`lost`: after its guard found it lost); whether
+    /// it was still ours and unexpired.
+    fn remove(&self, lost: bool) -> bool {
+        let now = Instant::now();
+        let mut st = self.lock.state();
+        let Some(entry) = st.locks.get_mut(&self.key) else {
+            return false;
+        };
+        let Some(holder) = entry.holders.remove(&self.owner) else {
+            return false;
+        };
+        if lost {
+            entry
+                .followers
+                .ended_unreleased(&holder, holder.expires.max(now));
+        }
+        entry.wake_eligible();
+        entry.announce();
+        holder.expires > now
     }
 }
 
