@@ -16,13 +16,17 @@ Exit status:
   status   0 held, 3 free
   list     0 when the locks were listed (none is fine)
   release  0 a holder was removed (--force), 3 nothing was held
+  elect    CMD's own status when it exits while leading (a lost term stops CMD
+           and campaigns again; it never ends by itself)
+  leader   0 someone leads, 3 nobody does (--watch: 0 when interrupted)
   64       bad command line: malformed URL, unknown URL option, invalid lock name, bad duration
   69       lock service unreachable or not answering in time
   70       internal error or an answer distlock does not understand
   75       lock held by someone else (one attempt, or --wait elapsed): CMD not run
            (change it with --conflict-exit-code; --quiet keeps it silent)
   77       credentials rejected
-  78       the backend does not offer this (read-write locks, permits, list, force release)
+  78       the backend does not offer this (read-write locks, permits, list, force release,
+           elections)
   79       lock lost while CMD ran: CMD got SIGTERM, then SIGKILL after --grace
   126/127  CMD could not be executed / was not found
 
@@ -127,6 +131,31 @@ pub enum Cmd {
     /// variable: it is asked for on the command line each time.
     #[command(after_help = AFTER_HELP)]
     Release(ReleaseArgs),
+    /// Campaign for the election NAME; run CMD while leading; if leadership is lost, stop CMD and campaign again.
+    ///
+    /// A standby: it waits to lead however long it takes, riding out the
+    /// lock service's restarts and failovers. While it leads, the term is
+    /// renewed every TTL/3 and `distlock leader NAME` shows --value. If
+    /// the term is lost while CMD runs, CMD gets SIGTERM (SIGKILL after
+    /// --grace) and distlock campaigns again; when CMD exits by itself,
+    /// distlock resigns (the next candidate leads at once) and exits with
+    /// CMD's status. SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to
+    /// CMD while it runs, and end the campaign otherwise. CMD gets
+    /// DISTLOCK_ELECTION, DISTLOCK_EPOCH (the term's fencing token, higher
+    /// than every earlier term's), DISTLOCK_LEADER_VALUE and
+    /// DISTLOCK_LOCK_KEY.
+    #[command(after_help = AFTER_HELP)]
+    Elect(ElectArgs),
+    /// Show who leads the election NAME: its value, epoch and since when; with --watch, every change.
+    ///
+    /// Prints `key=value` fields on one line (or one JSON object with
+    /// --json): name, backend, state (leader|none), and for a leader value,
+    /// epoch and since_unix_ms where the backend tells. With --watch, one
+    /// line per change (a new term, a proclaimed value, nobody leading),
+    /// starting with who leads now, until interrupted. Exits 0 when someone
+    /// leads, 3 when nobody does, 78 when the backend has no elections.
+    #[command(after_help = AFTER_HELP)]
+    Leader(LeaderArgs),
     /// Print the completion script of a shell, e.g. `distlock completions bash > /etc/bash_completion.d/distlock`.
     Completions(CompletionsArgs),
     /// Print the man page (roff), or write every page (distlock.1, distlock-run.1, ...) into a directory.
@@ -205,6 +234,52 @@ pub struct RunArgs {
     /// The command to run, after `--`.
     #[arg(last = true, required = true, value_name = "CMD", value_hint = ValueHint::CommandWithArguments)]
     pub command: Vec<OsString>,
+}
+
+/// `distlock elect`.
+#[derive(Debug, Args)]
+pub struct ElectArgs {
+    /// Where the lock service is.
+    #[command(flatten)]
+    pub conn: Connection,
+    /// The value published while this candidate leads (who it is, where to reach it), at most 64 KiB. Default: this machine's host name and distlock's process id.
+    #[arg(long, env = "DISTLOCK_VALUE", value_name = "TEXT")]
+    pub value: Option<String>,
+    /// Lease TTL of a term: how long leadership outlives a distlock that can no longer renew it.
+    #[arg(long, env = "DISTLOCK_TTL", default_value = "30s", value_name = "DURATION", value_parser = duration_arg)]
+    pub ttl: Duration,
+    /// After a term that ended without a resignation (a crash, a pause, a partition), no new term starts for this long.
+    #[arg(long, env = "DISTLOCK_LOCK_DELAY", default_value = "0s", value_name = "DURATION", value_parser = duration_arg)]
+    pub lock_delay: Duration,
+    /// After a lost term: how long CMD has between SIGTERM and SIGKILL.
+    #[arg(long, env = "DISTLOCK_GRACE", default_value = "5s", value_name = "DURATION", value_parser = duration_arg)]
+    pub grace: Duration,
+    /// Keep CMD in distlock's process group (for interactive commands that read the terminal).
+    #[arg(long, env = "DISTLOCK_FOREGROUND", value_parser = BoolishValueParser::new())]
+    pub foreground: bool,
+    /// Election name: 1-200 bytes, no whitespace or control characters, '/'-separated segments.
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    /// The command to run while leading, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD", value_hint = ValueHint::CommandWithArguments)]
+    pub command: Vec<OsString>,
+}
+
+/// `distlock leader`.
+#[derive(Debug, Args)]
+pub struct LeaderArgs {
+    /// Where the lock service is.
+    #[command(flatten)]
+    pub conn: Connection,
+    /// Print every change until interrupted.
+    #[arg(long, env = "DISTLOCK_WATCH", value_parser = BoolishValueParser::new())]
+    pub watch: bool,
+    /// Print JSON objects instead of `key=value` lines.
+    #[arg(long, env = "DISTLOCK_JSON", value_parser = BoolishValueParser::new())]
+    pub json: bool,
+    /// Election name.
+    #[arg(value_name = "NAME")]
+    pub name: String,
 }
 
 /// `distlock status`.

@@ -1,6 +1,7 @@
-//! The environment `distlock run` gives CMD about the locks it holds.
+//! The environment `distlock run` gives CMD about the locks it holds, and
+//! `distlock elect` about the term it leads.
 
-use distlock::{MultiGuard, Scheme};
+use distlock::{Leadership, MultiGuard, Scheme};
 
 /// The lock names, space-separated, in acquisition order (names never hold whitespace).
 pub const LOCK_NAME: &str = "DISTLOCK_LOCK_NAME";
@@ -12,6 +13,31 @@ pub const LOCK_KEY: &str = "DISTLOCK_LOCK_KEY";
 pub const ETCD_LOCK_KEY: &str = "ETCD_LOCK_KEY";
 /// etcd, one name: the key's create revision (the fencing token), as `etcdctl lock` gives it.
 pub const ETCD_LOCK_REV: &str = "ETCD_LOCK_REV";
+
+/// `elect`: the election's name.
+pub const ELECTION: &str = "DISTLOCK_ELECTION";
+/// `elect`: the epoch of the term (its fencing token).
+pub const EPOCH: &str = "DISTLOCK_EPOCH";
+/// `elect`: the value this leader published.
+pub const LEADER_VALUE: &str = "DISTLOCK_LEADER_VALUE";
+
+/// The variables `distlock elect` gives CMD while it leads: the election,
+/// the epoch (removed when the backend has none), the published value,
+/// and where the term lives on the server; `distlock run`'s variables are
+/// removed, so that CMD never sees values inherited from elsewhere.
+pub fn election_env(term: &Leadership) -> Vec<(&'static str, Option<String>)> {
+    let guard = term.view();
+    vec![
+        (ELECTION, Some(term.name().to_string())),
+        (EPOCH, term.epoch().map(|e| e.to_string())),
+        (LEADER_VALUE, Some(term.value())),
+        (LOCK_KEY, guard.server_key().map(str::to_string)),
+        (LOCK_NAME, None),
+        (TOKEN, None),
+        (ETCD_LOCK_KEY, None),
+        (ETCD_LOCK_REV, None),
+    ]
+}
 
 /// Every variable to set (`Some`) or remove (`None`, so that CMD never sees
 /// a value inherited from elsewhere) for CMD. A list is given only when

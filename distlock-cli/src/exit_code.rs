@@ -2,16 +2,16 @@
 //!
 //! | status | constant | meaning |
 //! |---|---|---|
-//! | CMD's own | - | `run`: the lock was held for the whole run; CMD exited with this status |
+//! | CMD's own | - | `run`: the lock was held for the whole run; CMD exited with this status. `elect`: CMD exited by itself while leading |
 //! | 128 + N | [`SIGNAL_BASE`] | `run`: CMD was killed by signal N (e.g. 143 = SIGTERM, also when distlock forwarded a SIGTERM it received), or distlock itself was interrupted by signal N before CMD started |
-//! | 0 | [`HELD`] | `status`: the lock is held; `list`: the locks were listed (none is fine); `release --force`: a holder was removed |
-//! | 3 | [`FREE`] | `status`: the lock is free (as LSB `status` says "not running"); `release --force`: nothing was held |
+//! | 0 | [`HELD`] | `status`: the lock is held; `list`: the locks were listed (none is fine); `release --force`: a holder was removed; `leader`: someone leads (`--watch`: interrupted) |
+//! | 3 | [`FREE`] | `status`: the lock is free (as LSB `status` says "not running"); `release --force`: nothing was held; `leader`: nobody leads |
 //! | 64 | [`USAGE`] | bad command line: malformed URL, unknown URL option, invalid lock name, bad duration, `release` without `--force` |
 //! | 69 | [`UNAVAILABLE`] | the lock service could not be reached or did not answer in time |
 //! | 70 | [`SOFTWARE`] | an internal error or an answer distlock does not understand |
 //! | 75 | [`NOT_ACQUIRED`] | `run`: the lock is held by someone else (one attempt, or `--wait` elapsed); CMD was not run. `--conflict-exit-code` changes it, `--quiet` keeps it silent |
 //! | 77 | [`UNAUTHORIZED`] | the lock service rejected the credentials |
-//! | 78 | [`UNSUPPORTED`] | the backend does not offer what was asked: read-write locks, permits, listing its locks, or a force release |
+//! | 78 | [`UNSUPPORTED`] | the backend does not offer what was asked: read-write locks, permits, listing its locks, a force release, or elections |
 //! | 79 | [`LOST`] | `run`: the lock was lost while CMD ran; CMD got SIGTERM (SIGKILL after `--grace`) |
 //! | 126 | [`CANNOT_EXECUTE`] | `run`: CMD exists but could not be executed |
 //! | 127 | [`NOT_FOUND`] | `run`: CMD was not found |

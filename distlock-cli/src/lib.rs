@@ -4,11 +4,14 @@
 mod args;
 mod assets;
 mod child_env;
+mod elect;
 pub mod exit_code;
 mod inspect;
+mod leader;
 mod report;
 mod run;
 mod signals;
+mod supervise;
 mod take;
 mod target;
 
@@ -58,6 +61,8 @@ pub fn main() -> ! {
         Cmd::Status(args) => with_runtime(inspect::status(args, url_cli)),
         Cmd::List(args) => with_runtime(inspect::list(args, url_cli)),
         Cmd::Release(args) => with_runtime(inspect::release(args, url_cli)),
+        Cmd::Elect(args) => with_runtime(elect::elect(args, url_cli)),
+        Cmd::Leader(args) => with_runtime(leader::leader(args, url_cli)),
     };
     std::process::exit(code);
 }

@@ -2,20 +2,16 @@
 //! when one is lost, release them when CMD exits.
 
 use std::io::ErrorKind;
-use std::os::unix::process::ExitStatusExt;
-use std::process::ExitStatus;
 use std::time::Duration;
 
-use distlock::{AcquireOptions, GuardState, GuardStates, LockMode, LockName, MultiGuard, Scheme};
-use futures::future::select_all;
-use tokio::process::{Child, Command};
-use tokio::time::Instant;
+use distlock::{AcquireOptions, LockMode, LockName, MultiGuard};
 
 use crate::args::{RunArgs, Wait};
 use crate::child_env::lock_env;
 use crate::exit_code;
 use crate::report::{fail, warn};
 use crate::signals::Signals;
+use crate::supervise::{spawn, status_code, supervise, Cmd, Supervised};
 use crate::take::{take, NotTaken};
 use crate::target::{lock_name, open, OnCommandLine, Opened};
 
@@ -75,7 +71,8 @@ pub async fn run(args: RunArgs, url_cli: OnCommandLine, mode_cli: ModeOnCommandL
         Err(not_taken) => return refused(&args, wait, &what, not_taken),
     };
 
-    let mut child = match spawn(&args, &all, url.scheme()) {
+    let env = lock_env(&all, url.scheme());
+    let mut child = match spawn(&args.command, args.foreground, env) {
         Ok(child) => child,
         Err(err) => {
             let code = match err.kind() {
@@ -86,60 +83,20 @@ pub async fn run(args: RunArgs, url_cli: OnCommandLine, mode_cli: ModeOnCommandL
             return fail(code, format!("cannot run {:?}: {err}", args.command[0]));
         }
     };
-    let pid = child.id().map(|p| p as i32);
-    let target = |pid: i32| if args.foreground { pid } else { -pid };
-
-    let lost = all.lost();
-    tokio::pin!(lost);
-    let mut states: Vec<(LockName, GuardStates)> = all
+    let states = all
         .guards()
         .iter()
         .map(|g| (g.name().clone(), g.subscribe()))
         .collect();
-    let mut suspended = vec![false; states.len()];
-    let status = loop {
-        tokio::select! {
-            status = child.wait() => break status,
-            (name, cause) = &mut lost => {
-                eprintln!("distlock: lock {name} lost ({cause}); stopping the command (SIGTERM, SIGKILL after {})", humantime::format_duration(args.grace));
-                if let Some(pid) = pid {
-                    terminate(&mut child, target(pid), args.grace).await;
-                }
-                drop(all);
-                return exit_code::LOST;
-            }
-            sig = signals.recv() => {
-                if let Some(pid) = pid {
-                    // SAFETY: kill(2) has no memory-safety preconditions.
-                    unsafe { libc::kill(target(pid), sig) };
-                }
-            }
-            (i, changed) = next_change(&mut states), if !states.is_empty() => {
-                if !changed {
-                    // That guard's keeper is gone; `lost` still resolves by validity.
-                    states.remove(i);
-                    suspended.remove(i);
-                    continue;
-                }
-                let (name, rx) = &mut states[i];
-                let state = rx.borrow_and_update().clone();
-                match state {
-                    GuardState::Suspended { reason, valid_until } if !suspended[i] => {
-                        suspended[i] = true;
-                        let left = valid_until.saturating_duration_since(Instant::now());
-                        eprintln!(
-                            "distlock: lock {name} suspended ({}); still valid for {}, CMD keeps running",
-                            reason.replace('\n', " "),
-                            humantime::format_duration(round_ms(left))
-                        );
-                    }
-                    GuardState::Held { .. } if suspended[i] => {
-                        suspended[i] = false;
-                        eprintln!("distlock: lock {name} confirmed held again");
-                    }
-                    _ => {}
-                }
-            }
+    let cmd = Cmd {
+        foreground: args.foreground,
+        grace: args.grace,
+    };
+    let status = match supervise(&mut child, cmd, &mut signals, all.lost(), states).await {
+        Supervised::Exited(status) => status,
+        Supervised::Lost => {
+            drop(all);
+            return exit_code::LOST;
         }
     };
     let status = match status {
@@ -253,68 +210,6 @@ fn refused(args: &RunArgs, wait: Wait, what: &str, not_taken: NotTaken) -> i32 {
     }
 }
 
-/// The next change of any guard's state: its index, and `false` if that
-/// guard's state can no longer change.
-async fn next_change(states: &mut [(LockName, GuardStates)]) -> (usize, bool) {
-    let changes = states
-        .iter_mut()
-        .map(|(_, rx)| Box::pin(async move { rx.changed().await.is_ok() }));
-    let (changed, i, _) = select_all(changes).await;
-    (i, changed)
-}
-
-fn spawn(args: &RunArgs, all: &MultiGuard, scheme: Scheme) -> std::io::Result<Child> {
-    let mut cmd = Command::new(&args.command[0]);
-    cmd.args(&args.command[1..]);
-    for (var, value) in lock_env(all, scheme) {
-        match value {
-            Some(value) => cmd.env(var, value),
-            None => cmd.env_remove(var),
-        };
-    }
-    if !args.foreground {
-        cmd.process_group(0);
-    }
-    #[cfg(target_os = "linux")]
-    {
-        let parent = std::process::id();
-        // SAFETY: the closure runs in the child between fork and exec and
-        // calls only async-signal-safe functions (prctl, getppid, _exit).
-        unsafe {
-            cmd.pre_exec(move || {
-                // If distlock dies (even by SIGKILL), nobody renews the lock
-                // any more: CMD must not run on without it.
-                if libc::prctl(
-                    libc::PR_SET_PDEATHSIG,
-                    libc::SIGKILL as libc::c_ulong,
-                    0,
-                    0,
-                    0,
-                ) != 0
-                {
-                    return Err(std::io::Error::last_os_error());
-                }
-                if libc::getppid() as u32 != parent {
-                    libc::_exit(exit_code::LOST);
-                }
-                Ok(())
-            });
-        }
-    }
-    cmd.kill_on_drop(false).spawn()
-}
-
-/// SIGTERM to `target` (the group, or the process), SIGKILL after `grace`, then reap.
-async fn terminate(child: &mut Child, target: i32, grace: Duration) {
-    // SAFETY: kill(2) has no memory-safety preconditions.
-    unsafe { libc::kill(target, libc::SIGTERM) };
-    if tokio::time::timeout(grace, child.wait()).await.is_err() {
-        // SAFETY: as above.
-        unsafe { libc::kill(target, libc::SIGKILL) };
-        let _ = child.wait().await;
-    }
-}
-
 /// Releases the locks after CMD; a failure is reported but does not change the status.
 async fn release(all: MultiGuard, what: &str) {
     let was_lost = all.first_lost().is_some();
@@ -326,20 +221,6 @@ async fn release(all: MultiGuard, what: &str) {
             "releasing {what} failed ({err}); it expires with its TTL"
         )),
     }
-}
-
-/// CMD's exit status as distlock's: its code, or 128 + signal.
-fn status_code(status: ExitStatus) -> i32 {
-    match (status.code(), status.signal()) {
-        (Some(code), _) => code,
-        (None, Some(sig)) => exit_code::SIGNAL_BASE + sig,
-        (None, None) => exit_code::SOFTWARE,
-    }
-}
-
-/// `d` rounded to whole milliseconds, for messages.
-fn round_ms(d: Duration) -> Duration {
-    Duration::from_millis(d.as_millis() as u64)
 }
 
 #[cfg(test)]

@@ -16,18 +16,20 @@ pub use url::{Endpoint, LockUrl, Scheme};
 // The contract: every type a user of any backend needs.
 #[doc(no_inline)]
 pub use lock_core::{
-    async_trait, metrics, AcquireOptions, Capabilities, DistributedLock, DistributedLockExt,
-    FencedRegister, Fencing, FencingToken, ForceReleased, GuardState, GuardStateRef, GuardStates,
-    GuardView, Holder, KeepAlive, LockError, LockErrorKind, LockGuard, LockMode, LockName,
-    LockService, LockStatus, LossCause, MemoryLock, MultiGuard, NodeFailure, NodeFailureReason,
-    ReadWriteLock, ReadWriteLockExt, Result, RetryPolicy, Semaphore, SemaphoreExt, StaleToken,
-    StatesClosed, TlsConfig, TokenFence, ERROR_BACKOFF, MAX_NAME_LEN, MAX_NOTE_LEN, MAX_PERMITS,
-    MAX_TTL, MAX_WAIT, MIN_TTL, WAIT_FOREVER,
+    async_trait, metrics, AcquireOptions, CampaignOptions, Capabilities, DistributedLock,
+    DistributedLockExt, FencedRegister, Fencing, FencingToken, ForceReleased, GuardState,
+    GuardStateRef, GuardStates, GuardView, Holder, KeepAlive, LeaderElection, LeaderElectionExt,
+    LeaderInfo, Leadership, LockError, LockErrorKind, LockGuard, LockMode, LockName, LockService,
+    LockStatus, LossCause, MemoryLock, MultiGuard, NodeFailure, NodeFailureReason, ReadWriteLock,
+    ReadWriteLockExt, Result, RetryPolicy, Semaphore, SemaphoreExt, StaleToken, StatesClosed,
+    TlsConfig, TokenFence, ERROR_BACKOFF, MAX_LEADER_VALUE_LEN, MAX_NAME_LEN, MAX_NOTE_LEN,
+    MAX_PERMITS, MAX_TTL, MAX_WAIT, MIN_TTL, WAIT_FOREVER,
 };
 
 /// One `use distlock::prelude::*;` brings every trait whose methods a lock
 /// user calls (`acquire`, `with_lock`, `acquire_all`, `acquire_read`,
-/// `acquire_permit`, ...), and the types those calls take and return.
+/// `acquire_permit`, `campaign`, `with_leadership`, ...), and the types
+/// those calls take and return.
 ///
 /// ```
 /// # async fn demo() -> Result<(), distlock::LockError> {
@@ -48,7 +50,8 @@ pub use lock_core::{
 /// ```
 pub mod prelude {
     pub use lock_core::{
-        AcquireOptions, DistributedLock, DistributedLockExt, FencingToken, GuardView, IntoLockName,
+        AcquireOptions, CampaignOptions, DistributedLock, DistributedLockExt, FencingToken,
+        GuardView, IntoLockName, LeaderElection, LeaderElectionExt, LeaderInfo, Leadership,
         LockError, LockErrorKind, LockGuard, LockName, LockService, MultiGuard, ReadWriteLock,
         ReadWriteLockExt, Semaphore, SemaphoreExt,
     };
