@@ -18,7 +18,15 @@
 //! - [`ReadWriteLock`] (many readers or one writer, with downgrade) and
 //!   [`Semaphore`] (N permits): the same [`LockGuard`], on every backend that
 //!   can keep them honest ([`Capabilities::read_write`],
-//!   [`Capabilities::semaphore`]); [`LockService`] is all three at once.
+//!   [`Capabilities::semaphore`]).
+//! - [`LeaderElection`]: candidates [`campaign`](LeaderElection::campaign)
+//!   for a name and one leads at a time; its [`Leadership`] is a term held
+//!   like a guard, whose [`epoch`](Leadership::epoch) is the term's fencing
+//!   token, with [`proclaim`](Leadership::proclaim) and
+//!   [`resign`](Leadership::resign); followers read
+//!   [`leader`](LeaderElection::leader) and
+//!   [`observe`](LeaderElection::observe) every change
+//!   ([`Capabilities::election`]). [`LockService`] is all of these at once.
 //! - [`TokenFence`] and [`FencedRegister`]: the resource side of fencing.
 //! - [`MemoryLock`]: the in-process backend.
 //! - [`backend`]: the toolkit of a backend author: the small seam a backend
