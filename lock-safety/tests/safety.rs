@@ -33,7 +33,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use libtest_mimic::{Arguments, Failed, Trial};
-use lock_core::{AcquireOptions, DistributedLock, LockGuard, LockMode, LockName, LockService};
+use lock_core::{
+    AcquireOptions, CampaignOptions, DistributedLock, LockGuard, LockMode, LockName, LockService,
+};
 use lock_safety::fixture::{take, Kind, Servers};
 use lock_safety::{PgRegisters, Report, Row, Stats, Workload};
 use lock_testbed::{Persistence, PostgresServer, Proxy};
@@ -245,6 +247,48 @@ async fn s1_pause_as(kind: Kind, storage: Storage, mode: LockMode) -> Stats {
     }
     for p in pairs {
         p.await.expect("pair");
+    }
+    blocking(|| drop(servers));
+    w.stats()
+}
+
+/// E1: a leader pauses longer than its term's TTL (its network cut and its
+/// task asleep), another candidate is elected with a higher epoch and
+/// writes, the first resumes and writes with its old epoch, as a paused
+/// leader would; the register is PostgreSQL, checked by lock-fence.
+async fn e1_leader_paused(kind: Kind) -> Stats {
+    const ROUNDS: usize = 3;
+    let servers = blocking(|| Servers::start(kind, 1));
+    let (w, _db) = Storage::Postgres.workload().await;
+    let a = servers.proxied_client(kind).await;
+    let b = servers.client(kind, &servers.addrs()).await;
+    let terms = CampaignOptions::new().ttl(kind.ttl()).wait(kind.ttl() * 6);
+    for r in 0..ROUNDS {
+        let n = name(kind, "e1", r);
+        let asked = Instant::now();
+        let old = a.lock.campaign(&n, "a", &terms).await.expect("A leads");
+        let old_epoch = old.epoch();
+        let old = old.into_guard();
+        let mut sa = w.enter(&old, asked);
+        sa.read();
+        // The pause: nothing of A reaches the server any more.
+        a.cut();
+        w.fault();
+        let asked = Instant::now();
+        let new = b.campaign(&n, "b", &terms).await.expect("B is elected");
+        assert!(
+            new.epoch() > old_epoch,
+            "the new term's epoch {:?} is not above {old_epoch:?}",
+            new.epoch()
+        );
+        let new = new.into_guard();
+        careful_section(&w, &new, asked).await;
+        release_or_expire(new, "B").await;
+        // A wakes up and writes what it read, as a paused leader would.
+        a.heal();
+        sa.write();
+        sa.exit_checked(&old);
+        drop(old);
     }
     blocking(|| drop(servers));
     w.stats()
@@ -1023,6 +1067,24 @@ fn storage_trials(rt: &Arc<tokio::runtime::Runtime>, soak_for: Duration) -> Vec<
         trials.push(Trial::test(name, f));
     };
     for k in [Kind::Redis, Kind::Etcd, Kind::Zk] {
+        let r = rt.clone();
+        add(
+            format!("{}_e1_leader_paused_past_ttl_storage_postgres", k.name()),
+            Box::new(move || {
+                let s = r.block_on(e1_leader_paused(k));
+                let ok = s.overlaps > 0
+                    && s.conflicts_while_held == 0
+                    && s.stale_accepted == 0
+                    && s.stale_rejected > 0;
+                record(
+                    k,
+                    &format!("E1 leader paused > TTL ({IN_POSTGRES})"),
+                    s,
+                    "a new leader with a higher epoch; 0 overlaps of two leaders both saying held; 0 stale writes accepted by PostgreSQL, the old leader's rejected",
+                    ok,
+                )
+            }),
+        );
         let r = rt.clone();
         add(
             format!("{}_s1_holder_paused_past_ttl_storage_postgres", k.name()),
