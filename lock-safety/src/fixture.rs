@@ -7,7 +7,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{AcquireOptions, LockError, LockGuard, LockMode, LockName, LockService};
+use lock_core::{
+    AcquireOptions, CampaignOptions, LockError, LockErrorKind, LockGuard, LockMode, LockName,
+    LockService,
+};
 use lock_testbed::{
     Cluster, EtcdCluster, Persistence, Proxy, RedisOptions, RedisServer, RedisSet, ZkEnsemble,
     ZkOptions,
@@ -303,6 +306,10 @@ pub async fn take(
         LockMode::Read => lock.acquire_read(n, o).await,
         LockMode::Write => lock.acquire_write(n, o).await,
         LockMode::Permit { permits } => lock.acquire_permit(n, permits, o).await,
+        LockMode::Leader => Ok(lock
+            .campaign(n, "candidate", &CampaignOptions::from(o.clone()))
+            .await?
+            .into_guard()),
         _ => lock.acquire(n, o).await,
     }
 }
@@ -318,6 +325,14 @@ pub async fn try_take(
         LockMode::Read => lock.try_acquire_read(n, o).await,
         LockMode::Write => lock.try_acquire_write(n, o).await,
         LockMode::Permit { permits } => lock.try_acquire_permit(n, permits, o).await,
+        LockMode::Leader => {
+            let once = CampaignOptions::from(o.clone().wait(Duration::ZERO));
+            match lock.campaign(n, "candidate", &once).await {
+                Ok(term) => Ok(Some(term.into_guard())),
+                Err(e) if e.kind() == LockErrorKind::Timeout => Ok(None),
+                Err(e) => Err(e),
+            }
+        }
         _ => lock.try_acquire(n, o).await,
     }
 }

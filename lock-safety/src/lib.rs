@@ -91,11 +91,13 @@ fn count_conflicts(mut sections: Vec<SectionRecord>) -> u64 {
     conflicts
 }
 
-/// A mutex, a read-write lock and a semaphore on one name are different locks.
+/// A mutex, a read-write lock, a semaphore and an election on one name are
+/// different locks.
 fn same_kind(a: LockMode, b: LockMode) -> bool {
     let kind = |m: LockMode| match m {
         LockMode::Read | LockMode::Write => 1,
         LockMode::Permit { .. } => 2,
+        LockMode::Leader => 3,
         _ => 0,
     };
     kind(a) == kind(b)
@@ -327,7 +329,10 @@ impl Workload {
         mode: LockMode,
         asked: Instant,
     ) -> Section {
-        let writes = matches!(mode, LockMode::Exclusive | LockMode::Write);
+        let writes = matches!(
+            mode,
+            LockMode::Exclusive | LockMode::Write | LockMode::Leader
+        );
         let token = token.filter(|_| writes);
         let per = lock(&self.names)
             .entry(name.to_string())

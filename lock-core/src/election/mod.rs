@@ -128,6 +128,17 @@ impl CampaignOptions {
     }
 }
 
+/// A campaign with the options of an acquire (its TTL, wait, keep-alive,
+/// retries and note), without a lock-delay.
+impl From<AcquireOptions> for CampaignOptions {
+    fn from(acquire: AcquireOptions) -> Self {
+        Self {
+            acquire,
+            lock_delay: Duration::ZERO,
+        }
+    }
+}
+
 /// Leader election on a backend: candidates campaign on a name, one leads
 /// at a time (the others wait in line), and followers read and watch who
 /// leads. Object safe, and part of [`crate::LockService`]; offered where

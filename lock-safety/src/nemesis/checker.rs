@@ -13,19 +13,22 @@ use tokio::time::Instant;
 
 use super::history::Grant;
 
-/// Which lock of a name a grant belongs to: a mutex, a read-write lock and a
-/// semaphore of one name are different locks.
+/// Which lock of a name a grant belongs to: a mutex, a read-write lock, a
+/// semaphore and an election of one name are different locks (on etcd an
+/// election shares the mutex's line, which only excludes more).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum LockKind {
     Mutex,
     ReadWrite,
     Semaphore,
+    Election,
 }
 
 fn kind_of(mode: LockMode) -> LockKind {
     match mode {
         LockMode::Read | LockMode::Write => LockKind::ReadWrite,
         LockMode::Permit { .. } => LockKind::Semaphore,
+        LockMode::Leader => LockKind::Election,
         _ => LockKind::Mutex,
     }
 }

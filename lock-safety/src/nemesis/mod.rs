@@ -47,7 +47,7 @@ use lock_core::{AcquireOptions, LockMode, LockName, LockService};
 use lock_testbed::PostgresServer;
 use tokio::time::Instant;
 
-use crate::fixture::{Kind, Servers};
+use crate::fixture::{take, Kind, Servers};
 use crate::{PgRegisters, Workload};
 
 use faults::Target;
@@ -450,7 +450,6 @@ async fn retake(
     mode: LockMode,
 ) -> lock_core::Result<Vec<lock_core::LockGuard>> {
     match mode {
-        LockMode::Write => Ok(vec![lock.acquire_write(name, opts).await?]),
         LockMode::Permit { permits } => {
             let mut all = Vec::new();
             for _ in 0..permits {
@@ -458,7 +457,7 @@ async fn retake(
             }
             Ok(all)
         }
-        _ => Ok(vec![lock.acquire(name, opts).await?]),
+        other => Ok(vec![take(lock, name, opts, other).await?]),
     }
 }
 

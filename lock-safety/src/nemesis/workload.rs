@@ -97,6 +97,9 @@ pub fn modes(lock: &dyn LockService) -> Vec<LockMode> {
     if caps.semaphore {
         modes.push(LockMode::Permit { permits: 2 });
     }
+    if caps.election {
+        modes.push(LockMode::Leader);
+    }
     modes
 }
 
@@ -270,6 +273,7 @@ async fn section(shared: &Shared, guard: &LockGuard, asked: Instant) {
     let kind = match guard.mode() {
         LockMode::Read | LockMode::Write => "read-write",
         LockMode::Permit { .. } => "semaphore",
+        LockMode::Leader => "election",
         _ => "mutex",
     };
     let resource = format!("{}/{kind}", guard.name());
