@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use distlock_cli::exit_code;
 use lock_testbed::{
-    pid_alive, shared_etcd, shared_redis, shared_redis_set, shared_zk, unique_name, Cluster, Proxy,
+    pid_alive, shared_etcd, shared_redis, shared_redis_set, shared_zk, unique_name, Kind, Proxy,
 };
 
 const BIN: &str = env!("CARGO_BIN_EXE_distlock");
@@ -44,36 +44,35 @@ fn memory() -> Backend {
     }
 }
 
-fn redis() -> Backend {
-    let server = expect("starting Redis", shared_redis());
+/// The backend `kind` on the servers lock-testbed shares with every test of
+/// this process, its URL with these tests' options.
+fn shared(kind: Kind) -> Backend {
+    let options = match kind {
+        Kind::Redis | Kind::Redlock => "connect_timeout=2s",
+        Kind::Etcd => "lease_ttl=3s",
+        Kind::Zk => "session_timeout=2s",
+    };
+    let servers = expect(&format!("starting {}", kind.name()), kind.shared());
     Backend {
-        url: Cluster::url(server, "connect_timeout=2s"),
-        fencing: true,
+        url: servers.url(options),
+        fencing: kind.fencing(),
     }
+}
+
+fn redis() -> Backend {
+    shared(Kind::Redis)
 }
 
 fn redlock() -> Backend {
-    let set = expect("starting 5 Redis for Redlock", shared_redis_set());
-    Backend {
-        url: Cluster::url(set, "connect_timeout=2s"),
-        fencing: false,
-    }
+    shared(Kind::Redlock)
 }
 
 fn etcd() -> Backend {
-    let cluster = expect("starting etcd", shared_etcd());
-    Backend {
-        url: Cluster::url(cluster, "lease_ttl=3s"),
-        fencing: true,
-    }
+    shared(Kind::Etcd)
 }
 
 fn zk() -> Backend {
-    let ensemble = expect("starting ZooKeeper", shared_zk());
-    Backend {
-        url: Cluster::url(ensemble, "session_timeout=2s"),
-        fencing: true,
-    }
+    shared(Kind::Zk)
 }
 
 /// `distlock ARGS` with a clean environment for the variables it reads or

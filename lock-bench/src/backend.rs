@@ -45,6 +45,18 @@ impl Backend {
         }
     }
 
+    /// The servers it runs on, as lock-testbed's fixture names them; `None`
+    /// for the in-process backend.
+    pub fn servers(self) -> Option<lock_testbed::Kind> {
+        match self {
+            Backend::Memory => None,
+            Backend::Redis => Some(lock_testbed::Kind::Redis),
+            Backend::Redlock => Some(lock_testbed::Kind::Redlock),
+            Backend::Etcd => Some(lock_testbed::Kind::Etcd),
+            Backend::Zk => Some(lock_testbed::Kind::Zk),
+        }
+    }
+
     /// Its `backend` label in lock-core's metrics (the client requests
     /// counted per backend), which names ZooKeeper in full.
     pub fn metrics_label(self) -> &'static str {

@@ -3,75 +3,72 @@
 
 use std::time::Duration;
 
-use lock_testbed::{EtcdCluster, RedisServer, RedisSet, ZkEnsemble};
+use lock_testbed::{Kind, StartOptions, Started};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::subject::BenchResult;
 
-/// Which servers a run needs.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Needed {
-    /// One Redis.
-    pub redis: bool,
-    /// Five independent Redis.
-    pub redis_set: bool,
-    /// A 3-member etcd cluster.
-    pub etcd: bool,
-    /// A 3-server ZooKeeper ensemble.
-    pub zk: bool,
-}
-
-/// The servers of a run; each is `None` if not needed, `Err` if it failed to start.
+/// The servers of a run, started through lock-testbed's fixture, by
+/// backend: none for a backend that was not needed, `Err` for one whose
+/// servers failed to start. Dropping it stops them.
 #[derive(Default)]
 pub struct Servers {
-    /// One Redis (the `redis` backend).
-    pub redis: Option<Result<RedisServer, String>>,
-    /// Five Redis (the `redlock` backend and `rslock`).
-    pub redis_set: Option<Result<RedisSet, String>>,
-    /// etcd, 3 members.
-    pub etcd: Option<Result<EtcdCluster, String>>,
-    /// ZooKeeper, 3 servers.
-    pub zk: Option<Result<ZkEnsemble, String>>,
+    started: Vec<(Kind, Result<Started, String>)>,
 }
 
+/// The members asked of each backend's fixture (lock-testbed's
+/// [`Kind::members`] says what each gets: 1 Redis, 5 Redlock nodes, 3 etcd
+/// members, 3 ZooKeeper servers).
+const MEMBERS: usize = 3;
 /// Nodes in the Redlock set.
-pub const REDLOCK_NODES: usize = 5;
+pub const REDLOCK_NODES: usize = Kind::Redlock.members(MEMBERS);
 /// Members of the etcd cluster.
-pub const ETCD_MEMBERS: usize = 3;
+pub const ETCD_MEMBERS: usize = Kind::Etcd.members(MEMBERS);
 /// Servers of the ZooKeeper ensemble.
-pub const ZK_SERVERS: usize = 3;
+pub const ZK_SERVERS: usize = Kind::Zk.members(MEMBERS);
 
 impl Servers {
-    /// Starts what is needed, in parallel (blocking: call from a blocking thread).
-    pub fn start(needed: Needed) -> Servers {
-        fn text<T>(r: Result<T, lock_testbed::TestbedError>) -> Result<T, String> {
-            r.map_err(|e| e.to_string())
-        }
+    /// Starts the servers of every backend `needed`, in parallel, with their
+    /// fixture's default options (blocking: call from a blocking thread).
+    pub fn start(needed: &[Kind]) -> Servers {
         std::thread::scope(|s| {
-            let redis = needed.redis.then(|| s.spawn(|| text(RedisServer::start())));
-            let set = needed
-                .redis_set
-                .then(|| s.spawn(|| text(RedisSet::start(REDLOCK_NODES))));
-            let etcd = needed
-                .etcd
-                .then(|| s.spawn(|| text(EtcdCluster::start(ETCD_MEMBERS))));
-            let zk = needed
-                .zk
-                .then(|| s.spawn(|| text(ZkEnsemble::start(ZK_SERVERS))));
-            fn join<T>(
-                h: std::thread::ScopedJoinHandle<'_, Result<T, String>>,
-            ) -> Result<T, String> {
-                h.join()
-                    .unwrap_or_else(|_| Err("the start-up thread panicked".to_string()))
-            }
-            Servers {
-                redis: redis.map(join),
-                redis_set: set.map(join),
-                etcd: etcd.map(join),
-                zk: zk.map(join),
-            }
+            let starts: Vec<_> = needed
+                .iter()
+                .map(|&kind| {
+                    let start = s.spawn(move || {
+                        kind.start_with(MEMBERS, StartOptions::default())
+                            .map_err(|e| e.to_string())
+                    });
+                    (kind, start)
+                })
+                .collect();
+            let started = starts
+                .into_iter()
+                .map(|(kind, h)| {
+                    let r = h
+                        .join()
+                        .unwrap_or_else(|_| Err("the start-up thread panicked".to_string()));
+                    (kind, r)
+                })
+                .collect();
+            Servers { started }
         })
+    }
+
+    /// The servers of every backend `needed`, all failed to start for `why`.
+    pub fn failed(needed: &[Kind], why: &str) -> Servers {
+        Servers {
+            started: needed.iter().map(|&k| (k, Err(why.to_string()))).collect(),
+        }
+    }
+
+    /// The servers of `kind`: `None` if they were not needed.
+    pub fn get(&self, kind: Kind) -> Option<&Result<Started, String>> {
+        self.started
+            .iter()
+            .find(|(k, _)| *k == kind)
+            .map(|(_, r)| r)
     }
 }
 
@@ -276,6 +273,12 @@ mod tests {
             used <= t0.elapsed() * 2 + Duration::from_millis(10),
             "{used:?}"
         );
+    }
+
+    #[test]
+    fn member_counts_are_the_bench_s() {
+        assert_eq!((REDLOCK_NODES, ETCD_MEMBERS, ZK_SERVERS), (5, 3, 3));
+        assert_eq!(Kind::Redis.members(MEMBERS), 1);
     }
 
     #[test]

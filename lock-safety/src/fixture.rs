@@ -5,201 +5,97 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+
 use std::time::Duration;
 
 use lock_core::{
     AcquireOptions, CampaignOptions, LockError, LockErrorKind, LockGuard, LockMode, LockName,
     LockService,
 };
-use lock_testbed::{
-    Cluster, EtcdCluster, Persistence, Proxy, RedisOptions, RedisServer, RedisSet, ZkEnsemble,
-    ZkOptions,
-};
+use lock_testbed::{Cluster, Persistence, Proxy, StartOptions};
 
-/// A backend under test.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    /// One Redis server.
-    Redis,
-    /// Redlock over five Redis servers.
-    Redlock,
-    /// An etcd cluster.
-    Etcd,
-    /// A ZooKeeper ensemble.
-    Zk,
-}
+/// The backend under test: lock-testbed's one description of each backend's
+/// servers, its URL with the scenarios' timeouts ([`Kind::url`]), its TTL
+/// and its member count ([`Kind::members`]).
+pub use lock_testbed::Kind;
+/// The servers a [`Kind`] started, as their own type (a
+/// [`RedisServer`](lock_testbed::RedisServer) for the persistence crashes,
+/// a [`ZkEnsemble`](lock_testbed::ZkEnsemble) for its quorum links, an
+/// [`EtcdCluster`](lock_testbed::EtcdCluster) for its endpoints):
+/// [`Servers::typed`].
+pub use lock_testbed::Started;
 
-impl Kind {
-    /// Every backend.
-    pub const ALL: [Kind; 4] = [Kind::Redis, Kind::Redlock, Kind::Etcd, Kind::Zk];
-
-    /// The backend's short name (`redis`, `redlock`, `etcd`, `zookeeper`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Kind::Redis => "redis",
-            Kind::Redlock => "redlock",
-            Kind::Etcd => "etcd",
-            Kind::Zk => "zookeeper",
-        }
-    }
-
-    /// Whether the backend has fencing tokens.
-    pub fn fencing(self) -> bool {
-        self != Kind::Redlock
-    }
-
-    /// The backend named `name` (as [`Kind::name`] says it).
-    pub fn parse(name: &str) -> Option<Kind> {
-        Kind::ALL.into_iter().find(|k| k.name() == name)
-    }
-
-    /// The URL of a client of `addrs` (the servers, or proxies in front of
-    /// them), with the timeouts of [`Kind::request_timeout`] and the TTL of
-    /// [`Kind::ttl`] (etcd's lease, ZooKeeper's session).
-    pub fn url(self, addrs: &[SocketAddr]) -> String {
-        let ms = |d: Duration| format!("{}ms", d.as_millis());
-        let timeout = ms(self.request_timeout());
-        let (scheme, options) = match self {
-            Kind::Redis => (
-                "redis",
-                format!("request_timeout={timeout}&connect_timeout=500ms"),
-            ),
-            Kind::Redlock => (
-                "redlock",
-                format!("node_timeout={timeout}&connect_timeout=500ms"),
-            ),
-            Kind::Etcd => (
-                "etcd",
-                format!(
-                    "lease_ttl={}&request_timeout={timeout}&connect_timeout=2s",
-                    ms(self.ttl())
-                ),
-            ),
-            Kind::Zk => (
-                "zk",
-                format!(
-                    "session_timeout={}&request_timeout={timeout}&connect_timeout=2s",
-                    ms(self.ttl())
-                ),
-            ),
-        };
-        let hosts: Vec<String> = addrs.iter().map(SocketAddr::to_string).collect();
-        format!("{scheme}://{}?{options}", hosts.join(","))
-    }
-
-    /// The timeout of one request of the clients made here (Redlock: of one
-    /// node's answer).
-    pub fn request_timeout(self) -> Duration {
-        match self {
-            Kind::Redis => Duration::from_millis(250),
-            Kind::Redlock => Duration::from_millis(50),
-            Kind::Etcd | Kind::Zk => Duration::from_millis(500),
-        }
-    }
-
-    /// The lock TTL of the scenarios (etcd: the lease TTL; ZooKeeper: the session timeout).
-    pub fn ttl(self) -> Duration {
-        match self {
-            Kind::Redis | Kind::Redlock => Duration::from_millis(1000),
-            Kind::Etcd | Kind::Zk => Duration::from_millis(2000),
-        }
-    }
-
-    /// How much later than its TTL the server itself finds an abandoned
-    /// holder expired: etcd's leader looks for expired leases every 500 ms;
-    /// ZooKeeper expires sessions on the next tick of the testbed's
-    /// `tickTime` (200 ms); a Redis key past its TTL is gone for the next
-    /// command that touches it.
-    pub fn expiry_step(self) -> Duration {
-        match self {
-            Kind::Redis | Kind::Redlock => Duration::ZERO,
-            Kind::Etcd => Duration::from_millis(500),
-            Kind::Zk => Duration::from_millis(200),
-        }
-    }
-}
+/// How many members the nemesis asks for ([`Kind::members`] says what each
+/// backend gets: one Redis, five Redlock nodes, three etcd members or
+/// ZooKeeper servers).
+pub const NEMESIS_MEMBERS: usize = 3;
 
 /// Real servers of one backend, started for one scenario.
-pub enum Servers {
-    /// One Redis server.
-    Redis(RedisServer),
-    /// Five independent Redis servers.
-    Redlock(RedisSet),
-    /// An etcd cluster.
-    Etcd(EtcdCluster),
-    /// A ZooKeeper ensemble.
-    Zk(ZkEnsemble),
+pub struct Servers {
+    started: Started,
 }
 
 impl Servers {
-    /// `members`: etcd and ZooKeeper cluster size (Redis: 1 server, Redlock: 5 nodes).
+    /// `members`: etcd and ZooKeeper cluster size (Redis: 1 server, Redlock:
+    /// 5 nodes; [`Kind::members`]).
     pub fn start(kind: Kind, members: usize) -> Servers {
         Self::start_with(kind, members, Persistence::None)
     }
 
     /// Like [`Servers::start`], with what a single Redis persists.
     pub fn start_with(kind: Kind, members: usize, persistence: Persistence) -> Servers {
-        match kind {
-            Kind::Redis => Servers::Redis(
-                RedisServer::start_with(RedisOptions {
-                    persistence,
-                    ..Default::default()
-                })
-                .expect("start redis-server"),
-            ),
-            Kind::Redlock => Servers::Redlock(RedisSet::start(5).expect("start 5 redis-servers")),
-            Kind::Etcd => Servers::Etcd(EtcdCluster::start(members).expect("start etcd")),
-            Kind::Zk => Servers::Zk(
-                ZkEnsemble::start_with(
-                    members,
-                    ZkOptions {
-                        tick_time_ms: 200,
-                        ..Default::default()
-                    },
-                )
-                .expect("start zookeeper"),
-            ),
-        }
+        Self::start_options(
+            kind,
+            members,
+            StartOptions {
+                persistence,
+                ..StartOptions::default()
+            },
+        )
     }
 
     /// The servers the nemesis runs against: one Redis with `persistence`,
     /// five for Redlock, three etcd members, three ZooKeeper servers whose
     /// quorum links go through proxies ([`ZkEnsemble::quorum_link`]) so that
     /// a follower can be cut from its leader while it serves clients.
+    ///
+    /// [`ZkEnsemble::quorum_link`]: lock_testbed::ZkEnsemble::quorum_link
     pub fn start_for_nemesis(kind: Kind, persistence: Persistence) -> Servers {
-        match kind {
-            Kind::Zk => Servers::Zk(
-                ZkEnsemble::start_with_quorum_links(
-                    3,
-                    ZkOptions {
-                        tick_time_ms: 200,
-                        ..Default::default()
-                    },
-                )
-                .expect("start zookeeper"),
-            ),
-            _ => Servers::start_with(kind, 3, persistence),
-        }
+        Self::start_options(
+            kind,
+            NEMESIS_MEMBERS,
+            StartOptions {
+                persistence,
+                quorum_links: true,
+            },
+        )
+    }
+
+    fn start_options(kind: Kind, members: usize, options: StartOptions) -> Servers {
+        let started = kind
+            .start_with(members, options)
+            .unwrap_or_else(|e| panic!("start the {} servers: {e:?}", kind.name()));
+        Servers { started }
+    }
+
+    /// The servers as their own type.
+    pub fn typed(&self) -> &Started {
+        &self.started
+    }
+
+    /// [`Servers::typed`], to crash a Redis to its checkpoint.
+    pub fn typed_mut(&mut self) -> &mut Started {
+        &mut self.started
     }
 
     /// The servers as every backend's servers look.
     pub fn cluster(&self) -> &dyn Cluster {
-        match self {
-            Servers::Redis(r) => r,
-            Servers::Redlock(s) => s,
-            Servers::Etcd(c) => c,
-            Servers::Zk(z) => z,
-        }
+        self.started.cluster()
     }
 
     /// [`Servers::cluster`], to kill and restart members.
     pub fn cluster_mut(&mut self) -> &mut dyn Cluster {
-        match self {
-            Servers::Redis(r) => r,
-            Servers::Redlock(s) => s,
-            Servers::Etcd(c) => c,
-            Servers::Zk(z) => z,
-        }
+        self.started.cluster_mut()
     }
 
     /// The client addresses of the servers, in member order.

@@ -36,7 +36,7 @@ use libtest_mimic::{Arguments, Failed, Trial};
 use lock_core::{
     AcquireOptions, CampaignOptions, DistributedLock, LockGuard, LockMode, LockName, LockService,
 };
-use lock_safety::fixture::{take, Kind, Servers};
+use lock_safety::fixture::{take, Kind, Servers, Started};
 use lock_safety::{PgRegisters, Report, Row, Stats, Workload};
 use lock_testbed::{Persistence, PostgresServer, Proxy};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
@@ -45,14 +45,6 @@ use tokio::time::{sleep, Instant};
 
 // ---------------------------------------------------------------------------
 // Backends under test (servers and clients: `lock_safety::fixture`)
-
-fn members_of(kind: Kind, members: usize) -> usize {
-    match kind {
-        Kind::Redis => 1,
-        Kind::Redlock => 5,
-        Kind::Etcd | Kind::Zk => members,
-    }
-}
 
 fn opts(kind: Kind) -> AcquireOptions {
     AcquireOptions::new().ttl(kind.ttl()).wait(kind.ttl() * 4)
@@ -335,7 +327,7 @@ async fn s1_pause_permits(kind: Kind) -> Stats {
 async fn s2_premature_expiry(kind: Kind) -> Stats {
     const ROUNDS: usize = 8;
     let servers = blocking(|| Servers::start(kind, 1));
-    let Servers::Redlock(set) = &servers else {
+    let Started::Redlock(set) = servers.typed() else {
         unreachable!("S2 is a Redlock scenario")
     };
     let w = Workload::new();
@@ -435,12 +427,12 @@ async fn s3_restart(kind: Kind, crash: Crash, storage: Storage) -> Stats {
                     let _ = g.release().await;
                 }
             }
-            match (crash, &servers) {
-                (Crash::SnapshotReload, Servers::Redis(redis)) => {
+            match (crash, servers.typed()) {
+                (Crash::SnapshotReload, Started::Redis(redis)) => {
                     let reply = blocking(|| redis.cmd(&["SAVE"])).expect("SAVE");
                     assert_eq!(reply.as_str(), Some("OK"), "SAVE answered {reply:?}");
                 }
-                (Crash::EverySecLoss, Servers::Redis(redis)) => {
+                (Crash::EverySecLoss, Started::Redis(redis)) => {
                     sleep(Duration::from_millis(1100)).await;
                     blocking(|| redis.checkpoint_disk()).expect("checkpoint");
                 }
@@ -457,7 +449,7 @@ async fn s3_restart(kind: Kind, crash: Crash, storage: Storage) -> Stats {
         let entered = Arc::new(AtomicU64::new(0));
         let started = Instant::now();
         if crash == Crash::EverySecLoss {
-            if let Servers::Redis(redis) = &mut servers {
+            if let Started::Redis(redis) = servers.typed_mut() {
                 blocking(|| redis.crash_to_checkpoint()).expect("crash to the checkpoint");
                 w.fault();
             }
@@ -718,11 +710,9 @@ async fn soak_as(kind: Kind, duration: Duration, storage: Storage, load: Load) -
     const CLIENTS: usize = 6;
     // A semaphore of 2 with 3 clients per name; the others 2 clients per name.
     let names_count = if load == Load::Permits { 2 } else { 3 };
-    let members = if matches!(kind, Kind::Etcd | Kind::Zk) {
-        3
-    } else {
-        1
-    };
+    // Three etcd members or ZooKeeper servers (`Kind::members`: one Redis,
+    // five Redlock nodes).
+    let members = 3;
     let servers = blocking(|| Servers::start(kind, members));
     let (w, _db) = storage.workload().await;
     let stop = Arc::new(AtomicBool::new(false));
@@ -795,14 +785,14 @@ async fn soak_as(kind: Kind, duration: Duration, storage: Storage, load: Load) -
                 });
             }
             7..=8 => {
-                let i = rand::rng().random_range(0..members_of(kind, members));
+                let i = rand::rng().random_range(0..kind.members(members));
                 servers.lock().unwrap().pause(i);
                 sleep(kind.ttl() / 5).await;
                 servers.lock().unwrap().resume(i);
             }
             _ => {
                 // Kill and restart one member (Redis: the server, losing its keys).
-                let i = rand::rng().random_range(0..members_of(kind, members));
+                let i = rand::rng().random_range(0..kind.members(members));
                 blocking(|| {
                     let mut s = servers.lock().unwrap();
                     s.kill(i);

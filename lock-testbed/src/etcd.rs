@@ -7,6 +7,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::bins;
+use crate::cluster::Cluster;
+use crate::fixture::Kind;
 use crate::http;
 use crate::member::{member_index, member_index_mut, Member};
 use crate::process::{ManagedChild, ManagedDir};
@@ -588,6 +590,30 @@ pub(crate) fn resolve_all(
                 })
         })
         .collect()
+}
+
+impl Cluster for EtcdCluster {
+    fn scheme(&self) -> &'static str {
+        Kind::Etcd.scheme()
+    }
+    fn addrs(&self) -> Vec<SocketAddr> {
+        EtcdCluster::addrs(self)
+    }
+    fn pause(&self, i: usize) -> Result<(), TestbedError> {
+        EtcdCluster::pause(self, i)
+    }
+    fn resume(&self, i: usize) -> Result<(), TestbedError> {
+        EtcdCluster::resume(self, i)
+    }
+    fn kill(&mut self, i: usize) -> Result<(), TestbedError> {
+        EtcdCluster::kill(self, i)
+    }
+    fn restart(&mut self, i: usize) -> Result<(), TestbedError> {
+        EtcdCluster::restart(self, i)
+    }
+    fn leader(&self) -> Result<Option<usize>, TestbedError> {
+        EtcdCluster::leader(self).map(Some)
+    }
 }
 
 #[cfg(test)]

@@ -47,6 +47,15 @@
 //! on both clusters. The lifecycle API is synchronous (std only), so it works from any
 //! tokio runtime or none; the proxy runs on a thread of its own.
 //!
+//! # One fixture per backend
+//!
+//! [`Kind`] describes each backend's test servers once: how many
+//! ([`Kind::members`]), how they start ([`Kind::start`], typed with
+//! [`Kind::start_with`]), the shared ones ([`Kind::shared`]) and a client
+//! URL with the tests' timeouts ([`Kind::url`]). Every server type
+//! implements [`Cluster`] (addresses, URL, pause, kill, restart, leader),
+//! so a test that faults servers needs no match on the backend.
+//!
 //! # Environment variables
 //!
 //! | variable | default | meaning |
@@ -90,6 +99,7 @@ mod bins;
 mod cluster;
 mod error;
 mod etcd;
+mod fixture;
 mod http;
 mod log_capture;
 mod member;
@@ -108,6 +118,7 @@ mod zk;
 pub use cluster::Cluster;
 pub use error::TestbedError;
 pub use etcd::{etcd_metrics, EtcdCluster};
+pub use fixture::{Kind, StartOptions, Started};
 pub use log_capture::LogCapture;
 pub use postgres::{PostgresServer, ENV_POSTGRES_USER, POSTGRES_DATABASE, POSTGRES_USER};
 pub use process::{pid_alive, set_data_root};
@@ -147,6 +158,7 @@ mod tests {
         assert_send_sync::<crate::RedisSet>();
         assert_send_sync::<crate::EtcdCluster>();
         assert_send_sync::<crate::ZkEnsemble>();
+        assert_send_sync::<crate::Started>();
         assert_send_sync::<crate::PostgresServer>();
         assert_send_sync::<crate::Proxy>();
         assert_send_sync::<crate::TestbedError>();

@@ -92,3 +92,15 @@ pub(crate) fn member_index_mut<T>(items: &mut [T], i: usize) -> Result<&mut T, T
         .get_mut(i)
         .ok_or(TestbedError::NoSuchMember { index: i, members })
 }
+
+/// Checks that a single server is asked about its only member.
+pub(crate) fn only_member(i: usize) -> Result<(), TestbedError> {
+    if i == 0 {
+        Ok(())
+    } else {
+        Err(TestbedError::NoSuchMember {
+            index: i,
+            members: 1,
+        })
+    }
+}

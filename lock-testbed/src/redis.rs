@@ -7,6 +7,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::bins;
+use crate::cluster::Cluster;
+use crate::fixture::Kind;
+use crate::member::{member_index, only_member};
 use crate::process::{log_says_addr_in_use, log_tail, ManagedChild, ManagedDir};
 use crate::resp::{resp_command, RespValue};
 use crate::tls::TlsFiles;
@@ -587,4 +590,54 @@ fn command_calls(addr: SocketAddr, info: &RespValue, command: &str) -> Result<u6
         .and_then(|rest| rest.split(',').next())
         .and_then(|n| n.parse().ok())
         .unwrap_or(0))
+}
+
+impl Cluster for RedisServer {
+    fn scheme(&self) -> &'static str {
+        Kind::Redis.scheme()
+    }
+    fn addrs(&self) -> Vec<SocketAddr> {
+        vec![self.addr()]
+    }
+    fn pause(&self, i: usize) -> Result<(), TestbedError> {
+        only_member(i).and_then(|()| RedisServer::pause(self))
+    }
+    fn resume(&self, i: usize) -> Result<(), TestbedError> {
+        only_member(i).and_then(|()| RedisServer::resume(self))
+    }
+    fn kill(&mut self, i: usize) -> Result<(), TestbedError> {
+        only_member(i).and_then(|()| RedisServer::kill(self))
+    }
+    fn restart(&mut self, i: usize) -> Result<(), TestbedError> {
+        only_member(i).and_then(|()| RedisServer::restart(self))
+    }
+    fn leader(&self) -> Result<Option<usize>, TestbedError> {
+        Ok(None)
+    }
+}
+
+impl Cluster for RedisSet {
+    fn scheme(&self) -> &'static str {
+        Kind::Redlock.scheme()
+    }
+    fn addrs(&self) -> Vec<SocketAddr> {
+        RedisSet::addrs(self)
+    }
+    fn pause(&self, i: usize) -> Result<(), TestbedError> {
+        member_index(self.nodes(), i)?.pause()
+    }
+    fn resume(&self, i: usize) -> Result<(), TestbedError> {
+        member_index(self.nodes(), i)?.resume()
+    }
+    fn kill(&mut self, i: usize) -> Result<(), TestbedError> {
+        member_index(self.nodes(), i)?;
+        self.node_mut(i).kill()
+    }
+    fn restart(&mut self, i: usize) -> Result<(), TestbedError> {
+        member_index(self.nodes(), i)?;
+        self.node_mut(i).restart()
+    }
+    fn leader(&self) -> Result<Option<usize>, TestbedError> {
+        Ok(None)
+    }
 }

@@ -15,7 +15,8 @@ pub const ENV_TEST_ETCD: &str = "DISTLOCK_TEST_ETCD";
 /// Env var: ZooKeeper servers started elsewhere, `h:p[,h:p...]`, used by [`shared_zk`].
 pub const ENV_TEST_ZK: &str = "DISTLOCK_TEST_ZK";
 
-/// Number of nodes of [`shared_redis_set`] when it starts its own.
+/// Number of Redis nodes of a Redlock fixture ([`Kind::members`](crate::Kind::members)),
+/// and of [`shared_redis_set`] when it starts its own.
 pub const SHARED_REDIS_NODES: usize = 5;
 
 static REDIS: OnceLock<RedisServer> = OnceLock::new();

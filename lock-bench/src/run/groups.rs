@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use distlock::MemoryLock;
+use lock_testbed::{Kind as ServerKind, Started};
 
 use super::Profile;
 use crate::backend::Backend;
@@ -52,9 +53,15 @@ pub(super) struct Group {
     pub(super) read_heavy: Option<Result<Arc<dyn Connector>, String>>,
 }
 
-fn server<'a, T>(s: &'a Option<Result<T, String>>, what: &str) -> Result<&'a T, String> {
-    match s {
-        Some(Ok(v)) => Ok(v),
+/// The servers of `kind` (`what`, in words), as their own type (`typed`).
+fn server<'a, T>(
+    servers: &'a Servers,
+    kind: ServerKind,
+    what: &str,
+    typed: fn(&Started) -> Option<&T>,
+) -> Result<&'a T, String> {
+    match servers.get(kind) {
+        Some(Ok(v)) => Ok(typed(v).expect("a backend's fixture starts its own servers")),
         Some(Err(e)) => Err(format!("{what} did not start: {e}")),
         None => Err(format!("{what} was not started")),
     }
@@ -158,7 +165,12 @@ fn memory_group(o: &RunOptions) -> Group {
 
 /// One Redis: ours, the raw protocol and the raw protocol with a fencing counter.
 fn redis_group(o: &RunOptions, servers: &Servers) -> Group {
-    let redis = server(&servers.redis, "redis-server");
+    let redis = server(
+        servers,
+        ServerKind::Redis,
+        "redis-server",
+        Started::as_redis,
+    );
     let url = redis.clone().map(|s| s.url());
     let t = redis.map(|s| Target::Redis(s.addr().to_string()));
     let urls = url.clone().map(|u| vec![u]);
@@ -198,7 +210,12 @@ fn redis_group(o: &RunOptions, servers: &Servers) -> Group {
 
 /// Redlock on independent Redis nodes: ours, the raw protocol and the raw protocol with a fencing counter on every node, rslock.
 fn redlock_group(o: &RunOptions, profile: &Profile, servers: &Servers) -> Group {
-    let set = server(&servers.redis_set, "5 redis-servers");
+    let set = server(
+        servers,
+        ServerKind::Redlock,
+        "5 redis-servers",
+        Started::as_redis_set,
+    );
     let urls = set.clone().map(|s| s.urls());
     let t = set.map(|s| Target::Redlock(s.addrs().iter().map(ToString::to_string).collect()));
     Group {
@@ -247,7 +264,8 @@ fn redlock_group(o: &RunOptions, profile: &Profile, servers: &Servers) -> Group 
 
 /// The etcd cluster: ours, the raw protocol, the raw protocol with a compared delete, etcd's Lock RPC.
 fn etcd_group(o: &RunOptions, servers: &Servers) -> Group {
-    let eps = server(&servers.etcd, "etcd cluster").map(|c| c.endpoints());
+    let eps =
+        server(servers, ServerKind::Etcd, "etcd cluster", Started::as_etcd).map(|c| c.endpoints());
     let t = eps.clone().map(Target::Etcd);
     Group {
         backend: Backend::Etcd,
@@ -297,7 +315,12 @@ fn etcd_group(o: &RunOptions, servers: &Servers) -> Group {
 
 /// The ZooKeeper ensemble: ours, the raw protocol, zookeeper-client's lock recipe.
 fn zk_group(o: &RunOptions, servers: &Servers) -> Group {
-    let ens = server(&servers.zk, "ZooKeeper ensemble");
+    let ens = server(
+        servers,
+        ServerKind::Zk,
+        "ZooKeeper ensemble",
+        Started::as_zk,
+    );
     let cs = ens
         .as_ref()
         .map(|e| e.connect_string())

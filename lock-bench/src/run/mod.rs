@@ -9,10 +9,10 @@ mod subjects;
 use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use lock_testbed::Kind as ServerKind;
 
-use crate::backend::Backend;
 use crate::report::Report;
-use crate::servers::{Needed, Servers};
+use crate::servers::Servers;
 use crate::Args;
 use backend::measure_backend;
 use groups::{groups, Group};
@@ -31,12 +31,11 @@ pub async fn run(args: &Args) -> (Report, Servers) {
             Profile::full()
         }
     };
-    let needed = Needed {
-        redis: args.backends.contains(&Backend::Redis),
-        redis_set: args.backends.contains(&Backend::Redlock),
-        etcd: args.backends.contains(&Backend::Etcd),
-        zk: args.backends.contains(&Backend::Zk),
-    };
+    // The servers of the selected backends, each once.
+    let needed: Vec<ServerKind> = ServerKind::ALL
+        .into_iter()
+        .filter(|k| args.backends.iter().any(|b| b.servers() == Some(*k)))
+        .collect();
     let run_id = format!("bench-{}", std::process::id());
 
     let bar = progress(1);
@@ -78,17 +77,12 @@ pub async fn run(args: &Args) -> (Report, Servers) {
 
 /// Starts the servers `needed`, off the async threads; a start-up task that
 /// failed counts as every server failing to start.
-async fn start_servers(needed: Needed) -> Servers {
-    tokio::task::spawn_blocking(move || Servers::start(needed))
+async fn start_servers(needed: Vec<ServerKind>) -> Servers {
+    let kinds = needed.clone();
+    tokio::task::spawn_blocking(move || Servers::start(&kinds))
         .await
         .unwrap_or_else(|e| {
-            let msg = format!("the server start-up task failed: {e}");
-            Servers {
-                redis: needed.redis.then(|| Err(msg.clone())),
-                redis_set: needed.redis_set.then(|| Err(msg.clone())),
-                etcd: needed.etcd.then(|| Err(msg.clone())),
-                zk: needed.zk.then(|| Err(msg.clone())),
-            }
+            Servers::failed(&needed, &format!("the server start-up task failed: {e}"))
         })
 }
 

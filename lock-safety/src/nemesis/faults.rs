@@ -14,7 +14,7 @@ use lock_testbed::Persistence;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::fixture::{Kind, Proxied, Servers};
+use crate::fixture::{Kind, Proxied, Servers, Started};
 
 use super::history::History;
 
@@ -479,7 +479,7 @@ impl Target {
             return None;
         };
         let servers = lock(&self.servers);
-        let Servers::Etcd(etcd) = &*servers else {
+        let Started::Etcd(etcd) = servers.typed() else {
             return None;
         };
         Some((i, leases_expired(&etcd.endpoint(i))?))
@@ -492,8 +492,8 @@ impl Target {
     async fn note_revocations(&self, member: usize, before: u64, history: &History) {
         let resumed = tokio::time::Instant::now();
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let endpoint = match &*lock(&self.servers) {
-            Servers::Etcd(etcd) => etcd.endpoint(member),
+        let endpoint = match lock(&self.servers).typed() {
+            Started::Etcd(etcd) => etcd.endpoint(member),
             _ => return,
         };
         let Some(after) = blocking(|| leases_expired(&endpoint)) else {
@@ -566,7 +566,7 @@ impl Target {
             }
             Fault::IsolateFollower { follower } => {
                 let servers = lock(&self.servers);
-                let Servers::Zk(zk) = &*servers else {
+                let Started::Zk(zk) = servers.typed() else {
                     return Undo::Nothing;
                 };
                 let leader = servers.leader();
@@ -620,7 +620,7 @@ impl Undo {
             Undo::Resume(i) => lock(&target.servers).resume(i),
             Undo::Restart(i) => lock(&target.servers).restart(i),
             Undo::Quorum(a, b) => {
-                if let Servers::Zk(zk) = &*lock(&target.servers) {
+                if let Started::Zk(zk) = lock(&target.servers).typed() {
                     for (from, to) in [(a, b), (b, a)] {
                         if let Some(link) = zk.quorum_link(from, to) {
                             link.heal();

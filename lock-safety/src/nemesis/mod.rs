@@ -47,7 +47,7 @@ use lock_core::{AcquireOptions, LockMode, LockName, LockService};
 use lock_testbed::PostgresServer;
 use tokio::time::Instant;
 
-use crate::fixture::{take, Kind, Servers};
+use crate::fixture::{take, Kind, Servers, NEMESIS_MEMBERS};
 use crate::{PgRegisters, Workload};
 
 use faults::Target;
@@ -85,11 +85,7 @@ impl Config {
         Shape {
             kind: self.kind,
             clients: self.clients,
-            members: match self.kind {
-                Kind::Redis => 1,
-                Kind::Redlock => 5,
-                Kind::Etcd | Kind::Zk => 3,
-            },
+            members: self.kind.members(NEMESIS_MEMBERS),
             duration: self.duration,
             max_ttl: self.kind.ttl() * 2,
         }

@@ -12,7 +12,9 @@ pub(crate) use wire::four_letter_word;
 use wire::{mode_of, put_buf, put_str, read_buf, ZkCallError, ZkSession, REQUEST_TIMEOUT};
 
 use crate::bins;
+use crate::cluster::Cluster;
 use crate::etcd::resolve_all;
+use crate::fixture::Kind;
 use crate::member::{member_index, member_index_mut, Member};
 use crate::process::{ManagedChild, ManagedDir};
 use crate::tls::TlsFiles;
@@ -622,5 +624,29 @@ impl ZkEnsemble {
             TestbedError::protocol(format!("ZooKeeper getData {path} on {addr}"), "short reply")
         })?;
         Ok(Some(data))
+    }
+}
+
+impl Cluster for ZkEnsemble {
+    fn scheme(&self) -> &'static str {
+        Kind::Zk.scheme()
+    }
+    fn addrs(&self) -> Vec<SocketAddr> {
+        ZkEnsemble::addrs(self)
+    }
+    fn pause(&self, i: usize) -> Result<(), TestbedError> {
+        ZkEnsemble::pause(self, i)
+    }
+    fn resume(&self, i: usize) -> Result<(), TestbedError> {
+        ZkEnsemble::resume(self, i)
+    }
+    fn kill(&mut self, i: usize) -> Result<(), TestbedError> {
+        ZkEnsemble::kill(self, i)
+    }
+    fn restart(&mut self, i: usize) -> Result<(), TestbedError> {
+        ZkEnsemble::restart(self, i)
+    }
+    fn leader(&self) -> Result<Option<usize>, TestbedError> {
+        ZkEnsemble::leader(self).map(Some)
     }
 }
