@@ -292,3 +292,69 @@ pub(crate) async fn proclaim(
         "etcd: {key} kept changing under the proclaim; its value is unknown"
     )))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::Kind;
+    use lock_core::LockName;
+
+    fn put(key: &str, value: &str, create: i64, revision: i64) -> WatchEvent {
+        WatchEvent::Put {
+            key: key.as_bytes().to_vec(),
+            value: value.as_bytes().to_vec(),
+            create,
+            revision,
+        }
+    }
+
+    fn deleted(key: &str, revision: i64) -> WatchEvent {
+        WatchEvent::Deleted {
+            key: key.as_bytes().to_vec(),
+            revision,
+        }
+    }
+
+    fn shown(change: Option<Option<LeaderInfo>>) -> Option<Option<(String, u64)>> {
+        change.map(|l| l.map(|l| (l.value, l.epoch.map_or(0, |e| e.get()))))
+    }
+
+    #[test]
+    fn a_follower_passes_on_each_change_of_the_first_contender() {
+        let name = LockName::new("jobs").unwrap();
+        let mut line = Line {
+            queue: Queue::new("", &name, Kind::Mutex),
+            at: 10,
+            by_create: BTreeMap::new(),
+            by_key: HashMap::new(),
+            shown: None,
+        };
+        line.put(b"jobs/a".to_vec(), b"A".to_vec(), 5);
+        line.shown = line.first();
+        // Older news, other kinds, children and followers behind: nothing.
+        assert_eq!(shown(line.take(deleted("jobs/a", 10))), None);
+        assert_eq!(shown(line.take(put("jobs/ rw/1-1", "write", 11, 11))), None);
+        assert_eq!(shown(line.take(put("jobs/x/b", "X", 12, 12))), None);
+        assert_eq!(shown(line.take(put("jobs/b", "B", 13, 13))), None);
+        assert_eq!(shown(line.take(put("jobs/c", "C", 14, 14))), None);
+        // A proclaim: the same term, a new value.
+        let a2 = Some(Some(("A2".to_string(), 5)));
+        assert_eq!(shown(line.take(put("jobs/a", "A2", 5, 15))), a2);
+        // One transaction deleting two keys: two events of one revision.
+        assert_eq!(
+            shown(line.take(deleted("jobs/a", 16))),
+            Some(Some(("B".to_string(), 13)))
+        );
+        assert_eq!(
+            shown(line.take(deleted("jobs/b", 16))),
+            Some(Some(("C".to_string(), 14)))
+        );
+        assert_eq!(shown(line.take(deleted("jobs/c", 17))), Some(None));
+        assert_eq!(
+            shown(line.take(WatchEvent::Lost {
+                reason: "compacted".into()
+            })),
+            None
+        );
+    }
+}
