@@ -10,18 +10,19 @@ use std::time::Duration;
 use async_trait::async_trait;
 use etcd_client::{GetOptions, SortOrder, SortTarget};
 use lock_core::backend::session::Sent;
-use lock_core::backend::{Lease, LeaseRequest, LockBackend};
+use lock_core::backend::{LeaderStream, Lease, LeaseRequest, LockBackend};
 use lock_core::{
-    Capabilities, Fencing, FencingToken, ForceReleased, Holder, LockError, LockErrorKind, LockMode,
-    LockName, LockStatus, Result,
+    Capabilities, Fencing, FencingToken, ForceReleased, Holder, LeaderInfo, LockError,
+    LockErrorKind, LockMode, LockName, LockStatus, Result,
 };
 use tokio::time::Instant;
 
 use crate::client::{bounded_by, EtcdClient};
 use crate::config::EtcdConfig;
+use crate::election::delay::{self, Cleared};
 use crate::held::{grant, Confirmed};
 use crate::key::{Carry, OurKey};
-use crate::layout::{lease_hex, value_of, Kind, Queue};
+use crate::layout::{lease_hex, request_value, Kind, Queue};
 use crate::permit::Turns;
 use crate::queue::{in_line, Line, Placed, Position, QueueOps, Turn};
 use crate::session::Session;
@@ -305,7 +306,7 @@ impl EtcdLock {
         // after the put (a read that pages further) leaves our key in
         // doubt, and the clean-up settles it.
         let before = ours.sending();
-        let value = value_of(req.mode, req.holder.as_ref());
+        let value = request_value(req);
         let placed = match inner
             .ops
             .place(queue, &ours.key, &session, req.mode, value)
@@ -366,16 +367,9 @@ impl EtcdLock {
                 }
             }
         };
+        let waited = (waited, attempt.contended);
         self.grant_to(
-            req,
-            &session,
-            ours,
-            rev,
-            at,
-            sent,
-            own,
-            waited,
-            attempt.contended,
+            req, queue, deadline, &session, ours, rev, at, sent, own, waited,
         )
         .await
     }
@@ -450,20 +444,45 @@ impl EtcdLock {
     ///   granted after this reader (once our key is deleted) still has a
     ///   larger token and fenced storage refuses this reader once it is
     ///   stale.
+    ///
+    /// A leader's term starts once no earlier term's lock-delay runs, with
+    /// its own marker if it has a lock-delay ([`crate::election::delay`]).
+    /// `waited`: whether this key waited, and whether the acquisition did.
     #[allow(clippy::too_many_arguments)]
     async fn grant_to(
         &self,
         req: &LeaseRequest,
-        session: &Session,
+        queue: &Queue,
+        deadline: Option<Instant>,
+        session: &Arc<Session>,
         ours: OurKey,
         rev: i64,
         mut at: i64,
-        sent: Sent,
+        mut sent: Sent,
         own: Option<QueueWatch>,
-        waited: bool,
-        contended: bool,
+        (waited, contended): (bool, bool),
     ) -> Result<Round> {
         let inner = &self.inner;
+        let (mut ours, mut marker) = (ours, None);
+        if req.mode == LockMode::Leader {
+            let (client, watcher) = (&inner.client, &inner.ops.watcher);
+            let delay = req.lock_delay;
+            match delay::clear(client, watcher, queue, session, ours, rev, delay, deadline).await? {
+                Cleared::Term {
+                    ours: o,
+                    at: cleared,
+                    sent: s,
+                    marker: m,
+                } => (ours, at, sent, marker) = (o, at.max(cleared), s.unwrap_or(sent), m),
+                Cleared::Deadline(o) => {
+                    if let Err(e) = o.remove().await {
+                        tracing::debug!(name = %req.name, error = %e, "distlock etcd: leaving the line goes on in the background");
+                    }
+                    return Ok(Round::Done(None));
+                }
+                Cleared::Gone(o) => return Ok(Round::Again(o.nothing_written())),
+            }
+        }
         let token = match req.mode {
             LockMode::Write => at.max(rev),
             LockMode::Read if waited => {
@@ -484,7 +503,12 @@ impl EtcdLock {
             }
             _ => rev,
         };
-        let confirmed = Confirmed { token, at, sent };
+        let confirmed = Confirmed {
+            token,
+            at,
+            sent,
+            marker,
+        };
         grant(
             ours,
             &inner.ops.watcher,
@@ -519,6 +543,7 @@ impl LockBackend for EtcdLock {
             .with_read_write(true)
             .with_semaphore(true)
             .with_describes_holder(true)
+            .with_election(true)
             .with_fault_tolerance(FAULT_TOLERANCE)
     }
 
@@ -585,6 +610,22 @@ impl LockBackend for EtcdLock {
                 .with_permits(removed[2]))
         })
         .await
+    }
+
+    /// The first contender of the line of `name` (the mutex's, which
+    /// elections share, as etcd's own do): its value and the create
+    /// revision of its key.
+    async fn leader(&self, name: &LockName) -> Result<Option<LeaderInfo>> {
+        let queue = Queue::new(&self.config().key_prefix, name, Kind::Mutex);
+        crate::election::leader(&self.inner.client, &queue).await
+    }
+
+    /// The first contender of the line of `name` as it changes, from a
+    /// watch of the line's prefix (see `crate::election`).
+    async fn observe(&self, name: &LockName) -> Result<LeaderStream> {
+        let queue = Queue::new(&self.config().key_prefix, name, Kind::Mutex);
+        let (client, watcher) = (&self.inner.client, &self.inner.ops.watcher);
+        crate::election::observe(client, watcher, &queue).await
     }
 
     /// The mutexes held under `prefix`: one read of the keys under it (at

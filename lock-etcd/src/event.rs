@@ -14,6 +14,10 @@ pub(crate) enum WatchEvent {
         key: Vec<u8>,
         /// Its value now.
         value: Vec<u8>,
+        /// Its create revision.
+        create: i64,
+        /// The revision of the put.
+        revision: i64,
     },
     /// A watched key was deleted (or expired with its lease).
     Deleted {

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::client::{bounded_by, EtcdClient, Outcome};
 use crate::deletion::Deletion;
+use crate::election::delay::Marker;
 use crate::key::OurKey;
 use crate::layout::{READ, WRITE};
 use crate::queue::{header_revision, txn_call};
@@ -17,8 +18,9 @@ use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 use futures::Stream;
 use lock_core::backend::session::{Sent, SessionEvents};
-use lock_core::backend::{Lease, LeaseEvent, LeaseHandle, Renewal};
+use lock_core::backend::{add_saturating, drift, Lease, LeaseEvent, LeaseHandle, Renewal};
 use lock_core::{FencingToken, LockError, LockErrorKind, LockMode, LossCause, Result};
+use tokio::time::Instant;
 
 /// The handle of one granted lock: it owns our key (an unreleased lease
 /// dropped otherwise removes it through [`OurKey`]'s own clean-up).
@@ -32,14 +34,22 @@ pub(crate) struct EtcdLease {
     /// The watch on our key: whether it was deleted (then the lock is not
     /// ours any more), shared with the guard's events.
     watch: KeyWatch,
+    /// A leader's lock-delay marker, if its term has a lock-delay.
+    marker: Option<Marker>,
+    /// When the lease would end on the server without another renewal (its
+    /// last renewal's send time plus its TTL): a leader's lock-delay after
+    /// a loss runs from no earlier than this.
+    nominal_end: StdMutex<Instant>,
 }
 
 /// How a grant was confirmed: the fencing token, the revision at which
-/// nothing ahead blocked our key, and when the confirming request was sent.
+/// nothing ahead blocked our key, when the confirming request was sent,
+/// and a leader's lock-delay marker.
 pub(crate) struct Confirmed {
     pub(crate) token: i64,
     pub(crate) at: i64,
     pub(crate) sent: Sent,
+    pub(crate) marker: Option<Marker>,
 }
 
 /// Builds the lease of `ours` in `mode`, confirmed as `confirmed`. `own`:
@@ -59,6 +69,7 @@ pub(crate) fn grant(
         token,
         at: confirmed_at,
         sent,
+        mut marker,
     } = confirmed;
     let rev = ours.rev.ok_or_else(|| {
         LockError::new(
@@ -88,12 +99,20 @@ pub(crate) fn grant(
         key: Some(watch.deletion().clone()),
     };
     let key = ours.key.clone();
+    let mut ours = ours;
+    if let Some(marker) = marker.as_mut() {
+        marker.keep(ours.session.clone(), watch.deletion().clone());
+        // A resignation deletes the marker with our key.
+        ours.also = vec![marker.delete_op()];
+    }
     let handle = EtcdLease {
         ours: StdMutex::new(Some(ours)),
         rev,
         mod_rev: AtomicI64::new(rev),
         mode,
         watch,
+        marker,
+        nominal_end: StdMutex::new(nominal_end(sent, ttl)),
     };
     Ok(Lease::new(Box::new(handle), sent.validity(ttl))
         .with_session_until(session_until)
@@ -173,9 +192,13 @@ impl LeaseHandle for EtcdLease {
             Some((_, true)) => Err(LockError::unavailable(
                 "etcd: session keep-alives are failing",
             )),
-            Some(_) => Ok(Renewal::Renewed {
-                valid_until: sent.validity(ttl),
-            }),
+            Some(_) => {
+                *self.nominal_end.lock().unwrap_or_else(|p| p.into_inner()) =
+                    nominal_end(sent, ttl);
+                Ok(Renewal::Renewed {
+                    valid_until: sent.validity(ttl),
+                })
+            }
         }
     }
 
@@ -187,10 +210,81 @@ impl LeaseHandle for EtcdLease {
         if ours.is_some() {
             self.watch.cancel();
         }
-        match ours {
-            Some(ours) => ours.remove().await,
-            None => Ok(false),
+        let Some(ours) = ours else {
+            return Ok(false);
+        };
+        let removed = ours.remove().await;
+        if let Some(marker) = &self.marker {
+            // Resigned: the marker went with our key, and its lease goes
+            // now. Else the term had ended already (or the outcome is
+            // unknown): the marker runs out with its lease.
+            match removed {
+                Ok(true) => marker.revoke(),
+                _ => marker.stop(),
+            }
         }
+        removed
+    }
+
+    /// As [`LeaseHandle::release`]; a leader with a lock-delay moves its
+    /// marker to a lease of the delay, in the transaction that deletes its
+    /// key, once the lease's nominal end has passed (see
+    /// [`crate::election::delay`]).
+    async fn release_after_loss(&self) -> Result<bool> {
+        let Some(marker) = &self.marker else {
+            return self.release().await;
+        };
+        marker.stop();
+        let ours = self.ours.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let Some(mut ours) = ours else {
+            return Ok(false);
+        };
+        self.watch.cancel();
+        let end = *self.nominal_end.lock().unwrap_or_else(|p| p.into_inner());
+        tokio::time::sleep_until(end).await;
+        let relay = marker.relay(&ours.key).await;
+        // Without the relay the marker stays on its own lease, no longer
+        // kept alive: a longer delay, never a shorter one.
+        ours.also = match &relay {
+            Ok((_, op)) => vec![op.clone()],
+            Err(_) => Vec::new(),
+        };
+        let removed = ours.remove().await;
+        if let Ok((lease, _)) = relay {
+            match removed {
+                Ok(true) => marker.revoke(),
+                Ok(false) => marker.revoke_other(lease),
+                Err(_) => {}
+            }
+        }
+        removed
+    }
+
+    /// Replaces a leader's value in one transaction that compares our
+    /// key's create revision and its mod revision as we know it. The create
+    /// revision is what makes a copy of this request that arrives late
+    /// (after a timeout, on whatever member) harmless: a later leader's
+    /// key, even this client's own key of the same name put again for a
+    /// later term, has a later create revision, so the compare fails and
+    /// nothing is written. The mod revision keeps a late copy from writing
+    /// over a later proclaim of this term. Sent once; an unknown outcome is
+    /// an error.
+    async fn proclaim(&self, value: &str) -> Result<bool> {
+        if self.mode != LockMode::Leader {
+            return Err(LockError::invalid("etcd: only a leader can proclaim"));
+        }
+        if self.watch.deletion().is_gone() {
+            return Ok(false);
+        }
+        let Some((client, key, lease)) =
+            self.with_ours(|o| (o.client.clone(), o.key.clone(), o.session.id()))
+        else {
+            return Ok(false);
+        };
+        let bound = client.request_deadline();
+        let proclaimed =
+            crate::election::proclaim(&client, &key, self.rev, &self.mod_rev, lease, value);
+        bounded_by(bound, proclaimed).await
     }
 
     /// Write -> read on the same key, in one transaction: the value becomes
@@ -233,11 +327,18 @@ impl LeaseHandle for EtcdLease {
                 token: at.revision,
                 at: at.revision,
                 sent: at.sent,
+                marker: None,
             },
             ttl,
             false,
         )
     }
+}
+
+/// When a lease renewed by a request sent at `sent` for `ttl` would end on
+/// the server: its validity without the drift allowance.
+fn nominal_end(sent: Sent, ttl: Duration) -> Instant {
+    add_saturating(sent.validity(ttl), drift(ttl))
 }
 
 /// A downgrade that was applied: at which revision, and when the request

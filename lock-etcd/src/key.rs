@@ -48,6 +48,11 @@ pub(crate) struct OurKey {
     /// unknown outcome.
     fence: Arc<str>,
     permit: Option<NamePermit>,
+    /// What the transaction that deletes the key also does (a leader's
+    /// lock-delay marker: deleted on a resignation, moved to a lease of
+    /// the delay's length after a loss; see `crate::election::delay`).
+    /// Applied only with the deletion of our key, so safe to send again.
+    pub(crate) also: Vec<TxnOp>,
     /// A put of this key had an unknown outcome: it may still be applied
     /// until the session's fence has moved on (see the module docs).
     doubt: bool,
@@ -91,6 +96,7 @@ impl OurKey {
             rev: None,
             fence: fence.into(),
             permit: carry.permit,
+            also: Vec::new(),
             doubt: carry.doubt,
             armed: true,
         }
@@ -134,7 +140,7 @@ impl OurKey {
     /// if this future is dropped before the server answered.
     pub(crate) async fn remove_and_carry(mut self) -> Result<(bool, Carry)> {
         let deleted = match self.rev {
-            Some(rev) => delete(&self.client, &self.key, rev).await,
+            Some(rev) => delete(&self.client, &self.key, rev, &self.also).await,
             None => Ok(false),
         };
         match deleted {
@@ -160,7 +166,7 @@ impl OurKey {
     /// an error the delete goes on in the background.
     pub(crate) async fn remove(mut self) -> Result<bool> {
         let deleted = match self.rev {
-            Some(rev) => delete(&self.client, &self.key, rev).await,
+            Some(rev) => delete(&self.client, &self.key, rev, &self.also).await,
             None => Ok(false),
         };
         if deleted.is_ok() {
@@ -186,6 +192,7 @@ impl Drop for OurKey {
             self.key.clone(),
             self.fence.clone(),
             self.rev,
+            std::mem::take(&mut self.also),
             self.doubt,
             self.permit.take(),
         );
@@ -201,11 +208,14 @@ impl Drop for OurKey {
 }
 
 /// Deletes our `key` if its create revision is still `rev` (see the module
-/// docs): whether it was. Safe to send again.
-async fn delete(client: &EtcdClient, key: &Arc<str>, rev: i64) -> Result<bool> {
+/// docs), applying `also` in the same transaction: whether it was. Safe
+/// to send again.
+async fn delete(client: &EtcdClient, key: &Arc<str>, rev: i64, also: &[TxnOp]) -> Result<bool> {
+    let mut ops = vec![TxnOp::delete(&**key, None)];
+    ops.extend(also.iter().cloned());
     let txn = Txn::new()
         .when([Compare::create_revision(&**key, CompareOp::Equal, rev)])
-        .and_then([TxnOp::delete(&**key, None)]);
+        .and_then(ops);
     let resp = client
         .call("delete a contender key", |mut c: etcd_client::Client| {
             let txn = txn.clone();
@@ -238,12 +248,14 @@ async fn find(client: &EtcdClient, key: &Arc<str>, lease: i64) -> Result<Option<
 /// on no copy of that put can be applied, so one look for the key by name
 /// and lease, and a delete of what it finds, settle it. Gives `permit`
 /// back at the end.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn delete_until_done(
     client: Arc<EtcdClient>,
     session: Arc<Session>,
     key: Arc<str>,
     fence: Arc<str>,
     rev: Option<i64>,
+    also: Vec<TxnOp>,
     doubt: bool,
     permit: Option<NamePermit>,
 ) {
@@ -254,7 +266,7 @@ pub(crate) async fn delete_until_done(
             break;
         }
         let step = match rev {
-            Some(r) => delete(&client, &key, r).await.map(|_| {
+            Some(r) => delete(&client, &key, r, &also).await.map(|_| {
                 rev = None;
             }),
             None if doubt => session.bump(&fence).await.map(|()| {

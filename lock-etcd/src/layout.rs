@@ -14,6 +14,11 @@
 //!   description as JSON with the permit count (`"permits":"<n>"`; every
 //!   client of a name uses the same count).
 //!
+//! - leader election: the mutex's keys (`P N/<lease hex>`), as etcd's own
+//!   `concurrency.Election` and `etcdctl elect N`, value the leader's
+//!   proposal; while a term with a lock-delay leads, its marker
+//!   `P N delay/<marker lease hex>` (see `crate::election::delay`).
+//!
 //! The space in ` rw` and ` sem` is what no lock name can contain, so these
 //! keys never belong to a child name's mutex (`N/rw` is a lock name; `N/ rw`
 //! is not).
@@ -63,6 +68,15 @@ pub(crate) fn value_of(mode: LockMode, holder: Option<&Holder>) -> String {
     }
 }
 
+/// The value a contender key of `req` is put with: a leader's proposal
+/// ([`LockMode::Leader`]), else [`value_of`].
+pub(crate) fn request_value(req: &lock_core::backend::LeaseRequest) -> String {
+    match req.mode {
+        LockMode::Leader => req.value.clone().unwrap_or_default(),
+        mode => value_of(mode, req.holder.as_ref()),
+    }
+}
+
 /// The value of a read contender.
 pub(crate) const READ: &str = "read";
 /// The value of a write contender.
@@ -76,6 +90,8 @@ pub(crate) struct Queue {
     pub(crate) kind: Kind,
     /// The name's fence keys start with this: `P N fence/`.
     fence: String,
+    /// The name's lock-delay markers start with this: `P N delay/`.
+    pub(crate) delay: String,
 }
 
 impl Queue {
@@ -90,6 +106,7 @@ impl Queue {
             prefix,
             kind,
             fence: format!("{key_prefix}{name} fence/"),
+            delay: format!("{key_prefix}{name} delay/"),
         }
     }
 
@@ -104,6 +121,14 @@ impl Queue {
     /// of `N` by a prefix of the name (`P N` or shorter) is allowed it too.
     pub(crate) fn fence_key(&self, lease: i64) -> String {
         format!("{}{}", self.fence, lease_hex(lease))
+    }
+
+    /// The lock-delay marker of a term whose marker lease is `lease`,
+    /// `P N delay/<lease hex>`: like the fence key, under no name's prefix
+    /// (no name holds a space), so `etcdctl elect N` never sees it as a
+    /// candidate and no other name's keys are ever taken for it.
+    pub(crate) fn delay_key(&self, lease: i64) -> String {
+        format!("{}{}", self.delay, lease_hex(lease))
     }
 
     /// Our contender key for a session lease and, for the kinds where one

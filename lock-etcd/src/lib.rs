@@ -5,6 +5,7 @@ mod backend;
 mod client;
 mod config;
 mod deletion;
+mod election;
 mod event;
 mod force;
 mod held;

@@ -463,7 +463,7 @@ impl QueueOps {
                     {
                         Some(revision)
                     }
-                    Some(WatchEvent::Put { key: k, value })
+                    Some(WatchEvent::Put { key: k, value, .. })
                         if k == blocked.key && value != WRITE.as_bytes() =>
                     {
                         None

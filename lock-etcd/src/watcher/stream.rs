@@ -361,6 +361,8 @@ pub(super) fn route(inner: &Inner, resp: WatchResponse) {
             EventType::Put => WatchEvent::Put {
                 key: kv.key().to_vec(),
                 value: kv.value().to_vec(),
+                create: kv.create_revision(),
+                revision: kv.mod_revision(),
             },
         };
         reg.sink.post(&reg.spec.key, event);

@@ -140,6 +140,7 @@ pub fn run(tls: bool) -> ExitCode {
         .with_read_write(true)
         .with_semaphore(true)
             .with_describes_holder(true)
+        .with_election(true)
         .with_fault_tolerance(
             "a minority of the 2N+1 etcd members (Raft); a leader change delays lease expiry but never shortens it (etcd 3.4.31, 3.5.13 and later; an older leader frozen past a lease TTL revokes leases when it resumes)",
         );
