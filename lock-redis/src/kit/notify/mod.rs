@@ -70,6 +70,12 @@
 //! ([`Notifier::subscribe_if_live`]) and pays no `SUBSCRIBE`, `UNSUBSCRIBE`
 //! or extra attempt per wait.
 //!
+//! Followers of an election [observe](Notifier::observe) its change
+//! channel on the same connection: its messages are not wake-ups but
+//! news, each delivered in order to every local follower, and a
+//! (re)confirmation of the channel tells them that some may have gone
+//! unheard (see `lock-redis`'s `observe`).
+//!
 //! Every node connection is watched with `PING`; any failure (connect,
 //! `SUBSCRIBE`, `PING`, the connection closing) reconnects after a backoff
 //! with jitter that only resets once the connection proved healthy, so a
