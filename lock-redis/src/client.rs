@@ -17,9 +17,7 @@ use crate::kit::call::ScriptCall;
 use crate::kit::layout::{Keys, HOLDER};
 use crate::kit::list::{Listed, LIST_PAGE};
 use crate::kit::renew::{BatchSender, Batcher, KeyOutcome, RenewItem, Renewed, RENEW_BATCH};
-use crate::kit::scripts::{
-    Scripts, ACQUIRE_FENCED, ACQUIRE_LEADER, PROCLAIM, READ_LEADER, RELEASE_LEADER, RELEASE_QUEUED,
-};
+use crate::kit::scripts::{Scripts, ACQUIRE_FENCED, RELEASE_QUEUED};
 
 /// Delays of the connection manager's reconnection attempts: from this...
 const RECONNECT_MIN_DELAY: Duration = Duration::from_millis(25);
@@ -136,20 +134,7 @@ impl Client {
                 .get_multiplexed_async_connection_with_config(&probe_config)
                 .await?;
             let mut load = redis::pipe();
-            // The election's too: a first call of a script the server does
-            // not know costs a round trip more (NOSCRIPT, load, again),
-            // which a resignation or a proclaim near its timeout may not
-            // have.
-            for code in [
-                ACQUIRE_FENCED,
-                RELEASE_QUEUED,
-                RENEW_BATCH,
-                LIST_PAGE,
-                ACQUIRE_LEADER,
-                RELEASE_LEADER,
-                PROCLAIM,
-                READ_LEADER,
-            ] {
+            for code in [ACQUIRE_FENCED, RELEASE_QUEUED, RENEW_BATCH, LIST_PAGE] {
                 load.cmd("SCRIPT").arg("LOAD").arg(code);
             }
             load.query_async::<()>(&mut probe).await?;

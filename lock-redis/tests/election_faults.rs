@@ -27,6 +27,17 @@ async fn setup() -> (RedisServer, Proxy, RedisLock, RedisLock) {
     .expect("proxy");
     let behind = client(&proxy.redis_url()).await;
     let direct = client(&server.url()).await;
+    // Every election script once, so that the server knows them: a first
+    // EVALSHA is answered NOSCRIPT, and one whose reply is held back would
+    // never run (the load and the second try come after the timeout).
+    let warm = name("elect-warm-up");
+    let term = behind
+        .campaign(&warm, "w", &campaign(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    term.proclaim("w2").await.unwrap();
+    assert!(direct.leader(&warm).await.unwrap().is_some());
+    assert!(term.resign().await.unwrap());
     (server, proxy, behind, direct)
 }
 
