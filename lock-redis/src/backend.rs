@@ -6,21 +6,24 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::backend::{
-    add_saturating, validity, CleanupOnDrop, Lease, LeaseHandle, LeaseRequest, LockBackend, Renewal,
+    add_saturating, validity, CleanupOnDrop, LeaderStream, Lease, LeaseHandle, LeaseRequest,
+    LockBackend, Renewal,
 };
 use lock_core::{
-    Capabilities, Fencing, FencingToken, ForceReleased, LockError, LockErrorKind, LockName,
-    LockStatus, Result,
+    Capabilities, Fencing, FencingToken, ForceReleased, LeaderInfo, LockError, LockErrorKind,
+    LockMode, LockName, LockStatus, Result,
 };
 use tokio::time::Instant;
 
 use crate::client::{AcquireReply, Client};
 use crate::config::RedisLockConfig;
 use crate::kit::call::ttl_millis;
+use crate::kit::layout::LeaderKeys;
 use crate::kit::layout::{owner_token, Keys};
-use crate::kit::notify::{Notifier, NotifyNode, Subscription, Timeouts, Wake};
+use crate::kit::notify::{Notifier, NotifyNode, Subscription, Timeouts};
 use crate::kit::place::PlaceLife;
 use crate::primitive::{self, Intent, Primitive};
+use crate::queue::{recheck_delay, wait_in_queue, Line};
 
 /// Longest pause between two attempts of the background compare-and-delete
 /// that follows an acquire whose reply was lost.
@@ -34,12 +37,12 @@ const CLEANUP_MAX_DELAY: Duration = Duration::from_secs(1);
 /// See the [crate docs](crate) for what it guarantees and what it does not.
 #[derive(Clone)]
 pub struct RedisLock {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
-struct Inner {
-    client: Arc<Client>,
-    notifier: Notifier,
+pub(crate) struct Inner {
+    pub(crate) client: Arc<Client>,
+    pub(crate) notifier: Notifier,
 }
 
 impl fmt::Debug for RedisLock {
@@ -92,6 +95,27 @@ impl RedisLock {
     /// The Redis keys of lock `name` (lock key, fencing counter, release channel).
     pub fn keys(&self, name: &LockName) -> Keys {
         Keys::new(&self.inner.client.config.key_prefix, name.as_str())
+    }
+
+    /// The Redis keys of the leader election `name` (see [`LeaderKeys`]).
+    pub fn leader_keys(&self, name: &LockName) -> LeaderKeys {
+        LeaderKeys::new(&self.inner.client.config.key_prefix, name.as_str())
+    }
+
+    /// The queued wait for the mutex or a term of `req` (see
+    /// [`wait_in_queue`]); `Unsupported` for the other kinds of lease.
+    async fn queued(&self, req: &LeaseRequest, deadline: Instant) -> Result<Option<Lease>> {
+        let keys = Arc::new(self.keys(&req.name));
+        let leader = (req.mode == LockMode::Leader).then(|| self.leader_keys(&req.name));
+        let line = Arc::new(Line::of(req, keys, leader));
+        wait_in_queue(
+            &self.inner.client,
+            &self.inner.notifier,
+            line,
+            req,
+            deadline,
+        )
+        .await
     }
 
     /// One attempt: the primitive's acquire script with a fresh owner
@@ -219,194 +243,12 @@ impl RedisLock {
                 return Ok(None);
             }
             let wake = sub
-                .wait_until(deadline.min(add_saturating(now, self.recheck_delay(pttl))))
+                .wait_until(deadline.min(add_saturating(
+                    now,
+                    recheck_delay(self.inner.client.config.max_recheck, pttl),
+                )))
                 .await;
             tracing::trace!(key = %keys.lock(), ?wake, "distlock redis: waiter woke");
-        }
-    }
-
-    /// The waiting acquire of the mutex, in arrival order (see
-    /// [`crate::kit::scripts::ACQUIRE_FENCED`]): one owner token for the whole
-    /// wait, a place in the name's queue from the first attempt, and a
-    /// release that hands the lock to us wakes this waiter alone
-    /// ([`Wake::Granted`]), already holding it. Every attempt can be
-    /// repeated safely (one that finds the lock already ours takes it afresh),
-    /// so a lost reply needs no clean-up of its own; giving up (the deadline,
-    /// an error, or this future dropped) leaves the queue and passes on a lock
-    /// handed to us meanwhile: at the deadline before the call returns
-    /// (within its bound), after an error or when this future is dropped in
-    /// the background.
-    async fn wait_in_queue(
-        &self,
-        req: &LeaseRequest,
-        keys: &Arc<Keys>,
-        deadline: Instant,
-    ) -> Result<Option<Lease>> {
-        let client = &self.inner.client;
-        let token = owner_token();
-        let ttl_ms = ttl_millis(req.ttl);
-        // Written once, for the attempts and (rarely needed) the leaving.
-        let described: Option<Arc<str>> = req.holder_json().map(Into::into);
-        let leave = {
-            let (client, keys, token) = (client.clone(), keys.clone(), token.clone());
-            let described = described.clone();
-            CleanupOnDrop::new(async move {
-                let member = match described {
-                    Some(described) => format!("{token} {ttl_ms} {described}"),
-                    None => format!("{token} {ttl_ms}"),
-                };
-                if let Err(err) = client.release(&keys, &token, Some(&member)).await {
-                    tracing::debug!(key = %keys.lock(), error = %err, "distlock redis: could not leave the queue; the place lapses by itself and a lock handed over meanwhile expires with its TTL");
-                }
-            })
-        };
-        let described = described.as_deref().unwrap_or_default();
-        let got = self
-            .queue_turns(req, keys, token, described, deadline)
-            .await;
-        let by = add_saturating(deadline, client.config.request_timeout);
-        leave.settle(&got, by).await;
-        got
-    }
-
-    /// The attempts and waits of [`wait_in_queue`](Self::wait_in_queue)
-    /// with owner token `token` and the holder's description `described`,
-    /// until the lock is ours or `deadline`.
-    async fn queue_turns(
-        &self,
-        req: &LeaseRequest,
-        keys: &Arc<Keys>,
-        token: String,
-        described: &str,
-        deadline: Instant,
-    ) -> Result<Option<Lease>> {
-        let client = &self.inner.client;
-        let ttl_ms = ttl_millis(req.ttl);
-        // The attempt in flight at the deadline, then the leaving.
-        let slack = client.config.request_timeout.saturating_mul(2);
-        let place = PlaceLife::new(req.ttl, client.config.max_recheck, deadline, slack);
-        // Subscribed already if other local waiters are; else the first
-        // attempt goes out before the subscription (most find the lock free).
-        let mut sub = self.inner.notifier.subscribe_if_live(keys.released());
-        if let Some(sub) = &mut sub {
-            sub.expect_grant(&token);
-        }
-        let mut waited = false;
-        loop {
-            if let Some(sub) = &mut sub {
-                sub.before_attempt();
-            }
-            let sent = Instant::now();
-            let reply = self
-                .queue_attempt(keys, &token, ttl_ms, place.lasts_ms(), described)
-                .await;
-            if let Some(sub) = &mut sub {
-                sub.after_attempt();
-            }
-            let (pttl, last_token) = match reply? {
-                (AcquireReply::Acquired(fence), _) => {
-                    return Ok(Some(
-                        self.mutex_lease(keys, token, fence, sent, req.ttl, waited),
-                    ));
-                }
-                (AcquireReply::Held(pttl), last_token) => (pttl, last_token),
-            };
-            waited = true;
-            let now = Instant::now();
-            if now >= deadline {
-                return Ok(None);
-            }
-            let Some(sub) = &mut sub else {
-                // Subscribe and wait for a node to confirm, then try again: a
-                // hand-over before the confirmation reached nobody, and the
-                // next attempt finds the lock already ours.
-                let mut fresh = self.inner.notifier.subscribe(keys.released());
-                fresh.expect_grant(&token);
-                let confirm_by = deadline.min(add_saturating(now, client.config.request_timeout));
-                if !fresh.confirmed_by(confirm_by).await {
-                    tracing::debug!(key = %keys.lock(), "distlock redis: release channel not confirmed in time; re-checking at the holder's TTL until it is");
-                }
-                sub = Some(fresh);
-                continue;
-            };
-            let wake = sub
-                .wait_until(deadline.min(add_saturating(now, self.recheck_delay(pttl))))
-                .await;
-            if let Wake::Granted(fence) = wake {
-                // A token above the last one the attempt saw: handed to us
-                // after the attempt sent at `sent` ran, so valid from then.
-                // (An older announcement arriving late is void: the lock was
-                // not ours when the attempt ran.)
-                if fence > last_token
-                    && validity(sent, req.ttl).saturating_duration_since(Instant::now())
-                        >= req.ttl / 2
-                {
-                    return Ok(Some(
-                        self.mutex_lease(keys, token, fence, sent, req.ttl, true),
-                    ));
-                }
-                // A late announcement, or one that leaves little of the TTL
-                // known: the next attempt decides (and takes it afresh if ours).
-            }
-            tracing::trace!(key = %keys.lock(), ?wake, "distlock redis: waiter woke");
-        }
-    }
-
-    /// One attempt of [`wait_in_queue`](Self::wait_in_queue), repeated once
-    /// at once if it fails fast on a broken connection (safe: the attempt is
-    /// idempotent for its owner token).
-    async fn queue_attempt(
-        &self,
-        keys: &Arc<Keys>,
-        token: &str,
-        ttl_ms: u64,
-        lasts_ms: u64,
-        described: &str,
-    ) -> Result<(AcquireReply, u64)> {
-        let (client, queued) = (&self.inner.client, Some(lasts_ms));
-        let started = Instant::now();
-        match client.acquire(keys, token, ttl_ms, queued, described).await {
-            Err(err)
-                if err.kind() == LockErrorKind::Unavailable
-                    && started.elapsed() < client.config.request_timeout =>
-            {
-                tracing::debug!(key = %keys.lock(), error = %err, "distlock redis: attempt failed on a broken connection; retrying once");
-                client.acquire(keys, token, ttl_ms, queued, described).await
-            }
-            other => other,
-        }
-    }
-
-    /// The mutex lease of `token`, granted by a request sent at `sent`.
-    fn mutex_lease(
-        &self,
-        keys: &Arc<Keys>,
-        token: String,
-        fence: u64,
-        sent: Instant,
-        ttl: Duration,
-        waited: bool,
-    ) -> Lease {
-        let handle = RedisLease {
-            client: self.inner.client.clone(),
-            primitive: Primitive::Mutex,
-            lock: keys.lock().into(),
-            token: token.into(),
-        };
-        Lease::new(Box::new(handle), validity(sent, ttl))
-            .with_token(Some(FencingToken::new(fence)))
-            .with_key(keys.lock().to_owned())
-            .with_contended(waited)
-    }
-
-    /// How long to sleep, without a notification, before the next attempt.
-    fn recheck_delay(&self, pttl: i64) -> Duration {
-        let cap = self.inner.client.config.max_recheck;
-        match u64::try_from(pttl) {
-            // The key expires after `pttl` ms: try right after.
-            Ok(ms) => Duration::from_millis(ms.saturating_add(1)).min(cap),
-            // No expiry (a foreign lock without TTL): re-check now and then.
-            Err(_) => cap,
         }
     }
 
@@ -463,9 +305,14 @@ impl LockBackend for RedisLock {
             .with_read_write(true)
             .with_semaphore(true)
             .with_describes_holder(true)
+            .with_election(true)
     }
 
     async fn try_lock(&self, req: &LeaseRequest) -> Result<Option<Lease>> {
+        if req.mode == LockMode::Leader {
+            // One attempt: a place taken if a term runs, left at once.
+            return self.queued(req, Instant::now()).await;
+        }
         let keys = Arc::new(self.keys(&req.name));
         match self.attempt_with_reconnect(req, &keys, None).await? {
             Attempt::Acquired(lease) => Ok(Some(lease)),
@@ -475,11 +322,11 @@ impl LockBackend for RedisLock {
 
     async fn lock(&self, req: &LeaseRequest, deadline: Instant) -> Result<Option<Lease>> {
         // Shared, not copied, by the clean-ups that may need them.
+        if matches!(req.mode, LockMode::Exclusive | LockMode::Leader) {
+            return self.queued(req, deadline).await;
+        }
         let keys = Arc::new(self.keys(&req.name));
         let primitive = Primitive::of(req.mode)?;
-        if primitive == Primitive::Mutex {
-            return self.wait_in_queue(req, &keys, deadline).await;
-        }
         // A caller of the read-write lock that has to wait takes a place in
         // its queue, so that it is served in arrival order between readers
         // and writers; the place goes when it gets in or gives up (at the
@@ -557,6 +404,18 @@ impl LockBackend for RedisLock {
             .with_permits(usize::try_from(permits).unwrap_or(0)))
     }
 
+    async fn leader(&self, name: &LockName) -> Result<Option<LeaderInfo>> {
+        let keys = self.leader_keys(name);
+        Ok(crate::election::read(&self.inner.client, &keys)
+            .await?
+            .leader
+            .map(|(info, _)| info))
+    }
+
+    async fn observe(&self, name: &LockName) -> Result<LeaderStream> {
+        crate::election::observe::follow(self.inner.clone(), self.leader_keys(name)).await
+    }
+
     /// The keys under the prefix that hold a lock (a 32-hex-digit owner
     /// token with an expiry), by `SCAN`, within one request timeout. The
     /// owner is the first 8 digits of the holder's token (the whole token
@@ -594,11 +453,11 @@ pub(crate) fn owner_hint(token: &str) -> String {
 /// the shared connection. Only the lock key is kept (a guard lives long and
 /// there may be many): the other keys derive from it when a release or a
 /// downgrade needs them.
-struct RedisLease {
-    client: Arc<Client>,
-    primitive: Primitive,
-    lock: Box<str>,
-    token: Box<str>,
+pub(crate) struct RedisLease {
+    pub(crate) client: Arc<Client>,
+    pub(crate) primitive: Primitive,
+    pub(crate) lock: Box<str>,
+    pub(crate) token: Box<str>,
 }
 
 impl RedisLease {

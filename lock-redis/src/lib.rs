@@ -5,8 +5,10 @@ mod backend;
 mod batching;
 mod client;
 mod config;
+mod election;
 pub mod kit;
 mod primitive;
+mod queue;
 
 pub use backend::RedisLock;
 pub use batching::{

@@ -14,6 +14,18 @@
 //! or deletes the lock key does the same to it, so a description is shown
 //! only while its token holds the lock key (peers never touch it).
 //!
+//! A leader election on the name (`lock_core::LeaderElection`) is the mutex
+//! machinery on keys of its own, beside the name's mutex (see
+//! [`LeaderKeys`] and the crate's docs.md for the whole layout):
+//! `{key} leader` holds the leader's owner token with the term's TTL,
+//! `{key} leader info` holds `<owner token> <epoch> <since ms> <value>`
+//! with the same TTL, `{key} leader queue` / `{key} leader lapse` are the
+//! candidates in line, `{key} leader released` wakes them, `{key} leader
+//! delay` is the lock-delay marker, and `{key} leader changed` announces
+//! every change to followers: `leader <version> <epoch> <since ms> <pttl
+//! ms> <value>`, `extended <version> <epoch> <pttl ms>` or `none
+//! <version>`. An epoch is a token of `{key} fencing`.
+//!
 //! Every auxiliary key is the lock key in braces, a space and a suffix. Lock
 //! names and key prefixes cannot contain whitespace, so no lock key is ever
 //! an auxiliary key of another lock: the lock named `{x}:fencing` is just a
@@ -143,6 +155,99 @@ pub const RW: &str = "rw";
 /// The suffix of the semaphore's holders key ([`Keys::permits`]).
 pub const PERMITS: &str = "permits";
 
+/// The suffix of the election's leader key ([`LeaderKeys::leader`]).
+pub const LEADER: &str = "leader";
+
+/// The keys of one election: the name's lock key `L` in braces, then
+/// `leader` and the key's part (see the [module docs](self)). The leader
+/// key's own auxiliaries are the leader key, a space and a suffix, so a
+/// leader key alone names them all ([`LeaderKeys::of_leader`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaderKeys {
+    /// In the order the election's scripts take them
+    /// ([`ACQUIRE_LEADER`](super::scripts::ACQUIRE_LEADER)).
+    keys: [String; 8],
+}
+
+impl LeaderKeys {
+    /// The election keys of lock `name` under `prefix` (empty for none).
+    pub fn new(prefix: &str, name: &str) -> Self {
+        let lock = format!("{prefix}{name}");
+        let leader = Keys::aux(&lock, LEADER);
+        let sub = |suffix: &str| format!("{leader} {suffix}");
+        Self {
+            keys: [
+                leader.clone(),
+                Keys::aux(&lock, "fencing"),
+                sub("queue"),
+                sub("lapse"),
+                sub("released"),
+                sub("info"),
+                sub("delay"),
+                sub("changed"),
+            ],
+        }
+    }
+
+    /// Every key, in the order of the election's scripts.
+    pub fn all(&self) -> [&str; 8] {
+        let k = &self.keys;
+        [&k[0], &k[1], &k[2], &k[3], &k[4], &k[5], &k[6], &k[7]]
+    }
+
+    /// The leader key: `{L} leader`, the leader's owner token.
+    pub fn leader(&self) -> &str {
+        &self.keys[0]
+    }
+
+    /// The name's fencing counter `{L} fencing`: epochs are its tokens.
+    pub fn fencing(&self) -> &str {
+        &self.keys[1]
+    }
+
+    /// The candidates in line by arrival: `{L} leader queue`.
+    pub fn queue(&self) -> &str {
+        &self.keys[2]
+    }
+
+    /// The candidates' places by lapse time: `{L} leader lapse`.
+    pub fn lapse(&self) -> &str {
+        &self.keys[3]
+    }
+
+    /// The candidates' wake-up channel: `{L} leader released`.
+    pub fn released(&self) -> &str {
+        &self.keys[4]
+    }
+
+    /// The leader's info: `{L} leader info`, holding `<owner token> <epoch>
+    /// <since ms> <value>`.
+    pub fn info(&self) -> &str {
+        &self.keys[5]
+    }
+
+    /// The lock-delay marker: `{L} leader delay`, holding `<owner token>
+    /// <lock-delay ms>`.
+    pub fn delay(&self) -> &str {
+        &self.keys[6]
+    }
+
+    /// The followers' channel: `{L} leader changed`.
+    pub fn changed(&self) -> &str {
+        &self.keys[7]
+    }
+
+    /// The info key, lock-delay marker and change channel of the leader
+    /// key `leader` (for renewals, which know only the leader key).
+    pub fn of_leader(leader: &str) -> [String; 3] {
+        [
+            format!("{leader} info"),
+            format!("{leader} delay"),
+            format!("{leader} changed"),
+        ]
+    }
+}
+
 impl Keys {
     /// The keys of lock `name` under `prefix` (empty for none). `prefix`
     /// must pass [`check_prefix`] (the configurations check it).
@@ -253,6 +358,19 @@ mod tests {
         assert_eq!(k.rw_released(), "{app:jobs/é x} rw released");
         assert_eq!(Keys::of_lock("app:jobs/é x"), k);
         assert_eq!(Keys::new("", "").fencing(), "{} fencing");
+    }
+
+    #[test]
+    fn election_keys_share_the_names_hash_tag() {
+        let k = LeaderKeys::new("app:", "jobs");
+        assert_eq!(k.leader(), "{app:jobs} leader");
+        assert_eq!(k.fencing(), Keys::new("app:", "jobs").fencing());
+        assert_eq!(k.changed(), "{app:jobs} leader changed");
+        assert_eq!(
+            LeaderKeys::of_leader(k.leader()),
+            [k.info(), k.delay(), k.changed()].map(String::from)
+        );
+        assert!(k.all().iter().all(|key| key.starts_with("{app:jobs} ")));
     }
 
     #[test]

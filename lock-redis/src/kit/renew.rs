@@ -34,15 +34,20 @@ use tokio::time::Instant;
 
 use crate::batching::RenewBatching;
 use crate::kit::call::ScriptCall;
+use crate::kit::layout::LeaderKeys;
 
 /// Compare-and-extend of many leases in one script, each with its own kind,
 /// owner token and TTL, for the mutex, the read-write lock and the semaphore
 /// alike. For n leases, `KEYS[i]` (i ≤ n) = the key holding lease i (the
 /// lock key, `{key} rw` or `{key} permits`); `ARGV[3i-2]` = its kind (`m`
 /// mutex, `d` mutex with a holder's description, `r` read-write lock, `p`
-/// permit), `ARGV[3i-1]` = its owner token, `ARGV[3i]` = its TTL in ms;
+/// permit, `l` leader), `ARGV[3i-1]` = its owner token, `ARGV[3i]` = its TTL in ms;
 /// after the n lease keys, the description key (`{key} holder`) of each
-/// `d` lease, in the leases' order. A mutex lease is extended if the key
+/// `d` lease and the info key, lock-delay marker and change channel of
+/// each `l` lease ([`LeaderKeys::of_leader`]), in the leases' order. A
+/// leader's term is extended as a mutex, with its info key (if its
+/// token's) and its marker (to the TTL plus the lock-delay the marker
+/// records), and announced: `extended <version> <epoch> <ttl ms>`. A mutex lease is extended if the key
 /// still holds its token (`PEXPIRE`), and so is the description of a `d`
 /// lease if it is its token's; a read-write lease if its entry in the holders hash has not
 /// expired (the entry's expiry moves to now + TTL, the key's TTL to at least
@@ -65,6 +70,10 @@ pub enum LeaseKind {
     ReadWrite,
     /// A semaphore permit (`{key} permits`).
     Permit,
+    /// A leader's term (`{key} leader`): its info key and lock-delay
+    /// marker are extended with it, and the extension is announced on the
+    /// election's change channel (see [`LeaderKeys`]).
+    Leader,
 }
 
 impl LeaseKind {
@@ -74,6 +83,7 @@ impl LeaseKind {
             Self::DescribedMutex => "d",
             Self::ReadWrite => "r",
             Self::Permit => "p",
+            Self::Leader => "l",
         }
     }
 }
@@ -321,16 +331,18 @@ pub async fn send_batch<C: redis::aio::ConnectionLike + Send>(
 ) -> RedisResult<Vec<KeyOutcome>> {
     // The keys: every item's lease key, then the description keys of the
     // described mutexes; the arguments: three per item.
-    let described = items
+    let extras: Vec<String> = items
         .iter()
-        .filter_map(|item| match (item.kind, &item.described) {
-            (LeaseKind::DescribedMutex, Some(described)) => Some(described.as_str()),
-            _ => None,
-        });
+        .flat_map(|item| match (item.kind, &item.described) {
+            (LeaseKind::DescribedMutex, Some(described)) => vec![described.clone()],
+            (LeaseKind::Leader, _) => LeaderKeys::of_leader(&item.key).to_vec(),
+            _ => Vec::new(),
+        })
+        .collect();
     let keys: Vec<&str> = items
         .iter()
         .map(|item| item.key.as_str())
-        .chain(described)
+        .chain(extras.iter().map(String::as_str))
         .collect();
     let mut call = ScriptCall::new(script, &keys);
     for item in items {

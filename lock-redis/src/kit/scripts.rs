@@ -37,6 +37,25 @@ macro_rules! next_fence {
     };
 }
 
+/// The mutex queue's waiters, as Lua code defining `now` (ms) and
+/// `next_waiter()` (drops lapsed waiters, returns the first member or nil);
+/// needs `t` = `TIME` and the queue keys `KEYS[3]`, `KEYS[4]`. Shared by the
+/// mutex and the election, whose queues are alike.
+macro_rules! mutex_waiters {
+    () => {
+        include_str!("lua/fragments/mutex_waiters.lua")
+    };
+}
+
+/// A caller that did not get the lock takes (or renews) its place in the
+/// queue `KEYS[3]`/`KEYS[4]` as the member `me` when `ARGV[3]` is `1`
+/// (lasting `ARGV[4]` ms), and defines `last` (see [`ACQUIRE_FENCED`]).
+macro_rules! mutex_wait {
+    () => {
+        include_str!("lua/fragments/mutex_wait.lua")
+    };
+}
+
 /// The mutex queue's helpers, as Lua code defining `now` (ms),
 /// `next_waiter()` (drops lapsed waiters, returns the first member or nil)
 /// and `hand_to(member)` (the lock to that waiter with its TTL, its
@@ -45,6 +64,7 @@ macro_rules! next_fence {
 macro_rules! mutex_queue {
     () => {
         concat!(
+            mutex_waiters!(),
             include_str!("lua/fragments/mutex_queue_1.lua"),
             next_fence!("KEYS[2]"),
             include_str!("lua/fragments/mutex_queue_2.lua"),
@@ -100,6 +120,8 @@ pub const ACQUIRE_FENCED: &str = concat!(
     include_str!("lua/acquire_fenced_2.lua"),
     mutex_queue!(),
     include_str!("lua/acquire_fenced_3.lua"),
+    mutex_wait!(),
+    include_str!("lua/acquire_fenced_4.lua"),
 );
 
 /// `drop_lapsed!(line, lapse)`: Lua code dropping the lapsed places of the
@@ -424,6 +446,83 @@ pub const ACQUIRE_PERMIT: &str = concat!(
 /// it removed one.
 pub const RELEASE_PERMIT: &str = concat!(now_ms!(), include_str!("lua/release_permit.lua"),);
 
+/// The election's term helpers, as Lua code defining `version()` (the
+/// server's clock in µs, as text: the version of a change), `changed(m)`
+/// (publishes `m` on the change channel `KEYS[8]`), `owns(v, owner)`
+/// (whether the stored value `v` begins with `owner` and a space),
+/// `new_term(owner, ttl, delay, value)` (the info key and the lock-delay
+/// marker of a new term, announced as `leader ...`; returns its epoch, a
+/// token from the fencing counter) and `hand_to(member)` (the term to that
+/// queued candidate, announced to it as the mutex's hand-overs are); needs
+/// `t`, `now` and the keys of [`ACQUIRE_LEADER`].
+macro_rules! leader_term {
+    () => {
+        concat!(
+            mutex_waiters!(),
+            include_str!("lua/fragments/leader_term_1.lua"),
+            next_fence!("KEYS[2]"),
+            include_str!("lua/fragments/leader_term_2.lua"),
+        )
+    };
+}
+
+/// A candidate's attempt at a term of the election: the mutex's acquire
+/// ([`ACQUIRE_FENCED`]) on the election's keys, with the value and the
+/// lock-delay. `KEYS[1]` = `{N} leader` (the leader's owner token, with the
+/// term's TTL), `KEYS[2]` = `{N} fencing` (the name's fencing counter: an
+/// epoch is a fencing token), `KEYS[3]` = `{N} leader queue`, `KEYS[4]` =
+/// `{N} leader lapse` (the candidates in line, as the mutex's queue;
+/// members `<owner token> <ttl ms> {<lock-delay ms>} <value>`), `KEYS[5]` =
+/// `{N} leader released` (the candidates' wake-ups, the mutex's messages),
+/// `KEYS[6]` = `{N} leader info` (`<owner token> <epoch> <since ms>
+/// <value>`, with the term's TTL), `KEYS[7]` = `{N} leader delay` (the
+/// lock-delay marker: `<owner token> <lock-delay ms>`, lasting the term's
+/// TTL plus its lock-delay), `KEYS[8]` = `{N} leader changed` (what
+/// followers hear); `ARGV[1]` = owner token, `ARGV[2]` = ttl ms, `ARGV[3]`
+/// = `1` to take a place in line if no term can start, `ARGV[4]` = how long
+/// that place lasts (ms), `ARGV[5]` = lock-delay ms, `ARGV[6]` = the value.
+/// A term starts when the leader key is free, no other term's lock-delay
+/// marker is left, and nobody waits ahead; replies as [`ACQUIRE_FENCED`]
+/// (`{1, epoch}` or `{0, pttl, last}`), where `pttl` is the marker's while
+/// a lock-delay holds the election back, so that the first in line wakes
+/// when it ends.
+pub const ACQUIRE_LEADER: &str = concat!(
+    include_str!("lua/acquire_leader_1.lua"),
+    leader_term!(),
+    include_str!("lua/acquire_leader_2.lua"),
+    mutex_wait!(),
+    include_str!("lua/acquire_leader_3.lua"),
+);
+
+/// The end of a term: the mutex's release ([`RELEASE_QUEUED`]) on the
+/// election's keys. `KEYS` as for [`ACQUIRE_LEADER`]; `ARGV[1]` = owner
+/// token, `ARGV[2]` = a queue member to remove first ('' for none),
+/// `ARGV[3]` = `1` for a resignation (its lock-delay marker is deleted),
+/// '' for the clean-up of a term that ended without one (the marker is
+/// left to run out, and nobody is handed the term before it has). The
+/// term goes to the first in line (announced as a new term), or the keys
+/// are deleted and `none <version>` is announced. Returns 1 if the leader
+/// key held the owner token, else 0 (nothing changed).
+pub const RELEASE_LEADER: &str = concat!(
+    include_str!("lua/release_leader_1.lua"),
+    leader_term!(),
+    include_str!("lua/release_leader_2.lua"),
+);
+
+/// A leader replaces its value: `KEYS[1]` = `{N} leader`, `KEYS[2]` = `{N}
+/// leader info`, `KEYS[3]` = `{N} leader changed`; `ARGV[1]` = owner token,
+/// `ARGV[2]` = the new value. Only while the leader key holds the owner
+/// token (a later term has another token: a proclaim resent late never
+/// writes into it); the info keeps its epoch and start, and the change is
+/// announced (`leader ...`). Returns 1 if written, else 0.
+pub const PROCLAIM: &str = include_str!("lua/proclaim.lua");
+
+/// Who leads, read atomically: `KEYS[1]` = `{N} leader`, `KEYS[2]` = `{N}
+/// leader info`. Returns `{version}` when nobody leads, else `{version,
+/// epoch, since ms, pttl ms, value}`; `version` = the server's clock in µs
+/// (a change announced with a larger version happened after this read).
+pub const READ_LEADER: &str = include_str!("lua/read_leader.lua");
+
 /// The scripts, ready for `EVALSHA`.
 #[derive(Clone, Debug)]
 pub struct Scripts {
@@ -453,6 +552,14 @@ pub struct Scripts {
     pub release_permit: Script,
     /// See [`FORCE_RELEASE_SHARED`].
     pub force_release_shared: Script,
+    /// See [`ACQUIRE_LEADER`].
+    pub acquire_leader: Script,
+    /// See [`RELEASE_LEADER`].
+    pub release_leader: Script,
+    /// See [`PROCLAIM`].
+    pub proclaim: Script,
+    /// See [`READ_LEADER`].
+    pub read_leader: Script,
 }
 
 impl Default for Scripts {
@@ -471,6 +578,10 @@ impl Default for Scripts {
             acquire_permit: Script::new(ACQUIRE_PERMIT),
             release_permit: Script::new(RELEASE_PERMIT),
             force_release_shared: Script::new(FORCE_RELEASE_SHARED),
+            acquire_leader: Script::new(ACQUIRE_LEADER),
+            release_leader: Script::new(RELEASE_LEADER),
+            proclaim: Script::new(PROCLAIM),
+            read_leader: Script::new(READ_LEADER),
         }
     }
 }

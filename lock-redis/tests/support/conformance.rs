@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use lock_conformance::{async_trait, Harness};
 use lock_core::{Capabilities, Fencing, LockError, LockName, LockService, TlsConfig};
-use lock_redis::kit::layout::Keys;
+use lock_redis::kit::layout::{Keys, LeaderKeys};
 use lock_redis::{RedisLock, RedisLockConfig};
 use lock_testbed::{shared_redis, RedisOptions, RedisServer, RespValue};
 
@@ -96,8 +96,28 @@ impl Harness for Redis {
                 left.push(format!("key {key}"));
             }
         }
-        // No client may stay subscribed to a release channel after its waiters left.
-        for channel in [keys.released(), keys.rw_released(), keys.permits_released()] {
+        // The election's leader, its info, its line and its lock-delay marker.
+        let leader = LeaderKeys::new("", name.as_str());
+        for key in [
+            leader.leader(),
+            leader.info(),
+            leader.queue(),
+            leader.lapse(),
+            leader.delay(),
+        ] {
+            if self.cmd(&["EXISTS", key]).await != RespValue::Int(0) {
+                left.push(format!("key {key}"));
+            }
+        }
+        // No client may stay subscribed to a release channel after its
+        // waiters left, nor to a change channel after its followers did.
+        for channel in [
+            keys.released(),
+            keys.rw_released(),
+            keys.permits_released(),
+            leader.released(),
+            leader.changed(),
+        ] {
             match self.cmd(&["PUBSUB", "NUMSUB", channel]).await {
                 RespValue::Array(Some(items)) if items.len() == 2 => {
                     if items[1] != RespValue::Int(0) {
@@ -145,7 +165,8 @@ pub fn run(tls: bool) -> ExitCode {
         .with_fault_tolerance("none: a single server")
         .with_read_write(true)
         .with_semaphore(true)
-        .with_describes_holder(true);
+        .with_describes_holder(true)
+        .with_election(true);
     lock_conformance::run(
         || async {
             let server = if tls {

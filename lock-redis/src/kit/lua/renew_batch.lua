@@ -47,22 +47,42 @@ local function described(k, tok, ttl, d)
   end
   return r
 end
-local kinds = {m = mutex, d = described, r = rw, p = permit}
+local function leader(k, tok, ttl, d, marker, channel)
+  local r = mutex(k, tok, ttl)
+  if r ~= 1 then return r end
+  local v = redis.call('GET', d)
+  if v and string.sub(v, 1, #tok + 1) == tok .. ' ' then
+    redis.call('PEXPIRE', d, ttl)
+    local epoch = string.match(string.sub(v, #tok + 2), '^(%d+) ')
+    local t = redis.call('TIME')
+    local ver = string.format('%.0f', tonumber(t[1]) * 1000000 + tonumber(t[2]))
+    redis.pcall('PUBLISH', channel, 'extended ' .. ver .. ' ' .. (epoch or '0') .. ' ' .. ttl)
+  end
+  local m = redis.call('GET', marker)
+  if m and string.sub(m, 1, #tok + 1) == tok .. ' ' then
+    redis.call('PEXPIRE', marker, tonumber(ttl) + tonumber(string.sub(m, #tok + 2)))
+  end
+  return 1
+end
+local kinds = {m = mutex, d = described, r = rw, p = permit, l = leader}
 local out = {}
 local n = #ARGV / 3
 local extra = n
 for i = 1, n do
   local kind = ARGV[3 * i - 2]
   local f = kinds[kind]
-  local d
+  local d, marker, channel
   if kind == 'd' then
     extra = extra + 1
     d = KEYS[extra]
+  elseif kind == 'l' then
+    d, marker, channel = KEYS[extra + 1], KEYS[extra + 2], KEYS[extra + 3]
+    extra = extra + 3
   end
   if not f then
     out[i] = 'ERR unknown lease kind ' .. tostring(kind)
   else
-    local ok, r = pcall(f, KEYS[i], ARGV[3 * i - 1], ARGV[3 * i], d)
+    local ok, r = pcall(f, KEYS[i], ARGV[3 * i - 1], ARGV[3 * i], d, marker, channel)
     if ok then
       out[i] = r
     elseif type(r) == 'table' then

@@ -57,6 +57,11 @@ pub(super) fn dispatch(shared: &Shared, node: usize, channel: &str, message: &[u
     let Some(state) = shared.state_of(channel) else {
         return;
     };
+    if let Some(followers) = state.observed.get() {
+        // A channel followers observe: every message to each of them.
+        let _ = followers.send(Arc::from(message));
+        return;
+    }
     if let Some(grant) = message.strip_prefix(b"g ") {
         // A hand-over to one waiter: wake it alone, if it is ours.
         grant::on_grant(&state, grant);

@@ -70,6 +70,12 @@
 //! ([`Notifier::subscribe_if_live`]) and pays no `SUBSCRIBE`, `UNSUBSCRIBE`
 //! or extra attempt per wait.
 //!
+//! Followers of an election [observe](Notifier::observe) its change
+//! channel on the same connection: its messages are not wake-ups but
+//! news, each delivered in order to every local follower, and a
+//! (re)confirmation of the channel tells them that some may have gone
+//! unheard (see `lock-redis`'s `observe`).
+//!
 //! Every node connection is watched with `PING`; any failure (connect,
 //! `SUBSCRIBE`, `PING`, the connection closing) reconnects after a backoff
 //! with jitter that only resets once the connection proved healthy, so a
@@ -86,7 +92,11 @@ mod turn;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::mpsc;
+use tokio::sync::{broadcast, mpsc};
+
+/// How many messages of an observed channel wait for a slow follower
+/// ([`Notifier::observe`]).
+pub const OBSERVED_BACKLOG: usize = 256;
 
 pub use connection::{NotifyNode, Timeouts};
 pub use state::{TurnAnnouncement, LINGER};
@@ -160,6 +170,24 @@ impl Notifier {
     /// the background (see [`Subscription::confirmed_by`]).
     pub fn subscribe(&self, channel: &str) -> Subscription {
         self.register(channel, false)
+    }
+
+    /// Registers a follower on `channel`: every message published there
+    /// comes, in order, on the returned receiver (which keeps the last
+    /// [`OBSERVED_BACKLOG`]; a follower that lags further is told so, and
+    /// must read the state afresh). The subscription says when the channel
+    /// is (re)confirmed ([`Wake::Subscribed`] from
+    /// [`Subscription::wait_until`]: messages may have gone unheard while
+    /// it was not); its release wake-ups never come. Meant for channels
+    /// only followers use (the election's change channel).
+    pub fn observe(&self, channel: &str) -> (Subscription, broadcast::Receiver<Arc<[u8]>>) {
+        let sub = self.register(channel, false);
+        let messages = sub
+            .state
+            .observed
+            .get_or_init(|| broadcast::channel(OBSERVED_BACKLOG).0)
+            .subscribe();
+        (sub, messages)
     }
 
     /// Registers a waiter on `channel` that every release wakes, with every

@@ -3,10 +3,10 @@
 //! its waiters need and, per channel, the wake-ups on their way.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
-use tokio::sync::{watch, Notify};
+use tokio::sync::{broadcast, watch, Notify};
 use tokio::time::Instant;
 
 /// How many recent release tokens a channel remembers, to drop the copies
@@ -99,6 +99,11 @@ pub(super) struct ChannelState {
     pub(super) grants: Mutex<HashMap<String, Arc<GrantSlot>>>,
     /// The TTL (ms) of the latest hand-over, announced to every waiter.
     pub(super) handed: watch::Sender<u64>,
+    /// For a channel that followers observe ([`Notifier::observe`]): every
+    /// message, as it came, to each of them (no wake-ups).
+    ///
+    /// [`Notifier::observe`]: super::Notifier::observe
+    pub(super) observed: OnceLock<broadcast::Sender<Arc<[u8]>>>,
 }
 
 impl ChannelState {
@@ -113,6 +118,7 @@ impl ChannelState {
             copies: watch::channel(0).0,
             grants: Mutex::new(HashMap::new()),
             handed: watch::channel(0).0,
+            observed: OnceLock::new(),
         }
     }
 

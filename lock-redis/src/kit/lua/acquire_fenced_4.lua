@@ -1,0 +1,1 @@
+return {0, redis.call('PTTL', KEYS[1]), last}
