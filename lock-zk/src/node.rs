@@ -505,11 +505,11 @@ mod tests {
                 .map(|c| c.name)
                 .collect()
         };
-        assert_eq!(names(is_latch), [latch.clone()]);
+        assert_eq!(names(is_latch), std::slice::from_ref(&latch));
         assert!(!names(is_mutex).contains(&latch));
         assert!(!names(is_read_write).contains(&latch));
         assert!(!names(is_lease).contains(&latch));
-        assert_eq!(names(is_mutex), [lock.clone(), kazoo.clone()]);
+        assert_eq!(names(is_mutex), [lock, kazoo]);
         assert_eq!(parse(LOCK_DELAY), None);
         // Curator's fixForSorting with "latch-": the marker keeps its whole
         // name, which sorts after every sequence text.
