@@ -271,3 +271,34 @@ async fn a_campaign_whose_create_reply_is_lost_leaves_one_node() {
     assert!(term.resign().await.unwrap());
     assert!(children(&admin, &dir).await.is_empty());
 }
+
+/// A follower whose session is cut off is told so: its stream yields a
+/// retryable error within about the session timeout, then ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_cut_off_gets_a_retryable_error_and_the_end() {
+    let server = server().await;
+    let proxy = Proxy::start(server.endpoint(0).parse().unwrap()).unwrap();
+    let session = Duration::from_secs(2);
+    let follower = ZkLock::connect(
+        ZkConfig::new(proxy.addr().to_string())
+            .session_timeout(session)
+            .request_timeout(Duration::from_secs(1)),
+    )
+    .await
+    .unwrap();
+    let lock = support::name("latch-cut-follower");
+    let mut seen = follower.observe(&lock).await.unwrap();
+    assert_eq!(seen.next().await.unwrap().unwrap(), None);
+    proxy.blackhole();
+    let err = timeout(session + Duration::from_secs(3), seen.next())
+        .await
+        .expect("the cut-off follower was told nothing")
+        .expect("the stream ended without an error")
+        .expect_err("an item after the cut");
+    assert!(err.is_retryable(), "{err}");
+    let end = timeout(Duration::from_secs(1), seen.next()).await;
+    assert!(
+        matches!(end, Ok(None)),
+        "the stream went on after its error"
+    );
+}
