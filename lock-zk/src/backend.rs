@@ -5,10 +5,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::backend::{add_saturating, Lease, LeaseRequest, LockBackend};
+use lock_core::backend::{add_saturating, LeaderStream, Lease, LeaseRequest, LockBackend};
 use lock_core::{
-    Capabilities, Fencing, ForceReleased, LockError, LockErrorKind, LockMode, LockName, LockStatus,
-    Result,
+    Capabilities, Fencing, ForceReleased, LeaderInfo, LockError, LockErrorKind, LockMode, LockName,
+    LockStatus, Result,
 };
 use tokio::time::Instant;
 use zookeeper_client as zk;
@@ -223,7 +223,11 @@ impl Backend {
         if deadline.is_none() && self.held(&session, &dir, recipe, until).await? {
             return Ok(None);
         }
-        let data = self.nodes.data_for(req.holder.as_ref());
+        let data = match recipe {
+            // A candidate's node holds its value, as `LeaderLatch`'s holds its id.
+            Recipe::Leader => req.value.as_deref().unwrap_or_default().as_bytes().into(),
+            _ => self.nodes.data_for(req.holder.as_ref()),
+        };
         let contender = Arc::new(Contender::new(session.clone(), dir, recipe.marker(), data));
         let pending = Pending::new(contender.clone());
         let outcome = self.contend(&contender, req, recipe, deadline, until).await;
@@ -280,8 +284,13 @@ impl Backend {
                 pzxid,
             } => (looked, contended, pzxid),
         };
+        if recipe == Recipe::Leader {
+            let term =
+                crate::election::begin(c, &self.nodes, &created, req, looked, deadline, until);
+            return Ok(term.await?.map(|l| l.with_contended(contended)));
+        }
         let stamped = match recipe {
-            Recipe::Mutex => None,
+            Recipe::Mutex | Recipe::Leader => None,
             Recipe::Read | Recipe::Write => {
                 let czxid = created.stat.as_ref().map(|s| s.czxid);
                 let at_create = czxid.is_some() && pzxid == czxid;
@@ -362,6 +371,7 @@ impl Backend {
         match req.mode {
             LockMode::Read => self.acquire(req, Recipe::Read, deadline).await,
             LockMode::Write => self.acquire(req, Recipe::Write, deadline).await,
+            LockMode::Leader => self.acquire(req, Recipe::Leader, deadline).await,
             LockMode::Permit { permits } => {
                 let dir = self.lock_path(&req.name)?;
                 let until = self.until(deadline);
@@ -385,6 +395,7 @@ impl LockBackend for ZkLock {
             .with_read_write(true)
             .with_semaphore(true)
             .with_describes_holder(true)
+            .with_election(true)
             .with_fault_tolerance("a minority of the 2N+1 ensemble; a holder's lock outlives it by the session timeout")
     }
 
@@ -417,5 +428,23 @@ impl LockBackend for ZkLock {
         let until = self.inner.until(None);
         let session = self.inner.session(until).await?;
         list::held(&session, &self.inner.root, prefix, limit, until).await
+    }
+
+    /// The first candidate node's data, czxid and ctime (see the crate
+    /// docs' elections).
+    async fn leader(&self, name: &LockName) -> Result<Option<LeaderInfo>> {
+        let dir = self.inner.lock_path(name)?;
+        let until = self.inner.until(None);
+        let session = self.inner.session(until).await?;
+        crate::election::follow::leader(&session, &dir, until).await
+    }
+
+    /// Follows the election with watches on the current session; the
+    /// stream ends with a retryable error when that session ends.
+    async fn observe(&self, name: &LockName) -> Result<LeaderStream> {
+        let dir = self.inner.lock_path(name)?;
+        let until = self.inner.until(None);
+        let session = self.inner.session(until).await?;
+        Ok(crate::election::follow::observe(session, dir))
     }
 }

@@ -4,6 +4,7 @@
 mod backend;
 mod config;
 mod connect;
+mod election;
 mod error;
 mod force;
 mod lease;

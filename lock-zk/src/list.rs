@@ -98,7 +98,10 @@ pub(crate) async fn held(
                 }
             }
             for child in children {
-                if node::parse(&child).is_some() || (first && !child.starts_with(tail)) {
+                if node::parse(&child).is_some()
+                    || child == node::LOCK_DELAY
+                    || (first && !child.starts_with(tail))
+                {
                     continue;
                 }
                 let child_name = if name.is_empty() {

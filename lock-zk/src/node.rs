@@ -10,6 +10,7 @@
 //! | read side | `_c_<uuid>-__READ__<seq>` | `<32 hex>__rlock__<seq>` |
 //! | write side | `_c_<uuid>-__WRIT__<seq>` | `<32 hex>__lock__<seq>` |
 //! | semaphore lease (under `leases`) | `_c_<uuid>-lease-<seq>` | - |
+//! | election candidate (`LeaderLatch`) | `_c_<uuid>-latch-<seq>` | - |
 //!
 //! `<uuid>` is a lowercase hyphenated uuid (36 characters), `<seq>` what
 //! ZooKeeper appends: `%010d` of the parent's 32-bit child counter, so 10
@@ -32,6 +33,12 @@ use lock_core::{LockError, LockName};
 pub(crate) const LEASES: &str = "leases";
 /// The child of a semaphore's znode that is the mutex a lease is taken under.
 pub(crate) const LOCKS: &str = "locks";
+/// The persistent child of an election's znode that a term with a
+/// lock-delay keeps while it leads (see `crate::election::delay`): no
+/// recipe's marker is in it (Curator's `fixForSorting` sorts it by its whole
+/// name, after every sequence number: a letter sorts after digits and `-`),
+/// and no lock name may have a segment of this name ([`check_name`]).
+pub(crate) const LOCK_DELAY: &str = "lock_delay.distlock";
 
 /// What a contender node is, by its marker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -44,6 +51,9 @@ pub(crate) enum Marker {
     CuratorWrite,
     /// `_c_<uuid>-lease-`: a lease of Curator's `InterProcessSemaphoreV2`.
     CuratorLease,
+    /// `_c_<uuid>-latch-`: a candidate of Curator's `LeaderLatch`, and of
+    /// our elections.
+    CuratorLatch,
     /// `<hex>__lock__`: kazoo's `Lock`, which is also kazoo's `WriteLock`.
     KazooLock,
     /// `<hex>__rlock__`: kazoo's `ReadLock`.
@@ -58,6 +68,7 @@ impl Marker {
             Self::CuratorRead => "__READ__",
             Self::CuratorWrite => "__WRIT__",
             Self::CuratorLease => "lease-",
+            Self::CuratorLatch => "latch-",
             Self::KazooLock => "__lock__",
             Self::KazooRead => "__rlock__",
         }
@@ -66,15 +77,20 @@ impl Marker {
     fn is_curator(self) -> bool {
         matches!(
             self,
-            Self::CuratorLock | Self::CuratorRead | Self::CuratorWrite | Self::CuratorLease
+            Self::CuratorLock
+                | Self::CuratorRead
+                | Self::CuratorWrite
+                | Self::CuratorLease
+                | Self::CuratorLatch
         )
     }
 
-    const ALL: [Marker; 6] = [
+    const ALL: [Marker; 7] = [
         Self::CuratorLock,
         Self::CuratorRead,
         Self::CuratorWrite,
         Self::CuratorLease,
+        Self::CuratorLatch,
         Self::KazooLock,
         Self::KazooRead,
     ];
@@ -219,6 +235,12 @@ pub(crate) fn is_lease(marker: Marker) -> bool {
     marker == Marker::CuratorLease
 }
 
+/// Whether a node with `marker` is an election's candidate (Curator's
+/// `LeaderLatch`).
+pub(crate) fn is_latch(marker: Marker) -> bool {
+    marker == Marker::CuratorLatch
+}
+
 /// The name of the read node that takes the place of our write node `name`
 /// (`_c_<uuid>-__WRIT__<seq>`) when it is downgraded: the same uuid and the
 /// same sequence text, `__READ__` instead of `__WRIT__`. It sorts where the
@@ -236,12 +258,18 @@ pub(crate) fn downgraded(name: &str) -> Option<String> {
 
 /// Refuses a lock name with a segment shaped exactly like a contender node:
 /// its znode would be a child of the parent lock's znode that every recipe
-/// on that parent takes for a contender.
+/// on that parent takes for a contender. Likewise a segment named
+/// [`LOCK_DELAY`], an election's lock-delay marker.
 pub(crate) fn check_name(name: &LockName) -> Result<(), LockError> {
+    if name.as_str().split('/').any(|seg| seg == LOCK_DELAY) {
+        return Err(LockError::invalid(format!(
+            "lock name {name}: the segment {LOCK_DELAY:?} is the lock-delay marker of the election one level up; rename the segment"
+        )));
+    }
     match name.as_str().split('/').find(|seg| parse(seg).is_some()) {
         None => Ok(()),
         Some(seg) => Err(LockError::invalid(format!(
-            "lock name {name}: the segment {seg:?} has exactly the shape of a ZooKeeper contender node (Curator's `_c_<uuid>-lock-<10 digits>` or kazoo's `<32 hex>__lock__<10 digits>`, and their read, write and lease forms), which the lock one level up would take for one of its contenders; rename the segment"
+            "lock name {name}: the segment {seg:?} has exactly the shape of a ZooKeeper contender node (Curator's `_c_<uuid>-lock-<10 digits>` or kazoo's `<32 hex>__lock__<10 digits>`, and their read, write, lease and latch forms), which the lock one level up would take for one of its contenders; rename the segment"
         ))),
     }
 }
@@ -261,6 +289,7 @@ mod tests {
             (Marker::CuratorRead, "__READ__"),
             (Marker::CuratorWrite, "__WRIT__"),
             (Marker::CuratorLease, "lease-"),
+            (Marker::CuratorLatch, "latch-"),
         ] {
             let n = format!("_c_{UUID}-{text}0000000042");
             assert_eq!(parse(&n), Some((42, marker)), "{n}");
@@ -451,6 +480,48 @@ mod tests {
         assert_eq!(downgraded(&r), None);
     }
 
+    /// A latch node is no contender of the mutex, read-write lock or
+    /// semaphore, and theirs are none of the election's; the lock-delay
+    /// marker is nobody's, and sorts after every sequence in Curator's
+    /// `fixForSorting` (which keeps a name without the marker whole).
+    #[test]
+    fn latch_nodes_are_the_elections_alone() {
+        let latch = format!("_c_{UUID}-latch-0000000001");
+        let lock = format!("_c_{UUID}-lock-0000000002");
+        let read = format!("_c_{UUID}-__READ__0000000003");
+        let lease = format!("_c_{UUID}-lease-0000000004");
+        let kazoo = format!("{HEX}__lock__0000000005");
+        let all = [
+            &latch,
+            &lock,
+            &read,
+            &lease,
+            &kazoo,
+            &LOCK_DELAY.to_string(),
+        ];
+        let names = |counts: fn(Marker) -> bool| -> Vec<String> {
+            contenders(all.iter().map(|s| s.as_str()), counts)
+                .into_iter()
+                .map(|c| c.name)
+                .collect()
+        };
+        assert_eq!(names(is_latch), std::slice::from_ref(&latch));
+        assert!(!names(is_mutex).contains(&latch));
+        assert!(!names(is_read_write).contains(&latch));
+        assert!(!names(is_lease).contains(&latch));
+        assert_eq!(names(is_mutex), [lock, kazoo]);
+        assert_eq!(parse(LOCK_DELAY), None);
+        // Curator's fixForSorting with "latch-": the marker keeps its whole
+        // name, which sorts after every sequence text.
+        for seq in ["9999999999", "2147483647", "-2147483648", "-000000001"] {
+            assert!(LOCK_DELAY > seq, "{seq}");
+        }
+        assert!(!LOCK_DELAY.contains("latch-") && !LOCK_DELAY.contains("lock-"));
+        let err = check_name(&LockName::new(format!("a/{LOCK_DELAY}")).unwrap()).unwrap_err();
+        assert_eq!(err.kind(), lock_core::LockErrorKind::InvalidArgument);
+        assert!(check_name(&LockName::new("a/lock_delay").unwrap()).is_ok());
+    }
+
     #[test]
     fn refuses_names_with_a_contender_shaped_segment() {
         let ok = LockName::new("a/x-lock-0000000001/leases/locks").unwrap();
@@ -459,6 +530,7 @@ mod tests {
             format!("a/_c_{UUID}-lock-0000000001"),
             format!("_c_{UUID}-__READ__0000000001/b"),
             format!("a/{HEX}__rlock__0000000003/c"),
+            format!("a/_c_{UUID}-latch-0000000001"),
         ] {
             let err = check_name(&LockName::new(bad.clone()).unwrap()).expect_err(&bad);
             assert_eq!(err.kind(), lock_core::LockErrorKind::InvalidArgument);

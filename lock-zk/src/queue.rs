@@ -38,6 +38,9 @@ pub(crate) enum Recipe {
     Read,
     /// Its write side: holds when first, waits for the node just ahead.
     Write,
+    /// An election's line (Curator's `LeaderLatch`): the first leads, each
+    /// other waits for the one just ahead, as in a mutex.
+    Leader,
 }
 
 impl Recipe {
@@ -47,6 +50,7 @@ impl Recipe {
             Self::Mutex => Marker::CuratorLock,
             Self::Read => Marker::CuratorRead,
             Self::Write => Marker::CuratorWrite,
+            Self::Leader => Marker::CuratorLatch,
         }
     }
 
@@ -55,6 +59,7 @@ impl Recipe {
         match self {
             Self::Mutex => node::is_mutex(marker),
             Self::Read | Self::Write => node::is_read_write(marker),
+            Self::Leader => node::is_latch(marker),
         }
     }
 
@@ -70,7 +75,7 @@ impl Recipe {
     /// The lock mode whose line this recipe keeps.
     fn mode(self) -> LockMode {
         match self {
-            Self::Mutex => LockMode::Exclusive,
+            Self::Mutex | Self::Leader => LockMode::Exclusive,
             Self::Read => LockMode::Read,
             Self::Write => LockMode::Write,
         }
@@ -83,7 +88,7 @@ impl Recipe {
     /// downgrade, which a writer has to wait for).
     pub(crate) fn settled(self, order: &[Child], pos: usize, blocker: usize) -> bool {
         match self {
-            Self::Mutex => blocker == 0 && pos == 1,
+            Self::Mutex | Self::Leader => blocker == 0 && pos == 1,
             Self::Write => blocker == 0 && pos == 1 && !node::is_write(order[0].marker),
             Self::Read => !order[..blocker].iter().any(|c| node::is_write(c.marker)),
         }

@@ -354,6 +354,26 @@ impl Session {
         }
     }
 
+    /// The data and stat of `path` and a one-shot watch on it (fires on
+    /// its deletion or data change, and on the session's end), or `None`
+    /// if it does not exist (no watch left behind).
+    pub async fn get_and_watch(
+        &self,
+        path: &str,
+        until: Instant,
+    ) -> Reply<Option<(Vec<u8>, zk::Stat, zk::OneshotWatcher)>> {
+        match self
+            .request("watch", until, true, false, |c| async move {
+                c.get_and_watch_data(path).await
+            })
+            .await
+        {
+            Ok(got) => Ok(Some(got)),
+            Err(f) if f.is_no_node() => Ok(None),
+            Err(f) => Err(f),
+        }
+    }
+
     /// Brings the connected server up to date with the leader for `path`.
     pub async fn sync(&self, path: &str, until: Instant) -> Reply<()> {
         self.request(
@@ -501,6 +521,58 @@ impl Session {
     ) -> Reply<(Vec<String>, zk::OneshotWatcher)> {
         self.request("list", until, true, false, |c| async move {
             c.list_and_watch_children(dir).await
+        })
+        .await
+    }
+
+    /// Sets the data of `path` (any version): its new stat. Idempotent, so
+    /// sent again after a lost connection.
+    pub async fn set_data(&self, path: &str, data: &[u8], until: Instant) -> Reply<zk::Stat> {
+        self.request("set", until, true, true, |c| async move {
+            c.set_data(path, data, None).await
+        })
+        .await
+    }
+
+    /// The stat of `path` (`None` when missing) and a one-shot watch that
+    /// fires on its creation, deletion or data change (and on the
+    /// session's end).
+    pub async fn watch_exists(
+        &self,
+        path: &str,
+        until: Instant,
+    ) -> Reply<(Option<zk::Stat>, zk::OneshotWatcher)> {
+        self.request("watch", until, true, false, |c| async move {
+            c.check_and_watch_stat(path).await
+        })
+        .await
+    }
+
+    /// Commits the transaction that `build` writes (never sent again here:
+    /// after a lost reply the caller looks). `Ok(Err((index, error)))`: the
+    /// server refused it at operation `index`, and applied none of it.
+    pub async fn commit<F>(
+        &self,
+        what: &'static str,
+        until: Instant,
+        build: F,
+    ) -> Reply<Result<Vec<zk::MultiWriteResult>, (usize, zk::Error)>>
+    where
+        F: Fn(&mut zk::MultiWriter<'_>) -> Result<(), zk::Error> + Sync,
+    {
+        let build = &build;
+        self.request(what, until, false, true, |c| async move {
+            let mut txn = c.new_multi_writer();
+            build(&mut txn)?;
+            {
+                match txn.commit().await {
+                    Ok(results) => Ok(Ok(results)),
+                    Err(zk::MultiWriteError::OperationFailed { index, source }) => {
+                        Ok(Err((index, source)))
+                    }
+                    Err(zk::MultiWriteError::RequestFailed { source }) => Err(source),
+                }
+            }
         })
         .await
     }

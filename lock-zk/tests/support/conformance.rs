@@ -131,6 +131,7 @@ pub fn run(tls: bool) -> ExitCode {
         .with_read_write(true)
         .with_semaphore(true)
         .with_describes_holder(true)
+        .with_election(true)
         .with_fault_tolerance(
             "a minority of the 2N+1 ensemble; a holder's lock outlives it by the session timeout",
         );

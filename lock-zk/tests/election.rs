@@ -1,0 +1,304 @@
+//! Leader elections on a real ZooKeeper, beside the conformance cases:
+//! the layout of Curator's `LeaderLatch` (nodes created here exactly as
+//! Curator creates them: `_c_<uuid>-latch-<seq>`, ephemeral sequential,
+//! the participant id as data), both ways; the mutex and the election of
+//! one name apart; the lock-delay marker; and a campaign whose create reply
+//! is lost.
+//!
+//! On the testbed's standalone server (tickTime 200 ms). Not yet run
+//! against Curator itself (no JVM on the test machines).
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use lock_core::{
+    AcquireOptions, CampaignOptions, DistributedLock, FencingToken, LeaderElection, LockName,
+};
+use lock_testbed::Proxy;
+use lock_zk::{ZkConfig, ZkLock};
+use tokio::time::{sleep, timeout, Instant};
+use zookeeper_client as zk;
+
+mod support;
+use support::{admin, children, ephemeral_sequential, granted_once_deleted, interop, server};
+
+/// Curator's `StandardLockInternalsDriver.fixForSorting(name, "latch-")`:
+/// the text after the last `latch-`, or the whole name.
+fn latch_sort_key(child: &str) -> &str {
+    match child.rfind("latch-") {
+        Some(i) => &child[i + "latch-".len()..],
+        None => child,
+    }
+}
+
+/// Curator's `LeaderLatch.getLeader()`: every child of the latch path
+/// sorted by [`latch_sort_key`] (Curator sorts them all), and the data of
+/// the first.
+async fn curator_leader(admin: &zk::Client, dir: &str) -> Option<(String, String)> {
+    let mut all = children(admin, dir).await;
+    all.sort_by(|a, b| latch_sort_key(a).cmp(latch_sort_key(b)));
+    let first = all.into_iter().next()?;
+    let (data, _) = admin
+        .get_data(&format!("{dir}/{first}"))
+        .await
+        .expect("reading the first child");
+    Some((first, String::from_utf8(data).unwrap()))
+}
+
+/// A Curator `LeaderLatch` participant's node with id `id`: its path and
+/// czxid.
+async fn curator_latch(admin: &zk::Client, dir: &str, id: &str) -> (String, i64) {
+    let prefix = format!("{dir}/_c_{}-latch-", uuid::Uuid::new_v4().hyphenated());
+    let (stat, seq) = admin
+        .create(&prefix, id.as_bytes(), &ephemeral_sequential())
+        .await
+        .expect("creating a LeaderLatch node");
+    (format!("{prefix}{seq}"), stat.czxid)
+}
+
+fn opts() -> CampaignOptions {
+    CampaignOptions::new()
+        .ttl(Duration::from_secs(4))
+        .wait(Duration::from_secs(20))
+}
+
+/// A `LeaderLatch` participant leads first: our `leader` and `observe` show
+/// its id with its node's czxid as the epoch, our campaign waits behind it
+/// (our node second, holding our value), and leads once its node goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_curator_leader_first_then_ours() {
+    let t = interop("latch-them-first").await;
+    let (theirs, czxid) = curator_latch(&t.admin, &t.dir, "them").await;
+    let led = t.locks.leader(&t.lock).await.unwrap().expect("a leader");
+    assert_eq!(led.value, "them");
+    assert_eq!(led.epoch, Some(FencingToken::new(czxid as u64)));
+    assert!(led.since.is_some());
+    let mut seen = t.locks.observe(&t.lock).await.unwrap();
+    let first = seen.next().await.unwrap().unwrap().expect("a leader");
+    assert_eq!(first.value, "them");
+
+    let waiting = {
+        let (locks, lock) = (t.locks.clone(), t.lock.clone());
+        tokio::spawn(async move { locks.campaign(&lock, "us", &opts()).await })
+    };
+    sleep(Duration::from_millis(300)).await;
+    let line = children(&t.admin, &t.dir).await;
+    assert_eq!(line.len(), 2, "{line:?}");
+    let (first, id) = curator_leader(&t.admin, &t.dir).await.unwrap();
+    assert_eq!(
+        (format!("{}/{first}", t.dir), id.as_str()),
+        (theirs.clone(), "them")
+    );
+    assert_eq!(
+        t.locks.leader(&t.lock).await.unwrap().unwrap().value,
+        "them"
+    );
+
+    let term = granted_once_deleted(&t.admin, &theirs, waiting).await;
+    let now = t.locks.leader(&t.lock).await.unwrap().expect("our term");
+    assert_eq!((now.value.as_str(), now.epoch), ("us", term.epoch()));
+    let next = timeout(Duration::from_secs(2), seen.next())
+        .await
+        .expect("the follower was not told")
+        .unwrap()
+        .unwrap();
+    assert_eq!(next.map(|l| l.value).as_deref(), Some("us"));
+    assert!(term.resign().await.unwrap());
+    assert!(children(&t.admin, &t.dir).await.is_empty());
+}
+
+/// We lead: a `LeaderLatch` node created after ours is second, and
+/// Curator's `getLeader` (the data of the first child in its order) reads
+/// our value, also with our lock-delay marker beside the nodes and after a
+/// proclaim. Once we resign, their node is first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ours_first_then_a_curator_participant() {
+    let t = interop("latch-us-first").await;
+    let o = opts().lock_delay(Duration::from_secs(1));
+    let term = t.locks.campaign(&t.lock, "us", &o).await.unwrap();
+    let (theirs, _) = curator_latch(&t.admin, &t.dir, "them").await;
+    let line = children(&t.admin, &t.dir).await;
+    assert!(
+        line.contains(&"lock_delay.distlock".to_string()),
+        "{line:?}"
+    );
+    let (first, id) = curator_leader(&t.admin, &t.dir).await.unwrap();
+    assert_ne!(format!("{}/{first}", t.dir), theirs);
+    assert_eq!(id, "us");
+    term.proclaim("us, again").await.unwrap();
+    assert_eq!(
+        curator_leader(&t.admin, &t.dir).await.unwrap().1,
+        "us, again"
+    );
+    sleep(Duration::from_millis(100)).await;
+    assert!(term.is_leader());
+    assert!(term.resign().await.unwrap());
+    // The resignation took the marker away: their node leads.
+    let (first, id) = curator_leader(&t.admin, &t.dir).await.unwrap();
+    assert_eq!(
+        (format!("{}/{first}", t.dir), id.as_str()),
+        (theirs.clone(), "them")
+    );
+    assert_eq!(
+        t.locks.leader(&t.lock).await.unwrap().unwrap().value,
+        "them"
+    );
+    t.admin.delete(&theirs, None).await.unwrap();
+    assert_eq!(t.locks.leader(&t.lock).await.unwrap(), None);
+}
+
+/// The mutex and the election of one name do not count each other's
+/// nodes: both are held at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mutex_and_the_election_of_a_name_are_apart() {
+    let t = interop("latch-and-lock").await;
+    let guard = t
+        .locks
+        .acquire(&t.lock, &AcquireOptions::new().ttl(Duration::from_secs(4)))
+        .await
+        .unwrap();
+    let term = t
+        .locks
+        .campaign(&t.lock, "v", &opts().wait(Duration::from_millis(500)))
+        .await
+        .expect("the mutex holder's node kept the election from starting");
+    assert!(t.locks.inspect(&t.lock).await.unwrap().held);
+    assert!(guard.release().await.unwrap());
+    assert!(term.resign().await.unwrap());
+    let name = LockName::new(format!("{}/lock_delay.distlock", t.lock)).unwrap();
+    let err = t
+        .locks
+        .acquire(&name, &AcquireOptions::new())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), lock_core::LockErrorKind::InvalidArgument);
+}
+
+/// A term that ends without a resignation leaves its lock-delay marker:
+/// a candidate that tries (no wait) meets it and leaves nothing; a waiting
+/// one leads once the delay has passed, and its resignation leaves no
+/// marker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unresigned_end_leaves_the_marker_for_its_delay() {
+    let t = interop("latch-delay").await;
+    let delay = Duration::from_millis(1500);
+    let o = opts().lock_delay(delay);
+    // Its guard gives the term up after its TTL: the core's clean-up
+    // deletes its node (`release_after_loss`), not the marker.
+    let abandoned = o.clone().ttl(Duration::from_secs(1)).keep_alive(false);
+    let term = t.locks.campaign(&t.lock, "old", &abandoned).await.unwrap();
+    let marker = format!("{}/lock_delay.distlock", t.dir);
+    assert!(t.admin.check_stat(&marker).await.unwrap().is_some());
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while children(&t.admin, &t.dir).await.len() > 1 {
+        assert!(Instant::now() < deadline, "the old term's node stayed");
+        sleep(Duration::from_millis(10)).await;
+    }
+    assert!(!term.is_leader());
+    let gone = Instant::now();
+    assert!(t.admin.check_stat(&marker).await.unwrap().is_some());
+    let tried = t
+        .locks
+        .campaign(&t.lock, "new", &opts().wait(Duration::ZERO))
+        .await;
+    assert!(tried.is_err(), "led during another term's lock-delay");
+    let next = t.locks.campaign(&t.lock, "new", &opts()).await.unwrap();
+    assert!(
+        gone.elapsed() >= delay,
+        "led {:?} after the end",
+        gone.elapsed()
+    );
+    assert!(gone.elapsed() <= delay + Duration::from_secs(1));
+    assert!(t.admin.check_stat(&marker).await.unwrap().is_none());
+    assert!(!term.resign().await.unwrap_or(false));
+    assert!(next.resign().await.unwrap());
+    assert!(children(&t.admin, &t.dir).await.is_empty());
+}
+
+/// A campaign whose create reply is held back past its request timeout:
+/// the node was created; the campaign finds it by its protection prefix
+/// (after a `sync`) and waits with it, creating no second node. When the
+/// leader resigns, it leads, alone, and its resignation leaves nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_campaign_whose_create_reply_is_lost_leaves_one_node() {
+    let server = server().await;
+    let connect = server.connect_string();
+    let proxy = Proxy::start(server.endpoint(0).parse().unwrap()).unwrap();
+    let a = ZkLock::connect(ZkConfig::new(connect.clone()).session_timeout(Duration::from_secs(4)))
+        .await
+        .unwrap();
+    let b = ZkLock::connect(
+        ZkConfig::new(proxy.addr().to_string())
+            .session_timeout(Duration::from_secs(4))
+            .request_timeout(Duration::from_millis(800)),
+    )
+    .await
+    .unwrap();
+    let admin = admin(&connect).await;
+    let lock = support::name("latch-lost-reply");
+    let dir = a.lock_path(&lock).unwrap();
+    let leading = a.campaign(&lock, "a", &opts()).await.unwrap();
+
+    proxy.set_reply_delay(Duration::from_millis(1200));
+    let waiting = {
+        let (b, lock) = (b.clone(), lock.clone());
+        tokio::spawn(async move { b.campaign(&lock, "b", &opts()).await })
+    };
+    let deadline = Instant::now() + Duration::from_millis(700);
+    while children(&admin, &dir).await.len() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "b's create never reached the server"
+        );
+        sleep(Duration::from_millis(10)).await;
+    }
+    // The create is applied; its reply is held back past b's request timeout.
+    proxy.set_reply_delay(Duration::ZERO);
+    sleep(Duration::from_secs(2)).await;
+    let line = children(&admin, &dir).await;
+    assert_eq!(line.len(), 2, "a second node of b's: {line:?}");
+    assert!(!waiting.is_finished(), "b led beside a");
+    assert!(leading.resign().await.unwrap());
+    let term = timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("b did not lead after a resigned")
+        .unwrap()
+        .expect("b's campaign failed");
+    let line = children(&admin, &dir).await;
+    assert_eq!(line.len(), 1, "{line:?}");
+    let led = a.leader(&lock).await.unwrap().expect("b leads");
+    assert_eq!((led.value.as_str(), led.epoch), ("b", term.epoch()));
+    assert!(term.resign().await.unwrap());
+    assert!(children(&admin, &dir).await.is_empty());
+}
+
+/// A follower whose session is cut off is told so: its stream yields a
+/// retryable error within about the session timeout, then ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_cut_off_gets_a_retryable_error_and_the_end() {
+    let server = server().await;
+    let proxy = Proxy::start(server.endpoint(0).parse().unwrap()).unwrap();
+    let session = Duration::from_secs(2);
+    let follower = ZkLock::connect(
+        ZkConfig::new(proxy.addr().to_string())
+            .session_timeout(session)
+            .request_timeout(Duration::from_secs(1)),
+    )
+    .await
+    .unwrap();
+    let lock = support::name("latch-cut-follower");
+    let mut seen = follower.observe(&lock).await.unwrap();
+    assert_eq!(seen.next().await.unwrap().unwrap(), None);
+    proxy.blackhole();
+    let err = timeout(session + Duration::from_secs(3), seen.next())
+        .await
+        .expect("the cut-off follower was told nothing")
+        .expect("the stream ended without an error")
+        .expect_err("an item after the cut");
+    assert!(err.is_retryable(), "{err}");
+    let end = timeout(Duration::from_secs(1), seen.next()).await;
+    assert!(
+        matches!(end, Ok(None)),
+        "the stream went on after its error"
+    );
+}
