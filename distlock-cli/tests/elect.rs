@@ -2,72 +2,30 @@
 //! (`memory://`), a standby taking over from a leader killed on Redis,
 //! etcd and ZooKeeper, and a backend without elections.
 
-use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use distlock_cli::exit_code;
 use lock_testbed::{shared_redis, shared_redis_set, unique_name, Cluster, Kind};
 
-const BIN: &str = env!("CARGO_BIN_EXE_distlock");
+mod support;
+use support::{exit_within, spawn_quiet, wait_for_file, BIN};
 
-/// `distlock ARGS` with no `DISTLOCK_*` variable from the test's environment.
+/// `distlock ARGS`, run to its end.
 fn distlock(args: &[&str]) -> Output {
-    let mut cmd = Command::new(BIN);
-    cmd.args(args);
-    for (var, _) in std::env::vars_os() {
-        if var.to_string_lossy().starts_with("DISTLOCK_") {
-            cmd.env_remove(var);
-        }
-    }
-    cmd.stdin(Stdio::null()).output().expect("running distlock")
+    support::distlock(args).output().expect("running distlock")
 }
 
 /// `distlock elect --url URL --value VALUE EXTRA... NAME -- sh -c SCRIPT`, running.
 fn elect(url: &str, value: &str, extra: &[&str], name: &str, script: &str) -> Child {
-    let mut cmd = Command::new(BIN);
-    cmd.args(["elect", "--url", url, "--value", value])
-        .args(extra)
-        .args([name, "--", "sh", "-c", script]);
-    for (var, _) in std::env::vars_os() {
-        if var.to_string_lossy().starts_with("DISTLOCK_") {
-            cmd.env_remove(var);
-        }
-    }
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawning distlock elect")
+    let mut args = vec!["elect", "--url", url, "--value", value];
+    args.extend(extra);
+    args.extend([name, "--", "sh", "-c", script]);
+    spawn_quiet(support::distlock(&args))
 }
 
-/// Waits for `path` to appear within `limit`.
-fn wait_for_file(path: &Path, limit: Duration) {
-    let deadline = Instant::now() + limit;
-    while !path.exists() {
-        assert!(
-            Instant::now() < deadline,
-            "{} never appeared",
-            path.display()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// The exit code of `child` within `limit`; kills it and panics past that.
-fn exit_within(child: &mut Child, limit: Duration, what: &str) -> i32 {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(status) = child.try_wait().expect("waiting for distlock") {
-            return status.code().unwrap_or(-1);
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{what} did not exit within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
 }
 
 /// `distlock leader --json`: the exit status and the object.
@@ -233,10 +191,6 @@ fn a_lost_term_stops_the_command_and_campaigns_again() {
         exit_within(&mut leader, Duration::from_secs(20), "the leader"),
         0
     );
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }
 
 #[test]

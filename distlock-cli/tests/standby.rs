@@ -3,59 +3,21 @@
 //! than the TTL and comes back; the standby takes the lock and runs its
 //! command (before, it exited 69 at its first failed check).
 
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use distlock_cli::exit_code;
 use lock_testbed::{unique_name, RedisServer};
 
-const BIN: &str = env!("CARGO_BIN_EXE_distlock");
+mod support;
+use support::{distlock, exit_within, spawn_quiet, wait_for_file};
 
 /// `distlock run --url URL --ttl 3s EXTRA... NAME -- sh -c SCRIPT`.
 fn run_sh(url: &str, extra: &[&str], name: &str, script: &str) -> Child {
-    let mut cmd = Command::new(BIN);
-    cmd.args(["run", "--url", url, "--ttl", "3s"])
-        .args(extra)
-        .args([name, "--", "sh", "-c", script]);
-    for (var, _) in std::env::vars_os() {
-        if var.to_string_lossy().starts_with("DISTLOCK_") {
-            cmd.env_remove(var);
-        }
-    }
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawning distlock")
-}
-
-/// The exit code of `child` within `limit`; kills it and panics past that.
-fn exit_within(child: &mut Child, limit: Duration, what: &str) -> i32 {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(status) = child.try_wait().expect("waiting for distlock") {
-            return status.code().unwrap_or(-1);
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{what} did not exit within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn wait_for_file(path: &Path, limit: Duration) {
-    let deadline = Instant::now() + limit;
-    while !path.exists() {
-        assert!(
-            Instant::now() < deadline,
-            "{} never appeared",
-            path.display()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut args = vec!["run", "--url", url, "--ttl", "3s"];
+    args.extend(extra);
+    args.extend([name, "--", "sh", "-c", script]);
+    spawn_quiet(distlock(&args))
 }
 
 #[test]

@@ -12,30 +12,13 @@ use std::time::Duration;
 
 use lock_core::{AcquireOptions, DistributedLock, GuardState, LockName, ReadWriteLock};
 use lock_etcd::{EtcdConfig, EtcdLock};
-use lock_testbed::{EtcdCluster, Proxy};
+use lock_testbed::Proxy;
 use tokio::time::{sleep, Instant};
 
 mod support;
-use support::{connect, name, never_lost, start_cluster};
+use support::{cluster_behind_a_proxy, connect, name, never_lost, start_cluster};
 
-/// A 3-member cluster, a proxy in front of its leader, and the endpoints of
-/// a client that talks to the leader through the proxy first (it pins the
-/// leader at connect) and to the two other members directly.
-async fn cluster_behind_a_proxy() -> (EtcdCluster, Proxy, Vec<String>) {
-    let cluster = start_cluster(3).await;
-    let leader = tokio::task::block_in_place(|| cluster.leader()).expect("leader");
-    let eps = cluster.endpoints();
-    let proxy = Proxy::start(eps[leader].parse().unwrap()).expect("proxy");
-    let mut through = vec![proxy.addr().to_string()];
-    through.extend(
-        eps.iter()
-            .enumerate()
-            .filter(|(i, _)| *i != leader)
-            .map(|(_, e)| e.clone()),
-    );
-    (cluster, proxy, through)
-}
-
+/// The request timeout of `support::config`.
 const REQUEST: Duration = Duration::from_secs(1);
 
 const LEASE: Duration = Duration::from_secs(10);
@@ -45,10 +28,7 @@ const LEASE: Duration = Duration::from_secs(10);
 const LATENCY: Duration = Duration::from_millis(1500);
 
 fn config(endpoints: Vec<String>) -> EtcdConfig {
-    EtcdConfig::new(endpoints)
-        .lease_ttl(LEASE)
-        .request_timeout(REQUEST)
-        .connect_timeout(Duration::from_secs(5))
+    support::config(endpoints, LEASE)
 }
 
 fn opts() -> AcquireOptions {

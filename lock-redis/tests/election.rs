@@ -10,27 +10,11 @@ use lock_core::backend::LeaderStream;
 use lock_core::{
     AcquireOptions, CampaignOptions, DistributedLock, LeaderElection, LeaderInfo, LockName,
 };
-use lock_redis::RedisLock;
-use lock_testbed::{Proxy, RedisOptions, RedisServer};
+use lock_testbed::RedisOptions;
 use tokio::time::{sleep, timeout};
 
 mod support;
-use support::{blocking, client, cmd, name, start_server, SLACK};
-
-/// A server, a proxy in front of it, a client behind the proxy and one
-/// straight to the server.
-async fn setup() -> (RedisServer, Proxy, RedisLock, RedisLock) {
-    let server = start_server(RedisOptions::default()).await;
-    let proxy = blocking({
-        let addr = server.addr();
-        move || Proxy::start(addr)
-    })
-    .await
-    .expect("proxy");
-    let behind = client(&proxy.redis_url()).await;
-    let direct = client(&server.url()).await;
-    (server, proxy, behind, direct)
-}
+use support::{client, cmd, name, server_behind_proxy, start_server, SLACK};
 
 fn campaign(ttl: Duration) -> CampaignOptions {
     CampaignOptions::new()
@@ -81,7 +65,7 @@ async fn renewals_are_not_reported_as_changes() {
 /// only the follower's timer can tell.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_expiry_nobody_announces_is_seen_at_the_ttl() {
-    let (_server, proxy, behind, direct) = setup().await;
+    let (_server, proxy, behind, direct) = server_behind_proxy().await;
     let n = name("elect-silent-expiry");
     let ttl = Duration::from_secs(1);
     let mut seen = direct.observe(&n).await.unwrap();
@@ -105,7 +89,7 @@ async fn an_expiry_nobody_announces_is_seen_at_the_ttl() {
 /// is told each change once, in order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn late_copies_of_announcements_are_dropped() {
-    let (_server, proxy, behind, direct) = setup().await;
+    let (_server, proxy, behind, direct) = server_behind_proxy().await;
     let n = name("elect-replayed");
     let mut seen = behind.observe(&n).await.unwrap();
     assert_eq!(told(&mut seen, SLACK).await, None);
@@ -132,7 +116,7 @@ async fn late_copies_of_announcements_are_dropped() {
 /// told the current value once its subscription is back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_cut_off_is_told_the_current_state_when_back() {
-    let (_server, proxy, behind, direct) = setup().await;
+    let (_server, proxy, behind, direct) = server_behind_proxy().await;
     let n = name("elect-cut-follower");
     let term = direct
         .campaign(&n, "before", &campaign(Duration::from_secs(10)))

@@ -9,24 +9,16 @@ use std::time::Duration;
 
 use lock_core::{CampaignOptions, LeaderElection, LockErrorKind};
 use lock_redis::RedisLock;
-use lock_testbed::{Proxy, RedisOptions, RedisServer};
+use lock_testbed::{Proxy, RedisServer};
 use tokio::time::{sleep, Instant};
 
 mod support;
-use support::{blocking, client, name, start_server, SLACK};
+use support::{name, server_behind_proxy, SLACK};
 
 /// A server, a proxy in front of it, a client behind the proxy and one
 /// straight to the server.
 async fn setup() -> (RedisServer, Proxy, RedisLock, RedisLock) {
-    let server = start_server(RedisOptions::default()).await;
-    let proxy = blocking({
-        let addr = server.addr();
-        move || Proxy::start(addr)
-    })
-    .await
-    .expect("proxy");
-    let behind = client(&proxy.redis_url()).await;
-    let direct = client(&server.url()).await;
+    let (server, proxy, behind, direct) = server_behind_proxy().await;
     // Every election script once, so that the server knows them: a first
     // EVALSHA is answered NOSCRIPT, and one whose reply is held back would
     // never run (the load and the second try come after the timeout).

@@ -15,8 +15,8 @@ use tokio::time::{sleep, timeout, Instant};
 
 mod support;
 use support::{
-    blocking, client, cmd, config, counter, key_exists, name, opts, start_server, take_tokens,
-    REQUEST_TIMEOUT, SLACK,
+    blocking, client, cmd, config, counter, key_exists, name, opts, proxy_to, start_server,
+    take_tokens, REQUEST_TIMEOUT, SLACK,
 };
 
 async fn kill_and_restart(mut server: RedisServer) -> RedisServer {
@@ -237,12 +237,7 @@ async fn aof_keeps_lock_and_tokens_across_restart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unanswered_acquire_leaves_no_phantom_lock() {
     let server = start_server(RedisOptions::default()).await;
-    let proxy = blocking({
-        let addr = server.addr();
-        move || Proxy::start(addr)
-    })
-    .await
-    .expect("proxy");
+    let proxy = proxy_to(&server).await;
     let slow = client(&proxy.redis_url()).await;
     let direct = client(&server.url()).await;
     let long = opts(Duration::from_secs(30));
@@ -302,12 +297,7 @@ async fn unanswered_acquire_leaves_no_phantom_lock() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiter_survives_connection_reset() {
     let server = start_server(RedisOptions::default()).await;
-    let proxy = blocking({
-        let addr = server.addr();
-        move || Proxy::start(addr)
-    })
-    .await
-    .expect("proxy");
+    let proxy = proxy_to(&server).await;
     let (direct, behind) = (
         client(&server.url()).await,
         client(&proxy.redis_url()).await,
@@ -344,12 +334,7 @@ async fn waiter_survives_connection_reset() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connect_failures_are_classified_and_bounded() {
     let server = start_server(RedisOptions::default()).await;
-    let proxy = blocking({
-        let addr = server.addr();
-        move || Proxy::start(addr)
-    })
-    .await
-    .expect("proxy");
+    let proxy = proxy_to(&server).await;
     proxy.blackhole();
     let limit = Duration::from_millis(300);
     let t = Instant::now();

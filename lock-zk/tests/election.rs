@@ -20,7 +20,9 @@ use tokio::time::{sleep, timeout, Instant};
 use zookeeper_client as zk;
 
 mod support;
-use support::{admin, children, ephemeral_sequential, granted_once_deleted, interop, server};
+use support::{
+    admin, children, ephemeral_sequential, granted_once_deleted, interop, server, Interop,
+};
 
 /// Curator's `StandardLockInternalsDriver.fixForSorting(name, "latch-")`:
 /// the text after the last `latch-`, or the whole name.
@@ -56,6 +58,20 @@ async fn curator_latch(admin: &zk::Client, dir: &str, id: &str) -> (String, i64)
     (format!("{prefix}{seq}"), stat.czxid)
 }
 
+/// Curator's `getLeader` and ours both name the foreign node `theirs`
+/// (published "them") as the leader.
+async fn they_lead(t: &Interop, theirs: &str) {
+    let (first, id) = curator_leader(&t.admin, &t.dir).await.unwrap();
+    assert_eq!(
+        (format!("{}/{first}", t.dir), id.as_str()),
+        (theirs.to_string(), "them")
+    );
+    assert_eq!(
+        t.locks.leader(&t.lock).await.unwrap().unwrap().value,
+        "them"
+    );
+}
+
 fn opts() -> CampaignOptions {
     CampaignOptions::new()
         .ttl(Duration::from_secs(4))
@@ -84,15 +100,7 @@ async fn a_curator_leader_first_then_ours() {
     sleep(Duration::from_millis(300)).await;
     let line = children(&t.admin, &t.dir).await;
     assert_eq!(line.len(), 2, "{line:?}");
-    let (first, id) = curator_leader(&t.admin, &t.dir).await.unwrap();
-    assert_eq!(
-        (format!("{}/{first}", t.dir), id.as_str()),
-        (theirs.clone(), "them")
-    );
-    assert_eq!(
-        t.locks.leader(&t.lock).await.unwrap().unwrap().value,
-        "them"
-    );
+    they_lead(&t, &theirs).await;
 
     let term = granted_once_deleted(&t.admin, &theirs, waiting).await;
     let now = t.locks.leader(&t.lock).await.unwrap().expect("our term");
@@ -134,15 +142,7 @@ async fn ours_first_then_a_curator_participant() {
     assert!(term.is_leader());
     assert!(term.resign().await.unwrap());
     // The resignation took the marker away: their node leads.
-    let (first, id) = curator_leader(&t.admin, &t.dir).await.unwrap();
-    assert_eq!(
-        (format!("{}/{first}", t.dir), id.as_str()),
-        (theirs.clone(), "them")
-    );
-    assert_eq!(
-        t.locks.leader(&t.lock).await.unwrap().unwrap().value,
-        "them"
-    );
+    they_lead(&t, &theirs).await;
     t.admin.delete(&theirs, None).await.unwrap();
     assert_eq!(t.locks.leader(&t.lock).await.unwrap(), None);
 }

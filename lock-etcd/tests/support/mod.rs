@@ -10,7 +10,7 @@ use std::time::Duration;
 use etcd_client::{GetOptions, SortOrder, SortTarget};
 use lock_core::{GuardState, LockGuard, LockName};
 use lock_etcd::{EtcdConfig, EtcdLock};
-use lock_testbed::{unique_name, EtcdCluster};
+use lock_testbed::{unique_name, EtcdCluster, Proxy};
 use tokio::time::{sleep, Instant};
 
 pub fn name(prefix: &str) -> LockName {
@@ -81,4 +81,22 @@ pub fn never_lost(guard: &LockGuard) -> (Arc<Mutex<Vec<GuardState>>>, tokio::tas
         }
     });
     (seen, task)
+}
+
+/// A 3-member cluster, a proxy in front of its leader, and the endpoints of
+/// a client that talks to the leader through the proxy first (it pins the
+/// leader at connect) and to the two other members directly.
+pub async fn cluster_behind_a_proxy() -> (EtcdCluster, Proxy, Vec<String>) {
+    let cluster = start_cluster(3).await;
+    let leader = tokio::task::block_in_place(|| cluster.leader()).expect("leader");
+    let eps = cluster.endpoints();
+    let proxy = Proxy::start(eps[leader].parse().unwrap()).expect("proxy");
+    let mut through = vec![proxy.addr().to_string()];
+    through.extend(
+        eps.iter()
+            .enumerate()
+            .filter(|(i, _)| *i != leader)
+            .map(|(_, e)| e.clone()),
+    );
+    (cluster, proxy, through)
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use lock_core::{AcquireOptions, DistributedLock, LockName};
 use lock_redis::{RedisLock, RedisLockConfig};
-use lock_testbed::{unique_name, RedisOptions, RedisServer, RespValue};
+use lock_testbed::{unique_name, Proxy, RedisOptions, RedisServer, RespValue};
 
 /// The request timeout of the clients in these tests.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_millis(200);
@@ -92,4 +92,20 @@ pub async fn take_tokens(client: &RedisLock, lock: &LockName, n: usize) -> u64 {
         assert!(g.release().await.unwrap());
     }
     last
+}
+
+/// A proxy in front of `server` (started off the async workers).
+pub async fn proxy_to(server: &RedisServer) -> Proxy {
+    let addr = server.addr();
+    blocking(move || Proxy::start(addr)).await.expect("proxy")
+}
+
+/// A server, a proxy in front of it, a client behind the proxy and one
+/// straight to the server.
+pub async fn server_behind_proxy() -> (RedisServer, Proxy, RedisLock, RedisLock) {
+    let server = start_server(RedisOptions::default()).await;
+    let proxy = proxy_to(&server).await;
+    let behind = client(&proxy.redis_url()).await;
+    let direct = client(&server.url()).await;
+    (server, proxy, behind, direct)
 }
