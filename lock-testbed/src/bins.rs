@@ -40,6 +40,13 @@ pub(crate) const PYTHON: Tool = Tool {
     env: "DISTLOCK_PYTHON",
     package: "python3-kazoo",
 };
+/// The JDK's compiler: its presence says the JDK's source launcher (which
+/// runs the Curator participant's `.java` file) is there too.
+pub(crate) const JAVAC: Tool = Tool {
+    default: "javac",
+    env: "DISTLOCK_JAVAC",
+    package: "default-jdk-headless",
+};
 pub(crate) const JAVA: Tool = Tool {
     default: "java",
     env: "DISTLOCK_JAVA",
@@ -151,6 +158,36 @@ const NETTY_JARS: &[&str] = &[
     "netty-resolver",
     "netty-transport",
     "netty-transport-native-unix-common",
+];
+
+/// The jars a Curator participant needs (Debian's `libcurator-recipes-java`
+/// and what it depends on), as a class path.
+pub(crate) fn curator_classpath() -> Result<String, TestbedError> {
+    let jars: Vec<String> = CURATOR_JARS
+        .iter()
+        .map(|j| format!("/usr/share/java/{j}.jar"))
+        .collect();
+    if let Some(missing) = jars.iter().find(|j| !Path::new(j).exists()) {
+        return Err(TestbedError::NotInstalled {
+            what: format!("the Curator jar {missing}"),
+            looked_at: missing.clone(),
+            package: "libcurator-recipes-java",
+            env: "(none)",
+        });
+    }
+    Ok(jars.join(":"))
+}
+
+/// The jars of [`curator_classpath`].
+const CURATOR_JARS: &[&str] = &[
+    "curator-recipes",
+    "curator-framework",
+    "curator-client",
+    "zookeeper",
+    "zookeeper-jute",
+    "guava",
+    "slf4j-api",
+    "slf4j-nop",
 ];
 
 pub(crate) fn zk_classpath() -> Result<String, TestbedError> {

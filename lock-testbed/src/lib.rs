@@ -97,6 +97,7 @@
 
 mod bins;
 mod cluster;
+mod curator;
 mod error;
 mod etcd;
 mod fixture;
@@ -116,6 +117,7 @@ mod util;
 mod zk;
 
 pub use cluster::Cluster;
+pub use curator::CuratorLatch;
 pub use error::TestbedError;
 pub use etcd::{etcd_metrics, EtcdCluster};
 pub use fixture::{Kind, StartOptions, Started};

@@ -14,7 +14,7 @@ use futures::StreamExt;
 use lock_core::{
     AcquireOptions, CampaignOptions, DistributedLock, FencingToken, LeaderElection, LockName,
 };
-use lock_testbed::Proxy;
+use lock_testbed::{CuratorLatch, Proxy};
 use lock_zk::{ZkConfig, ZkLock};
 use tokio::time::{sleep, timeout, Instant};
 use zookeeper_client as zk;
@@ -301,4 +301,83 @@ async fn a_follower_cut_off_gets_a_retryable_error_and_the_end() {
         matches!(end, Ok(None)),
         "the stream went on after its error"
     );
+}
+
+/// How long the real Curator participant may take for a step on a busy
+/// machine (its JVM is another process).
+const CURATOR_STEP: Duration = Duration::from_secs(30);
+
+/// A real Curator 5.4 `LeaderLatch` participant (another process) leads
+/// first: our `leader` shows its id, our campaign waits behind it, and once
+/// it closes its latch we lead and Curator's `getLeader` names our value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_curator_leads_first_then_ours() {
+    let t = interop("curator-first").await;
+    let mut curator = blocking_curator(&t, "them").await;
+    tokio::task::block_in_place(|| curator.wait_until_leader(CURATOR_STEP))
+        .expect("Curator leads an empty election");
+    let led = t.locks.leader(&t.lock).await.unwrap().expect("a leader");
+    assert_eq!(led.value, "them");
+
+    let waiting = {
+        let (locks, lock) = (t.locks.clone(), t.lock.clone());
+        tokio::spawn(async move { locks.campaign(&lock, "us", &opts()).await })
+    };
+    sleep(Duration::from_millis(500)).await;
+    assert!(!waiting.is_finished(), "we led beside Curator's leader");
+    assert_eq!(
+        tokio::task::block_in_place(|| curator.leader(CURATOR_STEP)).unwrap(),
+        "them"
+    );
+    tokio::task::block_in_place(|| curator.close(CURATOR_STEP)).expect("closing Curator's latch");
+    let term = timeout(CURATOR_STEP, waiting)
+        .await
+        .expect("we did not lead after Curator closed its latch")
+        .unwrap()
+        .unwrap();
+    assert!(term.is_leader());
+    let (_, id) = curator_leader(&t.admin, &t.dir).await.expect("a leader");
+    assert_eq!(id, "us");
+    assert!(term.resign().await.unwrap());
+}
+
+/// We lead first: a real Curator `LeaderLatch` participant started after us
+/// does not lead, its `getLeader` names our value (also after a proclaim),
+/// and it leads once we resign.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ours_leads_first_then_the_real_curator() {
+    let t = interop("curator-second").await;
+    let term = t.locks.campaign(&t.lock, "us", &opts()).await.unwrap();
+    let mut curator = blocking_curator(&t, "them").await;
+    assert_eq!(
+        tokio::task::block_in_place(|| curator.leader(CURATOR_STEP)).unwrap(),
+        "us"
+    );
+    term.proclaim("us, moved").await.unwrap();
+    assert_eq!(
+        tokio::task::block_in_place(|| curator.leader(CURATOR_STEP)).unwrap(),
+        "us, moved"
+    );
+    assert!(
+        !tokio::task::block_in_place(|| curator.says_leader()),
+        "Curator led beside our leader"
+    );
+    assert!(term.resign().await.unwrap());
+    tokio::task::block_in_place(|| curator.wait_until_leader(CURATOR_STEP))
+        .expect("Curator did not lead after our resignation");
+    let led = t.locks.leader(&t.lock).await.unwrap().expect("a leader");
+    assert_eq!(led.value, "them");
+    drop(curator);
+}
+
+/// A Curator participant on the election's znode, with a session timeout
+/// of 4 s (as our client's).
+async fn blocking_curator(t: &Interop, id: &str) -> CuratorLatch {
+    let (connect, dir, id) = (t.connect.clone(), t.dir.clone(), id.to_string());
+    tokio::task::spawn_blocking(move || {
+        CuratorLatch::start(&connect, &dir, &id, Duration::from_secs(4))
+    })
+    .await
+    .unwrap()
+    .expect("starting Curator's LeaderLatch (needs libcurator-recipes-java and a JDK)")
 }

@@ -100,6 +100,16 @@ const REQUIREMENTS: &[Requirement] = &[
         needed_by: "the ZooKeeper tests (Java runtime)",
     },
     Requirement {
+        package: "libcurator-recipes-java",
+        file: "/usr/share/java/curator-recipes.jar",
+        needed_by: "the Curator LeaderLatch interop tests (Curator 5.4)",
+    },
+    Requirement {
+        package: "default-jdk-headless",
+        file: "/usr/bin/javac",
+        needed_by: "the Curator LeaderLatch interop tests (the JDK's source launcher runs the participant)",
+    },
+    Requirement {
         package: "postgresql",
         file: "/usr/lib/postgresql/15/bin/postgres",
         needed_by: "the lock-fence and storage safety tests (PostgreSQL 15 server, initdb, psql, the system user postgres)",

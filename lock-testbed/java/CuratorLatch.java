@@ -1,0 +1,52 @@
+// A participant of Apache Curator's LeaderLatch, driven line by line on
+// stdin for lock-testbed (CuratorLatch in src/curator.rs):
+//   args: CONNECT_STRING LATCH_PATH ID SESSION_TIMEOUT_MS
+//   prints: "started", then "leader" / "not-leader" as its leadership changes
+//   reads:  "leader?" -> prints "leader-is <id of the leader>"
+//           "close"   -> closes the latch (deletes its node), prints "closed"
+//           "quit" or end of input -> closes the client and exits
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
+import org.apache.curator.framework.CuratorFramework;
+import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.recipes.leader.LeaderLatch;
+import org.apache.curator.framework.recipes.leader.LeaderLatchListener;
+import org.apache.curator.retry.RetryNTimes;
+
+public class CuratorLatch {
+    static synchronized void say(String line) {
+        System.out.println(line);
+        System.out.flush();
+    }
+
+    public static void main(String[] args) throws Exception {
+        CuratorFramework client = CuratorFrameworkFactory.builder()
+                .connectString(args[0])
+                .sessionTimeoutMs(Integer.parseInt(args[3]))
+                .connectionTimeoutMs(10000)
+                .retryPolicy(new RetryNTimes(10, 200))
+                .build();
+        client.start();
+        client.blockUntilConnected();
+        LeaderLatch latch = new LeaderLatch(client, args[1], args[2]);
+        latch.addListener(new LeaderLatchListener() {
+            public void isLeader() { say("leader"); }
+            public void notLeader() { say("not-leader"); }
+        });
+        latch.start();
+        say("started");
+        BufferedReader in = new BufferedReader(new InputStreamReader(System.in));
+        String line;
+        while ((line = in.readLine()) != null) {
+            if (line.equals("leader?")) {
+                say("leader-is " + latch.getLeader().getId());
+            } else if (line.equals("close")) {
+                latch.close();
+                say("closed");
+            } else if (line.equals("quit")) {
+                break;
+            }
+        }
+        client.close();
+    }
+}
