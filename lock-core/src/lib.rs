@@ -65,6 +65,7 @@ mod name;
 mod named;
 mod options;
 mod resume;
+mod section;
 mod state;
 mod status;
 mod tls;

@@ -22,6 +22,7 @@ use crate::multi::MultiGuard;
 use crate::name::LockName;
 use crate::named::{IntoLockName, NamedLock};
 use crate::options::AcquireOptions;
+use crate::section::run_section;
 use crate::status::{ForceReleased, LockStatus};
 
 /// A distributed lock service: one client of one backend, shared by any number
@@ -311,32 +312,6 @@ impl<B: LockBackend> Semaphore for B {
             opts,
             grant(self, name, opts, LockMode::Permit { permits }, true).await,
         )
-    }
-}
-
-/// Runs `section` while `guard` holds, then releases it; stops the section
-/// (drops its future) as soon as the lock is lost.
-pub(crate) async fn run_section<F, Fut, T>(guard: LockGuard, section: F) -> Result<T>
-where
-    F: FnOnce(GuardView) -> Fut + Send,
-    Fut: Future<Output = T> + Send,
-    T: Send,
-{
-    let name = guard.name().clone();
-    let lost = guard.lost();
-    let section = section(guard.view());
-    tokio::select! {
-        biased;
-        cause = lost => {
-            drop(guard);
-            Err(LockError::new(LockErrorKind::Lost, format!("lock {name} lost during the critical section: {cause}")))
-        }
-        out = section => {
-            if let Err(err) = guard.release().await {
-                tracing::warn!(name = %name, error = %err, "distlock: release after the critical section failed; the lock expires with its TTL");
-            }
-            Ok(out)
-        }
     }
 }
 

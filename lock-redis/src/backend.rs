@@ -6,8 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::backend::{
-    add_saturating, validity, CleanupOnDrop, LeaderStream, Lease, LeaseHandle, LeaseRequest,
-    LockBackend, Renewal,
+    add_saturating, validity, CleanupOnDrop, LeaderStream, Lease, LeaseRequest, LockBackend,
 };
 use lock_core::{
     Capabilities, Fencing, FencingToken, ForceReleased, LeaderInfo, LockError, LockErrorKind,
@@ -15,13 +14,14 @@ use lock_core::{
 };
 use tokio::time::Instant;
 
-use crate::client::{AcquireReply, Client};
+use crate::client::{AcquireReply, Client, Inner};
 use crate::config::RedisLockConfig;
 use crate::kit::call::ttl_millis;
 use crate::kit::layout::LeaderKeys;
 use crate::kit::layout::{owner_token, Keys};
 use crate::kit::notify::{Notifier, NotifyNode, Subscription, Timeouts};
 use crate::kit::place::PlaceLife;
+use crate::lease::RedisLease;
 use crate::primitive::{self, Intent, Primitive};
 use crate::queue::{recheck_delay, wait_in_queue, Line};
 
@@ -38,11 +38,6 @@ const CLEANUP_MAX_DELAY: Duration = Duration::from_secs(1);
 #[derive(Clone)]
 pub struct RedisLock {
     pub(crate) inner: Arc<Inner>,
-}
-
-pub(crate) struct Inner {
-    pub(crate) client: Arc<Client>,
-    pub(crate) notifier: Notifier,
 }
 
 impl fmt::Debug for RedisLock {
@@ -447,79 +442,4 @@ impl LockBackend for RedisLock {
 /// What an operator sees of an owner token: its first 8 digits.
 pub(crate) fn owner_hint(token: &str) -> String {
     format!("{}…", token.get(..8).unwrap_or(token))
-}
-
-/// A granted lease: the primitive, the owner token and the lock key, with
-/// the shared connection. Only the lock key is kept (a guard lives long and
-/// there may be many): the other keys derive from it when a release or a
-/// downgrade needs them.
-pub(crate) struct RedisLease {
-    pub(crate) client: Arc<Client>,
-    pub(crate) primitive: Primitive,
-    pub(crate) lock: Box<str>,
-    pub(crate) token: Box<str>,
-}
-
-impl RedisLease {
-    fn keys(&self) -> Keys {
-        Keys::of_lock(&self.lock)
-    }
-}
-
-#[async_trait]
-impl LeaseHandle for RedisLease {
-    async fn renew(&self, ttl: Duration) -> Result<Renewal> {
-        // Batched with this client's other renewals; valid from before
-        // the request that carried it was sent.
-        match self
-            .primitive
-            .renew(&self.client, &self.lock, &self.token, ttl)
-            .await?
-        {
-            Some(sent) => Ok(Renewal::Renewed {
-                valid_until: validity(sent, ttl),
-            }),
-            None => Ok(Renewal::Gone),
-        }
-    }
-
-    async fn release(&self) -> Result<bool> {
-        self.primitive
-            .release(&self.client, &self.keys(), &self.token)
-            .await
-    }
-
-    /// In place: the holder's entry turns from `w` to `r` in one script, so
-    /// the name is never without our lease, and the writers already waiting
-    /// keep waiting (they still need every reader gone, and new readers
-    /// still queue behind them).
-    async fn downgrade(&self, ttl: Duration) -> Result<Lease> {
-        if self.primitive != Primitive::Write {
-            return Err(LockError::invalid(
-                "only a write lease of a read-write lock can be downgraded",
-            ));
-        }
-        let start = Instant::now();
-        let keys = self.keys();
-        match primitive::downgrade(&self.client, &keys, &self.token, ttl_millis(ttl)).await? {
-            Some(fence) => {
-                let handle = RedisLease {
-                    client: self.client.clone(),
-                    primitive: Primitive::Read,
-                    lock: self.lock.clone(),
-                    token: self.token.clone(),
-                };
-                Ok(Lease::new(Box::new(handle), validity(start, ttl))
-                    .with_token(Some(FencingToken::new(fence)))
-                    .with_key(keys.rw()))
-            }
-            None => Err(LockError::new(
-                LockErrorKind::Lost,
-                format!(
-                    "redis: the write lease on {} expired before the downgrade",
-                    keys.rw()
-                ),
-            )),
-        }
-    }
 }

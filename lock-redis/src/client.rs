@@ -16,6 +16,7 @@ use crate::config::RedisLockConfig;
 use crate::kit::call::ScriptCall;
 use crate::kit::layout::{Keys, HOLDER};
 use crate::kit::list::{Listed, LIST_PAGE};
+use crate::kit::notify::Notifier;
 use crate::kit::renew::{BatchSender, Batcher, KeyOutcome, RenewItem, Renewed, RENEW_BATCH};
 use crate::kit::scripts::{Scripts, ACQUIRE_FENCED, RELEASE_QUEUED};
 
@@ -66,6 +67,13 @@ pub(crate) fn map_error(what: &str, failure: Failure) -> LockError {
         _ => "",
     };
     LockError::new(kind, format!("{what}: {}{hint}", err.category())).with_source(err)
+}
+
+/// What every handle of one `RedisLock` shares: the client and its
+/// notifier (the pub/sub connection that wakes waiters and followers).
+pub(crate) struct Inner {
+    pub(crate) client: Arc<Client>,
+    pub(crate) notifier: Notifier,
 }
 
 /// The connection and the scripts, shared by a client, its clones and its guards.

@@ -7,6 +7,7 @@ mod client;
 mod config;
 mod election;
 pub mod kit;
+mod lease;
 mod primitive;
 mod queue;
 

@@ -9,13 +9,13 @@ use lock_core::backend::{add_saturating, validity, CleanupOnDrop, Lease, LeaseRe
 use lock_core::{FencingToken, LockErrorKind, Result};
 use tokio::time::Instant;
 
-use crate::backend::RedisLease;
 use crate::client::{AcquireReply, Client};
 use crate::election::{self, LeaderLease};
 use crate::kit::call::ttl_millis;
 use crate::kit::layout::{owner_token, Keys, LeaderKeys};
 use crate::kit::notify::{Notifier, Wake};
 use crate::kit::place::PlaceLife;
+use crate::lease::RedisLease;
 use crate::primitive::Primitive;
 
 /// What a queued waiter waits for.

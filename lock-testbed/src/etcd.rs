@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 
 use crate::bins;
 use crate::cluster::Cluster;
-use crate::fixture::Kind;
 use crate::http;
 use crate::member::{member_index, member_index_mut, Member};
 use crate::process::{ManagedChild, ManagedDir};
@@ -592,9 +591,12 @@ pub(crate) fn resolve_all(
         .collect()
 }
 
+/// The URL scheme of an etcd client.
+pub(crate) const SCHEME: &str = "etcd";
+
 impl Cluster for EtcdCluster {
     fn scheme(&self) -> &'static str {
-        Kind::Etcd.scheme()
+        SCHEME
     }
     fn addrs(&self) -> Vec<SocketAddr> {
         EtcdCluster::addrs(self)

@@ -63,10 +63,10 @@ impl Kind {
     /// `etcd`, `zk`); also what [`Cluster::scheme`] says of its servers.
     pub fn scheme(self) -> &'static str {
         match self {
-            Kind::Redis => "redis",
-            Kind::Redlock => "redlock",
-            Kind::Etcd => "etcd",
-            Kind::Zk => "zk",
+            Kind::Redis => crate::redis::SCHEME,
+            Kind::Redlock => crate::redis::REDLOCK_SCHEME,
+            Kind::Etcd => crate::etcd::SCHEME,
+            Kind::Zk => crate::zk::SCHEME,
         }
     }
 

@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 
 use crate::bins;
 use crate::cluster::Cluster;
-use crate::fixture::Kind;
 use crate::member::{member_index, only_member};
 use crate::process::{log_says_addr_in_use, log_tail, ManagedChild, ManagedDir};
 use crate::resp::{resp_command, RespValue};
@@ -592,9 +591,14 @@ fn command_calls(addr: SocketAddr, info: &RespValue, command: &str) -> Result<u6
         .unwrap_or(0))
 }
 
+/// The URL scheme of a client of one Redis server.
+pub(crate) const SCHEME: &str = "redis";
+/// The URL scheme of a Redlock client of a [`RedisSet`].
+pub(crate) const REDLOCK_SCHEME: &str = "redlock";
+
 impl Cluster for RedisServer {
     fn scheme(&self) -> &'static str {
-        Kind::Redis.scheme()
+        SCHEME
     }
     fn addrs(&self) -> Vec<SocketAddr> {
         vec![self.addr()]
@@ -618,7 +622,7 @@ impl Cluster for RedisServer {
 
 impl Cluster for RedisSet {
     fn scheme(&self) -> &'static str {
-        Kind::Redlock.scheme()
+        REDLOCK_SCHEME
     }
     fn addrs(&self) -> Vec<SocketAddr> {
         RedisSet::addrs(self)

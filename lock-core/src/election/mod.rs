@@ -20,10 +20,10 @@ use crate::backend::{LeaderStream, LockBackend};
 use crate::capabilities::Capabilities;
 use crate::error::{LockError, LockErrorKind, Result};
 use crate::guard::GuardView;
-use crate::lock::run_section;
 use crate::mode::LockMode;
 use crate::name::LockName;
 use crate::options::{AcquireOptions, KeepAlive, MAX_TTL};
+use crate::section::run_section;
 
 pub(crate) mod info;
 mod leadership;

@@ -20,7 +20,7 @@ use tokio::sync::{broadcast, mpsc};
 use tokio::time::Instant;
 
 use super::{info, read, Read};
-use crate::backend::Inner;
+use crate::client::Inner;
 use crate::kit::layout::LeaderKeys;
 use crate::kit::notify::{Subscription, Wake};
 

@@ -14,7 +14,6 @@ use wire::{mode_of, put_buf, put_str, read_buf, ZkCallError, ZkSession, REQUEST_
 use crate::bins;
 use crate::cluster::Cluster;
 use crate::etcd::resolve_all;
-use crate::fixture::Kind;
 use crate::member::{member_index, member_index_mut, Member};
 use crate::process::{ManagedChild, ManagedDir};
 use crate::tls::TlsFiles;
@@ -627,9 +626,12 @@ impl ZkEnsemble {
     }
 }
 
+/// The URL scheme of a ZooKeeper client.
+pub(crate) const SCHEME: &str = "zk";
+
 impl Cluster for ZkEnsemble {
     fn scheme(&self) -> &'static str {
-        Kind::Zk.scheme()
+        SCHEME
     }
     fn addrs(&self) -> Vec<SocketAddr> {
         ZkEnsemble::addrs(self)
