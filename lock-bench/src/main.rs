@@ -17,7 +17,11 @@
 //!   lock recipe;
 //! - keep-alive cost: server operations per second, client requests and
 //!   client memory per guard (live heap, counted by the global allocator)
-//!   with many guards held (TTL 3 s, renewed every 1 s).
+//!   with many guards held (TTL 3 s, renewed every 1 s);
+//! - failover of an election (Redis, etcd, ZooKeeper, and etcd's Election
+//!   RPC on the same cluster): the leader's connections cut as if its
+//!   process died, to the next candidate leading (p50/p99/max against the
+//!   TTL that bounds it below).
 //!
 //! Output: Markdown on stdout, JSON (`target/lock-bench/results.json`), an SVG
 //! of latency percentiles (`target/lock-bench/latency.svg`), a progress bar on
@@ -29,6 +33,7 @@
 
 mod backend;
 mod backends;
+mod elections;
 mod heap;
 mod load;
 mod peers;

@@ -1,9 +1,11 @@
 //! The results, the targets, and the Markdown report. What was measured for
 //! one backend, and what failed, is in `backend.rs`; each section of tables
-//! in a file of its own (`uncontended.rs`, `contention.rs`, `keep_alive.rs`).
+//! in a file of its own (`uncontended.rs`, `contention.rs`, `keep_alive.rs`,
+//! `failover.rs`).
 
 mod backend;
 mod contention;
+mod failover;
 mod format;
 mod keep_alive;
 mod uncontended;
@@ -15,6 +17,7 @@ use serde::Serialize;
 use crate::backend::Backend;
 use crate::workload::Uncontended;
 pub use backend::{BackendReport, KeepAliveReport, ReadHeavyReport, SubjectReport};
+pub use failover::FailoverReport;
 use format::one_line;
 pub use format::{fmt_ms, fmt_rate};
 
@@ -64,6 +67,8 @@ pub struct Report {
     pub profile: Vec<(String, String)>,
     /// Per backend.
     pub backends: Vec<BackendReport>,
+    /// The failover runs, one per election.
+    pub failover: Vec<FailoverReport>,
     /// The targets.
     pub targets: Vec<Target>,
     /// Every failure, one line each.
@@ -112,6 +117,7 @@ impl Report {
         self.contended_table(&mut m);
         self.read_heavy_table(&mut m);
         self.keep_alive_table(&mut m);
+        self.failover_table(&mut m);
         self.targets_table(&mut m);
         self.failures_list(&mut m);
         m

@@ -2,6 +2,7 @@
 //! protocol and peer, evaluate the targets.
 
 mod backend;
+mod failover;
 mod groups;
 mod profile;
 mod subjects;
@@ -15,6 +16,7 @@ use crate::report::Report;
 use crate::servers::Servers;
 use crate::Args;
 use backend::measure_backend;
+use failover::{measure_failovers, plans as failover_plans};
 use groups::{groups, Group};
 pub use profile::{Profile, LEVELS};
 use subjects::loaded_subjects;
@@ -44,17 +46,27 @@ pub async fn run(args: &Args) -> (Report, Servers) {
     let server_start_s = started.elapsed().as_secs_f64();
 
     let groups = groups(args, &profile, &servers);
-    bar.set_length(total_steps(&groups, &profile));
+    let failovers = failover_plans(&args.backends, &profile, &servers);
+    let failover_steps =
+        failovers.iter().filter(|p| p.runs()).count() as u64 * u64::from(profile.failover_rounds);
+    bar.set_length(total_steps(&groups, &profile) + failover_steps);
     bar.inc(1);
 
     let mut backends = Vec::new();
     for g in groups {
         backends.push(measure_backend(g, &profile, &run_id, &bar).await);
     }
+    let failover_started = Instant::now();
+    let failover = measure_failovers(failovers, &profile, &run_id, &bar).await;
+    let failover_s = failover_started.elapsed().as_secs_f64();
     bar.finish_and_clear();
 
     let targets = crate::targets::evaluate(&backends, &args.memory_baseline);
-    let failures = backends.iter().flat_map(|b| b.failures()).collect();
+    let failures = backends
+        .iter()
+        .flat_map(|b| b.failures())
+        .chain(failover.iter().filter_map(|f| f.failure()))
+        .collect();
     let report = Report {
         mode: if args.quick {
             "quick".into()
@@ -64,9 +76,11 @@ pub async fn run(args: &Args) -> (Report, Servers) {
         profile: {
             let mut p = profile.describe(args.quick);
             p.push(("server data dirs".into(), args.data_dir_description()));
+            p.push(("failover phase took".into(), format!("{failover_s:.1} s")));
             p
         },
         backends,
+        failover,
         targets,
         failures,
         total_s: started.elapsed().as_secs_f64(),

@@ -55,7 +55,20 @@ pub struct Profile {
     /// Busy processes running while ours and the raw protocol are measured
     /// again (`--load`; 0: no second pass).
     pub load: usize,
+    /// Rounds (leader kills) per election of the failover runs.
+    pub failover_rounds: u32,
+    /// How long the next candidate campaigns before the leader is killed.
+    pub failover_settle: Duration,
+    /// Bound on one campaign of the failover runs.
+    pub failover_wait: Duration,
 }
+
+/// The term's lease of the failover runs on Redis.
+pub const FAILOVER_TTL_REDIS: Duration = Duration::from_secs(1);
+/// The session lease of the failover runs on etcd (the shortest etcd grants).
+pub const FAILOVER_TTL_ETCD: Duration = Duration::from_secs(2);
+/// The session of the failover runs on ZooKeeper.
+pub const FAILOVER_TTL_ZK: Duration = Duration::from_secs(2);
 
 /// The numbers of tasks the uncontended runs measure.
 pub const LEVELS: [usize; 3] = [1, 8, 64];
@@ -85,6 +98,9 @@ impl Profile {
             rh_hold: Duration::from_millis(2),
             rh_duration: Duration::from_millis(500),
             load: 0,
+            failover_rounds: 3,
+            failover_settle: Duration::from_millis(300),
+            failover_wait: Duration::from_secs(30),
         }
     }
 
@@ -99,7 +115,21 @@ impl Profile {
             ka_idle: Duration::from_secs(3),
             ka_window: Duration::from_secs(5),
             rh_duration: Duration::from_secs(5),
+            failover_rounds: 30,
             ..Self::quick()
+        }
+    }
+
+    /// The TTL of the failover runs on `backend` (the term's lease on
+    /// Redis, the session on etcd and ZooKeeper); `None` where there is no
+    /// election to kill (memory: no process of its own; Redlock: no elections).
+    pub fn failover_ttl(&self, backend: crate::backend::Backend) -> Option<Duration> {
+        use crate::backend::Backend;
+        match backend {
+            Backend::Redis => Some(FAILOVER_TTL_REDIS),
+            Backend::Etcd => Some(FAILOVER_TTL_ETCD),
+            Backend::Zk => Some(FAILOVER_TTL_ZK),
+            Backend::Memory | Backend::Redlock => None,
         }
     }
 
@@ -150,6 +180,18 @@ impl Profile {
                     s(self.ka_ttl),
                     s(self.ka_idle),
                     s(self.ka_window)
+                ),
+            ),
+            (
+                "failover".into(),
+                format!(
+                    "{} rounds per election (Redis, etcd, ZooKeeper; memory has no process to kill, Redlock no elections), all elections at once; TTL: Redis term {}, etcd session lease {}, ZooKeeper session {}; the next candidate campaigns {} before the kill, campaign bound {}",
+                    self.failover_rounds,
+                    s(FAILOVER_TTL_REDIS),
+                    s(FAILOVER_TTL_ETCD),
+                    s(FAILOVER_TTL_ZK),
+                    s(self.failover_settle),
+                    s(self.failover_wait)
                 ),
             ),
             (

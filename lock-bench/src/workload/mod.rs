@@ -1,7 +1,9 @@
 //! The workloads: uncontended cycles, contention on one name, many guards
-//! held with keep-alive, and readers with a writer on one read-write lock.
+//! held with keep-alive, readers with a writer on one read-write lock, and
+//! the failover of an election whose leader is killed.
 
 mod contended;
+mod failover;
 mod keep_alive;
 mod read_heavy;
 mod uncontended;
@@ -15,6 +17,7 @@ use serde::Serialize;
 use crate::subject::{BenchResult, Connector, Locker};
 
 pub use contended::{contended, Contended, ContendedParams};
+pub use failover::{failover, Candidate, Electorate, Failover, FailoverParams, Term};
 pub use keep_alive::{
     keep_alive, ops_rate, KeepAlive, KeepAliveParams, Renewals, KEEP_ALIVE_SETTLE,
 };
