@@ -1,14 +1,17 @@
 //! The elections of the failover runs: ours on Redis, etcd and ZooKeeper
-//! (connected by URL, as a user does), and etcd's server-side Election RPC
-//! through `etcd-client` on the same cluster.
+//! (connected by URL, as a user does), etcd's server-side Election RPC
+//! through `etcd-client` on the same cluster, and Curator's `LeaderLatch`
+//! (a JVM per candidate, lock-testbed's `CuratorLatch`) on the same
+//! ZooKeeper ensemble.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock::{CampaignOptions, Leadership, LockName, LockService, LockUrl};
 use etcd_client::ResignOptions;
+use lock_testbed::CuratorLatch;
 
 use crate::backend::Backend;
 use crate::subject::BenchResult;
@@ -195,6 +198,87 @@ impl Term for EtcdRpcTerm {
             .await
             .map(|_| ())
             .map_err(|e| format!("etcd Resign: {e}"))
+    }
+}
+
+/// Curator 5.4's `LeaderLatch`: each candidate a JVM of its own whose
+/// Curator client (session timeout `ttl`) is connected before it
+/// campaigns; a campaign starts a latch on the election's path and returns
+/// once the participant says it leads.
+pub struct CuratorElection {
+    /// The ensemble's client addresses.
+    pub servers: Vec<SocketAddr>,
+    /// The session timeout.
+    pub ttl: Duration,
+    /// The longest a campaign may wait to lead.
+    pub wait: Duration,
+}
+
+#[async_trait]
+impl Electorate for CuratorElection {
+    fn servers(&self) -> Vec<SocketAddr> {
+        self.servers.clone()
+    }
+
+    async fn connect(&self, servers: &[SocketAddr]) -> BenchResult<Box<dyn Candidate>> {
+        let connect: Vec<String> = servers.iter().map(ToString::to_string).collect();
+        let connect = connect.join(",");
+        let ttl = self.ttl;
+        let latch = tokio::task::spawn_blocking(move || CuratorLatch::connect(&connect, ttl))
+            .await
+            .map_err(|e| format!("the Curator participant's start-up task: {e}"))?
+            .map_err(|e| e.to_string())?;
+        Ok(Box::new(CuratorCandidate {
+            latch: Arc::new(Mutex::new(latch)),
+            wait: self.wait,
+        }))
+    }
+}
+
+/// A Curator participant (its JVM is killed by PID when dropped).
+struct CuratorCandidate {
+    latch: Arc<Mutex<CuratorLatch>>,
+    wait: Duration,
+}
+
+/// Runs `f` on the participant off the async threads (it reads the JVM's
+/// lines synchronously).
+async fn on_latch<T: Send + 'static>(
+    latch: &Arc<Mutex<CuratorLatch>>,
+    f: impl FnOnce(&mut CuratorLatch) -> Result<T, lock_testbed::TestbedError> + Send + 'static,
+) -> BenchResult<T> {
+    let latch = latch.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut latch = latch.lock().unwrap_or_else(|p| p.into_inner());
+        f(&mut latch).map_err(|e| e.to_string())
+    })
+    .await
+    .map_err(|e| format!("the Curator participant's task: {e}"))?
+}
+
+#[async_trait]
+impl Candidate for CuratorCandidate {
+    async fn campaign(&self, name: &str, value: &str) -> BenchResult<Box<dyn Term>> {
+        let (path, id, wait) = (
+            format!("/distlock-bench-curator/{name}"),
+            value.to_string(),
+            self.wait,
+        );
+        on_latch(&self.latch, move |l| {
+            l.start_latch(&path, &id, wait)?;
+            l.wait_until_leader(wait)
+        })
+        .await?;
+        Ok(Box::new(CuratorTerm(self.latch.clone())))
+    }
+}
+
+struct CuratorTerm(Arc<Mutex<CuratorLatch>>);
+
+#[async_trait]
+impl Term for CuratorTerm {
+    async fn resign(self: Box<Self>) -> BenchResult<()> {
+        on_latch(&self.0, |l| l.close(Duration::from_secs(30))).await
     }
 }
 

@@ -1,8 +1,10 @@
 // A participant of Apache Curator's LeaderLatch, driven line by line on
 // stdin for lock-testbed (CuratorLatch in src/curator.rs):
-//   args: CONNECT_STRING LATCH_PATH ID SESSION_TIMEOUT_MS
-//   prints: "started", then "leader" / "not-leader" as its leadership changes
-//   reads:  "leader?" -> prints "leader-is <id of the leader>"
+//   args: CONNECT_STRING SESSION_TIMEOUT_MS
+//   prints: "connected" once its client is connected
+//   reads:  "start PATH ID" -> starts a LeaderLatch, prints "started", then
+//                              "leader" / "not-leader" as its leadership changes
+//           "leader?" -> prints "leader-is <id of the leader>"
 //           "close"   -> closes the latch (deletes its node), prints "closed"
 //           "quit" or end of input -> closes the client and exits
 import java.io.BufferedReader;
@@ -22,23 +24,27 @@ public class CuratorLatch {
     public static void main(String[] args) throws Exception {
         CuratorFramework client = CuratorFrameworkFactory.builder()
                 .connectString(args[0])
-                .sessionTimeoutMs(Integer.parseInt(args[3]))
+                .sessionTimeoutMs(Integer.parseInt(args[1]))
                 .connectionTimeoutMs(10000)
                 .retryPolicy(new RetryNTimes(10, 200))
                 .build();
         client.start();
         client.blockUntilConnected();
-        LeaderLatch latch = new LeaderLatch(client, args[1], args[2]);
-        latch.addListener(new LeaderLatchListener() {
-            public void isLeader() { say("leader"); }
-            public void notLeader() { say("not-leader"); }
-        });
-        latch.start();
-        say("started");
+        say("connected");
+        LeaderLatch latch = null;
         BufferedReader in = new BufferedReader(new InputStreamReader(System.in));
         String line;
         while ((line = in.readLine()) != null) {
-            if (line.equals("leader?")) {
+            if (line.startsWith("start ")) {
+                String[] parts = line.split(" ", 3);
+                latch = new LeaderLatch(client, parts[1], parts[2]);
+                latch.addListener(new LeaderLatchListener() {
+                    public void isLeader() { say("leader"); }
+                    public void notLeader() { say("not-leader"); }
+                });
+                latch.start();
+                say("started");
+            } else if (line.equals("leader?")) {
                 say("leader-is " + latch.getLeader().getId());
             } else if (line.equals("close")) {
                 latch.close();

@@ -37,14 +37,23 @@ pub struct CuratorLatch {
 }
 
 impl CuratorLatch {
-    /// Starts the participant (a JVM) and waits until its latch has started
-    /// (its node is created, or being created).
+    /// Starts the participant (a JVM), connects it, and starts its latch on
+    /// `path` with `id` ([`CuratorLatch::connect`], then
+    /// [`CuratorLatch::start_latch`]).
     pub fn start(
         connect: &str,
         path: &str,
         id: &str,
         session_timeout: Duration,
     ) -> Result<CuratorLatch, TestbedError> {
+        let mut latch = Self::connect(connect, session_timeout)?;
+        latch.start_latch(path, id, START_UP)?;
+        Ok(latch)
+    }
+
+    /// Starts the participant's JVM and waits until its Curator client is
+    /// connected to `connect` (a ZooKeeper connect string); no latch yet.
+    pub fn connect(connect: &str, session_timeout: Duration) -> Result<CuratorLatch, TestbedError> {
         let java = bins::resolve(JAVA)?;
         bins::resolve(JAVAC)?;
         let classpath = bins::curator_classpath()?;
@@ -53,7 +62,7 @@ impl CuratorLatch {
             .arg("-cp")
             .arg(classpath)
             .arg(&source)
-            .args([connect, path, id])
+            .arg(connect)
             .arg(session_timeout.as_millis().to_string())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -81,12 +90,30 @@ impl CuratorLatch {
             lines,
             seen: Vec::new(),
         };
-        latch.wait_for("started", START_UP, |l| l == "started")?;
+        latch.wait_for("connected", START_UP, |l| l == "connected")?;
         Ok(latch)
     }
 
-    /// Waits until the participant says it leads.
+    /// Starts a `LeaderLatch` on `path` with participant id `id` (which has
+    /// no whitespace at its start) and waits until it has started: its node
+    /// is created, or being created.
+    pub fn start_latch(
+        &mut self,
+        path: &str,
+        id: &str,
+        within: Duration,
+    ) -> Result<(), TestbedError> {
+        self.send(&format!("start {path} {id}"))?;
+        self.wait_for("its latch started", within, |l| l == "started")
+            .map(drop)
+    }
+
+    /// Waits until the participant says it leads (at once if it last said
+    /// so, while it was asked something else).
     pub fn wait_until_leader(&mut self, within: Duration) -> Result<(), TestbedError> {
+        if self.says_leader() {
+            return Ok(());
+        }
         self.wait_for("leadership", within, |l| l == "leader")
             .map(drop)
     }

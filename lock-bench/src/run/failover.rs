@@ -10,7 +10,7 @@ use lock_testbed::{Kind as ServerKind, Started};
 
 use super::Profile;
 use crate::backend::Backend;
-use crate::elections::{EtcdElectionRpc, OursElection};
+use crate::elections::{CuratorElection, EtcdElectionRpc, OursElection};
 use crate::report::FailoverReport;
 use crate::servers::Servers;
 use crate::subject::Kind;
@@ -48,8 +48,7 @@ fn addrs(servers: &Servers, kind: ServerKind) -> Result<Vec<SocketAddr>, String>
 }
 
 /// The elections measured for the selected `backends`: ours on Redis,
-/// etcd and ZooKeeper, etcd's Election RPC, and a row saying Curator's
-/// LeaderLatch is not measured.
+/// etcd and ZooKeeper, etcd's Election RPC, and Curator's LeaderLatch.
 pub(super) fn plans(
     backends: &[Backend],
     profile: &Profile,
@@ -84,14 +83,17 @@ pub(super) fn plans(
                 let label = "etcd Election RPC (v3election)".to_string();
                 out.push(plan(label, b, Kind::Peer, ttl, profile, rpc));
             }
-            Backend::Zk => out.push(FailoverPlan {
-                report: FailoverReport {
-                    not_measured: Some("Curator not installed".into()),
-                    rounds: 0,
-                    ..FailoverReport::new("Curator LeaderLatch", b, Kind::Peer, ttl)
-                },
-                electorate: Err(String::new()),
-            }),
+            Backend::Zk => {
+                let curator = found.map(|servers| {
+                    Arc::new(CuratorElection {
+                        servers,
+                        ttl,
+                        wait: profile.failover_wait,
+                    }) as Arc<dyn Electorate>
+                });
+                let label = "Curator LeaderLatch (5.4)".to_string();
+                out.push(plan(label, b, Kind::Peer, ttl, profile, curator));
+            }
             _ => {}
         }
     }
