@@ -117,13 +117,17 @@ impl Killable {
         }
     }
 
-    /// Drops the client, then the proxies (whose threads are joined off the
-    /// async threads).
+    /// Drops the term, then the client and the proxies off the async
+    /// threads (a proxy joins its threads; a Curator participant reaps its
+    /// JVM).
     async fn dispose(self, term: Option<Box<dyn Term>>) {
         drop(term);
-        drop(self.candidate);
-        let proxies = self.proxies;
-        let _ = tokio::task::spawn_blocking(move || drop(proxies)).await;
+        let Killable { proxies, candidate } = self;
+        let _ = tokio::task::spawn_blocking(move || {
+            drop(candidate);
+            drop(proxies);
+        })
+        .await;
     }
 }
 
@@ -172,10 +176,15 @@ async fn take_over(
             return Err(format!("B did not lead within {:?} of the kill", p.wait));
         }
     };
-    let (term, led, _b) = joined.map_err(|err| format!("B's campaign task: {err}"))?;
+    let (term, led, b) = joined.map_err(|err| format!("B's campaign task: {err}"))?;
     let took = led.saturating_duration_since(killed);
-    bounded(p.wait, "B's resignation", term?.resign()).await?;
-    Ok(took)
+    let resigned = match term {
+        Ok(term) => bounded(p.wait, "B's resignation", term.resign()).await,
+        Err(e) => Err(e),
+    };
+    // Off the async threads, as A's (a Curator participant reaps its JVM).
+    let _ = tokio::task::spawn_blocking(move || drop(b)).await;
+    resigned.map(|()| took)
 }
 
 /// `fut` within `wait`, or an error naming `what`.
