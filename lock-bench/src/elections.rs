@@ -22,7 +22,7 @@ use crate::workload::{Candidate, Electorate, Term};
 /// its session lease (etcd, `lease_ttl`) or its session (ZooKeeper,
 /// `session_timeout`).
 pub struct OursElection {
-    /// Redis, etcd or ZooKeeper.
+    /// Redis, Redlock, etcd or ZooKeeper.
     pub backend: Backend,
     /// The servers' client addresses.
     pub servers: Vec<SocketAddr>,
@@ -32,7 +32,7 @@ pub struct OursElection {
 
 impl OursElection {
     /// The URL of a client of `servers`; `None` for a backend without
-    /// elections to kill (memory, Redlock).
+    /// elections to kill (memory).
     pub fn url(&self, servers: &[SocketAddr]) -> Option<String> {
         let list = servers
             .iter()
@@ -42,9 +42,10 @@ impl OursElection {
         let ms = self.ttl.as_millis();
         match self.backend {
             Backend::Redis => Some(format!("redis://{list}")),
+            Backend::Redlock => Some(format!("redlock://{list}")),
             Backend::Etcd => Some(format!("etcd://{list}?lease_ttl={ms}ms")),
             Backend::Zk => Some(format!("zk://{list}?session_timeout={ms}ms")),
-            Backend::Memory | Backend::Redlock => None,
+            Backend::Memory => None,
         }
     }
 }

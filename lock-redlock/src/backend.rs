@@ -4,11 +4,14 @@
 //! force release (`status.rs`).
 
 use async_trait::async_trait;
-use lock_core::backend::{add_saturating, Lease, LeaseRequest, LockBackend};
-use lock_core::{Capabilities, Fencing, ForceReleased, LockName, LockStatus, Result};
+use lock_core::backend::{add_saturating, LeaderStream, Lease, LeaseRequest, LockBackend};
+use lock_core::{
+    Capabilities, Fencing, ForceReleased, LeaderInfo, LockMode, LockName, LockStatus, Result,
+};
 use tokio::time::Instant;
 
 use crate::client::RedlockLock;
+use crate::lease::Won;
 use crate::round::{Ask, Attempt};
 
 /// What [`RedlockLock`] guarantees, as [`lock_core::DistributedLock::capabilities`] reports it.
@@ -23,6 +26,7 @@ impl LockBackend for RedlockLock {
             .with_fifo(true)
             .with_loss_events(false)
             .with_notified_wait(true)
+            .with_election(true)
             .with_remote(true)
             .with_fault_tolerance(FAULT_TOLERANCE)
     }
@@ -35,6 +39,9 @@ impl LockBackend for RedlockLock {
     /// timeout), so that it leaves nothing for the next try to trip over.
     async fn try_lock(&self, req: &LeaseRequest) -> Result<Option<Lease>> {
         let inner = &self.inner;
+        if req.mode == LockMode::Leader {
+            return inner.try_campaign(req).await;
+        }
         let keys = inner.keys(&req.name);
         let (outcome, deletes) = inner.attempt(&keys, req.ttl, Ask::InLine(None), None).await;
         if let Some(released) = deletes.won {
@@ -43,14 +50,30 @@ impl LockBackend for RedlockLock {
                 .await;
         }
         match outcome {
-            Attempt::Acquired(lease) => Ok(Some(lease)),
+            Attempt::Acquired(won) => Ok(Some(won.into_lease())),
             Attempt::Held { .. } | Attempt::Split { .. } => Ok(None),
             Attempt::NoQuorum { err, .. } | Attempt::TooSlow(err) => Err(err),
         }
     }
 
     async fn lock(&self, req: &LeaseRequest, deadline: Instant) -> Result<Option<Lease>> {
-        self.inner.lock(req, deadline).await
+        if req.mode == LockMode::Leader {
+            return self.inner.campaign(req, deadline).await;
+        }
+        Ok(self.inner.lock(req, deadline).await?.map(Won::into_lease))
+    }
+
+    /// Who leads by a quorum read of every node (see the election's
+    /// module): no epoch, as Redlock has no fencing tokens.
+    async fn leader(&self, name: &LockName) -> Result<Option<LeaderInfo>> {
+        let keys = self.inner.leader_keys(name);
+        Ok(crate::election::read::read(&self.inner, &keys)
+            .await?
+            .leader)
+    }
+
+    async fn observe(&self, name: &LockName) -> Result<LeaderStream> {
+        crate::election::observe::follow(self.inner.clone(), self.inner.leader_keys(name)).await
     }
 
     async fn inspect(&self, name: &LockName) -> Result<LockStatus> {

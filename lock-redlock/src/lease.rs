@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::backend::{add_saturating, validity, LeaseHandle, Renewal};
+use lock_core::backend::{add_saturating, validity, Lease, LeaseHandle, Renewal};
 use lock_core::{LockError, LockErrorKind, NodeFailure, NodeFailureReason, Result};
 use tokio::sync::SetOnce;
 use tokio::time::Instant;
@@ -17,6 +17,7 @@ use crate::fan_out::{fan_out, finish_in_background, next_by, silent};
 use crate::inner::Inner;
 use crate::node::{NameKeys, ReleaseReply};
 use crate::tally::Tally;
+use lock_redis::kit::renew::LeaseKind;
 
 /// One granted Redlock lease: the key and token on every node.
 pub(crate) struct RedlockLease {
@@ -31,6 +32,26 @@ pub(crate) struct RedlockLease {
     pub(crate) settled: Option<Arc<SetOnce<()>>>,
     /// The nodes those requests went to.
     pub(crate) late: Box<[usize]>,
+}
+
+/// A lease a round (or a quorum's reservations) won, before it is handed
+/// to the caller as a [`Lease`].
+pub(crate) struct Won {
+    pub(crate) handle: RedlockLease,
+    /// End of validity (see [`lock_core::backend::validity`]).
+    pub(crate) valid_until: Instant,
+    /// Whether someone else held the lock when the acquisition began.
+    pub(crate) contended: bool,
+}
+
+impl Won {
+    /// The lease, handed to the caller.
+    pub(crate) fn into_lease(self) -> Lease {
+        let key = self.handle.key.clone();
+        Lease::new(Box::new(self.handle), self.valid_until)
+            .with_key(key)
+            .with_contended(self.contended)
+    }
 }
 
 impl RedlockLease {
@@ -50,6 +71,19 @@ impl LeaseHandle for RedlockLease {
     /// `Unavailable` error naming the nodes (the guard is suspended and
     /// retried until its validity ends).
     async fn renew(&self, ttl: Duration) -> Result<Renewal> {
+        self.renew_as(LeaseKind::Mutex, ttl).await
+    }
+
+    /// The compare-and-delete of [`RedlockLease::release_keys`].
+    async fn release(&self) -> Result<bool> {
+        self.release_keys().await
+    }
+}
+
+impl RedlockLease {
+    /// The renewal of [`LeaseHandle::renew`] for a lease of `kind` (a
+    /// mutex, or a leader's term: its info and lock-delay marker too).
+    pub(crate) async fn renew_as(&self, kind: LeaseKind, ttl: Duration) -> Result<Renewal> {
         let inner = &self.inner;
         if let Some(max) = inner.config.max_extensions {
             if self.extensions.load(Ordering::Relaxed) >= max {
@@ -85,7 +119,7 @@ impl LeaseHandle for RedlockLease {
                 batch_wait + inner.background_bound(),
                 move |inner, i| {
                     let (key, token) = (key.clone(), token.clone());
-                    async move { inner.nodes[i].renew(&key, &token, ttl).await }
+                    async move { inner.nodes[i].renew(kind, &key, &token, ttl).await }
                 },
             )
         };
@@ -150,7 +184,7 @@ impl LeaseHandle for RedlockLease {
     /// answers, or too few deletes among them to tell: the silent nodes may
     /// have held ours) an `Unavailable` error. The requests to slower nodes
     /// still complete in the background.
-    async fn release(&self) -> Result<bool> {
+    pub(crate) async fn release_keys(&self) -> Result<bool> {
         let inner = &self.inner;
         let n = inner.nodes.len();
         // Decide within the node timeout; slower nodes still get the delete

@@ -5,6 +5,7 @@ mod backend;
 mod cleanup;
 mod client;
 mod config;
+mod election;
 mod fan_out;
 mod inner;
 mod lease;

@@ -11,7 +11,7 @@ use lock_core::{LockError, LockErrorKind, NodeFailure, NodeFailureReason, Result
 use lock_redis::kit::call::ScriptCall;
 use lock_redis::kit::layout::{Keys, LINE, LINE_LAPSE, LINE_SEQ, RELEASED};
 use lock_redis::kit::place::PlaceLife;
-use lock_redis::kit::renew::{BatchSender, Batcher, KeyOutcome, RenewItem, RENEW_BATCH};
+use lock_redis::kit::renew::{BatchSender, Batcher, KeyOutcome, LeaseKind, RenewItem, RENEW_BATCH};
 use lock_redis::kit::scripts::{Scripts, ACQUIRE_IN_LINE, LEAVE_LINE};
 use lock_redis::RenewBatching;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -334,7 +334,7 @@ impl Node {
     }
 
     /// [`call_on`] this node's connection.
-    async fn call<T, F, Fut>(&self, op_name: &'static str, op: F) -> RedisResult<T>
+    pub(crate) async fn call<T, F, Fut>(&self, op_name: &'static str, op: F) -> RedisResult<T>
     where
         F: Fn(ConnectionManager) -> Fut,
         Fut: Future<Output = RedisResult<T>>,
@@ -457,6 +457,7 @@ impl Node {
     /// request would have had.
     pub async fn renew(
         &self,
+        kind: LeaseKind,
         key: &str,
         token: &str,
         ttl: Duration,
@@ -464,7 +465,7 @@ impl Node {
         let renewed = self
             .renewals
             .renew(RenewItem {
-                kind: lock_redis::kit::renew::LeaseKind::Mutex,
+                kind,
                 described: None,
                 key: key.to_string(),
                 token: token.to_string(),

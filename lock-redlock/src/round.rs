@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::stream::{FuturesUnordered, StreamExt};
-use lock_core::backend::{add_saturating, drift, validity, CleanupOnDrop, Lease};
+use lock_core::backend::{add_saturating, drift, validity, CleanupOnDrop};
 use lock_core::{LockError, NodeFailure, NodeFailureReason};
 use lock_redis::kit::layout::owner_token;
 use tokio::sync::SetOnce;
@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use crate::cleanup::{release_everywhere, Delete, Deletes, Released};
 use crate::fan_out::fan_out;
 use crate::inner::Inner;
-use crate::lease::RedlockLease;
+use crate::lease::{RedlockLease, Won};
 use crate::node::{NameKeys, Place, SetReply};
 use crate::order::{NodeOrder, SetOnDrop};
 use crate::tally::{node_bit, Tally};
@@ -43,7 +43,7 @@ pub(crate) enum Ask {
 /// What one round of `SET NX` on all nodes came to.
 pub(crate) enum Attempt {
     /// A quorum said yes within the validity.
-    Acquired(Lease),
+    Acquired(Won),
     /// A quorum holds someone else's token, `holder` (`None` after a plain
     /// round, which reads neither the holder nor its TTL); where and when.
     Held {
@@ -155,8 +155,12 @@ impl Inner {
                 settled,
                 late,
             };
-            let lease = Lease::new(Box::new(handle), valid_until).with_key(keys.key.clone());
-            return (Attempt::Acquired(lease), Deletes::default());
+            let won = Won {
+                handle,
+                valid_until,
+                contended: false,
+            };
+            return (Attempt::Acquired(won), Deletes::default());
         }
         let elapsed = start.elapsed();
         let answers = self.answers(results);

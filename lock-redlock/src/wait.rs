@@ -9,7 +9,7 @@ use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::backend::{add_saturating, validity, CleanupOnDrop, Lease, LeaseRequest};
+use lock_core::backend::{add_saturating, validity, CleanupOnDrop, LeaseRequest};
 use lock_core::Result;
 use lock_redis::kit::layout::RESERVED_FOR;
 use lock_redis::kit::notify::{Subscription, Wake};
@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use crate::cleanup::Deletes;
 use crate::inner::Inner;
-use crate::lease::RedlockLease;
+use crate::lease::{RedlockLease, Won};
 use crate::node::{NameKeys, Place};
 use crate::order::NodeOrder;
 use crate::round::{Ask, Attempt, LostTo};
@@ -59,7 +59,7 @@ struct WaitState {
 /// What a waiting acquire does after a round (see [`Inner::after_round`]).
 enum Next {
     /// It is over: the lease, none (the deadline came), or the error.
-    Done(Result<Option<Lease>>),
+    Done(Result<Option<Won>>),
     /// Another round at once.
     Again,
     /// Another round after `delay`, or sooner when a release wakes the
@@ -90,8 +90,18 @@ impl Inner {
         self: &Arc<Self>,
         req: &LeaseRequest,
         deadline: Instant,
-    ) -> Result<Option<Lease>> {
-        let keys = self.keys(&req.name);
+    ) -> Result<Option<Won>> {
+        self.lock_on(self.keys(&req.name), req, deadline).await
+    }
+
+    /// [`lock`](Self::lock) on the lock key and line of `keys` (a name's
+    /// mutex, or the term of its election).
+    pub(crate) async fn lock_on(
+        self: &Arc<Self>,
+        keys: Arc<NameKeys>,
+        req: &LeaseRequest,
+        deadline: Instant,
+    ) -> Result<Option<Won>> {
         // A place outlasts the deadline by the round then in flight and
         // the leaving of the line after it.
         let slack = self.config.node_timeout + self.background_bound();
@@ -137,7 +147,7 @@ impl Inner {
         self: &Arc<Self>,
         wait: &Wait<'_>,
         deletes: &mut Deletes,
-    ) -> Result<Option<Lease>> {
+    ) -> Result<Option<Won>> {
         let mut state = WaitState {
             contended: false,
             slow_rounds: 0,
@@ -171,9 +181,8 @@ impl Inner {
             let wake = add_saturating(now, delay).min(wait.deadline);
             match state.sub.as_mut() {
                 Some(s) if listen => {
-                    if let Some(lease) = self.listen(wait, s, lost_to.as_ref(), deletes, wake).await
-                    {
-                        return Ok(Some(lease.with_contended(true)));
+                    if let Some(won) = self.listen(wait, s, lost_to.as_ref(), deletes, wake).await {
+                        return Ok(Some(won));
                     }
                 }
                 _ => tokio::time::sleep_until(wake).await,
@@ -232,8 +241,9 @@ impl Inner {
         let mut lost_to: Option<LostTo> = None;
         let mut listen = false;
         let delay = match outcome {
-            Attempt::Acquired(lease) => {
-                return Next::Done(Ok(Some(lease.with_contended(state.contended))));
+            Attempt::Acquired(mut won) => {
+                won.contended = state.contended;
+                return Next::Done(Ok(Some(won)));
             }
             Attempt::NoQuorum { err, transient } => {
                 // A majority that timed out once may be a hiccup: one
@@ -359,7 +369,7 @@ impl Inner {
         lost_to: Option<&LostTo>,
         deletes: &Deletes,
         wake: Instant,
-    ) -> Option<Lease> {
+    ) -> Option<Won> {
         loop {
             let why = s.wait_until(wake).await;
             tracing::trace!(key = %wait.keys.key, ?why, "redlock: waiter woke");
@@ -416,7 +426,7 @@ impl Inner {
         place: &Place,
         lost_to: &LostTo,
         deletes: &Deletes,
-    ) -> Option<Lease> {
+    ) -> Option<Won> {
         if !deletes.all_answered() {
             return None;
         }
@@ -436,7 +446,11 @@ impl Inner {
             settled: None,
             late: Box::default(),
         };
-        Some(Lease::new(Box::new(handle), valid_until).with_key(keys.key.clone()))
+        Some(Won {
+            handle,
+            valid_until,
+            contended: true,
+        })
     }
 
     /// A subscription to `keys`' release channel that a release making

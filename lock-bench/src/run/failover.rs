@@ -35,9 +35,9 @@ fn addrs(servers: &Servers, kind: ServerKind) -> Result<Vec<SocketAddr>, String>
     let pick = |s: &Started| -> Option<Vec<SocketAddr>> {
         match kind {
             ServerKind::Redis => s.as_redis().map(|r| vec![r.addr()]),
+            ServerKind::Redlock => s.as_redis_set().map(|r| r.addrs()),
             ServerKind::Etcd => s.as_etcd().map(|c| c.addrs()),
             ServerKind::Zk => s.as_zk().map(|z| z.addrs()),
-            _ => None,
         }
     };
     match servers.get(kind) {
@@ -48,7 +48,7 @@ fn addrs(servers: &Servers, kind: ServerKind) -> Result<Vec<SocketAddr>, String>
 }
 
 /// The elections measured for the selected `backends`: ours on Redis,
-/// etcd and ZooKeeper, etcd's Election RPC, and Curator's LeaderLatch.
+/// Redlock, etcd and ZooKeeper, etcd's Election RPC, and Curator's LeaderLatch.
 pub(super) fn plans(
     backends: &[Backend],
     profile: &Profile,

@@ -122,14 +122,14 @@ impl Profile {
 
     /// The TTL of the failover runs on `backend` (the term's lease on
     /// Redis, the session on etcd and ZooKeeper); `None` where there is no
-    /// election to kill (memory: no process of its own; Redlock: no elections).
+    /// election to kill (memory: no process of its own).
     pub fn failover_ttl(&self, backend: crate::backend::Backend) -> Option<Duration> {
         use crate::backend::Backend;
         match backend {
-            Backend::Redis => Some(FAILOVER_TTL_REDIS),
+            Backend::Redis | Backend::Redlock => Some(FAILOVER_TTL_REDIS),
             Backend::Etcd => Some(FAILOVER_TTL_ETCD),
             Backend::Zk => Some(FAILOVER_TTL_ZK),
-            Backend::Memory | Backend::Redlock => None,
+            Backend::Memory => None,
         }
     }
 
@@ -185,7 +185,7 @@ impl Profile {
             (
                 "failover".into(),
                 format!(
-                    "{} rounds per election (Redis, etcd, ZooKeeper; memory has no process to kill, Redlock no elections), all elections at once; TTL: Redis term {}, etcd session lease {}, ZooKeeper session {}; the next candidate campaigns {} before the kill, campaign bound {}",
+                    "{} rounds per election (Redis, Redlock, etcd, ZooKeeper; memory has no process to kill), all elections at once; TTL: Redis and Redlock term {}, etcd session lease {}, ZooKeeper session {}; the next candidate campaigns {} before the kill, campaign bound {}",
                     self.failover_rounds,
                     s(FAILOVER_TTL_REDIS),
                     s(FAILOVER_TTL_ETCD),

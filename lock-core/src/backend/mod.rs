@@ -508,9 +508,9 @@ impl CleanupOnDrop {
     /// deadline passed ([`finish_by`](Self::finish_by)), left to the
     /// background after an error (so that the error goes back at once).
     /// The outcome is looked at before the returned future runs.
-    pub fn settle(
+    pub fn settle<T>(
         self,
-        outcome: &Result<Option<Lease>>,
+        outcome: &Result<Option<T>>,
         by: Instant,
     ) -> impl Future<Output = ()> + Send + 'static {
         let timed_out = match outcome {

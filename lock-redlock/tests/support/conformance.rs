@@ -11,6 +11,7 @@ use std::time::Duration;
 use lock_conformance::testbed::{shared_redis_set, RedisOptions, RedisSet, RespValue, TlsFiles};
 use lock_conformance::{async_trait, Harness};
 use lock_core::{Capabilities, Fencing, LockError, LockName, LockService, TlsConfig};
+use lock_redis::kit::layout::LeaderKeys;
 use lock_redlock::{RedlockConfig, RedlockLock};
 
 /// The per-node timeout of the suite's clients: above the default 50 ms,
@@ -82,13 +83,27 @@ impl Harness for Redlock {
     }
 
     /// The key on any node.
+    /// The lock key, and the election's leader key, info and lock-delay
+    /// marker, on any node.
     async fn leftovers(&self, name: &LockName) -> Vec<String> {
-        self.on_every_node(vec!["GET".into(), name.to_string()])
-            .await
-            .into_iter()
-            .filter(|(_, v)| !v.is_nil())
-            .map(|(node, v)| format!("{node}: {name} = {:?}", v.as_str()))
-            .collect()
+        let leader = LeaderKeys::new("", name.as_str());
+        let mut left = Vec::new();
+        for key in [
+            name.as_str(),
+            leader.leader(),
+            leader.info(),
+            leader.delay(),
+        ] {
+            let seen = self
+                .on_every_node(vec!["GET".into(), key.to_string()])
+                .await;
+            left.extend(
+                seen.into_iter()
+                    .filter(|(_, v)| !v.is_nil())
+                    .map(|(node, v)| format!("{node}: {key} = {:?}", v.as_str())),
+            );
+        }
+        left
     }
 
     fn upstreams(&self) -> Vec<SocketAddr> {
@@ -124,6 +139,7 @@ pub fn run(tls: bool) -> ExitCode {
         .with_fifo(true)
         .with_loss_events(false)
         .with_notified_wait(true)
+        .with_election(true)
         .with_remote(true)
         .with_fault_tolerance(
             "a minority of N nodes down or partitioned; unsafe under clock jumps and process pauses",
