@@ -559,6 +559,7 @@ mod tests {
         assert!(bad("zk://z1?chroot=apps").contains("must start with '/'"));
         assert!(bad("zk://z1?lease_ttl=1s").contains("unknown option"));
         assert!(bad("zk://z1?session_timeout=0s").contains("above zero"));
+        assert!(bad("zk://z1?election=latches").contains("neither \"latch\""));
     }
 
     #[cfg(feature = "zk")]
@@ -576,6 +577,16 @@ mod tests {
         assert_eq!(
             ok("zk://z1").zk_config().unwrap().base_path,
             lock_zk::DEFAULT_BASE_PATH
+        );
+        let election = |url: &str| ok(url).zk_config().unwrap().election;
+        assert_eq!(election("zk://z1"), lock_zk::ElectionRecipe::LeaderLatch);
+        assert_eq!(
+            election("zk://z1?election=latch"),
+            lock_zk::ElectionRecipe::LeaderLatch
+        );
+        assert_eq!(
+            election("zk://z1?election=selector"),
+            lock_zk::ElectionRecipe::LeaderSelector
         );
     }
 

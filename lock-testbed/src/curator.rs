@@ -1,5 +1,5 @@
-//! [`CuratorLatch`]: a participant of Apache Curator's `LeaderLatch` in a
-//! process of its own, as a Java service would run it: `java/CuratorLatch.java`
+//! [`CuratorLatch`]: a participant of Apache Curator's `LeaderLatch` (or
+//! `LeaderSelector`) in a process of its own, as a Java service would run it: `java/CuratorLatch.java`
 //! on Debian's Curator 5.4 jars (run by the JDK's source launcher), driven
 //! line by line. Stopped by its PID when dropped.
 
@@ -108,6 +108,29 @@ impl CuratorLatch {
             .map(drop)
     }
 
+    /// Starts a `LeaderSelector` (no requeue) on `path` with participant id
+    /// `id` instead of a latch, and waits until it has started; it leads
+    /// while it holds the path's `InterProcessMutex`, until
+    /// [`CuratorLatch::resign`].
+    pub fn start_selector(
+        &mut self,
+        path: &str,
+        id: &str,
+        within: Duration,
+    ) -> Result<(), TestbedError> {
+        self.send(&format!("select {path} {id}"))?;
+        self.wait_for("its selector started", within, |l| l == "started")
+            .map(drop)
+    }
+
+    /// A `LeaderSelector` leader gives up its leadership (returns from
+    /// `takeLeadership`: its mutex node is deleted); waits until it says so.
+    pub fn resign(&mut self, within: Duration) -> Result<(), TestbedError> {
+        self.send("resign")?;
+        self.wait_for("its resignation", within, |l| l == "not-leader")
+            .map(drop)
+    }
+
     /// Waits until the participant says it leads (at once if it last said
     /// so, while it was asked something else).
     pub fn wait_until_leader(&mut self, within: Duration) -> Result<(), TestbedError> {
@@ -131,14 +154,16 @@ impl CuratorLatch {
     }
 
     /// The id of the leader as the participant sees it (Curator's
-    /// `LeaderLatch.getLeader()`: the data of the first latch node).
+    /// `getLeader()`: the data of the first latch node, or of the first
+    /// mutex node for a selector).
     pub fn leader(&mut self, within: Duration) -> Result<String, TestbedError> {
         self.send("leader?")?;
         let line = self.wait_for("its leader", within, |l| l.starts_with("leader-is "))?;
         Ok(line["leader-is ".len()..].to_string())
     }
 
-    /// Closes the latch (its node is deleted; if it led, the next leads).
+    /// Closes the latch or selector (its node is deleted; if it led, the
+    /// next leads).
     pub fn close(&mut self, within: Duration) -> Result<(), TestbedError> {
         self.send("close")?;
         self.wait_for("the latch closed", within, |l| l == "closed")

@@ -224,8 +224,11 @@ impl Backend {
             return Ok(None);
         }
         let data = match recipe {
-            // A candidate's node holds its value, as `LeaderLatch`'s holds its id.
-            Recipe::Leader => req.value.as_deref().unwrap_or_default().as_bytes().into(),
+            // A candidate's node holds its value, as `LeaderLatch`'s and
+            // `LeaderSelector`'s hold their participant id.
+            Recipe::Leader | Recipe::Selector => {
+                req.value.as_deref().unwrap_or_default().as_bytes().into()
+            }
             _ => self.nodes.data_for(req.holder.as_ref()),
         };
         let contender = Arc::new(Contender::new(session.clone(), dir, recipe.marker(), data));
@@ -284,13 +287,13 @@ impl Backend {
                 pzxid,
             } => (looked, contended, pzxid),
         };
-        if recipe == Recipe::Leader {
+        if recipe.is_election() {
             let term =
                 crate::election::begin(c, &self.nodes, &created, req, looked, deadline, until);
             return Ok(term.await?.map(|l| l.with_contended(contended)));
         }
         let stamped = match recipe {
-            Recipe::Mutex | Recipe::Leader => None,
+            Recipe::Mutex | Recipe::Leader | Recipe::Selector => None,
             Recipe::Read | Recipe::Write => {
                 let czxid = created.stat.as_ref().map(|s| s.czxid);
                 let at_create = czxid.is_some() && pzxid == czxid;
@@ -371,7 +374,10 @@ impl Backend {
         match req.mode {
             LockMode::Read => self.acquire(req, Recipe::Read, deadline).await,
             LockMode::Write => self.acquire(req, Recipe::Write, deadline).await,
-            LockMode::Leader => self.acquire(req, Recipe::Leader, deadline).await,
+            LockMode::Leader => {
+                let recipe = Recipe::election(self.config.election);
+                self.acquire(req, recipe, deadline).await
+            }
             LockMode::Permit { permits } => {
                 let dir = self.lock_path(&req.name)?;
                 let until = self.until(deadline);
@@ -436,7 +442,8 @@ impl LockBackend for ZkLock {
         let dir = self.inner.lock_path(name)?;
         let until = self.inner.until(None);
         let session = self.inner.session(until).await?;
-        crate::election::follow::leader(&session, &dir, until).await
+        let recipe = Recipe::election(self.inner.config.election);
+        crate::election::follow::leader(&session, &dir, recipe, until).await
     }
 
     /// Follows the election with watches on the current session; the
@@ -445,6 +452,7 @@ impl LockBackend for ZkLock {
         let dir = self.inner.lock_path(name)?;
         let until = self.inner.until(None);
         let session = self.inner.session(until).await?;
-        Ok(crate::election::follow::observe(session, dir))
+        let recipe = Recipe::election(self.inner.config.election);
+        Ok(crate::election::follow::observe(session, dir, recipe))
     }
 }

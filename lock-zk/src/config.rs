@@ -155,6 +155,26 @@ pub struct ZkConfig {
     /// key for servers with `ssl.clientAuth=need`. Needs the
     /// `rustls-aws-lc` feature (on by default). Default: none (plain TCP).
     pub tls: Option<TlsConfig>,
+    /// Which Curator recipe's nodes the elections speak (campaign, leader,
+    /// observe). Default: [`ElectionRecipe::LeaderLatch`].
+    pub election: ElectionRecipe,
+}
+
+/// The Curator recipe whose nodes an election uses, so that Java services
+/// running that recipe on the same path and ours stand in one line and see
+/// each other's leader.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ElectionRecipe {
+    /// `LeaderLatch`: candidates are `_c_<uuid>-latch-<seq>` children
+    /// holding their value (Curator's participant id).
+    #[default]
+    LeaderLatch,
+    /// `LeaderSelector`: the leader is the holder of the path's
+    /// `InterProcessMutex`, candidates are `_c_<uuid>-lock-<seq>` children
+    /// holding their value (its participant id). As in Curator, an
+    /// election and a mutex of one name then share one line.
+    LeaderSelector,
 }
 
 impl Default for ZkConfig {
@@ -169,6 +189,7 @@ impl Default for ZkConfig {
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             identifier: format!("lock-zk pid {}", std::process::id()),
             tls: None,
+            election: ElectionRecipe::default(),
         }
     }
 }
@@ -221,6 +242,12 @@ impl ZkConfig {
     /// Sets [`ZkConfig::tls`]: TLS on, with these files.
     pub fn tls(mut self, tls: TlsConfig) -> Self {
         self.tls = Some(tls);
+        self
+    }
+
+    /// Sets [`ZkConfig::election`].
+    pub fn election(mut self, recipe: ElectionRecipe) -> Self {
+        self.election = recipe;
         self
     }
 

@@ -19,7 +19,7 @@ mod vouch;
 
 pub use backend::ZkLock;
 pub use config::{
-    AclEntry, NodeAcl, Perms, ZkConfig, DEFAULT_BASE_PATH, DEFAULT_CONNECT,
+    AclEntry, ElectionRecipe, NodeAcl, Perms, ZkConfig, DEFAULT_BASE_PATH, DEFAULT_CONNECT,
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT, DEFAULT_SESSION_TIMEOUT, MAX_IDENTIFIER_LEN,
     MAX_TIMEOUT, MIN_TIMEOUT,
 };

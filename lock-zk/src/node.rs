@@ -96,6 +96,24 @@ impl Marker {
     ];
 }
 
+/// A fresh uuid for one acquisition's node: 122 random bits as a version 8
+/// (custom) uuid, where Curator's protection uuids are version 4 and
+/// kazoo's `uuid4().hex` ones too, so that a node of ours is told from
+/// theirs ([`is_ours`]).
+pub(crate) fn our_uuid() -> uuid::Uuid {
+    uuid::Builder::from_custom_bytes(uuid::Uuid::new_v4().into_bytes()).into_uuid()
+}
+
+/// Whether the child `name` was created by lock-zk ([`our_uuid`]: its
+/// protection uuid has version 8). Nodes of earlier lock-zk versions (with
+/// version 4 uuids) count as not ours.
+pub(crate) fn is_ours(name: &str) -> bool {
+    name.strip_prefix("_c_")
+        .and_then(|rest| rest.get(..36))
+        .and_then(|u| uuid::Uuid::try_parse(u).ok())
+        .is_some_and(|u| u.get_version_num() == 8)
+}
+
 /// The name prefix of one acquisition's node with `marker` (a Curator
 /// marker): Curator's protected-mode prefix `_c_<uuid>-<marker>`, to which
 /// ZooKeeper appends the sequence number. The uuid finds the node again when
@@ -277,6 +295,16 @@ pub(crate) fn check_name(name: &LockName) -> Result<(), LockError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn our_nodes_are_told_from_curators_and_kazoos() {
+        let ours = our_prefix(&our_uuid(), Marker::CuratorLatch);
+        assert!(is_ours(&format!("{ours}0000000007")));
+        let curators = our_prefix(&uuid::Uuid::new_v4(), Marker::CuratorLatch);
+        assert!(!is_ours(&format!("{curators}0000000007")));
+        assert!(!is_ours("3f2a9c__lock__0000000001"), "kazoo's");
+        assert!(!is_ours("_c_short-latch-0000000001"));
+    }
 
     const UUID: &str = "4e1b9a3c-2f5d-4d8e-9a43-0c6f2b1e7d55";
     const HEX: &str = "8a1f0f8cb6a54f6e9d6f2c1f0a3b4c5d";

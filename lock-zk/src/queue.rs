@@ -41,9 +41,25 @@ pub(crate) enum Recipe {
     /// An election's line (Curator's `LeaderLatch`): the first leads, each
     /// other waits for the one just ahead, as in a mutex.
     Leader,
+    /// An election's line as Curator's `LeaderSelector` keeps it: the
+    /// line of the path's mutex (`InterProcessMutex`), whose holder leads.
+    Selector,
 }
 
 impl Recipe {
+    /// The line of an election in the layout of `recipe`.
+    pub(crate) fn election(recipe: crate::ElectionRecipe) -> Self {
+        match recipe {
+            crate::ElectionRecipe::LeaderLatch => Self::Leader,
+            crate::ElectionRecipe::LeaderSelector => Self::Selector,
+        }
+    }
+
+    /// Whether it is an election's line.
+    pub(crate) fn is_election(self) -> bool {
+        matches!(self, Self::Leader | Self::Selector)
+    }
+
     /// The marker of our own nodes.
     pub(crate) fn marker(self) -> Marker {
         match self {
@@ -51,13 +67,14 @@ impl Recipe {
             Self::Read => Marker::CuratorRead,
             Self::Write => Marker::CuratorWrite,
             Self::Leader => Marker::CuratorLatch,
+            Self::Selector => Marker::CuratorLock,
         }
     }
 
     /// Whether a child with `marker` stands in this queue.
     pub(crate) fn counts(self, marker: Marker) -> bool {
         match self {
-            Self::Mutex => node::is_mutex(marker),
+            Self::Mutex | Self::Selector => node::is_mutex(marker),
             Self::Read | Self::Write => node::is_read_write(marker),
             Self::Leader => node::is_latch(marker),
         }
@@ -75,7 +92,7 @@ impl Recipe {
     /// The lock mode whose line this recipe keeps.
     fn mode(self) -> LockMode {
         match self {
-            Self::Mutex | Self::Leader => LockMode::Exclusive,
+            Self::Mutex | Self::Leader | Self::Selector => LockMode::Exclusive,
             Self::Read => LockMode::Read,
             Self::Write => LockMode::Write,
         }
@@ -88,7 +105,7 @@ impl Recipe {
     /// downgrade, which a writer has to wait for).
     pub(crate) fn settled(self, order: &[Child], pos: usize, blocker: usize) -> bool {
         match self {
-            Self::Mutex | Self::Leader => blocker == 0 && pos == 1,
+            Self::Mutex | Self::Leader | Self::Selector => blocker == 0 && pos == 1,
             Self::Write => blocker == 0 && pos == 1 && !node::is_write(order[0].marker),
             Self::Read => !order[..blocker].iter().any(|c| node::is_write(c.marker)),
         }
@@ -360,7 +377,7 @@ impl Contender {
         Self {
             session,
             dir,
-            prefix: node::our_prefix(&uuid::Uuid::new_v4(), marker),
+            prefix: node::our_prefix(&node::our_uuid(), marker),
             data,
             state: Mutex::new(NodeState::default()),
         }

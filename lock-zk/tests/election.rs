@@ -3,19 +3,21 @@
 //! Curator creates them: `_c_<uuid>-latch-<seq>`, ephemeral sequential,
 //! the participant id as data), both ways; the mutex and the election of
 //! one name apart; the lock-delay marker; and a campaign whose create reply
-//! is lost.
+//! is lost; and against the real Curator 5.4 in a JVM, both ways, for
+//! `LeaderLatch` and for `LeaderSelector` (`ElectionRecipe::LeaderSelector`:
+//! the path's mutex, shared with our mutex of the name).
 //!
-//! On the testbed's standalone server (tickTime 200 ms). Not yet run
-//! against Curator itself (no JVM on the test machines).
+//! On the testbed's standalone server (tickTime 200 ms).
 
 use std::time::Duration;
 
 use futures::StreamExt;
 use lock_core::{
-    AcquireOptions, CampaignOptions, DistributedLock, FencingToken, LeaderElection, LockName,
+    AcquireOptions, CampaignOptions, DistributedLock, FencingToken, LeaderElection, LockErrorKind,
+    LockName,
 };
 use lock_testbed::{CuratorLatch, Proxy};
-use lock_zk::{ZkConfig, ZkLock};
+use lock_zk::{ElectionRecipe, ZkConfig, ZkLock};
 use tokio::time::{sleep, timeout, Instant};
 use zookeeper_client as zk;
 
@@ -118,12 +120,14 @@ async fn a_curator_leader_first_then_ours() {
 /// We lead: a `LeaderLatch` node created after ours is second, and
 /// Curator's `getLeader` (the data of the first child in its order) reads
 /// our value, also with our lock-delay marker beside the nodes and after a
-/// proclaim. Once we resign, their node is first.
+/// proclaim made before it came; a proclaim while it waits right behind us
+/// is refused. Once we resign, their node is first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ours_first_then_a_curator_participant() {
     let t = interop("latch-us-first").await;
     let o = opts().lock_delay(Duration::from_secs(1));
     let term = t.locks.campaign(&t.lock, "us", &o).await.unwrap();
+    term.proclaim("us, again").await.unwrap();
     let (theirs, _) = curator_latch(&t.admin, &t.dir, "them").await;
     let line = children(&t.admin, &t.dir).await;
     assert!(
@@ -132,8 +136,9 @@ async fn ours_first_then_a_curator_participant() {
     );
     let (first, id) = curator_leader(&t.admin, &t.dir).await.unwrap();
     assert_ne!(format!("{}/{first}", t.dir), theirs);
-    assert_eq!(id, "us");
-    term.proclaim("us, again").await.unwrap();
+    assert_eq!(id, "us, again");
+    let refused = term.proclaim("us, once more").await.unwrap_err();
+    assert_eq!(refused.kind(), LockErrorKind::Unsupported, "{refused}");
     assert_eq!(
         curator_leader(&t.admin, &t.dir).await.unwrap().1,
         "us, again"
@@ -342,13 +347,151 @@ async fn the_real_curator_leads_first_then_ours() {
 }
 
 /// We lead first: a real Curator `LeaderLatch` participant started after us
-/// does not lead, its `getLeader` names our value (also after a proclaim),
-/// and it leads once we resign.
+/// does not lead, its `getLeader` names our value (proclaimed before it
+/// came), a proclaim while it waits right behind us is refused (a data
+/// change would use up its watch: `LeaderLatch` looks again only when the
+/// node ahead is deleted, and it would never lead), and it leads once we
+/// resign.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ours_leads_first_then_the_real_curator() {
     let t = interop("curator-second").await;
     let term = t.locks.campaign(&t.lock, "us", &opts()).await.unwrap();
+    term.proclaim("us, moved").await.unwrap();
     let mut curator = blocking_curator(&t, "them").await;
+    assert_eq!(
+        tokio::task::block_in_place(|| curator.leader(CURATOR_STEP)).unwrap(),
+        "us, moved"
+    );
+    // Curator creates its node in the background after its latch started.
+    let deadline = Instant::now() + CURATOR_STEP;
+    while children(&t.admin, &t.dir).await.len() < 2 {
+        assert!(Instant::now() < deadline, "Curator's latch node");
+        sleep(Duration::from_millis(10)).await;
+    }
+    let refused = term.proclaim("us again").await.unwrap_err();
+    assert_eq!(refused.kind(), LockErrorKind::Unsupported, "{refused}");
+    assert_eq!(term.value(), "us, moved");
+    assert!(
+        !tokio::task::block_in_place(|| curator.says_leader()),
+        "Curator led beside our leader"
+    );
+    assert!(term.resign().await.unwrap());
+    tokio::task::block_in_place(|| curator.wait_until_leader(CURATOR_STEP))
+        .expect("Curator did not lead after our resignation");
+    let led = t.locks.leader(&t.lock).await.unwrap().expect("a leader");
+    assert_eq!(led.value, "them");
+    drop(curator);
+}
+
+/// In `LeaderLatch`'s layout, a proclaim with only our own candidates
+/// behind the leader goes through (they look again on any event) and the
+/// next one still leads after the resignation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proclaim_with_our_own_candidate_behind_goes_through() {
+    let t = interop("proclaim-ours-behind").await;
+    let term = t.locks.campaign(&t.lock, "us", &opts()).await.unwrap();
+    let waiting = {
+        let (locks, lock) = (t.locks.clone(), t.lock.clone());
+        tokio::spawn(async move { locks.campaign(&lock, "next", &opts()).await })
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while children(&t.admin, &t.dir).await.len() < 2 {
+        assert!(Instant::now() < deadline, "the second candidate's node");
+        sleep(Duration::from_millis(10)).await;
+    }
+    term.proclaim("us, moved").await.unwrap();
+    assert!(term.resign().await.unwrap());
+    let next = timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the next candidate did not lead")
+        .unwrap()
+        .unwrap();
+    assert_eq!(next.value(), "next");
+    assert!(next.resign().await.unwrap());
+}
+
+/// A Curator participant on the election's znode, with a session timeout
+/// of 4 s (as our client's).
+async fn blocking_curator(t: &Interop, id: &str) -> CuratorLatch {
+    let (connect, dir, id) = (t.connect.clone(), t.dir.clone(), id.to_string());
+    tokio::task::spawn_blocking(move || {
+        CuratorLatch::start(&connect, &dir, &id, Duration::from_secs(4))
+    })
+    .await
+    .unwrap()
+    .expect("starting Curator's LeaderLatch (needs libcurator-recipes-java and a JDK)")
+}
+
+/// A lock-zk client of the shared server whose elections speak
+/// `LeaderSelector`'s nodes.
+async fn selector_client(t: &Interop) -> ZkLock {
+    let config = ZkConfig::new(t.connect.clone())
+        .session_timeout(Duration::from_secs(4))
+        .election(ElectionRecipe::LeaderSelector);
+    ZkLock::connect(config).await.expect("connecting lock-zk")
+}
+
+/// A Curator participant running a `LeaderSelector` on the election's
+/// znode.
+async fn blocking_selector(t: &Interop, id: &str) -> CuratorLatch {
+    let (connect, dir, id) = (t.connect.clone(), t.dir.clone(), id.to_string());
+    tokio::task::spawn_blocking(move || {
+        let mut c = CuratorLatch::connect(&connect, Duration::from_secs(4))?;
+        c.start_selector(&dir, &id, CURATOR_STEP)?;
+        Ok::<_, lock_testbed::TestbedError>(c)
+    })
+    .await
+    .unwrap()
+    .expect("starting Curator's LeaderSelector (needs libcurator-recipes-java and a JDK)")
+}
+
+/// A real Curator 5.4 `LeaderSelector` leads first: our `leader` shows its
+/// id, our campaign (in `LeaderSelector`'s layout) waits behind it, and
+/// once it gives up its leadership we lead and its `getLeader` names us.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_curator_selector_leads_first_then_ours() {
+    let t = interop("selector-first").await;
+    let locks = selector_client(&t).await;
+    let mut curator = blocking_selector(&t, "them").await;
+    tokio::task::block_in_place(|| curator.wait_until_leader(CURATOR_STEP))
+        .expect("Curator's selector leads an empty election");
+    let led = locks.leader(&t.lock).await.unwrap().expect("a leader");
+    assert_eq!(led.value, "them");
+    let children = children(&t.admin, &t.dir).await;
+    assert!(
+        children.iter().all(|c| c.contains("-lock-")),
+        "a selector's node is a mutex node: {children:?}"
+    );
+
+    let waiting = {
+        let (locks, lock) = (locks.clone(), t.lock.clone());
+        tokio::spawn(async move { locks.campaign(&lock, "us", &opts()).await })
+    };
+    sleep(Duration::from_millis(500)).await;
+    assert!(!waiting.is_finished(), "we led beside Curator's leader");
+    tokio::task::block_in_place(|| curator.resign(CURATOR_STEP)).expect("Curator resigns");
+    let term = timeout(CURATOR_STEP, waiting)
+        .await
+        .expect("we did not lead after Curator resigned")
+        .unwrap()
+        .unwrap();
+    assert!(term.is_leader());
+    assert_eq!(
+        tokio::task::block_in_place(|| curator.leader(CURATOR_STEP)).unwrap(),
+        "us"
+    );
+    assert!(term.resign().await.unwrap());
+}
+
+/// We lead first (in `LeaderSelector`'s layout): a real Curator
+/// `LeaderSelector` started after us does not lead, its `getLeader` names
+/// our value (also after a proclaim), and it leads once we resign.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ours_leads_first_then_the_real_curator_selector() {
+    let t = interop("selector-second").await;
+    let locks = selector_client(&t).await;
+    let term = locks.campaign(&t.lock, "us", &opts()).await.unwrap();
+    let mut curator = blocking_selector(&t, "them").await;
     assert_eq!(
         tokio::task::block_in_place(|| curator.leader(CURATOR_STEP)).unwrap(),
         "us"
@@ -365,19 +508,54 @@ async fn ours_leads_first_then_the_real_curator() {
     assert!(term.resign().await.unwrap());
     tokio::task::block_in_place(|| curator.wait_until_leader(CURATOR_STEP))
         .expect("Curator did not lead after our resignation");
-    let led = t.locks.leader(&t.lock).await.unwrap().expect("a leader");
+    let led = locks.leader(&t.lock).await.unwrap().expect("a leader");
     assert_eq!(led.value, "them");
-    drop(curator);
-}
-
-/// A Curator participant on the election's znode, with a session timeout
-/// of 4 s (as our client's).
-async fn blocking_curator(t: &Interop, id: &str) -> CuratorLatch {
-    let (connect, dir, id) = (t.connect.clone(), t.dir.clone(), id.to_string());
-    tokio::task::spawn_blocking(move || {
-        CuratorLatch::start(&connect, &dir, &id, Duration::from_secs(4))
+    // Curator deletes its mutex node after `takeLeadership` returns:
+    // followers see nobody lead then.
+    let mut seen = locks.observe(&t.lock).await.unwrap();
+    tokio::task::block_in_place(|| curator.resign(CURATOR_STEP)).expect("Curator resigns");
+    timeout(CURATOR_STEP, async {
+        while let Some(now) = seen.next().await {
+            if now.unwrap().is_none() {
+                return;
+            }
+        }
+        panic!("the follower's stream ended");
     })
     .await
-    .unwrap()
-    .expect("starting Curator's LeaderLatch (needs libcurator-recipes-java and a JDK)")
+    .expect("nobody leads once Curator resigned");
+}
+
+/// In `LeaderSelector`'s layout, as in Curator, an election and the mutex
+/// of one name stand in one line: a term waits for the mutex's holder, and
+/// the mutex for the leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_selector_election_shares_the_line_of_the_names_mutex() {
+    let t = interop("selector-mutex").await;
+    let locks = selector_client(&t).await;
+    let guard = locks
+        .acquire(&t.lock, &AcquireOptions::new().ttl(Duration::from_secs(4)))
+        .await
+        .unwrap();
+    let waiting = {
+        let (locks, lock) = (locks.clone(), t.lock.clone());
+        tokio::spawn(async move { locks.campaign(&lock, "us", &opts()).await })
+    };
+    sleep(Duration::from_millis(500)).await;
+    assert!(
+        !waiting.is_finished(),
+        "a term began beside the mutex's holder"
+    );
+    assert!(guard.release().await.unwrap());
+    let term = timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the campaign did not lead after the release")
+        .unwrap()
+        .unwrap();
+    let tried = locks
+        .try_acquire(&t.lock, &AcquireOptions::new().ttl(Duration::from_secs(4)))
+        .await
+        .unwrap();
+    assert!(tried.is_none(), "the mutex was taken beside the leader");
+    assert!(term.resign().await.unwrap());
 }

@@ -20,6 +20,7 @@ pub(crate) const ZK: Descriptor = Descriptor {
         REQUEST_TIMEOUT,
         option("session_timeout", OptionKind::Duration),
         option("chroot", OptionKind::Text),
+        option("election", OptionKind::Text),
         TLS,
         CA,
         CERT,
@@ -38,7 +39,12 @@ fn check(url: &LockUrl) -> Result<(), String> {
     if let Some(chroot) = url.option("chroot") {
         check_zk_path("chroot", chroot)?;
     }
-    Ok(())
+    match url.option("election") {
+        None | Some("latch" | "selector") => Ok(()),
+        Some(other) => Err(format!(
+            "the ZooKeeper election recipe {other:?} is neither \"latch\" (Curator's LeaderLatch) nor \"selector\" (its LeaderSelector)"
+        )),
+    }
 }
 
 fn check_zk_path(what: &str, path: &str) -> Result<(), String> {
@@ -60,7 +66,9 @@ impl LockUrl {
     /// The [`lock_zk::ZkConfig`] of a `zk://` URL: the path is the base path
     /// of the locks (default `/distlock`), `user:password@` is sent as
     /// `digest` credentials; options `connect_timeout`, `request_timeout`,
-    /// `session_timeout`, `chroot`.
+    /// `session_timeout`, `chroot`, `election` (`latch`, the default: the
+    /// nodes of Curator's `LeaderLatch`; `selector`: those of its
+    /// `LeaderSelector`).
     #[cfg(feature = "zk")]
     #[cfg_attr(docsrs, doc(cfg(feature = "zk")))]
     pub fn zk_config(&self) -> Result<lock_zk::ZkConfig, lock_core::LockError> {
@@ -85,6 +93,9 @@ impl LockUrl {
         }
         if let Some(d) = self.duration("session_timeout") {
             config = config.session_timeout(d);
+        }
+        if self.option("election") == Some("selector") {
+            config = config.election(lock_zk::ElectionRecipe::LeaderSelector);
         }
         if let (Some(user), Some(password)) = (self.user(), self.password()) {
             config = config.auth("digest", format!("{user}:{password}"));

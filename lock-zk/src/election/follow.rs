@@ -1,5 +1,6 @@
 //! What followers see: the first candidate node's data (the leader's
-//! value), czxid (its epoch) and ctime (when its term began), read with
+//! value; the first in `LeaderLatch`'s line, or in `LeaderSelector`'s: the
+//! path's mutex), czxid (its epoch) and ctime (when its term began), read with
 //! `getChildren` and `getData` as Curator's `getLeader` reads them, and
 //! watched for [`LockBackend::observe`](lock_core::backend::LockBackend::observe):
 //! a children watch on the election's znode (a new first node, the last
@@ -18,6 +19,7 @@ use zookeeper_client as zk;
 
 use crate::error::{lock_error, Failure};
 use crate::node;
+use crate::queue::Recipe;
 use crate::session::Session;
 
 /// The leader shown by its node's data and stat.
@@ -28,9 +30,10 @@ fn info(data: &[u8], stat: &zk::Stat) -> LeaderInfo {
     LeaderInfo::new(String::from_utf8_lossy(data), epoch).with_since(since)
 }
 
-/// The first candidate node among `children` of `dir`, as a path.
-fn first(dir: &str, children: Vec<String>) -> Option<String> {
-    node::contenders(children, node::is_latch)
+/// The first candidate node among `children` of `dir` in `recipe`'s
+/// line, as a path.
+fn first(dir: &str, children: Vec<String>, recipe: Recipe) -> Option<String> {
+    node::contenders(children, |m| recipe.counts(m))
         .into_iter()
         .next()
         .map(|c| format!("{dir}/{}", c.name))
@@ -40,6 +43,7 @@ fn first(dir: &str, children: Vec<String>) -> Option<String> {
 pub(crate) async fn leader(
     session: &Session,
     dir: &str,
+    recipe: Recipe,
     until: Instant,
 ) -> Result<Option<LeaderInfo>> {
     loop {
@@ -48,7 +52,7 @@ pub(crate) async fn leader(
             Err(f) if f.is_no_node() => return Ok(None),
             Err(f) => return Err(lock_error(&format!("listing {dir}"), f)),
         };
-        let Some(path) = first(dir, children) else {
+        let Some(path) = first(dir, children, recipe) else {
             return Ok(None);
         };
         match session.get(&path, until).await {
@@ -67,6 +71,8 @@ type Fired = BoxFuture<'static, zk::WatchedEvent>;
 struct Follower {
     session: Arc<Session>,
     dir: String,
+    /// The election's line (`LeaderLatch`'s or `LeaderSelector`'s).
+    recipe: Recipe,
     /// What it was told last (`None` before the first item).
     told: Option<Option<LeaderInfo>>,
 }
@@ -88,7 +94,7 @@ impl Follower {
                 Err(f) => return Err(lock_error(&format!("watching {dir}"), f)),
             };
             let on_children = on_children.changed().boxed();
-            let Some(path) = first(dir, children) else {
+            let Some(path) = first(dir, children, self.recipe) else {
                 return Ok((None, vec![on_children]));
             };
             match session.get_and_watch(&path, until).await {
@@ -134,10 +140,11 @@ impl Follower {
 /// term in order (a change the task has not yet looked at when the next
 /// one comes is seen with it: ZooKeeper watches tell that something
 /// changed, not each step).
-pub(crate) fn observe(session: Arc<Session>, dir: String) -> LeaderStream {
+pub(crate) fn observe(session: Arc<Session>, dir: String, recipe: Recipe) -> LeaderStream {
     let mut follower = Follower {
         session,
         dir,
+        recipe,
         told: None,
     };
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();

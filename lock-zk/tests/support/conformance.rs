@@ -17,7 +17,7 @@ use std::time::Duration;
 use lock_conformance::{async_trait, Harness};
 use lock_core::{Capabilities, Fencing, LockError, LockName, LockService, TlsConfig};
 use lock_testbed::{shared_zk, ZkEnsemble, ZkOptions};
-use lock_zk::{ZkConfig, ZkLock};
+use lock_zk::{ElectionRecipe, ZkConfig, ZkLock};
 use zookeeper_client as zk;
 
 use super::children;
@@ -32,12 +32,16 @@ struct Zk {
     tls: Option<TlsConfig>,
     /// The operator's own session (plain port), for faults and leftovers.
     admin: zk::Client,
+    /// The Curator recipe the elections speak.
+    election: ElectionRecipe,
 }
 
 impl Zk {
     /// A client configuration for the servers in `connect`.
     fn config_for(&self, connect: String) -> ZkConfig {
-        let config = ZkConfig::new(connect).session_timeout(SESSION_TIMEOUT);
+        let config = ZkConfig::new(connect)
+            .session_timeout(SESSION_TIMEOUT)
+            .election(self.election);
         match &self.tls {
             Some(tls) => config.tls(tls.clone()),
             None => config,
@@ -122,6 +126,11 @@ impl Harness for Zk {
 /// Runs the suite against the shared server, or (`tls`) against a server of
 /// its own reached over mutual TLS.
 pub fn run(tls: bool) -> ExitCode {
+    run_with(tls, ElectionRecipe::LeaderLatch)
+}
+
+/// [`run`], with the elections in the layout of `election`.
+pub fn run_with(tls: bool, election: ElectionRecipe) -> ExitCode {
     let expected = Capabilities::new("zookeeper")
         .with_fencing(Fencing::Durable)
         .with_fifo(true)
@@ -173,6 +182,7 @@ pub fn run(tls: bool) -> ExitCode {
                 endpoint,
                 tls,
                 admin,
+                election,
             }
         },
         expected,
