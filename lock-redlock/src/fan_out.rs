@@ -71,6 +71,51 @@ pub(crate) async fn next_by<F: Future>(
         .flatten()
 }
 
+/// One node's answer to a request decided by quorum ([`decide`]); a
+/// node that failed to answer counts as failed.
+pub(crate) enum Vote {
+    Yes,
+    /// No, with what to report of it, if anything.
+    No(Option<NodeFailure>),
+}
+
+/// Counts the answers of `pending` (each made a [`Vote`] by `vote`) in
+/// `tally`, their failures in `failures`, until a quorum said yes
+/// (`Some(true)`), so many said no that no quorum can (`Some(false)`), or
+/// `by` (`None`); the rest of the requests finish in the background.
+pub(crate) async fn decide<F, T>(
+    mut pending: FuturesUnordered<F>,
+    by: Instant,
+    tally: &mut Tally,
+    failures: &mut Vec<NodeFailure>,
+    vote: impl Fn(usize, T) -> Vote,
+) -> Option<bool>
+where
+    F: Future<Output = (usize, std::result::Result<T, NodeFailure>)> + Send + 'static,
+    T: Send + 'static,
+{
+    let mut decided = None;
+    while let Some((i, r)) = next_by(&mut pending, by).await {
+        match r.map(|v| vote(i, v)) {
+            Ok(Vote::Yes) => tally.said_yes(i),
+            Ok(Vote::No(failure)) => {
+                tally.said_no(i);
+                failures.extend(failure);
+            }
+            Err(f) => {
+                tally.failed(i);
+                failures.push(f);
+            }
+        }
+        if tally.reached() || tally.refused() {
+            decided = Some(tally.reached());
+            break;
+        }
+    }
+    finish_in_background(pending);
+    decided
+}
+
 /// The nodes not heard from in `tally`, as timed out.
 pub(crate) fn silent(inner: &Inner, tally: &Tally) -> Vec<NodeFailure> {
     tally

@@ -13,7 +13,7 @@ use tokio::sync::SetOnce;
 use tokio::time::Instant;
 
 use crate::cleanup::Delete;
-use crate::fan_out::{fan_out, finish_in_background, next_by, silent};
+use crate::fan_out::{decide, fan_out, finish_in_background, next_by, silent, Vote};
 use crate::inner::Inner;
 use crate::node::{NameKeys, ReleaseReply};
 use crate::tally::Tally;
@@ -212,7 +212,7 @@ impl RedlockLease {
             }
             _ => &[],
         };
-        let mut pending = {
+        let pending = {
             let token = self.token.clone();
             let now = (0..n).filter(|i| !late.contains(i));
             fan_out(inner, now, inner.background_bound(), move |inner, i| {
@@ -230,25 +230,19 @@ impl RedlockLease {
         for &i in late {
             tally.skipped(i);
         }
-        while let Some((i, r)) = next_by(&mut pending, decide_by).await {
-            match r {
-                Ok(ReleaseReply::Deleted) => tally.said_yes(i),
-                Ok(ReleaseReply::NotOurs) => tally.said_no(i),
-                Err(f) => {
-                    tally.failed(i);
-                    failures.push(f);
-                }
-            }
-            if tally.reached() {
-                finish_in_background(pending);
-                return Ok(true);
-            }
-            if tally.refused() {
-                finish_in_background(pending);
-                return Ok(false);
-            }
+        let deleted = decide(
+            pending,
+            decide_by,
+            &mut tally,
+            &mut failures,
+            |_, r| match r {
+                ReleaseReply::Deleted => Vote::Yes,
+                ReleaseReply::NotOurs => Vote::No(None),
+            },
+        );
+        if let Some(ours) = deleted.await {
+            return Ok(ours);
         }
-        finish_in_background(pending);
         failures.extend(silent(inner, &tally));
         // Fewer than a quorum of deletes proves nothing: the lock may have
         // been lost (our key expired or was taken on some nodes) or still

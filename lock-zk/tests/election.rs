@@ -363,11 +363,7 @@ async fn ours_leads_first_then_the_real_curator() {
         "us, moved"
     );
     // Curator creates its node in the background after its latch started.
-    let deadline = Instant::now() + CURATOR_STEP;
-    while children(&t.admin, &t.dir).await.len() < 2 {
-        assert!(Instant::now() < deadline, "Curator's latch node");
-        sleep(Duration::from_millis(10)).await;
-    }
+    until_children(&t, 2, CURATOR_STEP).await;
     let refused = term.proclaim("us again").await.unwrap_err();
     assert_eq!(refused.kind(), LockErrorKind::Unsupported, "{refused}");
     assert_eq!(term.value(), "us, moved");
@@ -394,11 +390,7 @@ async fn a_proclaim_with_our_own_candidate_behind_goes_through() {
         let (locks, lock) = (t.locks.clone(), t.lock.clone());
         tokio::spawn(async move { locks.campaign(&lock, "next", &opts()).await })
     };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while children(&t.admin, &t.dir).await.len() < 2 {
-        assert!(Instant::now() < deadline, "the second candidate's node");
-        sleep(Duration::from_millis(10)).await;
-    }
+    until_children(&t, 2, Duration::from_secs(10)).await;
     term.proclaim("us, moved").await.unwrap();
     assert!(term.resign().await.unwrap());
     let next = timeout(Duration::from_secs(10), waiting)
@@ -408,6 +400,15 @@ async fn a_proclaim_with_our_own_candidate_behind_goes_through() {
         .unwrap();
     assert_eq!(next.value(), "next");
     assert!(next.resign().await.unwrap());
+}
+
+/// Waits until the election's znode has `n` children, within `within`.
+async fn until_children(t: &Interop, n: usize, within: Duration) {
+    let deadline = Instant::now() + within;
+    while children(&t.admin, &t.dir).await.len() < n {
+        assert!(Instant::now() < deadline, "{n} children of {}", t.dir);
+        sleep(Duration::from_millis(10)).await;
+    }
 }
 
 /// A Curator participant on the election's znode, with a session timeout

@@ -409,6 +409,20 @@ pub trait LockBackend: Send + Sync + 'static {
 /// What [`LockBackend::observe`] yields.
 pub type LeaderStream = BoxStream<'static, Result<Option<LeaderInfo>>>;
 
+/// The [`LeaderStream`] of a follower task that sends who leads, change by
+/// change, into `rx`'s channel; it ends once the task drops its sender,
+/// and the task sees it gone once the stream is dropped
+/// (`UnboundedSender::closed`).
+pub fn leader_stream(
+    rx: tokio::sync::mpsc::UnboundedReceiver<Result<Option<LeaderInfo>>>,
+) -> LeaderStream {
+    use futures::StreamExt;
+    futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    })
+    .boxed()
+}
+
 /// The error of a backend without elections.
 fn no_elections() -> crate::LockError {
     crate::LockError::new(

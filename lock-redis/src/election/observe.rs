@@ -13,9 +13,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
-use lock_core::backend::{add_saturating, LeaderStream};
-use lock_core::{FencingToken, LeaderInfo, LockError, LockErrorKind, Result};
+use lock_core::backend::{add_saturating, leader_stream, LeaderStream};
+use lock_core::{FencingToken, LeaderInfo, Result};
 use tokio::sync::{broadcast, mpsc};
 use tokio::time::Instant;
 
@@ -32,20 +31,11 @@ const IDLE: Duration = Duration::from_secs(3600);
 /// server to confirm (within the request timeout), reads who leads, and
 /// hands the rest to a task that lives as long as the returned stream.
 pub(crate) async fn follow(inner: Arc<Inner>, keys: LeaderKeys) -> Result<LeaderStream> {
-    let (mut sub, messages) = inner.notifier.observe(keys.changed());
     let limit = inner.client.config.request_timeout;
-    if !sub
-        .confirmed_by(add_saturating(Instant::now(), limit))
-        .await
-    {
-        return Err(LockError::new(
-            LockErrorKind::Unavailable,
-            format!(
-                "redis: the subscription to {} was not confirmed within {limit:?}",
-                keys.changed()
-            ),
-        ));
-    }
+    let (sub, messages) = inner
+        .notifier
+        .observe_confirmed(keys.changed(), limit, "redis")
+        .await?;
     let first = read(&inner.client, &keys).await?;
     let (tx, rx) = mpsc::unbounded_channel();
     let mut follower = Follower {
@@ -60,10 +50,7 @@ pub(crate) async fn follow(inner: Arc<Inner>, keys: LeaderKeys) -> Result<Leader
     };
     follower.on_read(first);
     tokio::spawn(follower.run());
-    Ok(futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|item| (item, rx))
-    })
-    .boxed())
+    Ok(leader_stream(rx))
 }
 
 /// What a follower shows of a leader: its value and epoch.

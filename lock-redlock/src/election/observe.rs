@@ -10,9 +10,8 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use futures::StreamExt;
-use lock_core::backend::{add_saturating, LeaderStream};
-use lock_core::{LeaderInfo, LockError, LockErrorKind, Result};
+use lock_core::backend::{add_saturating, leader_stream, LeaderStream};
+use lock_core::{LeaderInfo, Result};
 use lock_redis::kit::layout::LeaderKeys;
 use lock_redis::kit::notify::{Subscription, Wake};
 use tokio::sync::{broadcast, mpsc};
@@ -30,20 +29,10 @@ const IDLE: Duration = Duration::from_secs(3600);
 /// who leads, and hands the rest to a task that lives as long as the
 /// returned stream.
 pub(crate) async fn follow(inner: Arc<Inner>, keys: Arc<LeaderKeys>) -> Result<LeaderStream> {
-    let (mut sub, messages) = inner.notifier.observe(keys.changed());
-    let limit = inner.background_bound();
-    if !sub
-        .confirmed_by(add_saturating(Instant::now(), limit))
-        .await
-    {
-        return Err(LockError::new(
-            LockErrorKind::Unavailable,
-            format!(
-                "redlock: no node confirmed the subscription to {} within {limit:?}",
-                keys.changed()
-            ),
-        ));
-    }
+    let (sub, messages) = inner
+        .notifier
+        .observe_confirmed(keys.changed(), inner.background_bound(), "redlock")
+        .await?;
     let first = read(&inner, &keys).await?;
     let (tx, rx) = mpsc::unbounded_channel();
     let mut follower = Follower {
@@ -57,10 +46,7 @@ pub(crate) async fn follow(inner: Arc<Inner>, keys: Arc<LeaderKeys>) -> Result<L
     };
     follower.on_read(first);
     tokio::spawn(follower.run());
-    Ok(futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|item| (item, rx))
-    })
-    .boxed())
+    Ok(leader_stream(rx))
 }
 
 /// One follower's task.

@@ -15,7 +15,7 @@ use lock_redis::kit::layout::LeaderKeys;
 use lock_redis::kit::renew::LeaseKind;
 use tokio::time::Instant;
 
-use crate::fan_out::{fan_out, finish_in_background, next_by, silent};
+use crate::fan_out::{decide, fan_out, finish_in_background, next_by, silent, Vote};
 use crate::lease::RedlockLease;
 use crate::tally::Tally;
 
@@ -100,7 +100,7 @@ impl LeaseHandle for RedlockTerm {
         let n = inner.nodes.len();
         let number = self.proclaims.fetch_add(1, Ordering::Relaxed) + 1;
         let decide_by = add_saturating(Instant::now(), inner.config.node_timeout);
-        let mut pending = {
+        let pending = {
             let (keys, token) = (self.keys.clone(), self.lease.token.clone());
             let value: Arc<str> = value.into();
             fan_out(
@@ -115,32 +115,19 @@ impl LeaseHandle for RedlockTerm {
         };
         let mut tally = Tally::new(n, inner.quorum);
         let mut failures = Vec::new();
-        while let Some((i, r)) = next_by(&mut pending, decide_by).await {
-            match r {
-                Ok(true) => tally.said_yes(i),
-                Ok(false) => {
-                    tally.said_no(i);
-                    failures.push(NodeFailure {
-                        node: inner.nodes[i].addr.clone(),
-                        reason: NodeFailureReason::Taken,
-                        detail: "the term is not ours here".into(),
-                    });
-                }
-                Err(f) => {
-                    tally.failed(i);
-                    failures.push(f);
-                }
+        let stored = decide(pending, decide_by, &mut tally, &mut failures, |i, ours| {
+            if ours {
+                return Vote::Yes;
             }
-            if tally.reached() {
-                finish_in_background(pending);
-                return Ok(true);
-            }
-            if tally.refused() {
-                finish_in_background(pending);
-                return Ok(false);
-            }
+            Vote::No(Some(NodeFailure {
+                node: inner.nodes[i].addr.clone(),
+                reason: NodeFailureReason::Taken,
+                detail: "the term is not ours here".into(),
+            }))
+        });
+        if let Some(stored) = stored.await {
+            return Ok(stored);
         }
-        finish_in_background(pending);
         failures.extend(silent(inner, &tally));
         Err(LockError::unavailable(format!(
             "redlock: the proclaim on {} was stored by {} of {n} nodes; a quorum of {} is needed",

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use futures::future::{select_all, BoxFuture};
-use futures::{FutureExt, StreamExt};
-use lock_core::backend::LeaderStream;
+use futures::FutureExt;
+use lock_core::backend::{leader_stream, LeaderStream};
 use lock_core::{FencingToken, LeaderInfo, Result};
 use tokio::time::Instant;
 use zookeeper_client as zk;
@@ -160,9 +160,5 @@ pub(crate) fn observe(session: Arc<Session>, dir: String, recipe: Recipe) -> Lea
             }
         }
     });
-    futures::stream::unfold(rx, |mut rx| async move {
-        let item = rx.recv().await?;
-        Some((item, rx))
-    })
-    .boxed()
+    leader_stream(rx)
 }

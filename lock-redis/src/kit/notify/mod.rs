@@ -190,6 +190,28 @@ impl Notifier {
         (sub, messages)
     }
 
+    /// [`observe`](Notifier::observe), once a server confirmed the
+    /// subscription, within `limit`: an `Unavailable` error (`backend`
+    /// names the caller in it) if none did.
+    pub async fn observe_confirmed(
+        &self,
+        channel: &str,
+        limit: std::time::Duration,
+        backend: &str,
+    ) -> lock_core::Result<(Subscription, broadcast::Receiver<Arc<[u8]>>)> {
+        let (mut sub, messages) = self.observe(channel);
+        let until = lock_core::backend::add_saturating(tokio::time::Instant::now(), limit);
+        if !sub.confirmed_by(until).await {
+            return Err(lock_core::LockError::new(
+                lock_core::LockErrorKind::Unavailable,
+                format!(
+                    "{backend}: no server confirmed the subscription to {channel} within {limit:?}"
+                ),
+            ));
+        }
+        Ok((sub, messages))
+    }
+
     /// Registers a waiter on `channel` that every release wakes, with every
     /// other such waiter (for releases that may admit several waiters).
     pub fn subscribe_all(&self, channel: &str) -> Subscription {
