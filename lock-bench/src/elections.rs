@@ -310,9 +310,12 @@ mod tests {
             e(Backend::Zk).url(&servers).as_deref(),
             Some("zk://127.0.0.1:7001,127.0.0.1:7002?session_timeout=2000ms")
         );
+        assert_eq!(
+            e(Backend::Redlock).url(&servers).as_deref(),
+            Some("redlock://127.0.0.1:7001,127.0.0.1:7002")
+        );
         assert_eq!(e(Backend::Memory).url(&servers), None);
-        assert_eq!(e(Backend::Redlock).url(&servers), None);
-        for b in [Backend::Redis, Backend::Etcd, Backend::Zk] {
+        for b in [Backend::Redis, Backend::Redlock, Backend::Etcd, Backend::Zk] {
             let url = e(b).url(&servers[..1]).unwrap();
             assert!(LockUrl::parse(&url).is_ok(), "{url}");
         }
