@@ -28,8 +28,10 @@
 //!
 //! | type | what | ready when | typical start-up here |
 //! |---|---|---|---|
-//! | [`RedisServer`] | `redis-server --save '' --appendonly no` (or RDB snapshots, AOF `everysec` or `always`: [`Persistence`]) | `PING` answers `PONG` (deadline 5 s) | 15-20 ms |
+//! | [`RedisServer`] | `redis-server --save '' --appendonly no --repl-diskless-sync-delay 0` (or RDB snapshots, AOF `everysec` or `always`: [`Persistence`]) | `PING` answers `PONG` (deadline 5 s) | 15-20 ms |
 //! | [`RedisSet`] | N independent Redis (Redlock) | every node answers `PING` | same, in parallel |
+//! | [`SentinelSet`] | Redis Sentinel: a primary, 2 replicas (`--replicaof`), 3 sentinels (`redis-server sentinel.conf --sentinel`, quorum 2, down-after 1 s, failover-timeout 2 s: [`SentinelOptions`]) | every node answers `PING`, the replicas' links are up and they applied a write, every sentinel names the primary and sees both replicas and the 2 other sentinels up (deadline 20 s) | 0.7-1.9 s (1.7-1.9 s with TLS too) |
+//! | [`RedisClusterSet`] | Redis Cluster: 3 primaries, 1 replica each (`--cluster-enabled yes`, node timeout 1 s: [`ClusterOptions`]), slots split as `redis-cli --cluster create` does | `CLUSTER INFO` says `cluster_state:ok` and `cluster_known_nodes:6` on every node, the views agree, each replica's link is up (deadline 20 s) | 2.1 s (a new primary waits 2 s before it says `ok`) |
 //! | [`EtcdCluster`] | N members, `--heartbeat-interval=10 --election-timeout=100` | `GET /health` is `{"health":"true"}` on every member (deadline 20 s) | 0.2-2.5 s |
 //! | [`ZkEnsemble`] | N ZooKeeper servers (1 = standalone), JVM `-Xms64m -Xmx256m -XX:+UseSerialGC` | `srvr` answers a `Mode:` line on every server (deadline 20 s) | 0.5-1 s single, 1.5-5 s ensemble of 3 |
 //! | [`PostgresServer`] | `initdb` then `postgres` (loopback TCP only, `fsync=off`), as the system user `postgres` when run as root | `postmaster.pid` says `ready` and the port accepts (deadline 20 s) | about 1 s (`initdb` 0.6 s) |
@@ -40,6 +42,14 @@
 //! replies, blackhole, reset, cut/heal; a ZooKeeper ensemble started with
 //! [`ZkEnsemble::start_with_quorum_links`] has a proxy on every server-to-server
 //! quorum link ([`ZkEnsemble::quorum_link`]), to make one follower lag behind its leader.
+//! A [`SentinelSet`] kills its primary and waits for the sentinels' failover
+//! ([`SentinelSet::kill_primary`], [`SentinelSet::wait_for_failover`],
+//! [`SentinelSet::failover`]), cuts one replica off its primary
+//! ([`SentinelSet::lag_replica`]) and makes it the only one the sentinels may
+//! promote ([`SentinelSet::prefer`]); a [`RedisClusterSet`] moves a slot step by
+//! step ([`RedisClusterSet::begin_migration`], [`RedisClusterSet::move_keys`],
+//! [`RedisClusterSet::finish_migration`]) and fails a primary over to its
+//! replica ([`RedisClusterSet::kill_node`], [`RedisClusterSet::wait_for_failover`]).
 //!
 //! Probes for tests: [`RedisServer::cmd`], [`resp_command`] and [`RespConnection`]
 //! (raw RESP), [`EtcdCluster::put`]/[`EtcdCluster::get`] (JSON gateway),
@@ -109,7 +119,9 @@ mod process;
 mod proxy;
 mod pubsub;
 mod redis;
+mod redis_cluster;
 mod resp;
+mod sentinel;
 mod set_up;
 mod shared;
 mod tls;
@@ -126,7 +138,9 @@ pub use postgres::{PostgresServer, ENV_POSTGRES_USER, POSTGRES_DATABASE, POSTGRE
 pub use process::{pid_alive, set_data_root};
 pub use proxy::Proxy;
 pub use redis::{Persistence, RedisOptions, RedisServer, RedisSet};
+pub use redis_cluster::{ClusterOptions, RedisClusterSet, CLUSTER_SLOTS};
 pub use resp::{resp_command, RespConnection, RespValue};
+pub use sentinel::{SentinelOptions, SentinelServer, SentinelSet};
 pub use set_up::{retry_set_up, SET_UP_CONNECT};
 pub use shared::{
     shared_etcd, shared_redis, shared_redis_set, shared_zk, ENV_TEST_ETCD, ENV_TEST_REDIS,
@@ -165,5 +179,8 @@ mod tests {
         assert_send_sync::<crate::Proxy>();
         assert_send_sync::<crate::TestbedError>();
         assert_send_sync::<crate::RespConnection>();
+        assert_send_sync::<crate::SentinelSet>();
+        assert_send_sync::<crate::SentinelServer>();
+        assert_send_sync::<crate::RedisClusterSet>();
     }
 }

@@ -83,6 +83,26 @@ pub struct RedisOptions {
     /// `--maxmemory-policy` (for instance `volatile-ttl`); `None`: Redis's
     /// default, `noeviction`.
     pub maxmemory_policy: Option<&'static str>,
+    /// `--replicaof <ip> <port>`: start as a replica of the Redis at this
+    /// address (its TLS port with [`RedisOptions::tls_replication`]).
+    /// [`RedisServer::start_with`] returns once the replica answers `PING`,
+    /// not once it has synced: see `master_link_status` in `INFO replication`.
+    pub replica_of: Option<SocketAddr>,
+    /// `--replica-priority`: which replica Redis Sentinel promotes first
+    /// (lower first; 0 never). `None`: Redis's default, 100.
+    pub replica_priority: Option<u32>,
+    /// With [`RedisOptions::tls`]: `--tls-replication yes`, so a replica
+    /// reaches its primary over TLS (give [`RedisOptions::replica_of`] the
+    /// primary's TLS port) and announces its own TLS port to it, and so to
+    /// Redis Sentinel.
+    pub tls_replication: bool,
+    /// `Some(node timeout)`: a Redis Cluster node, `--cluster-enabled yes
+    /// --cluster-config-file nodes.conf --cluster-node-timeout <ms>`, with its
+    /// cluster bus on a free port of its own (`--cluster-port`, kept across
+    /// restarts, as is `nodes.conf` in its dir). It starts alone, with no
+    /// slots: [`RedisClusterSet`](crate::RedisClusterSet) makes a cluster of
+    /// such nodes.
+    pub cluster_node_timeout: Option<Duration>,
 }
 
 struct Local {
@@ -93,6 +113,8 @@ struct Local {
     opts: RedisOptions,
     /// The TLS port and its certificates ([`TlsFiles::shared`]), with `opts.tls`.
     tls: Option<(u16, &'static TlsFiles)>,
+    /// The cluster bus port, with `opts.cluster_node_timeout`.
+    cluster_port: Option<u16>,
 }
 
 /// One Redis server on `127.0.0.1:<free port>` in its own temp dir, or one started
@@ -152,6 +174,7 @@ impl RedisServer {
         } else {
             None
         };
+        let cluster_port = opts.cluster_node_timeout.map(|_| free_port());
         let mut server = RedisServer {
             addr,
             local: Some(Local {
@@ -160,6 +183,7 @@ impl RedisServer {
                 bin,
                 opts,
                 tls,
+                cluster_port,
             }),
         };
         server.spawn_process()?;
@@ -174,7 +198,7 @@ impl RedisServer {
         dir.join("redis.log")
     }
 
-    fn port_was_taken(&self) -> bool {
+    pub(crate) fn port_was_taken(&self) -> bool {
         self.local.as_ref().is_some_and(|l| {
             log_says_addr_in_use(&Self::log_path(l.dir.path()))
                 || log_says_addr_in_use(&l.dir.path().join("redis.stderr.log"))
@@ -205,6 +229,9 @@ impl RedisServer {
             "no",
             "--protected-mode",
             "no",
+            // A replica's first sync starts at once, not 5 s later.
+            "--repl-diskless-sync-delay",
+            "0",
         ]);
         match local.opts.persistence {
             Persistence::None => cmd.args(["--save", "", "--appendonly", "no"]),
@@ -231,6 +258,26 @@ impl RedisServer {
         if let Some(policy) = local.opts.maxmemory_policy {
             cmd.args(["--maxmemory-policy", policy]);
         }
+        if let Some(primary) = local.opts.replica_of {
+            cmd.arg("--replicaof")
+                .arg(primary.ip().to_string())
+                .arg(primary.port().to_string());
+        }
+        if let Some(priority) = local.opts.replica_priority {
+            cmd.arg("--replica-priority").arg(priority.to_string());
+        }
+        if let (Some(timeout), Some(bus)) = (local.opts.cluster_node_timeout, local.cluster_port) {
+            cmd.args([
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+            ])
+            .arg("--cluster-node-timeout")
+            .arg(timeout.as_millis().max(1).to_string())
+            .arg("--cluster-port")
+            .arg(bus.to_string());
+        }
         if let Some((tls_port, files)) = &local.tls {
             cmd.arg("--tls-port")
                 .arg(tls_port.to_string())
@@ -248,6 +295,9 @@ impl RedisServer {
                         "yes"
                     },
                 ]);
+            if local.opts.tls_replication {
+                cmd.args(["--tls-replication", "yes"]);
+            }
         }
         cmd.arg("--dir")
             .arg(dir)
@@ -354,6 +404,29 @@ impl RedisServer {
     /// The options it was started with; `None` when external.
     pub fn options(&self) -> Option<RedisOptions> {
         self.local.as_ref().map(|l| l.opts)
+    }
+
+    /// The options the next [`restart`](Self::restart) uses (a node that
+    /// comes back as a replica of another primary); external: nothing.
+    pub(crate) fn set_options(&mut self, opts: RedisOptions) {
+        if let Some(local) = self.local.as_mut() {
+            local.opts = opts;
+        }
+    }
+
+    /// The cluster bus port of a node started with
+    /// [`RedisOptions::cluster_node_timeout`].
+    pub(crate) fn cluster_bus_port(&self) -> Option<u16> {
+        self.local.as_ref()?.cluster_port
+    }
+
+    /// This server's `INFO replication` as text.
+    pub(crate) fn replication_info(&self) -> Result<String, TestbedError> {
+        info_text(
+            self.addr,
+            "replication",
+            &self.cmd(&["INFO", "replication"])?,
+        )
     }
 
     fn running_child(&self, operation: &'static str) -> Result<&ManagedChild, TestbedError> {
@@ -575,6 +648,26 @@ impl RedisSet {
     pub fn is_empty(&self) -> bool {
         self.nodes.is_empty()
     }
+}
+
+/// The text of an `INFO <section>` reply of `addr`.
+pub(crate) fn info_text(
+    addr: SocketAddr,
+    section: &str,
+    reply: &RespValue,
+) -> Result<String, TestbedError> {
+    reply.as_str().map(str::to_string).ok_or_else(|| {
+        TestbedError::protocol(format!("INFO {section} on {addr}"), format!("{reply:?}"))
+    })
+}
+
+/// The value of `name:value` in the text of an `INFO` reply.
+pub(crate) fn info_field<'a>(info: &'a str, name: &str) -> Option<&'a str> {
+    info.lines().find_map(|l| {
+        l.strip_prefix(name)
+            .and_then(|rest| rest.strip_prefix(':'))
+            .map(str::trim)
+    })
 }
 
 /// The `calls=` count of `command` in an `INFO commandstats` reply of `addr`.

@@ -6,6 +6,7 @@ use std::hash::{BuildHasher, Hasher};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 static HANDED_OUT: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
 static NAME_COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -43,6 +44,22 @@ pub(crate) fn reserve_port(port: u16) -> bool {
 /// `127.0.0.1:port`.
 pub(crate) fn loopback(port: u16) -> SocketAddr {
     SocketAddr::from((Ipv4Addr::LOCALHOST, port))
+}
+
+/// Calls `probe` every `every` until it returns `Ok` or `deadline` has passed,
+/// and returns its last answer (the last `Err` says what was still missing).
+pub(crate) fn poll_until<T>(
+    deadline: Instant,
+    every: Duration,
+    mut probe: impl FnMut() -> Result<T, String>,
+) -> Result<T, String> {
+    loop {
+        let answer = probe();
+        if answer.is_ok() || Instant::now() >= deadline {
+            return answer;
+        }
+        std::thread::sleep(every);
+    }
 }
 
 /// A name unique to this call: `prefix-<pid>-<counter>-<random>`.
