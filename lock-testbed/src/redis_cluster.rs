@@ -730,10 +730,22 @@ impl RedisClusterSet {
         within: Duration,
     ) -> Result<usize, TestbedError> {
         member_index(&self.nodes, killed)?;
-        let Some(&(slot, _)) = self.killed_slots[killed].first() else {
+        // Killed by `kill_node`, or else still the owner in a live view
+        // (killed through `node_mut`, not failed over yet).
+        let owned = self.killed_slots[killed].first().copied().or_else(|| {
+            let id = &self.ids[killed];
+            self.running()
+                .filter_map(|i| self.view(i).ok())
+                .find_map(|view| {
+                    view.into_iter()
+                        .find(|l| &l.id == id)
+                        .and_then(|l| l.slots.first().copied())
+                })
+        });
+        let Some((slot, _)) = owned else {
             return Err(TestbedError::protocol(
                 format!("wait_for_failover({killed})"),
-                "the node owned no slots when kill_node killed it: nothing to take over",
+                "the node owned no slots when it was killed (kill_node): nothing to take over",
             ));
         };
         poll_until(Instant::now() + within, POLL, || {

@@ -76,10 +76,11 @@ pub struct SentinelOptions {
     /// promoted: Redis Sentinel skips a replica whose link has been down
     /// longer than 10 times this (plus how long the primary has been down).
     pub down_after: Duration,
-    /// `sentinel failover-timeout`. Default 2 s. A sentinel that took part in
-    /// a failover starts no other for the same primary during twice this
-    /// (plus up to 1 s), so a second failover in one test waits that long
-    /// after the first one began.
+    /// `sentinel failover-timeout`. Default 2 s. A failover attempt that
+    /// fails (no sentinel elected, no replica fit to promote) is tried again
+    /// only after twice this; a failover that succeeded holds back none (the
+    /// sentinels forget the old primary's failover when they switch to the
+    /// new one), so a second failover in one test takes as long as the first.
     pub failover_timeout: Duration,
     /// Data nodes and sentinels also listen with TLS (mutual TLS, the test
     /// process's certificates, [`TlsFiles::shared`]); replicas replicate and

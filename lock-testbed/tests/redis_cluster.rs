@@ -269,6 +269,16 @@ fn killed_primary_is_replaced_by_its_replica() {
         format!("MOVED {slot} {}", cluster.node(promoted).addr())
     );
 
+    // A primary killed by hand (not kill_node) fails over too.
+    let other = (0..3).find(|&p| p != owner).unwrap();
+    let t = Instant::now();
+    cluster.node_mut(other).kill().unwrap();
+    let took_over = cluster
+        .wait_for_failover(other, opts.node_timeout * 2 + SLACK)
+        .unwrap();
+    println!("second cluster failover in {:?}", t.elapsed());
+    assert_eq!(took_over, other + 3);
+
     // Killing a replica is no failover.
     cluster.kill_node(owner).unwrap();
     let err = cluster

@@ -5,7 +5,8 @@
 use std::time::{Duration, Instant};
 
 use lock_testbed::{
-    pid_alive, unique_name, RespConnection, RespValue, SentinelOptions, SentinelSet, TestbedError,
+    pid_alive, unique_name, Proxy, RespConnection, RespValue, SentinelOptions, SentinelSet,
+    TestbedError,
 };
 
 fn bulk(s: &str) -> RespValue {
@@ -25,9 +26,9 @@ fn failover_bound(opts: &SentinelOptions) -> Duration {
     opts.down_after + opts.failover_timeout + SLACK
 }
 
-/// How long a failover that follows another one may take: the sentinels
-/// that took part in the first start none for twice the failover timeout
-/// (plus up to 1 s) after it began.
+/// How long a failover that follows another one may take: as long as the
+/// first, and room for one failed attempt, which the sentinels repeat after
+/// twice the failover timeout.
 fn second_failover_bound(opts: &SentinelOptions) -> Duration {
     opts.down_after + 3 * opts.failover_timeout + Duration::from_secs(1) + SLACK
 }
@@ -398,4 +399,36 @@ fn tls_sentinel_set_fails_over() {
         follows(&set, old),
         Some(set.node(new).tls_addr().unwrap().port())
     );
+}
+
+/// Why `lag_replica` does not put a proxy on the replication link: the
+/// sentinels point a replica that follows another address than the
+/// primary's at the primary itself (`+fix-slave-config`) within the failover
+/// timeout, so a proxied link would not stay proxied.
+#[test]
+fn sentinels_repoint_a_replica_that_follows_a_proxy() {
+    let set = SentinelSet::start().unwrap();
+    let opts = set.options();
+    let proxy = Proxy::start(set.node(0).addr()).unwrap();
+    let port = proxy.addr().port();
+    assert_eq!(
+        set.node(2)
+            .cmd(&["REPLICAOF", "127.0.0.1", &port.to_string()])
+            .unwrap(),
+        ok()
+    );
+    eventually(SLACK, "node 2 follows the proxy", || {
+        follows(&set, 2) == Some(port)
+    });
+    let t = Instant::now();
+    eventually(
+        opts.failover_timeout + SLACK,
+        "the sentinels repoint node 2 at the primary",
+        || follows(&set, 2) == Some(set.node(0).addr().port()),
+    );
+    println!("replica repointed from the proxy after {:?}", t.elapsed());
+    assert!(set
+        .sentinels()
+        .iter()
+        .any(|s| s.log_tail(200).contains("+fix-slave-config")));
 }
