@@ -488,9 +488,10 @@ impl SentinelSet {
 
     /// Start a primary (node 0), two replicas of it (nodes 1 and 2) and three
     /// sentinels with `opts`, and wait (at most 20 s) until every data node
-    /// answers PING, each replica reports `master_link_status:up`, and every
-    /// sentinel names node 0 as the primary and sees both replicas and the
-    /// two other sentinels up.
+    /// answers PING, each replica reports `master_link_status:up` and has
+    /// applied a write made after it synced (the stream flows: a `WAIT`
+    /// after a write counts it), and every sentinel names node 0 as the
+    /// primary and sees both replicas and the two other sentinels up.
     pub fn start_with(opts: SentinelOptions) -> Result<SentinelSet, TestbedError> {
         let started = Instant::now();
         let deadline = started + READY_TIMEOUT;
@@ -682,7 +683,7 @@ impl SentinelSet {
 
     /// Data node `i`, for faults that need `&mut` ([`RedisServer::kill`]).
     /// Restart it with [`restart_node`](Self::restart_node), which brings it
-    /// back in its current role.
+    /// back in the role the sentinels give it.
     ///
     /// # Panics
     ///

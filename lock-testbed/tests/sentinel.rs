@@ -386,6 +386,34 @@ fn tls_sentinel_set_fails_over() {
     for i in [1, 2] {
         assert_eq!(follows(&set, i), Some(primary_tls));
     }
+    // The sentinels know each other (connected) by their TLS ports.
+    let others = set
+        .sentinel(0)
+        .cmd(&["SENTINEL", "sentinels", "distlock"])
+        .unwrap();
+    let RespValue::Array(Some(others)) = others else {
+        panic!("SENTINEL sentinels answered {others:?}");
+    };
+    let mut ports: Vec<String> = others
+        .iter()
+        .map(|record| {
+            let RespValue::Array(Some(fields)) = record else {
+                panic!("{record:?}");
+            };
+            let at = fields
+                .iter()
+                .position(|f| f.as_str() == Some("port"))
+                .unwrap();
+            fields[at + 1].as_str().unwrap().to_string()
+        })
+        .collect();
+    ports.sort();
+    let mut tls_ports: Vec<String> = set.sentinels()[1..]
+        .iter()
+        .map(|s| s.tls_addr().unwrap().port().to_string())
+        .collect();
+    tls_ports.sort();
+    assert_eq!(ports, tls_ports);
     let key = unique_name("tls");
     set_replicated(&set, 0, &key, "v", 2);
 
