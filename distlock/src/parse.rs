@@ -454,6 +454,55 @@ mod tests {
         );
         assert!(bad("redis://h?require_noeviction=yes").contains("neither `true` nor `false`"));
         assert!(ok("memory://").redis_config().is_err());
+        let synced = ok("redis://h?sync_replicas=2&sync_timeout=50ms")
+            .redis_config()
+            .unwrap();
+        assert_eq!(
+            synced.sync_replicas,
+            Some(lock_redis::SyncReplicas::new(2, Duration::from_millis(50)))
+        );
+        let synced = ok("redis://h?sync_replicas=1&request_timeout=300ms")
+            .redis_config()
+            .unwrap();
+        assert_eq!(
+            synced.sync_replicas,
+            Some(lock_redis::SyncReplicas::new(1, Duration::from_millis(300)))
+        );
+        assert_eq!(
+            ok("redis://h?sync_replicas=0")
+                .redis_config()
+                .unwrap()
+                .sync_replicas,
+            None
+        );
+    }
+
+    #[cfg(feature = "redis")]
+    #[test]
+    fn redis_sentinel_config() {
+        let url = ok(
+            "redis+sentinel://:p%40ss@s1,s2:26380,s3/main/2?request_timeout=300ms&sync_replicas=1",
+        );
+        assert_eq!(url.scheme(), Scheme::RedisSentinel);
+        let cfg = url.redis_sentinel_config().unwrap();
+        assert_eq!(
+            cfg.url,
+            "redis+sentinel://:p%40ss@s1:26379,s2:26380,s3:26379/main/2"
+        );
+        assert_eq!(cfg.request_timeout, Duration::from_millis(300));
+        assert_eq!(
+            cfg.sync_replicas,
+            Some(lock_redis::SyncReplicas::new(1, Duration::from_millis(300)))
+        );
+        assert!(!format!("{url}").contains("p%40ss"));
+        let tls = ok("rediss+sentinel://s1/main")
+            .redis_sentinel_config()
+            .unwrap();
+        assert_eq!(tls.url, "rediss+sentinel://s1:26379/main/0");
+        assert!(bad("redis+sentinel://s1").contains("the name the sentinels monitor"));
+        assert!(bad("redis+sentinel://s1/main/x").contains("the name the sentinels monitor"));
+        assert!(bad("redis+sentinel://s1/main/1/2").contains("the name the sentinels monitor"));
+        assert!(ok("redis://h").redis_sentinel_config().is_err());
     }
 
     #[test]

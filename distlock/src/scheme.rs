@@ -12,6 +12,10 @@ pub enum Scheme {
     Memory,
     /// `redis://host[:port][/db]`: one Redis server (feature `redis`).
     Redis,
+    /// `redis+sentinel://s1:p1[,s2:p2...]/MASTER_NAME[/db]`: the primary of a
+    /// Sentinel-managed Redis deployment, followed across failovers
+    /// (feature `redis`).
+    RedisSentinel,
     /// `redlock://h1:p1,h2:p2,h3:p3[/db]`: Redlock over independent Redis servers (feature `redlock`).
     Redlock,
     /// `etcd://h1:p1[,h2:p2...][/prefix]`: an etcd cluster (feature `etcd`).
@@ -22,9 +26,10 @@ pub enum Scheme {
 
 impl Scheme {
     /// Every scheme, in documentation order.
-    pub const ALL: [Scheme; 5] = [
+    pub const ALL: [Scheme; 6] = [
         Scheme::Memory,
         Scheme::Redis,
+        Scheme::RedisSentinel,
         Scheme::Redlock,
         Scheme::Etcd,
         Scheme::Zk,

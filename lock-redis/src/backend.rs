@@ -29,7 +29,16 @@ use crate::queue::{recheck_delay, wait_in_queue, Line};
 /// that follows an acquire whose reply was lost.
 const CLEANUP_MAX_DELAY: Duration = Duration::from_secs(1);
 
-/// A client of one Redis server: the `redis` backend of distlock.
+/// What a Sentinel-managed deployment tolerates, and what a failover can do
+/// (the `fault_tolerance` of a `redis+sentinel://` client's capabilities).
+pub const SENTINEL_FAULT_TOLERANCE: &str = "the primary's failure (Sentinel promotes a \
+    replica and the client follows); replication is asynchronous, so a failover can lose an \
+    acquisition not yet replicated and two holders are then possible: fencing tokens stay \
+    increasing and catch it; sync_replicas (WAIT) narrows the window";
+
+/// A client of one Redis server, or of the primary of a Sentinel-managed
+/// deployment (`redis+sentinel://`, followed across failovers): the
+/// `redis` backend of distlock.
 ///
 /// Cheap to clone (clones share one connection, one pub/sub connection and
 /// the scripts). Use it through [`lock_core::DistributedLock`]
@@ -66,11 +75,18 @@ impl RedisLock {
     /// the credentials. Must be called within a tokio runtime.
     pub async fn connect(config: RedisLockConfig) -> Result<RedisLock, LockError> {
         let client = Client::connect(config).await?;
+        // The notifier subscribes where requests go: on the primary the
+        // route follows across failovers, or on the one server.
+        let node = if client.route.follows_failovers() {
+            NotifyNode::moving(client.route.clone())
+        } else {
+            NotifyNode::fixed(
+                client.config.redacted_url(),
+                client.route.endpoint().client.clone(),
+            )
+        };
         let notifier = Notifier::start(
-            vec![NotifyNode {
-                addr: client.config.redacted_url(),
-                client: client.redis.clone(),
-            }],
+            vec![node],
             Timeouts {
                 connect: client.config.connect_timeout,
                 request: client.config.request_timeout,
@@ -150,6 +166,9 @@ impl RedisLock {
             .await
         {
             Ok(AcquireReply::Acquired(fence)) => {
+                // With sync_replicas: not ours to return until replicated;
+                // on failure the armed clean-up releases it again.
+                client.confirm_replicated().await?;
                 cleanup.disarm();
                 let server_key = primitive.server_key(keys.lock()).into_owned();
                 let handle = RedisLease {
@@ -209,7 +228,14 @@ impl RedisLock {
         intent: Option<&Intent>,
         deadline: Instant,
     ) -> Result<Option<Lease>> {
-        if let Attempt::Acquired(lease) = self.attempt_with_reconnect(req, keys, intent).await? {
+        let route = &self.inner.client.route;
+        let first = loop {
+            match self.attempt_with_reconnect(req, keys, intent).await {
+                Ok(first) => break first,
+                Err(err) => route.ride_out(err, deadline).await?,
+            }
+        };
+        if let Attempt::Acquired(lease) = first {
             return Ok(Some(lease));
         }
         if Instant::now() >= deadline {
@@ -229,7 +255,15 @@ impl RedisLock {
             sub.before_attempt();
             let outcome = self.attempt_with_reconnect(req, keys, intent).await;
             sub.after_attempt();
-            let pttl = match outcome? {
+            let outcome = match outcome {
+                Ok(outcome) => outcome,
+                Err(err) => {
+                    // Following a failover: try again on the new primary.
+                    route.ride_out(err, deadline).await?;
+                    continue;
+                }
+            };
+            let pttl = match outcome {
                 Attempt::Acquired(lease) => return Ok(Some(lease.with_contended(true))),
                 Attempt::Held { pttl } => pttl,
             };
@@ -296,7 +330,11 @@ impl LockBackend for RedisLock {
             .with_loss_events(false)
             .with_notified_wait(true)
             .with_remote(true)
-            .with_fault_tolerance("none: a single server")
+            .with_fault_tolerance(if self.inner.client.route.follows_failovers() {
+                SENTINEL_FAULT_TOLERANCE
+            } else {
+                "none: a single server"
+            })
             .with_read_write(true)
             .with_semaphore(true)
             .with_describes_holder(true)

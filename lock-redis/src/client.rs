@@ -7,7 +7,6 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use lock_core::{Holder, LockError, LockErrorKind, Result};
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind};
 
 use tokio::time::Instant;
@@ -15,17 +14,11 @@ use tokio::time::Instant;
 use crate::config::RedisLockConfig;
 use crate::kit::call::ScriptCall;
 use crate::kit::layout::{Keys, HOLDER};
-use crate::kit::list::{Listed, LIST_PAGE};
+use crate::kit::list::Listed;
 use crate::kit::notify::Notifier;
 use crate::kit::renew::{BatchSender, Batcher, KeyOutcome, RenewItem, Renewed, RENEW_BATCH};
-use crate::kit::scripts::{Scripts, ACQUIRE_FENCED, RELEASE_QUEUED};
-
-/// Delays of the connection manager's reconnection attempts: from this...
-const RECONNECT_MIN_DELAY: Duration = Duration::from_millis(25);
-/// ...doubling up to this.
-const RECONNECT_MAX_DELAY: Duration = Duration::from_secs(1);
-/// Attempts per reconnection round; a later request starts a new round.
-const RECONNECT_ATTEMPTS: usize = 8;
+use crate::kit::scripts::Scripts;
+use crate::route::Route;
 
 /// Why a request failed, before mapping (cloned to every renewal of a
 /// failed batch, so that each gets the error its own request would have).
@@ -79,9 +72,9 @@ pub(crate) struct Inner {
 /// The connection and the scripts, shared by a client, its clones and its guards.
 pub(crate) struct Client {
     pub(crate) config: RedisLockConfig,
-    /// The `redis` crate's client (for the notifier's own connection).
-    pub(crate) redis: redis::Client,
-    conn: ConnectionManager,
+    /// Where requests go: the server, or the primary the sentinels name
+    /// (the notifier follows it too).
+    pub(crate) route: Arc<Route>,
     scripts: Scripts,
     /// [`RENEW_BATCH`], the one script every renewal runs in.
     renew_script: redis::Script,
@@ -120,73 +113,23 @@ impl Client {
     /// Connects within `config.connect_timeout` and loads the scripts.
     pub(crate) async fn connect(config: RedisLockConfig) -> Result<Arc<Self>> {
         config.validate()?;
-        let what = format!("connecting to {}", config.redacted_url());
-        let client = crate::kit::connect::open_client(&config.url, &config.tls)?;
-        let manager_config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(config.connect_timeout))
-            .set_response_timeout(Some(config.request_timeout))
-            .set_min_delay(RECONNECT_MIN_DELAY)
-            .set_max_delay(RECONNECT_MAX_DELAY)
-            .set_number_of_retries(RECONNECT_ATTEMPTS);
-        let deadline = lock_core::backend::add_saturating(Instant::now(), config.connect_timeout);
-        let probe_config = redis::AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(config.connect_timeout))
-            .set_response_timeout(Some(config.request_timeout));
-        let connected = tokio::time::timeout_at(deadline, async {
-            // One plain connection first: it fails fast and with the real
-            // cause (refused, wrong password), where the connection manager
-            // would retry until the timeout. It loads the scripts (proving the
-            // server answers commands); EVALSHA from then on, reloading on
-            // NOSCRIPT after a restart.
-            let mut probe = client
-                .get_multiplexed_async_connection_with_config(&probe_config)
-                .await?;
-            let mut load = redis::pipe();
-            for code in [ACQUIRE_FENCED, RELEASE_QUEUED, RENEW_BATCH, LIST_PAGE] {
-                load.cmd("SCRIPT").arg("LOAD").arg(code);
-            }
-            load.query_async::<()>(&mut probe).await?;
-            // The eviction policy: lock keys must never be evicted.
-            let policy =
-                crate::kit::eviction::read_policy(&mut probe, &config.redacted_url()).await;
-            drop(probe);
-            let conn = ConnectionManager::new_with_config(client.clone(), manager_config).await?;
-            Ok::<_, RedisError>((conn, Scripts::default(), policy))
-        })
-        .await;
-        match connected {
-            Err(_) => Err(map_error(&what, Failure::TimedOut(config.connect_timeout))),
-            Ok(Err(e)) => Err(map_error(&what, Failure::Redis(e))),
-            Ok(Ok((conn, scripts, policy))) => {
-                crate::kit::eviction::check_policy(
-                    policy.as_deref(),
-                    config.require_noeviction,
-                    &config.redacted_url(),
-                    "distlock redis",
-                )?;
-                Ok(Self::with_connection(config, client, conn, scripts))
-            }
-        }
-    }
-
-    /// The client over an open connection.
-    fn with_connection(
-        config: RedisLockConfig,
-        client: redis::Client,
-        conn: ConnectionManager,
-        scripts: Scripts,
-    ) -> Arc<Self> {
-        Arc::new_cyclic(|this| {
+        let (route, policy) = Route::connect(&config).await?;
+        crate::kit::eviction::check_policy(
+            policy.as_deref(),
+            config.require_noeviction,
+            &route.endpoint().addr,
+            "distlock redis",
+        )?;
+        Ok(Arc::new_cyclic(|this| {
             let renewals = Batcher::new(BatchOnClient(this.clone()), config.renew_batching);
             Self {
                 config,
-                redis: client,
-                conn,
-                scripts,
+                route,
+                scripts: Scripts::default(),
                 renew_script: redis::Script::new(RENEW_BATCH),
                 renewals,
             }
-        })
+        }))
     }
 
     /// Runs `script` (picked from the loaded scripts) with `keys` and
@@ -201,7 +144,7 @@ impl Client {
         idempotent: bool,
     ) -> Result<T> {
         let make = || {
-            let mut conn = self.conn.clone();
+            let mut conn = self.route.conn();
             let mut call = ScriptCall::new(pick(&self.scripts), keys);
             for a in args {
                 call.arg(*a);
@@ -213,6 +156,60 @@ impl Client {
         } else {
             self.request(what, make()).await
         }
+    }
+
+    /// Runs an acquisition `script` (picked from the loaded scripts) with
+    /// `keys` and `args`, once, on the acquisitions' connection (see
+    /// [`Client::confirm_replicated`]).
+    pub(crate) async fn eval_acquire<T: redis::FromRedisValue>(
+        &self,
+        what: &'static str,
+        pick: fn(&Scripts) -> &redis::Script,
+        keys: &[&str],
+        args: &[&str],
+    ) -> Result<T> {
+        let mut conn = self.route.acquire_conn();
+        let mut call = ScriptCall::new(pick(&self.scripts), keys);
+        for a in args {
+            call.arg(*a);
+        }
+        self.request(what, call.invoke_async(&mut conn)).await
+    }
+
+    /// With [`RedisLockConfig::sync_replicas`]: `WAIT` on the acquisitions'
+    /// connection until that many replicas have every write sent on it so
+    /// far (the acquisition just made included); `Unavailable` if fewer
+    /// confirm within its timeout. Without it: nothing.
+    pub(crate) async fn confirm_replicated(&self) -> Result<()> {
+        let Some(sync) = self.config.sync_replicas else {
+            return Ok(());
+        };
+        let mut conn = self.route.acquire_conn();
+        let wait_ms = u64::try_from(sync.timeout.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        let limit = self.config.request_timeout.saturating_add(sync.timeout);
+        let confirmed: i64 = self
+            .request_within(
+                "wait replicas",
+                limit,
+                redis::cmd("WAIT")
+                    .arg(sync.replicas)
+                    .arg(wait_ms)
+                    .query_async(&mut conn),
+            )
+            .await
+            .map_err(|f| map_error("wait replicas", f))?;
+        if confirmed < i64::from(sync.replicas) {
+            return Err(LockError::new(
+                LockErrorKind::Unavailable,
+                format!(
+                    "acquired, but only {confirmed} of the {} replicas asked for confirmed it within {:?} (sync_replicas); released again",
+                    sync.replicas, sync.timeout
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// Runs one request with the request timeout, mapping its failure;
@@ -233,13 +230,25 @@ impl Client {
         what: &'static str,
         fut: impl Future<Output = RedisResult<T>>,
     ) -> std::result::Result<T, Failure> {
+        self.request_within(what, self.config.request_timeout, fut)
+            .await
+    }
+
+    /// [`Client::request_raw`] with a time `limit` of its own.
+    async fn request_within<T>(
+        &self,
+        what: &'static str,
+        limit: Duration,
+        fut: impl Future<Output = RedisResult<T>>,
+    ) -> std::result::Result<T, Failure> {
         lock_core::metrics::count_request("redis", what);
-        let limit = self.config.request_timeout;
-        match tokio::time::timeout(limit, fut).await {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(Failure::Redis(e)),
-            Err(_) => Err(Failure::TimedOut(limit)),
-        }
+        let failure = match tokio::time::timeout(limit, fut).await {
+            Ok(Ok(v)) => return Ok(v),
+            Ok(Err(e)) => Failure::Redis(e),
+            Err(_) => Failure::TimedOut(limit),
+        };
+        self.route.on_failure(&failure);
+        Err(failure)
     }
 
     /// Like [`Client::request`] for an idempotent request: a fast failure on a
@@ -276,7 +285,7 @@ impl Client {
         self.request_raw(what, make()).await
     }
 
-    /// One mutex attempt ([`ACQUIRE_FENCED`]): the lock for `token`, or
+    /// One mutex attempt ([`ACQUIRE_FENCED`](crate::kit::scripts::ACQUIRE_FENCED)): the lock for `token`, or
     /// who holds it and a bound at least the last token issued, `max(the
     /// counter, the server's clock in µs)` (0 when acquired). A caller
     /// that will wait passes how long its `queued` place lasts (in ms) and
@@ -290,7 +299,7 @@ impl Client {
         queued: Option<u64>,
         described: &str,
     ) -> Result<(AcquireReply, u64)> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.route.acquire_conn();
         let mut call = on_mutex_keys(&self.scripts.acquire_fenced, keys);
         call.arg(token)
             .arg(ttl_ms)
@@ -322,7 +331,7 @@ impl Client {
         }
     }
 
-    /// Compare-and-release ([`RELEASE_QUEUED`]): the lock goes to the first
+    /// Compare-and-release ([`RELEASE_QUEUED`](crate::kit::scripts::RELEASE_QUEUED)): the lock goes to the first
     /// waiter, or is deleted. `true` if the key held `token`. A waiter that
     /// gives up passes its queue member as `leaving`.
     pub(crate) async fn release(
@@ -331,7 +340,7 @@ impl Client {
         token: &str,
         leaving: Option<&str>,
     ) -> Result<bool> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.route.conn();
         let mut call = on_mutex_keys(&self.scripts.release_queued, keys);
         call.arg(token).arg(leaving.unwrap_or("")).arg("");
         let n: i64 = self
@@ -340,12 +349,12 @@ impl Client {
         Ok(n == 1)
     }
 
-    /// An operator's force release of the mutex ([`RELEASE_QUEUED`] without
+    /// An operator's force release of the mutex ([`RELEASE_QUEUED`](crate::kit::scripts::RELEASE_QUEUED) without
     /// the owner compared): whoever holds it is removed and the lock goes
     /// to the first waiter, as on its holder's release. `true` if it was
     /// held. Not repeated after a failure (a hand-off is not idempotent).
     pub(crate) async fn force_release_mutex(&self, keys: &Keys) -> Result<bool> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.route.conn();
         let mut call = on_mutex_keys(&self.scripts.release_queued, keys);
         call.arg("").arg("").arg("1");
         let n: i64 = self
@@ -386,7 +395,7 @@ impl Client {
         &self,
         name_prefix: &str,
     ) -> Result<Vec<(Listed, Option<u64>, Option<Holder>)>> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.route.conn();
         let prefix = self.config.key_prefix.clone();
         let scripts = &self.scripts;
         let found = self
@@ -441,7 +450,7 @@ impl Client {
         type Seen = (i64, Option<u64>, Option<Vec<u8>>, Option<Vec<u8>>);
         let (pttl, counter, token, described): Seen = self
             .request_idempotent("inspect", || {
-                let mut conn = self.conn.clone();
+                let mut conn = self.route.conn();
                 let mut pipe = redis::pipe();
                 pipe.atomic()
                     .cmd("PTTL")
@@ -465,7 +474,7 @@ impl Client {
 }
 
 /// `script` with the mutex's keys, in the order its scripts
-/// ([`ACQUIRE_FENCED`], [`RELEASE_QUEUED`]) take them.
+/// ([`ACQUIRE_FENCED`](crate::kit::scripts::ACQUIRE_FENCED), [`RELEASE_QUEUED`](crate::kit::scripts::RELEASE_QUEUED)) take them.
 fn on_mutex_keys<'a>(script: &'a redis::Script, keys: &Keys) -> ScriptCall<'a> {
     ScriptCall::new(
         script,
@@ -495,7 +504,7 @@ impl BatchSender for BatchOnClient {
         };
         client
             .request_idempotent_raw("renew", || {
-                let mut conn = client.conn.clone();
+                let mut conn = client.route.conn();
                 let (script, items) = (&client.renew_script, &items);
                 async move { crate::kit::renew::send_batch(&mut conn, script, items).await }
             })

@@ -36,7 +36,14 @@ pub const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
 pub struct RedisLockConfig {
     /// The server: `redis://[[user]:password@]host[:port][/db]`, or
     /// `rediss://...` for TLS. The ACL user, password and database go in
-    /// the URL. Default: [`DEFAULT_URL`].
+    /// the URL. Or the primary of a Sentinel-managed deployment:
+    /// `redis+sentinel://[[user]:password@]s1[:port],s2,s3/MASTER_NAME[/db]`
+    /// (`rediss+sentinel://` for TLS to the sentinels and the data nodes;
+    /// the sentinels' port defaults to 26379; the credentials and the
+    /// database are those of the data nodes, the sentinels are reached
+    /// without credentials): the client asks the sentinels where the
+    /// primary is, checks it with `ROLE`, and follows it across failovers.
+    /// Default: [`DEFAULT_URL`].
     pub url: String,
     /// With a `rediss://` URL: the CA to trust (default: the system's
     /// roots) and a client certificate and key for mutual TLS. Default: none.
@@ -79,6 +86,45 @@ pub struct RedisLockConfig {
     /// a warning; a server that answers neither is not checked (logged at
     /// debug level). Default: `false`.
     pub require_noeviction: bool,
+    /// With a `redis+sentinel://` URL: addresses as the sentinels report
+    /// them (`host:port`), each with the address to connect to instead,
+    /// for a client that reaches the data nodes through a NAT or a port
+    /// mapping (containers, a bastion), as Redisson's `NatMapper`.
+    /// Addresses not listed are used as reported. Default: none.
+    pub address_map: Vec<(String, String)>,
+    /// Wait until this many replicas have the lock before an acquisition
+    /// returns (`WAIT n`, as Redisson's `syncSlaves`). See
+    /// [`SyncReplicas`]. Default: none (an acquisition returns once the
+    /// primary has it).
+    pub sync_replicas: Option<SyncReplicas>,
+}
+
+/// `WAIT` after every acquisition (see [`RedisLockConfig::sync_replicas`]).
+///
+/// Redis replicates asynchronously: a failover to a replica that had not
+/// yet received an acquisition loses it, and another client can then
+/// take the same lock while its first holder still believes it holds it
+/// (fencing tokens catch that). With `SyncReplicas`, `acquire` and
+/// `try_acquire` return a lock only after `replicas` replicas confirmed
+/// every write before it (the lock included) within `timeout`; otherwise
+/// the lock is released again and the call fails with `Unavailable`. This
+/// narrows the window (a failover picks the most up-to-date replica) but
+/// does not close it: Redis's replication stays asynchronous, and
+/// `WAIT` does not make a write durable on the replicas' disks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SyncReplicas {
+    /// How many replicas must confirm (at least 1).
+    pub replicas: u32,
+    /// How long to wait for them (1 ms ..= [`MAX_TIMEOUT`]).
+    pub timeout: Duration,
+}
+
+impl SyncReplicas {
+    /// `replicas` replicas within `timeout`.
+    pub fn new(replicas: u32, timeout: Duration) -> Self {
+        Self { replicas, timeout }
+    }
 }
 
 impl Default for RedisLockConfig {
@@ -92,6 +138,8 @@ impl Default for RedisLockConfig {
             max_recheck: DEFAULT_MAX_RECHECK,
             renew_batching: RenewBatching::default(),
             require_noeviction: false,
+            address_map: Vec::new(),
+            sync_replicas: None,
         }
     }
 }
@@ -147,6 +195,19 @@ impl RedisLockConfig {
         self
     }
 
+    /// Adds an entry to [`RedisLockConfig::address_map`]: connect to `to`
+    /// where a sentinel reports `from` (both `host:port`).
+    pub fn map_address(mut self, from: impl Into<String>, to: impl Into<String>) -> Self {
+        self.address_map.push((from.into(), to.into()));
+        self
+    }
+
+    /// Sets [`RedisLockConfig::sync_replicas`].
+    pub fn sync_replicas(mut self, sync: Option<SyncReplicas>) -> Self {
+        self.sync_replicas = sync;
+        self
+    }
+
     /// Checks the configuration: timeouts in 1 ms ..= [`MAX_TIMEOUT`],
     /// `max_recheck` in 1 ms ..= one day, a key prefix without whitespace or
     /// control characters, the renewal batching's bounds
@@ -158,6 +219,14 @@ impl RedisLockConfig {
         check_duration("max_recheck", self.max_recheck, ms, lock_core::MAX_WAIT)?;
         self.tls.validate()?;
         self.renew_batching.validate()?;
+        if let Some(sync) = self.sync_replicas {
+            if sync.replicas == 0 {
+                return Err(LockError::invalid(
+                    "sync_replicas: at least 1 replica (or none at all)",
+                ));
+            }
+            check_duration("sync_replicas timeout", sync.timeout, ms, MAX_TIMEOUT)?;
+        }
         crate::kit::layout::check_prefix(&self.key_prefix)
     }
 
@@ -178,6 +247,8 @@ impl fmt::Debug for RedisLockConfig {
             .field("max_recheck", &self.max_recheck)
             .field("renew_batching", &self.renew_batching)
             .field("require_noeviction", &self.require_noeviction)
+            .field("address_map", &self.address_map)
+            .field("sync_replicas", &self.sync_replicas)
             .finish()
     }
 }

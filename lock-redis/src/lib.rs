@@ -10,11 +10,14 @@ pub mod kit;
 mod lease;
 mod primitive;
 mod queue;
+mod route;
+mod sentinel;
 
-pub use backend::RedisLock;
+pub use backend::{RedisLock, SENTINEL_FAULT_TOLERANCE};
 pub use batching::{
     RenewBatching, DEFAULT_RENEW_MAX_KEYS, DEFAULT_RENEW_WINDOW, MAX_RENEW_KEYS, MAX_RENEW_WINDOW,
 };
+pub use config::SyncReplicas;
 pub use config::{
     RedisLockConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_RECHECK, DEFAULT_REQUEST_TIMEOUT,
     DEFAULT_URL, MAX_TIMEOUT,

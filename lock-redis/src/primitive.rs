@@ -105,23 +105,21 @@ impl Primitive {
                 let id = intent.map(|i| i.id.as_str()).unwrap_or("");
                 let side = if self == Self::Write { "w" } else { "r" };
                 client
-                    .eval(
+                    .eval_acquire(
                         "acquire",
                         |s| &s.acquire_rw,
                         &[keys.rw(), keys.rw_queue(), keys.fencing(), keys.rw_lapse()],
                         &[token, &ttl, side, id, &lasts],
-                        false,
                     )
                     .await?
             }
             Self::Permit(permits) => {
                 client
-                    .eval(
+                    .eval_acquire(
                         "acquire",
                         |s| &s.acquire_permit,
                         &[keys.permits(), keys.fencing()],
                         &[token, &ttl, &permits.to_string()],
-                        false,
                     )
                     .await?
             }

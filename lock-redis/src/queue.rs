@@ -215,8 +215,19 @@ async fn queue_turns(
         if let Some(sub) = &mut sub {
             sub.after_attempt();
         }
-        let (pttl, last_token) = match reply? {
+        let reply = match reply {
+            Ok(reply) => reply,
+            Err(err) => {
+                // Following a failover: try again on the new primary.
+                client.route.ride_out(err, deadline).await?;
+                continue;
+            }
+        };
+        let (pttl, last_token) = match reply {
             (AcquireReply::Acquired(fence), _) => {
+                // With sync_replicas: not ours to return until replicated;
+                // on failure, leaving the line passes it on.
+                client.confirm_replicated().await?;
                 let lease = line.lease(client, token, fence, sent, req.ttl);
                 return Ok(Some(lease.with_contended(waited)));
             }
@@ -244,7 +255,9 @@ async fn queue_turns(
         let wake = sub
             .wait_until(deadline.min(add_saturating(now, recheck)))
             .await;
-        if let Wake::Granted(fence) = wake {
+        // A grant is the releaser's write, which our `WAIT` would not
+        // cover: with sync_replicas the next attempt (ours) decides.
+        if let (Wake::Granted(fence), None) = (wake, client.config.sync_replicas) {
             // A token above the last one the attempt saw: handed to us
             // after the attempt sent at `sent` ran, so valid from then.
             // (An older announcement arriving late is void: the lock was

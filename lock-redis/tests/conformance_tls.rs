@@ -6,5 +6,5 @@ mod support;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    support::conformance::run(true)
+    support::conformance::run(support::conformance::Deployment::Tls)
 }

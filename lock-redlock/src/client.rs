@@ -82,10 +82,7 @@ impl RedlockLock {
         let notifier = Notifier::start(
             nodes
                 .iter()
-                .map(|n| NotifyNode {
-                    addr: n.addr.clone(),
-                    client: n.client.clone(),
-                })
+                .map(|n| NotifyNode::fixed(n.addr.clone(), n.client.clone()))
                 .collect(),
             Timeouts {
                 connect: config.connect_timeout,

@@ -18,6 +18,11 @@
 //!   0 stale writes accepted by PostgreSQL, stale writes rejected in S1, and
 //!   every rejection counted by `distlock_fencing_rejects_total{storage="postgres"}`.
 //!
+//! - F1 (Redis Sentinel promotes a replica that missed the holders'
+//!   acquisitions): the lost acquisitions are taken again (overlaps and
+//!   conflicts while held, reported), 0 stale writes accepted by
+//!   PostgreSQL, the old holders' rejected.
+//!
 //! - the read-write lock and the semaphore (redis, etcd, zookeeper): S1
 //!   with writers (as the mutex) and with a semaphore of 2 (the paused
 //!   holder is seen, nobody conflicts while its guard says held), and the
@@ -38,7 +43,7 @@ use lock_core::{
 };
 use lock_safety::fixture::{take, Kind, Servers, Started};
 use lock_safety::{PgRegisters, Report, Row, Stats, Workload};
-use lock_testbed::{Persistence, PostgresServer, Proxy};
+use lock_testbed::{Persistence, PostgresServer, Proxy, SentinelSet};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use rand::Rng;
 use tokio::time::{sleep, Instant};
@@ -517,6 +522,70 @@ async fn s3_restart(kind: Kind, crash: Crash, storage: Storage) -> Stats {
         let _ = started;
     }
     blocking(|| drop(servers));
+    w.stats()
+}
+
+/// F1: Redis Sentinel promotes a replica that had not received the
+/// holders' acquisitions (its replication link cut, the only replica the
+/// sentinels may promote). Each holder read in its section before the
+/// failover; the new primary has no lock, so a newcomer takes the same
+/// name within the holder's TTL and writes; the holder then writes what
+/// it read, as a paused process would. Two holders at once: the checker
+/// sees it, and the fencing token (the server-clock floor: the new
+/// primary's counter is behind) makes PostgreSQL refuse the old holder.
+async fn f1_sentinel_failover_to_a_lagging_replica(storage: Storage) -> Stats {
+    const HOLDERS: usize = 4;
+    let (set, lagging) = blocking(|| {
+        let mut set = SentinelSet::start().expect("start a Sentinel set");
+        let lagging = (set.primary().expect("the primary") + 1) % 3;
+        set.prefer(lagging)
+            .expect("prefer the replica that will lag");
+        set.lag_replica(lagging).expect("cut its replication link");
+        (set, lagging)
+    });
+    let (w, _db) = storage.workload().await;
+    let url = format!("{}?connect_timeout=2s&request_timeout=300ms", set.url());
+    // A TTL that outlasts the failover: the newcomer's lock is not an expiry.
+    let o = AcquireOptions::new()
+        .ttl(Duration::from_secs(30))
+        .wait(Duration::from_secs(20));
+    let mut holders = Vec::new();
+    for h in 0..HOLDERS {
+        let a = distlock::connect(&url)
+            .await
+            .expect("connect through the sentinels");
+        let n = name(Kind::Redis, "f1", h);
+        let asked = Instant::now();
+        let g = acquire_retrying(&*a, &n, &o, Duration::from_secs(20)).await;
+        let mut sa = w.enter(&g, asked);
+        sa.read();
+        holders.push((a, n, g, sa));
+    }
+    let set = blocking(move || {
+        let mut set = set;
+        let old = set.kill_primary().expect("kill the primary");
+        let new = set
+            .wait_for_failover(old, Duration::from_secs(15))
+            .expect("the sentinels promote a replica");
+        assert_eq!(new, lagging, "the sentinels promoted the lagging replica");
+        set
+    });
+    w.fault();
+    for (a, n, g, mut sa) in holders {
+        let b = distlock::connect(&url)
+            .await
+            .expect("connect through the sentinels");
+        let asked = Instant::now();
+        let gb = acquire_retrying(&*b, &n, &o, Duration::from_secs(20)).await;
+        careful_section(&w, &gb, asked).await;
+        release_or_expire(gb, "B").await;
+        // The old holder writes what it read before the failover.
+        sa.write();
+        sa.exit_checked(&g);
+        drop(g);
+        drop(a);
+    }
+    blocking(|| drop(set));
     w.stats()
 }
 
@@ -1129,6 +1198,21 @@ fn storage_trials(rt: &Arc<tokio::runtime::Runtime>, soak_for: Duration) -> Vec<
             }),
         );
     }
+    let r = rt.clone();
+    add(
+        "redis_sentinel_f1_failover_to_a_lagging_replica_storage_postgres".into(),
+        Box::new(move || {
+            let s = r.block_on(f1_sentinel_failover_to_a_lagging_replica(Storage::Postgres));
+            let ok = s.overlaps > 0 && s.stale_accepted == 0 && s.stale_rejected > 0;
+            record(
+                Kind::Redis,
+                &format!("F1 Sentinel failover to a lagging replica ({IN_POSTGRES})"),
+                s,
+                "the acquisitions lost with the old primary are taken again (overlaps seen); 0 stale writes accepted by PostgreSQL, the old holders' rejected",
+                ok,
+            )
+        }),
+    );
     let r = rt.clone();
     add(
         "redis_s3_restart_without_persistence_storage_postgres".into(),

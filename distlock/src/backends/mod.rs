@@ -19,15 +19,17 @@ mod etcd;
 mod memory;
 mod options;
 mod redis;
+mod redis_sentinel;
 mod redlock;
 mod zk;
 
 pub(crate) use options::{OptionKind, OptionSpec};
 
 /// Every backend, in documentation order.
-pub(crate) const ALL: [&Descriptor; 5] = [
+pub(crate) const ALL: [&Descriptor; 6] = [
     &memory::MEMORY,
     &redis::REDIS,
+    &redis_sentinel::REDIS_SENTINEL,
     &redlock::REDLOCK,
     &etcd::ETCD,
     &zk::ZK,

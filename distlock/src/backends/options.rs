@@ -46,3 +46,7 @@ pub(crate) const CA: OptionSpec = option("ca", OptionKind::Text);
 pub(crate) const CERT: OptionSpec = option("cert", OptionKind::Text);
 /// The client key file (mutual TLS).
 pub(crate) const KEY: OptionSpec = option("key", OptionKind::Text);
+/// How many replicas must confirm an acquisition (`WAIT`).
+pub(crate) const SYNC_REPLICAS: OptionSpec = option("sync_replicas", OptionKind::Count);
+/// How long to wait for them.
+pub(crate) const SYNC_TIMEOUT: OptionSpec = option("sync_timeout", OptionKind::Duration);

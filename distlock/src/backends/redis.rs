@@ -1,7 +1,8 @@
 //! `redis://` (and `rediss://`): one Redis server (feature `redis`).
 
 use super::options::{
-    option, CA, CERT, CONNECT_TIMEOUT, KEY, PREFIX, REQUEST_TIMEOUT, REQUIRE_NOEVICTION, TLS,
+    option, CA, CERT, CONNECT_TIMEOUT, KEY, PREFIX, REQUEST_TIMEOUT, REQUIRE_NOEVICTION,
+    SYNC_REPLICAS, SYNC_TIMEOUT, TLS,
 };
 use super::{Credentials, Descriptor, OptionKind, Servers};
 use crate::scheme::Scheme;
@@ -25,6 +26,8 @@ pub(crate) const REDIS: Descriptor = Descriptor {
         option("max_recheck", OptionKind::Duration),
         PREFIX,
         REQUIRE_NOEVICTION,
+        SYNC_REPLICAS,
+        SYNC_TIMEOUT,
         TLS,
         CA,
         CERT,
@@ -60,16 +63,7 @@ impl LockUrl {
     /// from the path.
     #[cfg(any(feature = "redis", feature = "redlock"))]
     pub(crate) fn redis_node_url(&self, endpoint: &crate::url::Endpoint) -> String {
-        let userinfo = match (self.user(), self.password()) {
-            (None, None) => String::new(),
-            (user, password) => format!(
-                "{}{}@",
-                crate::url::encode_component(user.unwrap_or("")),
-                password
-                    .map(|p| format!(":{}", crate::url::encode_component(p)))
-                    .unwrap_or_default()
-            ),
-        };
+        let userinfo = self.redis_userinfo();
         let db = self.redis_db().unwrap_or(0);
         let scheme = if self.tls().is_some() {
             "rediss"
@@ -79,15 +73,40 @@ impl LockUrl {
         format!("{scheme}://{userinfo}{endpoint}/{db}")
     }
 
+    /// `user:password@` of a Redis URL, percent-encoded again (empty
+    /// without credentials).
+    #[cfg(any(feature = "redis", feature = "redlock"))]
+    pub(crate) fn redis_userinfo(&self) -> String {
+        match (self.user(), self.password()) {
+            (None, None) => String::new(),
+            (user, password) => format!(
+                "{}{}@",
+                crate::url::encode_component(user.unwrap_or("")),
+                password
+                    .map(|p| format!(":{}", crate::url::encode_component(p)))
+                    .unwrap_or_default()
+            ),
+        }
+    }
+
     /// The [`lock_redis::RedisLockConfig`] of a `redis://` URL: options
     /// `connect_timeout`, `request_timeout`, `max_recheck`, `prefix`,
-    /// `require_noeviction`.
+    /// `require_noeviction`, `sync_replicas` (with `sync_timeout`, by
+    /// default the request timeout).
     #[cfg(feature = "redis")]
     #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
     pub fn redis_config(&self) -> Result<lock_redis::RedisLockConfig, lock_core::LockError> {
         self.expect(Scheme::Redis)?;
-        let mut config =
-            lock_redis::RedisLockConfig::new(self.redis_node_url(&self.endpoints()[0]));
+        let config = lock_redis::RedisLockConfig::new(self.redis_node_url(&self.endpoints()[0]));
+        self.redis_options(config)
+    }
+
+    /// `config` with the options of a `redis://` or `redis+sentinel://` URL.
+    #[cfg(feature = "redis")]
+    pub(crate) fn redis_options(
+        &self,
+        mut config: lock_redis::RedisLockConfig,
+    ) -> Result<lock_redis::RedisLockConfig, lock_core::LockError> {
         if let Some(d) = self.duration("connect_timeout") {
             config = config.connect_timeout(d);
         }
@@ -102,6 +121,13 @@ impl LockUrl {
         }
         if let Some(require) = self.option("require_noeviction") {
             config = config.require_noeviction(require == "true");
+        }
+        if let Some(n) = self.option("sync_replicas").and_then(|v| v.parse().ok()) {
+            let timeout = self
+                .duration("sync_timeout")
+                .unwrap_or(config.request_timeout);
+            config =
+                config.sync_replicas((n > 0).then(|| lock_redis::SyncReplicas::new(n, timeout)));
         }
         if let Some(tls) = self.tls() {
             config = config.tls(tls);

@@ -36,12 +36,11 @@ pub(crate) async fn acquire(
         delay_ms.to_string(),
     );
     let reply: Vec<i64> = client
-        .eval(
+        .eval_acquire(
             "campaign",
             |s| &s.acquire_leader,
             &keys.all(),
             &[token, &ttl, "1", &lasts, &delay, value],
-            false,
         )
         .await?;
     match reply.as_slice() {

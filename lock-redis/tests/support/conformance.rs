@@ -1,4 +1,5 @@
-//! The conformance harness of `lock-redis`, over plain TCP or mutual TLS.
+//! The conformance harness of `lock-redis`: one server over plain TCP or
+//! mutual TLS, or the primary of a Sentinel-managed deployment.
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -9,33 +10,85 @@ use lock_conformance::{async_trait, Harness};
 use lock_core::{Capabilities, Fencing, LockError, LockName, LockService, TlsConfig};
 use lock_redis::kit::layout::{Keys, LeaderKeys};
 use lock_redis::{RedisLock, RedisLockConfig};
-use lock_testbed::{shared_redis, RedisOptions, RedisServer, RespValue};
+use lock_testbed::{shared_redis, RedisOptions, RedisServer, RespValue, SentinelSet};
 
-/// The suite's view of one Redis server, reached over TLS or not.
+/// What the suite runs against.
+#[derive(Clone, Copy)]
+pub enum Deployment {
+    /// The testbed's shared redis-server.
+    Single,
+    /// A redis-server of its own, reached over mutual TLS.
+    Tls,
+    /// The primary of a Sentinel set (1 primary, 2 replicas, 3 sentinels).
+    Sentinel,
+}
+
+/// The suite's view of the deployment.
 struct Redis {
-    server: &'static RedisServer,
-    tls: bool,
+    deployment: Deployment,
+    server: Option<&'static RedisServer>,
+    sentinels: Option<&'static SentinelSet>,
 }
 
 impl Redis {
-    /// The URL clients use, and the TLS files they need.
-    fn target(&self, addr: SocketAddr) -> (String, TlsConfig) {
-        if !self.tls {
-            return (format!("redis://{addr}/"), TlsConfig::default());
+    fn start(deployment: Deployment) -> Self {
+        let (server, sentinels) = match deployment {
+            Deployment::Single => (
+                Some(
+                    shared_redis()
+                        .unwrap_or_else(|e| panic!("starting the shared redis-server: {e}")),
+                ),
+                None,
+            ),
+            Deployment::Tls => (Some(tls_redis()), None),
+            Deployment::Sentinel => (None, Some(sentinel_set())),
+        };
+        Self {
+            deployment,
+            server,
+            sentinels,
         }
-        let files = self.server.tls_files().expect("a TLS server");
-        (
-            format!("rediss://{addr}/"),
-            TlsConfig::new()
-                .ca(files.ca())
-                .identity(files.client_cert(), files.client_key()),
-        )
+    }
+
+    /// The URL and TLS files of a client that reaches the deployment at
+    /// `addrs` (one per [`Harness::upstreams`] entry).
+    fn target(&self, addrs: &[SocketAddr]) -> RedisLockConfig {
+        match (self.deployment, self.sentinels) {
+            (Deployment::Sentinel, Some(set)) => {
+                let sentinels = set.sentinel_addrs().len();
+                let hosts: Vec<String> = addrs[..sentinels].iter().map(|a| a.to_string()).collect();
+                let mut config = RedisLockConfig::new(format!(
+                    "redis+sentinel://{}/{}",
+                    hosts.join(","),
+                    set.master_name()
+                ));
+                // The data nodes as the sentinels report them, reached at
+                // `addrs` (proxies in the fault cases).
+                for (real, at) in set.data_addrs().iter().zip(&addrs[sentinels..]) {
+                    if real != at {
+                        config = config.map_address(real.to_string(), at.to_string());
+                    }
+                }
+                config
+            }
+            (Deployment::Tls, _) => {
+                let files = self.single().tls_files().expect("a TLS server");
+                RedisLockConfig::new(format!("rediss://{}/", addrs[0])).tls(
+                    TlsConfig::new()
+                        .ca(files.ca())
+                        .identity(files.client_cert(), files.client_key()),
+                )
+            }
+            _ => RedisLockConfig::new(format!("redis://{}/", addrs[0])),
+        }
+    }
+
+    fn single(&self) -> &'static RedisServer {
+        self.server.expect("a single-server deployment")
     }
 
     fn config(&self) -> RedisLockConfig {
-        let (url, tls) = self.target(self.upstreams()[0]);
-        RedisLockConfig::new(url)
-            .tls(tls)
+        self.target(&self.upstreams())
             .request_timeout(Duration::from_millis(500))
     }
 
@@ -43,12 +96,23 @@ impl Redis {
         Keys::new("", name.as_str())
     }
 
-    /// One command to the server (the testbed client is synchronous: run it off the runtime).
+    /// One command to the server, or to the primary now (the testbed
+    /// client is synchronous: run it off the runtime).
     async fn cmd(&self, args: &[&str]) -> RespValue {
-        let server = self.server;
+        let (server, sentinels) = (self.server, self.sentinels);
         let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
         tokio::task::spawn_blocking(move || {
             let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+            let server = match (server, sentinels) {
+                (Some(server), _) => server,
+                (None, Some(set)) => {
+                    let primary = set
+                        .primary()
+                        .unwrap_or_else(|e| panic!("the Sentinel set's primary: {e}"));
+                    set.node(primary)
+                }
+                (None, None) => unreachable!("a deployment has servers"),
+            };
             server
                 .cmd(&refs)
                 .unwrap_or_else(|e| panic!("redis {args:?}: {e}"))
@@ -61,9 +125,10 @@ impl Redis {
 #[async_trait]
 impl Harness for Redis {
     async fn client(&self) -> Arc<dyn LockService> {
-        let client = RedisLock::connect(self.config())
+        let config = self.config();
+        let client = RedisLock::connect(config.clone())
             .await
-            .unwrap_or_else(|e| panic!("connect to {}: {e}", self.server.url()));
+            .unwrap_or_else(|e| panic!("connect to {}: {e}", config.redacted_url()));
         Arc::new(client)
     }
 
@@ -131,10 +196,16 @@ impl Harness for Redis {
     }
 
     fn upstreams(&self) -> Vec<SocketAddr> {
-        if self.tls {
-            vec![self.server.tls_addr().expect("a TLS server")]
-        } else {
-            vec![self.server.addr()]
+        match (self.deployment, self.sentinels) {
+            // The sentinels, then the data nodes (reached at the addresses
+            // the sentinels report, mapped).
+            (Deployment::Sentinel, Some(set)) => {
+                let mut all = set.sentinel_addrs();
+                all.extend(set.data_addrs());
+                all
+            }
+            (Deployment::Tls, _) => vec![self.single().tls_addr().expect("a TLS server")],
+            _ => vec![self.single().addr()],
         }
     }
 
@@ -143,9 +214,8 @@ impl Harness for Redis {
         addrs: &[SocketAddr],
         timeout: Duration,
     ) -> Result<Arc<dyn LockService>, LockError> {
-        let (url, tls) = self.target(addrs[0]);
-        let config = RedisLockConfig::new(url)
-            .tls(tls)
+        let config = self
+            .target(addrs)
             .connect_timeout(timeout)
             .request_timeout(timeout);
         let client = RedisLock::connect(config).await?;
@@ -153,31 +223,32 @@ impl Harness for Redis {
     }
 }
 
-/// Runs the suite against the shared Redis, or (`tls`) against a Redis of
-/// its own reached over mutual TLS.
-pub fn run(tls: bool) -> ExitCode {
+/// Runs the suite against `deployment`.
+pub fn run(deployment: Deployment) -> ExitCode {
+    let fault_tolerance = match deployment {
+        Deployment::Sentinel => lock_redis::SENTINEL_FAULT_TOLERANCE,
+        _ => "none: a single server",
+    };
     let expected = Capabilities::new("redis")
         .with_fencing(Fencing::ServerClock)
         .with_fifo(true)
         .with_loss_events(false)
         .with_notified_wait(true)
         .with_remote(true)
-        .with_fault_tolerance("none: a single server")
+        .with_fault_tolerance(fault_tolerance)
         .with_read_write(true)
         .with_semaphore(true)
         .with_describes_holder(true)
         .with_election(true);
-    lock_conformance::run(
-        || async {
-            let server = if tls {
-                tls_redis()
-            } else {
-                shared_redis().unwrap_or_else(|e| panic!("starting the shared redis-server: {e}"))
-            };
-            Redis { server, tls }
-        },
-        expected,
-    )
+    lock_conformance::run(|| async move { Redis::start(deployment) }, expected)
+}
+
+/// One Sentinel set for the whole run (stopped with the test process).
+fn sentinel_set() -> &'static SentinelSet {
+    static SET: OnceLock<SentinelSet> = OnceLock::new();
+    SET.get_or_init(|| {
+        SentinelSet::start().unwrap_or_else(|e| panic!("starting a Sentinel set: {e}"))
+    })
 }
 
 /// One redis-server with a TLS port for the whole run (stopped with the

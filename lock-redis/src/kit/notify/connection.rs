@@ -10,7 +10,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use rand::Rng;
 use redis::aio::{PubSubSink, PubSubStream};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use super::state::Shared;
@@ -22,13 +22,87 @@ const MIN_BACKOFF: Duration = Duration::from_millis(25);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// How often an idle pub/sub connection is pinged, to notice a dead one.
 const PING_INTERVAL: Duration = Duration::from_secs(5);
-/// One node the notifier listens to.
-#[derive(Clone, Debug)]
+/// One node the notifier listens to: a server at a fixed address, or one
+/// that moves (the primary of a Sentinel-managed deployment, which a
+/// failover puts on another server).
+#[derive(Clone)]
 pub struct NotifyNode {
-    /// The node's address, for logs (`host:port`, never with credentials).
-    pub addr: String,
-    /// A client of the node (the pub/sub connections are opened from it).
-    pub client: redis::Client,
+    source: Source,
+}
+
+#[derive(Clone)]
+enum Source {
+    Fixed {
+        addr: String,
+        client: Box<redis::Client>,
+    },
+    Moving(Arc<dyn MovingNode>),
+}
+
+/// A node whose server changes: the notifier's connection to it is
+/// opened again whenever it moved.
+pub trait MovingNode: Send + Sync {
+    /// Where the node is now: its address for logs (never with
+    /// credentials) and a client of it.
+    fn current(&self) -> (String, redis::Client);
+    /// A receiver that changes whenever the node moved.
+    fn moves(&self) -> watch::Receiver<u64>;
+}
+
+impl NotifyNode {
+    /// The server at `addr` (for logs: `host:port`, never with
+    /// credentials), reached with `client`.
+    pub fn fixed(addr: impl Into<String>, client: redis::Client) -> Self {
+        Self {
+            source: Source::Fixed {
+                addr: addr.into(),
+                client: Box::new(client),
+            },
+        }
+    }
+
+    /// A node that moves (see [`MovingNode`]).
+    pub fn moving(node: Arc<dyn MovingNode>) -> Self {
+        Self {
+            source: Source::Moving(node),
+        }
+    }
+
+    /// Where the node is now, and a client of it.
+    fn current(&self) -> (String, redis::Client) {
+        match &self.source {
+            Source::Fixed { addr, client } => (addr.clone(), (**client).clone()),
+            Source::Moving(node) => node.current(),
+        }
+    }
+
+    /// What changes when the node moves, for a node that can.
+    fn moves(&self) -> Option<watch::Receiver<u64>> {
+        match &self.source {
+            Source::Fixed { .. } => None,
+            Source::Moving(node) => Some(node.moves()),
+        }
+    }
+}
+
+impl std::fmt::Debug for NotifyNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NotifyNode")
+            .field("addr", &self.current().0)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Resolves when `moves` changes (never without one).
+async fn moved(moves: &mut Option<watch::Receiver<u64>>) {
+    match moves {
+        Some(rx) => {
+            if rx.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+        None => std::future::pending::<()>().await,
+    }
 }
 
 /// Timeouts of the pub/sub connections.
@@ -142,9 +216,11 @@ impl NodeTask {
                         backoff = MIN_BACKOFF;
                     }
                     let pause = rand::rng().random_range(backoff / 2..=backoff);
-                    tracing::debug!(node = %self.node.addr, %reason, ?pause, "distlock redis: release-notification connection failed; waiters re-check at the holder's TTL until it is back");
+                    tracing::debug!(node = %self.node.current().0, %reason, ?pause, "distlock redis: release-notification connection failed; waiters re-check at the holder's TTL until it is back");
                     backoff = (backoff * 2).min(MAX_BACKOFF);
-                    if !self.sleep(pause).await {
+                    // A node that moves meanwhile is tried at once where it is now.
+                    let mut moves = self.node.moves();
+                    if !self.sleep(pause, &mut moves).await {
                         return;
                     }
                 }
@@ -152,12 +228,14 @@ impl NodeTask {
         }
     }
 
-    /// Sleeps for `d`; false if the notifier closed meanwhile.
-    async fn sleep(&mut self, d: Duration) -> bool {
+    /// Sleeps for `d`, or until the node moved; false if the notifier
+    /// closed meanwhile.
+    async fn sleep(&mut self, d: Duration, moves: &mut Option<watch::Receiver<u64>>) -> bool {
         let until = lock_core::backend::add_saturating(Instant::now(), d);
         loop {
             tokio::select! {
                 _ = tokio::time::sleep_until(until) => return true,
+                () = moved(moves) => return true,
                 kick = self.kicks.recv() => if kick.is_none() { return false },
             }
         }
@@ -166,8 +244,13 @@ impl NodeTask {
     /// One connection's life.
     async fn serve(&mut self) -> Ended {
         let t = self.timeouts;
+        let mut moves = self.node.moves();
+        if let Some(rx) = &mut moves {
+            rx.borrow_and_update();
+        }
+        let (_, client) = self.node.current();
         let (mut sink, mut stream): (PubSubSink, PubSubStream) =
-            match tokio::time::timeout(t.connect, self.node.client.get_async_pubsub()).await {
+            match tokio::time::timeout(t.connect, client.get_async_pubsub()).await {
                 Ok(Ok(pubsub)) => pubsub.split(),
                 Ok(Err(e)) => return failed(format!("connect: {e}"), false),
                 Err(_) => {
@@ -209,6 +292,11 @@ impl NodeTask {
                 _ = tokio::time::sleep_until(linger_ends.unwrap_or_else(Instant::now)), if linger_ends.is_some() => {
                     // A channel stopped lingering: the sweep at the top drops it.
                     dirty = true;
+                }
+                () = moved(&mut moves) => {
+                    // Subscribed to a server that is no longer the node:
+                    // open the connection again where it is now.
+                    return failed("the node moved (a failover)".into(), true);
                 }
                 _ = tokio::time::sleep(PING_INTERVAL) => {
                     match tokio::time::timeout(t.request, sink.ping::<redis::Value>()).await {

@@ -98,7 +98,7 @@ use tokio::sync::{broadcast, mpsc};
 /// ([`Notifier::observe`]).
 pub const OBSERVED_BACKLOG: usize = 256;
 
-pub use connection::{NotifyNode, Timeouts};
+pub use connection::{MovingNode, NotifyNode, Timeouts};
 pub use state::{TurnAnnouncement, LINGER};
 pub use subscription::{Subscription, Wake};
 
