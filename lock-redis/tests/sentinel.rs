@@ -10,7 +10,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{AcquireOptions, DistributedLock, LockErrorKind, LockName, TlsConfig};
+use lock_core::{AcquireOptions, DistributedLock, LockErrorKind, LockGuard, LockName, TlsConfig};
 use lock_redis::kit::layout::Keys;
 use lock_redis::{RedisLock, RedisLockConfig, SyncReplicas};
 use lock_testbed::{RespValue, SentinelOptions, SentinelSet, TlsFiles};
@@ -90,6 +90,22 @@ async fn kill_primary(set: SentinelSet) -> (Arc<SentinelSet>, usize, usize) {
     .await
 }
 
+/// Extends `guard` by `ttl`, retrying what is retryable until the client
+/// reached the new primary (within a failover's bound).
+async fn extend_on_the_new_primary(guard: &LockGuard, ttl: Duration) {
+    timeout(FAILOVER, async {
+        loop {
+            match guard.extend(ttl).await {
+                Ok(_) => return,
+                Err(e) if e.is_retryable() => sleep(Duration::from_millis(100)).await,
+                Err(e) => panic!("extend on the new primary: {e}"),
+            }
+        }
+    })
+    .await
+    .expect("extended within the failover's bound");
+}
+
 /// Holders keep their locks across the primary's death when the lock had
 /// reached the promoted replica; waiters queued behind them get the lock
 /// afterwards in their order; no call outlives its bound; every token is
@@ -154,17 +170,7 @@ async fn waiters_get_the_lock_after_the_primary_is_killed() {
     let (set, old, new) = kill_primary(set).await;
     assert_ne!(old, new);
     // The holder's guard follows: extended on the new primary, still held.
-    timeout(FAILOVER, async {
-        loop {
-            match held.extend(ttl).await {
-                Ok(_) => return,
-                Err(e) if e.is_retryable() => sleep(Duration::from_millis(100)).await,
-                Err(e) => panic!("extend on the new primary: {e}"),
-            }
-        }
-    })
-    .await
-    .expect("extended within the failover's bound");
+    extend_on_the_new_primary(&held, ttl).await;
     assert!(held.is_held(), "the guard lost a lock the new primary has");
     let released = timeout(REQUEST * 4 + SLACK, held.release())
         .await
@@ -303,17 +309,7 @@ async fn a_demoted_primary_is_left_for_the_new_one() {
     // by the release, not by an expiry.
     let t = Instant::now();
     // The holder's next write (an extension) reaches the new primary...
-    timeout(FAILOVER, async {
-        loop {
-            match g.extend(ttl).await {
-                Ok(_) => return,
-                Err(e) if e.is_retryable() => sleep(Duration::from_millis(100)).await,
-                Err(e) => panic!("extend: {e}"),
-            }
-        }
-    })
-    .await
-    .expect("extended within the failover's bound");
+    extend_on_the_new_primary(&g, ttl).await;
     // ...and so does its release.
     assert!(g.release().await.expect("release on the new primary"));
     let next = timeout(FAILOVER, waiter)
