@@ -20,6 +20,14 @@ pub enum Target {
     Memory(MemoryLock),
     /// The Redis server, `host:port`.
     Redis(String),
+    /// The primary of a Sentinel-managed deployment: its `redis+sentinel://`
+    /// URL, with `sync_replicas` replicas confirming each acquisition.
+    RedisSentinel {
+        /// `redis+sentinel://s1,s2,s3/MASTER_NAME`.
+        url: String,
+        /// The URL option `sync_replicas` (0: none).
+        sync_replicas: u32,
+    },
     /// The Redlock nodes, `host:port` each.
     Redlock(Vec<String>),
     /// The etcd members, `host:port` each.
@@ -64,6 +72,10 @@ impl Ours {
         match &self.target {
             Target::Memory(_) => "memory://".into(),
             Target::Redis(server) => format!("redis://{server}"),
+            Target::RedisSentinel { url, sync_replicas } => match sync_replicas {
+                0 => url.clone(),
+                n => format!("{url}?sync_replicas={n}"),
+            },
             Target::Redlock(nodes) => format!("redlock://{}", nodes.join(",")),
             Target::Etcd(members) => {
                 format!("etcd://{}{}", members.join(","), session("lease_ttl"))
@@ -105,6 +117,10 @@ async fn connect_unbatched(url: &LockUrl) -> Result<Arc<dyn LockService>, LockEr
     match url.scheme() {
         Scheme::Redis => {
             let config = url.redis_config()?.renew_batching(off);
+            Ok(Arc::new(RedisLock::connect(config).await?))
+        }
+        Scheme::RedisSentinel => {
+            let config = url.redis_sentinel_config()?.renew_batching(off);
             Ok(Arc::new(RedisLock::connect(config).await?))
         }
         Scheme::Redlock => {

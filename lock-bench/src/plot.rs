@@ -32,7 +32,7 @@ fn width(kind: Kind) -> u32 {
     match kind {
         Kind::Ours => 3,
         Kind::Raw | Kind::Fenced | Kind::Checked => 1,
-        Kind::Peer => 2,
+        Kind::Peer | Kind::Deployment => 2,
     }
 }
 
@@ -42,7 +42,7 @@ fn marker<DB: DrawingBackend>(
     style: ShapeStyle,
 ) -> DynElement<'static, DB, (i32, i32)> {
     match kind {
-        Kind::Ours => Circle::new(at, 4, style).into_dyn(),
+        Kind::Ours | Kind::Deployment => Circle::new(at, 4, style).into_dyn(),
         Kind::Raw => Cross::new(at, 4, style).into_dyn(),
         Kind::Peer => TriangleMarker::new(at, 5, style).into_dyn(),
         Kind::Fenced | Kind::Checked => {

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use lock_testbed::{Kind, StartOptions, Started};
+use lock_testbed::{Kind, SentinelSet, StartOptions, Started};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -15,6 +15,9 @@ use crate::subject::BenchResult;
 #[derive(Default)]
 pub struct Servers {
     started: Vec<(Kind, Result<Started, String>)>,
+    /// With Redis: a Sentinel-managed deployment (1 primary, 2 replicas,
+    /// 3 sentinels), for the rows of Redis behind Sentinel.
+    sentinel: Option<Result<SentinelSet, String>>,
 }
 
 /// The members asked of each backend's fixture (lock-testbed's
@@ -33,6 +36,9 @@ impl Servers {
     /// fixture's default options (blocking: call from a blocking thread).
     pub fn start(needed: &[Kind]) -> Servers {
         std::thread::scope(|s| {
+            let sentinel = needed
+                .contains(&Kind::Redis)
+                .then(|| s.spawn(|| SentinelSet::start().map_err(|e| e.to_string())));
             let starts: Vec<_> = needed
                 .iter()
                 .map(|&kind| {
@@ -52,7 +58,11 @@ impl Servers {
                     (kind, r)
                 })
                 .collect();
-            Servers { started }
+            let sentinel = sentinel.map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("the start-up thread panicked".to_string()))
+            });
+            Servers { started, sentinel }
         })
     }
 
@@ -60,7 +70,13 @@ impl Servers {
     pub fn failed(needed: &[Kind], why: &str) -> Servers {
         Servers {
             started: needed.iter().map(|&k| (k, Err(why.to_string()))).collect(),
+            sentinel: needed.contains(&Kind::Redis).then(|| Err(why.to_string())),
         }
+    }
+
+    /// The Sentinel-managed deployment: `None` if Redis was not needed.
+    pub fn sentinel(&self) -> Option<&Result<SentinelSet, String>> {
+        self.sentinel.as_ref()
     }
 
     /// The servers of `kind`: `None` if they were not needed.

@@ -30,6 +30,10 @@ pub enum Kind {
     /// (compared in the same transaction): what a release that a late copy
     /// cannot turn against the client's next key costs.
     Checked,
+    /// One of our backends on another deployment of the same servers (Redis
+    /// behind Sentinel, with its replicas): reported beside ours, measured
+    /// the same way, not part of the targets.
+    Deployment,
 }
 
 /// Makes independent clients (own connection or session, like another process).

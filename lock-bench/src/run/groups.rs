@@ -176,7 +176,7 @@ fn redis_group(o: &RunOptions, servers: &Servers) -> Group {
     let urls = url.clone().map(|u| vec![u]);
     Group {
         backend: Backend::Redis,
-        servers: "1 redis-server".into(),
+        servers: "1 redis-server; the Sentinel rows: 1 primary, 2 replicas, 3 sentinels".into(),
         subjects: vec![
             Plan {
                 label: "distlock redis".into(),
@@ -196,6 +196,8 @@ fn redis_group(o: &RunOptions, servers: &Servers) -> Group {
                 connector: raw_redis(&urls, true),
                 contended: false,
             },
+            sentinel_plan(servers, o, 0),
+            sentinel_plan(servers, o, 1),
         ],
         keep_alive: Some(KeepAlivePlan {
             unbatched: Some(ours(&t, &o.ka_unbatched)),
@@ -205,6 +207,28 @@ fn redis_group(o: &RunOptions, servers: &Servers) -> Group {
             )
         }),
         read_heavy: Some(ours(&t, &o.opts)),
+    }
+}
+
+/// Our Redis backend on the primary of the Sentinel-managed deployment
+/// (1 primary, 2 replicas, 3 sentinels), with `sync_replicas` replicas
+/// confirming each acquisition (`WAIT`; 0: none).
+fn sentinel_plan(servers: &Servers, o: &RunOptions, sync_replicas: u32) -> Plan {
+    let url = match servers.sentinel() {
+        Some(Ok(set)) => Ok(set.url()),
+        Some(Err(e)) => Err(format!("the Sentinel set did not start: {e}")),
+        None => Err("the Sentinel set was not started".to_string()),
+    };
+    let t = url.map(|url| Target::RedisSentinel { url, sync_replicas });
+    let label = match sync_replicas {
+        0 => "distlock redis+sentinel (1 primary, 2 replicas)".to_string(),
+        n => format!("distlock redis+sentinel, sync_replicas={n} (WAIT {n})"),
+    };
+    Plan {
+        label,
+        kind: Kind::Deployment,
+        connector: ours(&t, &o.opts),
+        contended: sync_replicas == 0,
     }
 }
 
