@@ -1,17 +1,18 @@
 //! The Redis client wrapper: every request goes through here, with its
-//! timeout, and every client error is mapped to a [`LockErrorKind`] in ONE
-//! function, [`map_error`].
+//! timeout, and every failure is mapped to a [`LockErrorKind`] in ONE
+//! function, [`map_error`] (in [`crate::failure`]).
 
 use std::future::Future;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use lock_core::{Holder, LockError, LockErrorKind, Result};
-use redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind};
+use redis::RedisResult;
 
 use tokio::time::Instant;
 
 use crate::config::RedisLockConfig;
+pub(crate) use crate::failure::{map_error, Failure};
 use crate::kit::call::ScriptCall;
 use crate::kit::layout::{Keys, HOLDER};
 use crate::kit::list::Listed;
@@ -19,48 +20,6 @@ use crate::kit::notify::Notifier;
 use crate::kit::renew::{BatchSender, Batcher, KeyOutcome, RenewItem, Renewed, RENEW_BATCH};
 use crate::kit::scripts::Scripts;
 use crate::route::Route;
-
-/// Why a request failed, before mapping (cloned to every renewal of a
-/// failed batch, so that each gets the error its own request would have).
-#[derive(Clone, Debug)]
-pub(crate) enum Failure {
-    /// The `redis` crate reported an error.
-    Redis(RedisError),
-    /// No reply within this long (our own timeout, which also covers the wait
-    /// for a reconnection).
-    TimedOut(Duration),
-    /// The request's task ended without an answer (the client or the
-    /// runtime shutting down).
-    Abandoned,
-}
-
-/// THE mapping of client failures to [`LockErrorKind`]s; `what` names the
-/// operation for the message.
-pub(crate) fn map_error(what: &str, failure: Failure) -> LockError {
-    let err = match failure {
-        Failure::TimedOut(after) => {
-            return LockError::new(
-                LockErrorKind::Unavailable,
-                format!("{what}: no reply from Redis within {after:?}"),
-            )
-        }
-        Failure::Abandoned => {
-            return LockError::new(
-                LockErrorKind::Unavailable,
-                format!("{what}: the request ended without an answer (client shutting down?)"),
-            )
-        }
-        Failure::Redis(err) => err,
-    };
-    let kind = crate::kit::errors::error_kind(&err);
-    let hint = match err.kind() {
-        ErrorKind::Server(
-            ServerErrorKind::Moved | ServerErrorKind::Ask | ServerErrorKind::CrossSlot,
-        ) => " (Redis Cluster is not supported by lock-redis: point it at one node)",
-        _ => "",
-    };
-    LockError::new(kind, format!("{what}: {}{hint}", err.category())).with_source(err)
-}
 
 /// What every handle of one `RedisLock` shares: the client and its
 /// notifier (the pub/sub connection that wakes waiters and followers).
@@ -513,30 +472,5 @@ impl BatchSender for BatchOnClient {
 
     fn abandoned(&self) -> Failure {
         Failure::Abandoned
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn timeouts_and_io_are_unavailable() {
-        let e = map_error("acquire", Failure::TimedOut(Duration::from_millis(5)));
-        assert_eq!(e.kind(), LockErrorKind::Unavailable);
-        assert!(e.is_retryable());
-        let io = RedisError::from(std::io::Error::new(
-            std::io::ErrorKind::ConnectionReset,
-            "reset",
-        ));
-        assert_eq!(
-            map_error("x", Failure::Redis(io)).kind(),
-            LockErrorKind::Unavailable
-        );
-        let cfg = redis::Client::open("nonsense://").unwrap_err();
-        assert_eq!(
-            map_error("x", Failure::Redis(cfg)).kind(),
-            LockErrorKind::InvalidArgument
-        );
     }
 }

@@ -6,6 +6,7 @@ mod batching;
 mod client;
 mod config;
 mod election;
+mod failure;
 pub mod kit;
 mod lease;
 mod primitive;

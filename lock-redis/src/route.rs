@@ -22,8 +22,8 @@ use redis::{ErrorKind, RedisError, ServerErrorKind};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::client::{map_error, Failure};
 use crate::config::RedisLockConfig;
+use crate::failure::{map_error, Failure};
 use crate::kit::connect::open_client;
 use crate::kit::list::LIST_PAGE;
 use crate::kit::notify::MovingNode;
@@ -231,7 +231,22 @@ impl Route {
                     Err(e) => Ok(Err(e)),
                 };
                 match probed {
-                    Ok(Ok(probed)) => self.move_to(probed.endpoint, &current),
+                    Ok(Ok(probed)) => {
+                        // Lock keys must never be evicted on the new primary
+                        // either: said loudly, and followed all the same (the
+                        // sentinels made it the primary; staying on the old
+                        // one is no choice).
+                        let checked = crate::kit::eviction::check_policy(
+                            probed.policy.as_deref(),
+                            config.require_noeviction,
+                            &named.addr,
+                            "distlock redis",
+                        );
+                        if let Err(e) = checked {
+                            tracing::error!(error = %e, "distlock redis: following a failover to a primary that may evict lock keys");
+                        }
+                        self.move_to(probed.endpoint, &current);
+                    }
                     Ok(Err(e)) => {
                         if e.kind() == LockErrorKind::Protocol {
                             follow.sentinels.misled(named.by);
