@@ -106,6 +106,23 @@ async fn extend_on_the_new_primary(guard: &LockGuard, ttl: Duration) {
     .expect("extended within the failover's bound");
 }
 
+/// `client` acquires `lock` on the new primary, waiting at most a
+/// failover's bound (and returning within it).
+async fn acquire_after_failover(client: &RedisLock, lock: &LockName) -> LockGuard {
+    let t = Instant::now();
+    let g = client
+        .acquire(
+            lock,
+            &AcquireOptions::new()
+                .ttl(Duration::from_secs(5))
+                .wait(FAILOVER),
+        )
+        .await
+        .expect("acquire from the new primary");
+    assert!(t.elapsed() <= FAILOVER + SLACK, "took {:?}", t.elapsed());
+    g
+}
+
 /// Holders keep their locks across the primary's death when the lock had
 /// reached the promoted replica; waiters queued behind them get the lock
 /// afterwards in their order; no call outlives its bound; every token is
@@ -246,17 +263,7 @@ async fn tokens_keep_increasing_after_a_failover_to_a_lagging_replica() {
         "the promoted replica should be behind"
     );
     // The same client, following the failover, within the failover's bound.
-    let t = Instant::now();
-    let g = a
-        .acquire(
-            &lock,
-            &AcquireOptions::new()
-                .ttl(Duration::from_secs(5))
-                .wait(FAILOVER),
-        )
-        .await
-        .expect("acquire from the promoted replica");
-    assert!(t.elapsed() <= FAILOVER + SLACK, "took {:?}", t.elapsed());
+    let g = acquire_after_failover(&a, &lock).await;
     let next = g.fencing_token().unwrap().get();
     assert!(
         next > last,
@@ -411,17 +418,7 @@ async fn rediss_sentinel_follows_a_failover() {
     assert!(g.release().await.unwrap());
     let (_set, old, new) = kill_primary(set).await;
     assert_ne!(old, new);
-    let t = Instant::now();
-    let g = a
-        .acquire(
-            &lock,
-            &AcquireOptions::new()
-                .ttl(Duration::from_secs(5))
-                .wait(FAILOVER),
-        )
-        .await
-        .expect("acquire from the new primary over TLS");
-    assert!(t.elapsed() <= FAILOVER + SLACK, "took {:?}", t.elapsed());
+    let g = acquire_after_failover(&a, &lock).await;
     assert!(g.fencing_token().unwrap().get() > first);
     assert!(g.release().await.unwrap());
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use crate::member::{member_index, member_index_mut};
 use crate::process::log_tails;
 use crate::redis::{info_field, info_text, RedisOptions, RedisServer};
-use crate::resp::RespValue;
+use crate::resp::{expect_ok, RespValue};
 use crate::util::poll_until;
 use crate::TestbedError;
 
@@ -177,17 +177,6 @@ pub struct RedisClusterSet {
     opts: ClusterOptions,
     /// The slots each node owned when [`RedisClusterSet::kill_node`] killed it.
     killed_slots: Vec<Vec<(u16, u16)>>,
-}
-
-/// `Ok` if the reply is `+OK`, else a protocol error naming the command.
-fn expect_ok(addr: SocketAddr, args: &[&str], reply: RespValue) -> Result<(), TestbedError> {
-    match reply {
-        RespValue::Simple(s) if s == "OK" => Ok(()),
-        other => Err(TestbedError::protocol(
-            format!("{} on {addr}", args.join(" ")),
-            format!("{other:?}"),
-        )),
-    }
 }
 
 impl RedisClusterSet {

@@ -202,6 +202,22 @@ impl RespConnection {
     }
 }
 
+/// `Ok` if `reply` (to `args`, sent to `addr`) is `+OK`, else a protocol
+/// error naming the command.
+pub(crate) fn expect_ok(
+    addr: std::net::SocketAddr,
+    args: &[&str],
+    reply: RespValue,
+) -> Result<(), crate::TestbedError> {
+    match reply {
+        RespValue::Simple(s) if s == "OK" => Ok(()),
+        other => Err(crate::TestbedError::protocol(
+            format!("{} on {addr}", args.join(" ")),
+            format!("{other:?}"),
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

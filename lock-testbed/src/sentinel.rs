@@ -12,7 +12,7 @@ use crate::bins;
 use crate::member::{member_index, member_index_mut};
 use crate::process::{log_says_addr_in_use, log_tail, log_tails, ManagedChild, ManagedDir};
 use crate::redis::{info_field, RedisOptions, RedisServer};
-use crate::resp::{resp_command, RespConnection, RespValue};
+use crate::resp::{expect_ok, resp_command, RespConnection, RespValue};
 use crate::tls::TlsFiles;
 use crate::util::{free_port, loopback, poll_until};
 use crate::TestbedError;
@@ -465,17 +465,6 @@ fn record_addr(record: &HashMap<String, String>) -> Option<SocketAddr> {
     format!("{}:{}", record.get("ip")?, record.get("port")?)
         .parse()
         .ok()
-}
-
-/// `Ok` if the reply is `+OK`, else a protocol error naming the command.
-fn expect_ok(addr: SocketAddr, args: &[&str], reply: RespValue) -> Result<(), TestbedError> {
-    match reply {
-        RespValue::Simple(s) if s == "OK" => Ok(()),
-        other => Err(TestbedError::protocol(
-            format!("{} on {addr}", args.join(" ")),
-            format!("{other:?}"),
-        )),
-    }
 }
 
 impl SentinelSet {
