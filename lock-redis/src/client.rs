@@ -104,10 +104,7 @@ impl Client {
     ) -> Result<T> {
         let make = || {
             let mut conn = self.route.conn();
-            let mut call = ScriptCall::new(pick(&self.scripts), keys);
-            for a in args {
-                call.arg(*a);
-            }
+            let call = self.script_call(pick, keys, args);
             async move { call.invoke_async(&mut conn).await }
         };
         if idempotent {
@@ -128,11 +125,23 @@ impl Client {
         args: &[&str],
     ) -> Result<T> {
         let mut conn = self.route.acquire_conn();
+        let call = self.script_call(pick, keys, args);
+        self.request(what, call.invoke_async(&mut conn)).await
+    }
+
+    /// The call of `script` (picked from the loaded scripts) with `keys`
+    /// and `args`.
+    fn script_call<'a>(
+        &'a self,
+        pick: fn(&Scripts) -> &redis::Script,
+        keys: &[&str],
+        args: &[&str],
+    ) -> ScriptCall<'a> {
         let mut call = ScriptCall::new(pick(&self.scripts), keys);
         for a in args {
             call.arg(*a);
         }
-        self.request(what, call.invoke_async(&mut conn)).await
+        call
     }
 
     /// With [`RedisLockConfig::sync_replicas`]: `WAIT` on the acquisitions'
