@@ -146,8 +146,9 @@ pub(crate) struct Place {
     /// How long a place lasts on a node unless the waiter tries again, and
     /// its end: the call's deadline and a little slack.
     life: PlaceLife,
-    /// That slack.
-    slack: Duration,
+    /// How much of the place must be left on a node for a reservation
+    /// there to last our TTL ([`Place::new`]): twice that slack.
+    grace: Duration,
 }
 
 impl Place {
@@ -157,11 +158,23 @@ impl Place {
     /// `deadline + slack` ([`PlaceLife`]).
     ///
     /// Its wait id is `wait_id` ([`lock_redis::kit::notify::Notifier::wait_id`])
-    /// with `+<ttl ms>+<slack ms>` appended: a node that reserves the key
-    /// for this place while more than the slack is left of it keeps the
+    /// with `+<ttl ms>+<grace ms>` appended: a node that reserves the key
+    /// for this place while more than the grace is left of it keeps the
     /// reservation for the TTL at least (see
     /// [`lock_redis::kit::scripts::ACQUIRE_IN_LINE`]), so that it is the lock of
     /// this waiter once a quorum of nodes made it ([`Place::ttl_reserved_before`]).
+    ///
+    /// The grace is twice the slack. A node counts a place from when the
+    /// attempt that renewed it arrived, so the place of a waiter whose
+    /// attempt arrived late (a busy machine, a slow link) outlasts the
+    /// waiter's end there by that lateness. With a grace of one slack, a
+    /// release right after such a waiter gave up (cut off, it could not
+    /// leave the line) found more than the grace left and reserved the key
+    /// for the waiter's whole TTL: one attempt 60 ms late held the name up
+    /// for 10 s instead of about 1 s. With twice the slack that takes an
+    /// attempt arriving more than one slack (the node timeout and the time
+    /// to leave) after it was sent, long after its sender gave up on it; and
+    /// then the name is held up for one TTL, as by a holder that vanished.
     pub fn new(
         wait_id: &str,
         ttl: Duration,
@@ -171,7 +184,8 @@ impl Place {
     ) -> Self {
         let life = PlaceLife::new(ttl, max_recheck, deadline, slack);
         let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-        let id = format!("{wait_id}+{}+{}", ms(ttl), ms(slack));
+        let grace = slack.saturating_mul(2);
+        let id = format!("{wait_id}+{}+{}", ms(ttl), ms(grace));
         let arrival_us = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
@@ -179,19 +193,20 @@ impl Place {
             id,
             arrival_us,
             life,
-            slack,
+            grace,
         }
     }
 
     /// Until when a node that reserves the key for this place, after an
     /// attempt of ours sent at `sent` reached it, keeps the reservation for
-    /// our TTL at least: while more than the slack is left of the place
+    /// our TTL at least: while more than the grace is left of the place
     /// there (the node renewed the place when that attempt arrived), with
-    /// the drift allowance for the node's clock. Our deadline comes first
-    /// unless the place was last renewed long before.
+    /// the drift allowance for the node's clock: one slack before our
+    /// deadline at the latest, earlier if the place was last renewed long
+    /// before.
     pub fn ttl_reserved_before(&self, sent: Instant) -> Instant {
         let lapse = self.life.lapse_after(sent);
-        let margin = self.slack.saturating_add(drift(self.life.lasts()));
+        let margin = self.grace.saturating_add(drift(self.life.lasts()));
         lapse.checked_sub(margin).unwrap_or(sent)
     }
 

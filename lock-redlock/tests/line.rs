@@ -505,5 +505,5 @@ async fn a_newcomer_does_not_overtake_the_line_after_an_expiry() {
         .expect("the newcomer's acquire");
     assert!(second.release().await.unwrap());
     assert_gone_from(set.nodes(), &key).await;
-    assert_no_place_in(set.nodes(), &line);
+    assert_no_place_in(set.nodes(), &line).await;
 }
