@@ -1,5 +1,6 @@
 //! The conformance harness of `lock-redis`: one server over plain TCP or
-//! mutual TLS, or the primary of a Sentinel-managed deployment.
+//! mutual TLS, the primary of a Sentinel-managed deployment, or a Redis
+//! Cluster.
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -10,7 +11,9 @@ use lock_conformance::{async_trait, Harness};
 use lock_core::{Capabilities, Fencing, LockError, LockName, LockService, TlsConfig};
 use lock_redis::kit::layout::{Keys, LeaderKeys};
 use lock_redis::{RedisLock, RedisLockConfig};
-use lock_testbed::{shared_redis, RedisOptions, RedisServer, RespValue, SentinelSet};
+use lock_testbed::{
+    shared_redis, RedisClusterSet, RedisOptions, RedisServer, RespValue, SentinelSet,
+};
 
 /// What the suite runs against.
 #[derive(Clone, Copy)]
@@ -21,6 +24,8 @@ pub enum Deployment {
     Tls,
     /// The primary of a Sentinel set (1 primary, 2 replicas, 3 sentinels).
     Sentinel,
+    /// A Redis Cluster (3 primaries, 3 replicas).
+    Cluster,
 }
 
 /// The suite's view of the deployment.
@@ -28,33 +33,60 @@ struct Redis {
     deployment: Deployment,
     server: Option<&'static RedisServer>,
     sentinels: Option<&'static SentinelSet>,
+    cluster: Option<&'static RedisClusterSet>,
 }
 
 impl Redis {
     fn start(deployment: Deployment) -> Self {
-        let (server, sentinels) = match deployment {
-            Deployment::Single => (
-                Some(
+        let mut redis = Self {
+            deployment,
+            server: None,
+            sentinels: None,
+            cluster: None,
+        };
+        match deployment {
+            Deployment::Single => {
+                redis.server = Some(
                     shared_redis()
                         .unwrap_or_else(|e| panic!("starting the shared redis-server: {e}")),
-                ),
-                None,
-            ),
-            Deployment::Tls => (Some(tls_redis()), None),
-            Deployment::Sentinel => (None, Some(sentinel_set())),
-        };
-        Self {
-            deployment,
-            server,
-            sentinels,
+                );
+            }
+            Deployment::Tls => redis.server = Some(tls_redis()),
+            Deployment::Sentinel => redis.sentinels = Some(sentinel_set()),
+            Deployment::Cluster => redis.cluster = Some(cluster_set()),
         }
+        redis
     }
 
     /// The URL and TLS files of a client that reaches the deployment at
     /// `addrs` (one per [`Harness::upstreams`] entry).
     fn target(&self, addrs: &[SocketAddr]) -> RedisLockConfig {
-        match (self.deployment, self.sentinels) {
-            (Deployment::Sentinel, Some(set)) => {
+        match (self.deployment, self.sentinels, self.cluster) {
+            (Deployment::Cluster, _, Some(set)) => {
+                // The nodes started as primaries are the seeds; every node,
+                // as the cluster announces it, is reached at `addrs`.
+                let nodes: Vec<SocketAddr> = set.nodes().iter().map(RedisServer::addr).collect();
+                let seeds: Vec<String> = set
+                    .primaries()
+                    .iter()
+                    .map(|p| {
+                        let i = nodes
+                            .iter()
+                            .position(|n| n == p)
+                            .expect("a primary is a node");
+                        addrs[i].to_string()
+                    })
+                    .collect();
+                let mut config =
+                    RedisLockConfig::new(format!("redis+cluster://{}", seeds.join(",")));
+                for (real, at) in nodes.iter().zip(addrs) {
+                    if real != at {
+                        config = config.map_address(real.to_string(), at.to_string());
+                    }
+                }
+                config
+            }
+            (Deployment::Sentinel, Some(set), _) => {
                 let sentinels = set.sentinel_addrs().len();
                 let hosts: Vec<String> = addrs[..sentinels].iter().map(|a| a.to_string()).collect();
                 let mut config = RedisLockConfig::new(format!(
@@ -71,7 +103,7 @@ impl Redis {
                 }
                 config
             }
-            (Deployment::Tls, _) => {
+            (Deployment::Tls, ..) => {
                 let files = self.single().tls_files().expect("a TLS server");
                 RedisLockConfig::new(format!("rediss://{}/", addrs[0])).tls(
                     TlsConfig::new()
@@ -96,22 +128,30 @@ impl Redis {
         Keys::new("", name.as_str())
     }
 
-    /// One command to the server, or to the primary now (the testbed
-    /// client is synchronous: run it off the runtime).
-    async fn cmd(&self, args: &[&str]) -> RespValue {
-        let (server, sentinels) = (self.server, self.sentinels);
+    /// One command about `key` (a key or a channel) to the server, the
+    /// primary now, or the owner of `key`'s slot (the testbed client is
+    /// synchronous: run it off the runtime).
+    async fn cmd(&self, key: &str, args: &[&str]) -> RespValue {
+        let (server, sentinels, cluster) = (self.server, self.sentinels, self.cluster);
+        let key = key.to_string();
         let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
         tokio::task::spawn_blocking(move || {
             let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-            let server = match (server, sentinels) {
-                (Some(server), _) => server,
-                (None, Some(set)) => {
+            let server = match (server, sentinels, cluster) {
+                (Some(server), ..) => server,
+                (_, Some(set), _) => {
                     let primary = set
                         .primary()
                         .unwrap_or_else(|e| panic!("the Sentinel set's primary: {e}"));
                     set.node(primary)
                 }
-                (None, None) => unreachable!("a deployment has servers"),
+                (.., Some(set)) => {
+                    let owner = set
+                        .owner_of_slot(RedisClusterSet::slot_of(&key))
+                        .unwrap_or_else(|e| panic!("the owner of {key}: {e}"));
+                    set.node(owner)
+                }
+                (None, None, None) => unreachable!("a deployment has servers"),
             };
             server
                 .cmd(&refs)
@@ -138,8 +178,11 @@ impl Harness for Redis {
 
     async fn remove_behind_back(&self, name: &LockName) {
         let keys = Self::keys(name);
-        self.cmd(&["DEL", keys.lock(), keys.rw(), keys.permits()])
-            .await;
+        self.cmd(
+            keys.lock(),
+            &["DEL", keys.lock(), keys.rw(), keys.permits()],
+        )
+        .await;
     }
 
     async fn leftovers(&self, name: &LockName) -> Vec<String> {
@@ -157,7 +200,7 @@ impl Harness for Redis {
             keys.rw_lapse(),
             keys.permits(),
         ] {
-            if self.cmd(&["EXISTS", key]).await != RespValue::Int(0) {
+            if self.cmd(key, &["EXISTS", key]).await != RespValue::Int(0) {
                 left.push(format!("key {key}"));
             }
         }
@@ -170,12 +213,17 @@ impl Harness for Redis {
             leader.lapse(),
             leader.delay(),
         ] {
-            if self.cmd(&["EXISTS", key]).await != RespValue::Int(0) {
+            if self.cmd(key, &["EXISTS", key]).await != RespValue::Int(0) {
                 left.push(format!("key {key}"));
             }
         }
         // No client may stay subscribed to a release channel after its
-        // waiters left, nor to a change channel after its followers did.
+        // waiters left, nor to a change channel after its followers did
+        // (on Cluster the channels are shard channels).
+        let numsub = match self.deployment {
+            Deployment::Cluster => "SHARDNUMSUB",
+            _ => "NUMSUB",
+        };
         for channel in [
             keys.released(),
             keys.rw_released(),
@@ -183,7 +231,7 @@ impl Harness for Redis {
             leader.released(),
             leader.changed(),
         ] {
-            match self.cmd(&["PUBSUB", "NUMSUB", channel]).await {
+            match self.cmd(channel, &["PUBSUB", numsub, channel]).await {
                 RespValue::Array(Some(items)) if items.len() == 2 => {
                     if items[1] != RespValue::Int(0) {
                         left.push(format!("subscribers of {channel}: {:?}", items[1]));
@@ -196,15 +244,20 @@ impl Harness for Redis {
     }
 
     fn upstreams(&self) -> Vec<SocketAddr> {
-        match (self.deployment, self.sentinels) {
+        match (self.deployment, self.sentinels, self.cluster) {
+            // Every node (reached at the addresses the cluster announces,
+            // mapped).
+            (Deployment::Cluster, _, Some(set)) => {
+                set.nodes().iter().map(RedisServer::addr).collect()
+            }
             // The sentinels, then the data nodes (reached at the addresses
             // the sentinels report, mapped).
-            (Deployment::Sentinel, Some(set)) => {
+            (Deployment::Sentinel, Some(set), _) => {
                 let mut all = set.sentinel_addrs();
                 all.extend(set.data_addrs());
                 all
             }
-            (Deployment::Tls, _) => vec![self.single().tls_addr().expect("a TLS server")],
+            (Deployment::Tls, ..) => vec![self.single().tls_addr().expect("a TLS server")],
             _ => vec![self.single().addr()],
         }
     }
@@ -227,6 +280,7 @@ impl Harness for Redis {
 pub fn run(deployment: Deployment) -> ExitCode {
     let fault_tolerance = match deployment {
         Deployment::Sentinel => lock_redis::SENTINEL_FAULT_TOLERANCE,
+        Deployment::Cluster => lock_redis::CLUSTER_FAULT_TOLERANCE,
         _ => "none: a single server",
     };
     let expected = Capabilities::new("redis")
@@ -248,6 +302,14 @@ fn sentinel_set() -> &'static SentinelSet {
     static SET: OnceLock<SentinelSet> = OnceLock::new();
     SET.get_or_init(|| {
         SentinelSet::start().unwrap_or_else(|e| panic!("starting a Sentinel set: {e}"))
+    })
+}
+
+/// One Redis Cluster for the whole run (stopped with the test process).
+fn cluster_set() -> &'static RedisClusterSet {
+    static SET: OnceLock<RedisClusterSet> = OnceLock::new();
+    SET.get_or_init(|| {
+        RedisClusterSet::start().unwrap_or_else(|e| panic!("starting a Redis Cluster: {e}"))
     })
 }
 
