@@ -82,9 +82,13 @@
 //! server that refuses the subscription (an ACL without channel rights)
 //! never causes a connection storm.
 
+mod backoff;
+mod cluster;
 mod connection;
 mod grant;
 mod release;
+mod shard;
+mod sharded;
 mod state;
 mod subscription;
 mod turn;
@@ -98,6 +102,7 @@ use tokio::sync::{broadcast, mpsc};
 /// ([`Notifier::observe`]).
 pub const OBSERVED_BACKLOG: usize = 256;
 
+pub use cluster::NotifyCluster;
 pub use connection::{MovingNode, NotifyNode, Timeouts};
 pub use state::{TurnAnnouncement, LINGER};
 pub use subscription::{Subscription, Wake};
