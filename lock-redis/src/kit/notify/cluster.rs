@@ -6,9 +6,10 @@ use std::collections::HashMap;
 use std::fmt;
 
 use lock_core::TlsConfig;
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::RedisResult;
 
-use crate::kit::cluster::{ClusterConn, ClusterTarget};
+use crate::kit::cluster::{parse_cluster_slots, ClusterConn, ClusterTarget};
 use crate::kit::connect::open_client;
 
 /// The hash slots of a Redis Cluster.
@@ -61,9 +62,24 @@ impl NotifyCluster {
         }
     }
 
-    /// The slot map now.
-    pub(super) async fn slot_map(&self) -> RedisResult<SlotMap> {
-        Ok(SlotMap(self.conn.clone().slots().await?))
+    /// The slot map now, as the primary announced at `from` sees it if
+    /// given (a node that just gave a slot up, or named its new owner,
+    /// knows where it went; another may not have heard yet), else as any
+    /// node sees it (also when `from` cannot be asked).
+    pub(super) async fn slot_map(&self, from: Option<&str>) -> RedisResult<SlotMap> {
+        let mut conn = self.conn.clone();
+        if let Some(node) = from.and_then(route_to) {
+            let cmd = redis::cmd("CLUSTER").arg("SLOTS").clone();
+            let answer = conn
+                .raw()
+                .route_command(cmd, RoutingInfo::SingleNode(node))
+                .await
+                .and_then(|v| v.extract_error());
+            if let Some(map) = answer.ok().as_ref().and_then(parse_cluster_slots) {
+                return Ok(SlotMap(map));
+            }
+        }
+        Ok(SlotMap(conn.slots().await?))
     }
 
     /// A RESP3 client of the primary announced at `addr`.
@@ -72,6 +88,18 @@ impl NotifyCluster {
         let url = format!("{}?protocol=3", self.target.node_url(at));
         open_client(&url, &self.tls).map_err(|e| e.to_string())
     }
+}
+
+/// The route of a request to the node announced at `addr` (`host:port`).
+fn route_to(addr: &str) -> Option<SingleNodeRoutingInfo> {
+    let (host, port) = addr.rsplit_once(':')?;
+    Some(SingleNodeRoutingInfo::ByAddress {
+        host: host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string(),
+        port: port.parse().ok()?,
+    })
 }
 
 /// Slot ranges (inclusive) and the announced address of their primary.

@@ -29,8 +29,9 @@ pub(super) type Push = (u64, PushInfo);
 #[derive(Debug)]
 pub(super) enum Refused {
     /// The node does not serve the channel's slot (now): `MOVED`, `ASK`,
-    /// `TRYAGAIN`, `CLUSTERDOWN`; the slot map needs a refresh.
-    Elsewhere(String),
+    /// `TRYAGAIN`, `CLUSTERDOWN`; the slot map needs a refresh. With the
+    /// node a `MOVED` or `ASK` named.
+    Elsewhere(String, Option<String>),
     /// The connection failed, or answered something else.
     Failed(String),
 }
@@ -38,7 +39,7 @@ pub(super) enum Refused {
 impl fmt::Display for Refused {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Refused::Elsewhere(why) | Refused::Failed(why) => f.write_str(why),
+            Refused::Elsewhere(why, _) | Refused::Failed(why) => f.write_str(why),
         }
     }
 }
@@ -105,9 +106,10 @@ impl Shard {
             Ok(reply) => Err(Refused::Failed(format!(
                 "SSUBSCRIBE {channel}: answered {reply:?}"
             ))),
-            Err(e) if elsewhere(&e) => {
-                Err(Refused::Elsewhere(format!("SSUBSCRIBE {channel}: {e}")))
-            }
+            Err(e) if elsewhere(&e) => Err(Refused::Elsewhere(
+                format!("SSUBSCRIBE {channel}: {e}"),
+                e.redirect_node().map(|(addr, _)| addr.to_string()),
+            )),
             Err(e) => Err(Refused::Failed(format!("SSUBSCRIBE {channel}: {e}"))),
         }
     }

@@ -8,10 +8,14 @@
 //! answered `MOVED` (or `ASK`, `TRYAGAIN`, `CLUSTERDOWN`), or when its
 //! connection fails (closed, `PING` unanswered, a reply that does not
 //! answer its request). The channel is then unconfirmed at once, the slot
-//! map is refreshed (at most once per backoff), and the channel is
+//! map is refreshed (at most once per backoff; asked of the node that
+//! gave the slot up or named its owner, which knows where it went, while
+//! others may not have heard yet), and the channel is
 //! subscribed at the slot's owner: that confirmation wakes its waiters
 //! with `Wake::Subscribed` (a release may have gone unheard meanwhile).
-//! The cluster counts as one node of the notifier: a channel is confirmed
+//! The slot map is also read again on every `PING` round (an idle
+//! notifier's watchdog), for a slot that moved without a word from its
+//! old owner. The cluster counts as one node of the notifier: a channel is confirmed
 //! while the owner of its slot (as far as this task knows) counts it.
 
 use std::collections::{HashMap, HashSet};
@@ -48,6 +52,7 @@ pub(super) fn spawn(
         pushes,
         map: SlotMap::default(),
         map_stale: true,
+        map_from: None,
         map_not_before: Instant::now(),
         map_backoff: Backoff::new(),
         shards: HashMap::new(),
@@ -77,6 +82,8 @@ struct ClusterTask {
     map: SlotMap,
     /// The slot map may be wrong: refresh it when allowed.
     map_stale: bool,
+    /// The node to ask for it: one that just told where a slot went.
+    map_from: Option<String>,
     /// No refresh before this.
     map_not_before: Instant,
     map_backoff: Backoff,
@@ -136,7 +143,12 @@ impl ClusterTask {
                     dirty = true;
                 }
                 _ = tokio::time::sleep(PING_INTERVAL), if !self.shards.is_empty() => {
-                    dirty |= self.ping_all().await;
+                    self.ping_all().await;
+                    // The slot map is read again on each round too: a
+                    // slot that moved without a word from its old owner
+                    // is then subscribed where it is now.
+                    self.map_stale = true;
+                    dirty = true;
                 }
             }
         }
@@ -175,6 +187,7 @@ impl ClusterTask {
                 if lost {
                     tracing::debug!(node = %addr, %channel, "distlock redis: the node unsubscribed a release channel (its slot moved); subscribing at the new owner");
                     self.map_stale = true;
+                    self.map_from = Some(addr);
                     self.confirm();
                 }
                 lost
@@ -219,8 +232,8 @@ impl ClusterTask {
         tracing::debug!(node = %addr, %reason, ?pause, "distlock redis: release-notification connection to a cluster node failed; its waiters re-check at the holder's TTL until it is back");
     }
 
-    /// Pings every connection; whether one failed.
-    async fn ping_all(&mut self) -> bool {
+    /// Pings every connection; those that fail are closed.
+    async fn ping_all(&mut self) {
         let t = self.timeouts;
         let mut failed = Vec::new();
         for (addr, shard) in &mut self.shards {
@@ -228,11 +241,9 @@ impl ClusterTask {
                 failed.push((addr.clone(), reason));
             }
         }
-        let any = !failed.is_empty();
         for (addr, reason) in failed {
             self.fail(&addr, reason);
         }
-        any
     }
 
     /// Refreshes the slot map if it is stale and the backoff allows it.
@@ -241,7 +252,9 @@ impl ClusterTask {
             return;
         }
         self.map_not_before = Instant::now() + self.map_backoff.pause(false);
-        match tokio::time::timeout(self.timeouts.request, self.cluster.slot_map()).await {
+        let from = self.map_from.take();
+        let asking = self.cluster.slot_map(from.as_deref());
+        match tokio::time::timeout(self.timeouts.request, asking).await {
             Ok(Ok(map)) => {
                 self.map = map;
                 self.map_stale = false;
@@ -311,9 +324,10 @@ impl ClusterTask {
             };
             match shard.subscribe(channel, t).await {
                 Ok(()) => {}
-                Err(Refused::Elsewhere(reason)) => {
+                Err(Refused::Elsewhere(reason, named)) => {
                     tracing::debug!(node = %owner, %reason, "distlock redis: a release channel's slot is not served where the slot map says; refreshing it");
                     self.map_stale = true;
+                    self.map_from = named.or(Some(owner));
                 }
                 Err(Refused::Failed(reason)) => self.fail(&owner, reason),
             }
