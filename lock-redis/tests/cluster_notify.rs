@@ -69,6 +69,16 @@ async fn notifier_at(url: &str, address_map: Vec<(String, String)>) -> Notifier 
     )
 }
 
+/// A notifier that reaches node `i` through `proxies[i]` (the address map).
+async fn proxied_notifier(proxies: &[Proxy]) -> Notifier {
+    let map: Vec<(String, String)> = proxies
+        .iter()
+        .map(|p| (p.upstream().to_string(), p.addr().to_string()))
+        .collect();
+    let seeds: Vec<String> = proxies[..3].iter().map(|p| p.addr().to_string()).collect();
+    notifier_at(&format!("redis+cluster://{}", seeds.join(",")), map).await
+}
+
 /// The release channels of `count` lock names whose slot node `owner` owns now.
 fn channels_on(cluster: &RedisClusterSet, owner: usize, tag: &str, count: usize) -> Vec<String> {
     (0..)
@@ -133,6 +143,41 @@ async fn confirmed(notifier: &Notifier, channel: &str) -> Subscription {
     sub
 }
 
+/// Every primary counts `channel` as subscribed iff it is `owner`.
+fn counted_by_owner_alone(cluster: &RedisClusterSet, channel: &str, owner: usize) {
+    let primaries = cluster.current_primaries().unwrap();
+    let counts: Vec<(usize, i64)> = primaries
+        .iter()
+        .map(|&n| (n, shard_subscribers(cluster, n, channel)))
+        .collect();
+    let expected: Vec<(usize, i64)> = primaries
+        .iter()
+        .map(|&n| (n, i64::from(n == owner)))
+        .collect();
+    assert_eq!(counts, expected, "{channel}: (primary, subscribers)");
+}
+
+/// After the subscription to `channel` was lost (`what`, at `since`): the
+/// waiter is woken with `Subscribed` within `within`, the channel is
+/// confirmed and subscribed at `owner` alone, and an SPUBLISH there wakes
+/// the waiter.
+async fn hears_again_at(
+    cluster: &RedisClusterSet,
+    sub: &mut Subscription,
+    channel: &str,
+    owner: usize,
+    (what, since, within): (&str, Instant, Duration),
+) {
+    let wake = sub.wait_until(since + within).await;
+    println!("{what}: {wake:?} after {:?}", since.elapsed());
+    assert_eq!(wake, Wake::Subscribed, "{what}");
+    assert!(sub.is_confirmed());
+    blocking(|| counted_by_owner_alone(cluster, channel, owner));
+    sub.before_attempt();
+    assert_eq!(blocking(|| spublish(cluster, owner, channel, "after")), 1);
+    notified(sub, REQUEST + SLACK).await;
+}
+
 /// A channel on each primary is subscribed at that primary alone (its
 /// confirmation means the owner counts it), an SPUBLISH there wakes its
 /// waiter, and the channels are unsubscribed once no waiter needs them.
@@ -148,16 +193,7 @@ async fn spublish_on_every_primary_reaches_the_subscribers() {
         subs.push(confirmed(&notifier, channel).await);
     }
     for (p, channel) in channels.iter().enumerate() {
-        let counts: Vec<i64> = blocking(|| {
-            (0..3)
-                .map(|n| shard_subscribers(&cluster, n, channel))
-                .collect()
-        });
-        let expected: Vec<i64> = (0..3).map(|n| i64::from(n == p)).collect();
-        assert_eq!(
-            counts, expected,
-            "{channel}: subscribed at its owner {p} alone"
-        );
+        blocking(|| counted_by_owner_alone(&cluster, channel, p));
         assert_eq!(blocking(|| spublish(&cluster, p, channel, "token")), 1);
     }
     for sub in &mut subs {
@@ -201,16 +237,8 @@ async fn a_migrated_slot_is_subscribed_at_its_new_owner() {
     let mut other = confirmed(&notifier, &staying).await;
 
     blocking(|| cluster.migrate_slot(slot, 0, 1).unwrap());
-    let moved = Instant::now();
-    let wake = sub.wait_until(moved + resubscription()).await;
-    println!("after the migration: {wake:?} after {:?}", moved.elapsed());
-    assert_eq!(wake, Wake::Subscribed);
-    assert!(sub.is_confirmed());
-    assert_eq!(blocking(|| shard_subscribers(&cluster, 1, &moving)), 1);
-    assert_eq!(blocking(|| shard_subscribers(&cluster, 0, &moving)), 0);
-    sub.before_attempt();
-    assert_eq!(blocking(|| spublish(&cluster, 1, &moving, "after")), 1);
-    notified(&mut sub, REQUEST + SLACK).await;
+    let moved = ("after the migration", Instant::now(), resubscription());
+    hears_again_at(&cluster, &mut sub, &moving, 1, moved).await;
 
     assert_eq!(blocking(|| spublish(&cluster, 0, &staying, "still")), 1);
     notified(&mut other, REQUEST + SLACK).await;
@@ -232,24 +260,9 @@ async fn a_failover_is_followed_to_the_promoted_replica() {
             .wait_for_failover(1, Duration::from_secs(20))
             .unwrap()
     });
-    let failed_over = Instant::now();
-    let wake = sub.wait_until(failed_over + resubscription()).await;
-    println!(
-        "failover to node {promoted}: {wake:?} {:?} after the cluster agreed",
-        failed_over.elapsed()
-    );
-    assert_eq!(wake, Wake::Subscribed);
-    assert!(sub.is_confirmed());
-    assert_eq!(
-        blocking(|| shard_subscribers(&cluster, promoted, &channel)),
-        1
-    );
-    sub.before_attempt();
-    assert_eq!(
-        blocking(|| spublish(&cluster, promoted, &channel, "after")),
-        1
-    );
-    notified(&mut sub, REQUEST + SLACK).await;
+    let failed_over = ("after the failover", Instant::now(), resubscription());
+    println!("failed over to node {promoted}");
+    hears_again_at(&cluster, &mut sub, &channel, promoted, failed_over).await;
 }
 
 /// A replica takes over from a primary that stays up (`CLUSTER
@@ -270,20 +283,12 @@ async fn a_manual_failover_is_followed_to_the_new_primary() {
         assert!(started.elapsed() < Duration::from_secs(20), "no failover");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let failed_over = Instant::now();
-    let wake = sub
-        .wait_until(failed_over + resubscription() + PING_ROUND)
-        .await;
-    println!(
-        "manual failover: {wake:?} {:?} after the nodes agreed",
-        failed_over.elapsed()
+    let failed_over = (
+        "after the manual failover",
+        Instant::now(),
+        resubscription() + PING_ROUND,
     );
-    assert_eq!(wake, Wake::Subscribed);
-    assert_eq!(blocking(|| shard_subscribers(&cluster, 5, &channel)), 1);
-    assert_eq!(blocking(|| shard_subscribers(&cluster, 2, &channel)), 0);
-    sub.before_attempt();
-    assert_eq!(blocking(|| spublish(&cluster, 5, &channel, "after")), 1);
-    notified(&mut sub, REQUEST + SLACK).await;
+    hears_again_at(&cluster, &mut sub, &channel, 5, failed_over).await;
 }
 
 /// The connection to a channel's owner goes silent (its proxy swallows
@@ -297,12 +302,7 @@ async fn a_silent_connection_is_noticed_and_opened_again() {
     let proxies: Vec<Proxy> = (0..6)
         .map(|i| Proxy::start(cluster.node(i).addr()).unwrap())
         .collect();
-    let map: Vec<(String, String)> = proxies
-        .iter()
-        .map(|p| (p.upstream().to_string(), p.addr().to_string()))
-        .collect();
-    let seeds: Vec<String> = proxies[..3].iter().map(|p| p.addr().to_string()).collect();
-    let notifier = notifier_at(&format!("redis+cluster://{}", seeds.join(",")), map).await;
+    let notifier = proxied_notifier(&proxies).await;
     let channel = blocking(|| channels_on(&cluster, 0, "silent", 1).remove(0));
     let mut sub = confirmed(&notifier, &channel).await;
     assert_eq!(blocking(|| shard_subscribers(&cluster, 0, &channel)), 1);
@@ -321,14 +321,60 @@ async fn a_silent_connection_is_noticed_and_opened_again() {
         silent.elapsed()
     );
     proxies[0].heal();
-    let healed = Instant::now();
-    let wake = sub.wait_until(healed + resubscription()).await;
-    println!("after the heal: {wake:?} after {:?}", healed.elapsed());
-    assert_eq!(wake, Wake::Subscribed);
-    assert_eq!(blocking(|| shard_subscribers(&cluster, 0, &channel)), 1);
-    sub.before_attempt();
-    assert_eq!(blocking(|| spublish(&cluster, 0, &channel, "after")), 1);
-    notified(&mut sub, REQUEST + SLACK).await;
+    let healed = ("after the heal", Instant::now(), resubscription());
+    hears_again_at(&cluster, &mut sub, &channel, 0, healed).await;
+}
+
+/// The node's own `sunsubscribe` (a slot left it) reaches the
+/// notifier's connection while an `SSUBSCRIBE` is in flight on it (the
+/// proxy holds the node's pushes and replies back, in order): redis-rs
+/// takes the push for the reply, the notifier sees that it does not answer
+/// its request and opens the connection again. Every channel ends up
+/// subscribed at its owner: the one whose slot moved at the new owner,
+/// the others (woken with `Subscribed`, as their connection was reopened)
+/// at the old one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sunsubscribe_taken_for_a_reply_reopens_the_connection() {
+    let cluster = blocking(|| RedisClusterSet::start().unwrap());
+    let proxies: Vec<Proxy> = (0..6)
+        .map(|i| Proxy::start(cluster.node(i).addr()).unwrap())
+        .collect();
+    let notifier = proxied_notifier(&proxies).await;
+    let mut names = blocking(|| channels_on(&cluster, 0, "desync", 3));
+    let (fresh, staying, moving) = (
+        names.pop().unwrap(),
+        names.pop().unwrap(),
+        names.pop().unwrap(),
+    );
+    let slot = RedisClusterSet::slot_of(&moving);
+    let mut sub = confirmed(&notifier, &moving).await;
+    let mut other = confirmed(&notifier, &staying).await;
+
+    // Held for less than the request timeout: the reply still comes in time.
+    proxies[0].set_subscriber_delay(REQUEST / 2);
+    blocking(|| {
+        cluster.begin_migration(slot, 0, 1).unwrap();
+        for node in [1, 0] {
+            let id = cluster.node_id(1).to_string();
+            let reply =
+                cluster
+                    .node(node)
+                    .cmd(&["CLUSTER", "SETSLOT", &slot.to_string(), "NODE", &id]);
+            assert_eq!(reply.unwrap().as_str(), Some("OK"));
+        }
+    });
+    // The slot left node 0 a moment ago; its push is held at the proxy.
+    let moved = Instant::now();
+    let mut third = notifier.subscribe(&fresh);
+    blocking(|| cluster.finish_migration(slot, 1).unwrap());
+    proxies[0].heal();
+
+    let reopened = ("the other channel", moved, resubscription());
+    hears_again_at(&cluster, &mut other, &staying, 0, reopened).await;
+    let moved = ("the channel whose slot moved", moved, resubscription());
+    hears_again_at(&cluster, &mut sub, &moving, 1, moved).await;
+    assert!(third.confirmed_by(Instant::now() + resubscription()).await);
+    blocking(|| counted_by_owner_alone(&cluster, &fresh, 0));
 }
 
 /// A slot migrates while the notifier keeps subscribing and unsubscribing
@@ -375,26 +421,10 @@ async fn subscriptions_are_right_after_a_migration_amid_churn() {
             "{channel} not confirmed again"
         );
     }
-    let owners: Vec<usize> = moving
-        .iter()
-        .map(|_| 1)
-        .chain(staying.iter().map(|_| 0))
-        .collect();
-    for (channel, owner) in moving.iter().chain(&staying).zip(owners) {
-        let counts: Vec<i64> = blocking(|| {
-            (0..3)
-                .map(|n| shard_subscribers(&cluster, n, channel))
-                .collect()
-        });
-        let expected: Vec<i64> = (0..3).map(|n| i64::from(n == owner)).collect();
-        assert_eq!(
-            counts, expected,
-            "{channel}: counted by its owner {owner} alone"
-        );
-    }
     for (sub, channel) in subs.iter_mut().zip(moving.iter().chain(&staying)) {
-        sub.before_attempt();
         let owner = if moving.contains(channel) { 1 } else { 0 };
+        blocking(|| counted_by_owner_alone(&cluster, channel, owner));
+        sub.before_attempt();
         assert_eq!(blocking(|| spublish(&cluster, owner, channel, "after")), 1);
         notified(sub, REQUEST + SLACK).await;
     }
