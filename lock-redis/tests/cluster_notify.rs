@@ -69,14 +69,20 @@ async fn notifier_at(url: &str, address_map: Vec<(String, String)>) -> Notifier 
     )
 }
 
-/// A notifier that reaches node `i` through `proxies[i]` (the address map).
-async fn proxied_notifier(proxies: &[Proxy]) -> Notifier {
+/// A cluster, a proxy in front of each node, and a notifier that reaches
+/// node `i` through proxy `i` alone (the address map).
+async fn proxied() -> (RedisClusterSet, Vec<Proxy>, Notifier) {
+    let cluster = blocking(|| RedisClusterSet::start().unwrap());
+    let proxies: Vec<Proxy> = (0..6)
+        .map(|i| Proxy::start(cluster.node(i).addr()).unwrap())
+        .collect();
     let map: Vec<(String, String)> = proxies
         .iter()
         .map(|p| (p.upstream().to_string(), p.addr().to_string()))
         .collect();
     let seeds: Vec<String> = proxies[..3].iter().map(|p| p.addr().to_string()).collect();
-    notifier_at(&format!("redis+cluster://{}", seeds.join(",")), map).await
+    let notifier = notifier_at(&format!("redis+cluster://{}", seeds.join(",")), map).await;
+    (cluster, proxies, notifier)
 }
 
 /// The release channels of `count` lock names whose slot node `owner` owns now.
@@ -298,11 +304,7 @@ async fn a_manual_failover_is_followed_to_the_new_primary() {
 /// every node through the address map.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_connection_is_noticed_and_opened_again() {
-    let cluster = blocking(|| RedisClusterSet::start().unwrap());
-    let proxies: Vec<Proxy> = (0..6)
-        .map(|i| Proxy::start(cluster.node(i).addr()).unwrap())
-        .collect();
-    let notifier = proxied_notifier(&proxies).await;
+    let (cluster, proxies, notifier) = proxied().await;
     let channel = blocking(|| channels_on(&cluster, 0, "silent", 1).remove(0));
     let mut sub = confirmed(&notifier, &channel).await;
     assert_eq!(blocking(|| shard_subscribers(&cluster, 0, &channel)), 1);
@@ -335,11 +337,7 @@ async fn a_silent_connection_is_noticed_and_opened_again() {
 /// at the old one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sunsubscribe_taken_for_a_reply_reopens_the_connection() {
-    let cluster = blocking(|| RedisClusterSet::start().unwrap());
-    let proxies: Vec<Proxy> = (0..6)
-        .map(|i| Proxy::start(cluster.node(i).addr()).unwrap())
-        .collect();
-    let notifier = proxied_notifier(&proxies).await;
+    let (cluster, proxies, notifier) = proxied().await;
     let mut names = blocking(|| channels_on(&cluster, 0, "desync", 3));
     let (fresh, staying, moving) = (
         names.pop().unwrap(),
