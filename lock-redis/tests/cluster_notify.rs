@@ -451,3 +451,43 @@ async fn a_replica_subscriber_hears_its_primary_spublish() {
     assert_eq!(items[0].as_str(), Some("smessage"));
     assert_eq!(items[2].as_str(), Some("token"));
 }
+
+/// How many `SSUBSCRIBE`s node `node` refused (a redirection) so far.
+fn refused_ssubscribes(cluster: &RedisClusterSet, node: usize) -> u64 {
+    let info = cluster.node(node).cmd(&["INFO", "commandstats"]).unwrap();
+    let text = String::from_utf8_lossy(info.as_bytes().unwrap()).into_owned();
+    text.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_ssubscribe:"))
+        .and_then(|stats| {
+            stats
+                .split(',')
+                .find_map(|kv| kv.strip_prefix("rejected_calls="))
+        })
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+/// A slot moves while the notifier has no channel in it (nothing tells it
+/// to read the slot map again): a channel of that slot is sent to the old
+/// owner first, which answers `MOVED`; the notifier reads the map from
+/// the node named there and subscribes at the new owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_moved_answer_to_ssubscribe_is_followed() {
+    let cluster = blocking(|| RedisClusterSet::start().unwrap());
+    let notifier = notifier(&cluster).await;
+    let mut names = blocking(|| channels_on(&cluster, 0, "moved", 2));
+    let (later, first) = (names.pop().unwrap(), names.pop().unwrap());
+    let _first = confirmed(&notifier, &first).await;
+    let slot = RedisClusterSet::slot_of(&later);
+    blocking(|| cluster.migrate_slot(slot, 0, 1).unwrap());
+    let refused = blocking(|| refused_ssubscribes(&cluster, 0));
+
+    let mut sub = confirmed(&notifier, &later).await;
+    assert_eq!(
+        blocking(|| refused_ssubscribes(&cluster, 0)),
+        refused + 1,
+        "the old owner answered MOVED once"
+    );
+    blocking(|| counted_by_owner_alone(&cluster, &later, 1));
+    assert_eq!(blocking(|| spublish(&cluster, 1, &later, "token")), 1);
+    notified(&mut sub, REQUEST + SLACK).await;
+}

@@ -76,6 +76,13 @@
 //! (re)confirmation of the channel tells them that some may have gone
 //! unheard (see `lock-redis`'s `observe`).
 //!
+//! A Redis Cluster is one node ([`NotifyNode::cluster`], [`NotifyCluster`]):
+//! each channel is subscribed with `SSUBSCRIBE` at the primary that owns
+//! its slot, on a connection per primary that carries nothing else; a
+//! channel whose slot moves (a migration, a failover) is unconfirmed and
+//! subscribed at the new owner, which wakes its waiters with
+//! [`Wake::Subscribed`] as a reconnection does.
+//!
 //! Every node connection is watched with `PING`; any failure (connect,
 //! `SUBSCRIBE`, `PING`, the connection closing) reconnects after a backoff
 //! with jitter that only resets once the connection proved healthy, so a
