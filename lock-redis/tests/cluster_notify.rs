@@ -24,6 +24,11 @@ const CONNECT: Duration = Duration::from_secs(1);
 const REQUEST: Duration = Duration::from_secs(1);
 /// The notifier's longest reconnection / slot map refresh backoff.
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// The notifier's timeouts.
+const TIMEOUTS: Timeouts = Timeouts {
+    connect: CONNECT,
+    request: REQUEST,
+};
 /// How often an idle notifier pings its connections (and refreshes its
 /// slot map).
 const PING_ROUND: Duration = Duration::from_secs(5);
@@ -44,12 +49,16 @@ fn resubscription() -> Duration {
 }
 
 async fn notifier(cluster: &RedisClusterSet) -> Notifier {
-    notifier_at(&cluster.url(), Vec::new()).await
+    notifier_at(&cluster.url(), Vec::new(), TIMEOUTS).await
 }
 
 /// A notifier for the cluster of `url` whose connections (its request
 /// connection's too) go where `address_map` says.
-async fn notifier_at(url: &str, address_map: Vec<(String, String)>) -> Notifier {
+async fn notifier_at(
+    url: &str,
+    address_map: Vec<(String, String)>,
+    timeouts: Timeouts,
+) -> Notifier {
     let target = ClusterTarget::parse(url).unwrap().unwrap();
     let settings = ClusterSettings {
         connect_timeout: CONNECT,
@@ -59,19 +68,12 @@ async fn notifier_at(url: &str, address_map: Vec<(String, String)>) -> Notifier 
     let builder = client_builder(&target, &TlsConfig::default(), &settings).unwrap();
     let conn = ClusterConn::connect(builder).await.unwrap();
     let source = NotifyCluster::new(conn, target, TlsConfig::default(), &settings.address_map);
-    Notifier::start(
-        vec![NotifyNode::cluster(source)],
-        Timeouts {
-            connect: CONNECT,
-            request: REQUEST,
-        },
-        None,
-    )
+    Notifier::start(vec![NotifyNode::cluster(source)], timeouts, None)
 }
 
 /// A cluster, a proxy in front of each node, and a notifier that reaches
 /// node `i` through proxy `i` alone (the address map).
-async fn proxied() -> (RedisClusterSet, Vec<Proxy>, Notifier) {
+async fn proxied(timeouts: Timeouts) -> (RedisClusterSet, Vec<Proxy>, Notifier) {
     let cluster = blocking(|| RedisClusterSet::start().unwrap());
     let proxies: Vec<Proxy> = (0..6)
         .map(|i| Proxy::start(cluster.node(i).addr()).unwrap())
@@ -81,7 +83,8 @@ async fn proxied() -> (RedisClusterSet, Vec<Proxy>, Notifier) {
         .map(|p| (p.upstream().to_string(), p.addr().to_string()))
         .collect();
     let seeds: Vec<String> = proxies[..3].iter().map(|p| p.addr().to_string()).collect();
-    let notifier = notifier_at(&format!("redis+cluster://{}", seeds.join(",")), map).await;
+    let url = format!("redis+cluster://{}", seeds.join(","));
+    let notifier = notifier_at(&url, map, timeouts).await;
     (cluster, proxies, notifier)
 }
 
@@ -304,7 +307,7 @@ async fn a_manual_failover_is_followed_to_the_new_primary() {
 /// every node through the address map.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_connection_is_noticed_and_opened_again() {
-    let (cluster, proxies, notifier) = proxied().await;
+    let (cluster, proxies, notifier) = proxied(TIMEOUTS).await;
     let channel = blocking(|| channels_on(&cluster, 0, "silent", 1).remove(0));
     let mut sub = confirmed(&notifier, &channel).await;
     assert_eq!(blocking(|| shard_subscribers(&cluster, 0, &channel)), 1);
@@ -337,7 +340,7 @@ async fn a_silent_connection_is_noticed_and_opened_again() {
 /// at the old one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sunsubscribe_taken_for_a_reply_reopens_the_connection() {
-    let (cluster, proxies, notifier) = proxied().await;
+    let (cluster, proxies, notifier) = proxied(TIMEOUTS).await;
     let mut names = blocking(|| channels_on(&cluster, 0, "desync", 3));
     let (fresh, staying, moving) = (
         names.pop().unwrap(),
@@ -490,4 +493,37 @@ async fn a_moved_answer_to_ssubscribe_is_followed() {
     blocking(|| counted_by_owner_alone(&cluster, &later, 1));
     assert_eq!(blocking(|| spublish(&cluster, 1, &later, "token")), 1);
     notified(&mut sub, REQUEST + SLACK).await;
+}
+
+/// While the notifier waits on a silent node (a connection attempt that
+/// gets no answer, for a long connect timeout), the releases published
+/// at the other primaries still reach their waiters at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_node_does_not_hold_up_the_others() {
+    let slow = Timeouts {
+        connect: Duration::from_secs(20),
+        request: REQUEST,
+    };
+    let (cluster, proxies, notifier) = proxied(slow).await;
+    let quiet = blocking(|| channels_on(&cluster, 0, "quiet", 1).remove(0));
+    let lively = blocking(|| channels_on(&cluster, 1, "lively", 1).remove(0));
+    let quiet_sub = confirmed(&notifier, &quiet).await;
+    let mut sub = confirmed(&notifier, &lively).await;
+
+    proxies[0].blackhole();
+    let silent = Instant::now();
+    while quiet_sub.is_confirmed() {
+        assert!(silent.elapsed() < PING_ROUND + REQUEST + SLACK);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The notifier now tries node 0 again, for up to 20 s.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let published = Instant::now();
+    assert_eq!(blocking(|| spublish(&cluster, 1, &lively, "token")), 1);
+    notified(&mut sub, SLACK).await;
+    println!(
+        "heard after {:?} while node 0 was silent",
+        published.elapsed()
+    );
+    assert!(!quiet_sub.is_confirmed());
 }

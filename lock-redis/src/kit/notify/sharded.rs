@@ -18,10 +18,11 @@
 //! old owner. The cluster counts as one node of the notifier: a channel is confirmed
 //! while the owner of its slot (as far as this task knows) counts it.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::future::Future;
 use std::sync::Arc;
 
-use redis::{PushKind, Value};
+use redis::{PushInfo, PushKind, Value};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -45,11 +46,16 @@ pub(super) fn spawn(
     let task = ClusterTask {
         index,
         cluster,
-        shared,
+        shared: shared.clone(),
         kicks,
         timeouts,
         push_tx,
-        pushes,
+        pushes: Pushes {
+            rx: pushes,
+            later: VecDeque::new(),
+            shared,
+            index,
+        },
         map: SlotMap::default(),
         map_stale: true,
         map_from: None,
@@ -61,6 +67,52 @@ pub(super) fn spawn(
         retry_at: None,
     };
     tokio::spawn(task.run());
+}
+
+/// The pushes of every connection, in order.
+struct Pushes {
+    rx: mpsc::UnboundedReceiver<Push>,
+    /// Those that came while a request was awaited, other than messages.
+    later: VecDeque<Push>,
+    shared: Arc<Shared>,
+    index: usize,
+}
+
+impl Pushes {
+    /// Awaits `request`, delivering the messages that arrive meanwhile
+    /// (a slow or silent node never holds up the releases heard from the
+    /// others); other pushes wait for [`next_now`](Self::next_now).
+    async fn during<T>(&mut self, request: impl Future<Output = T>) -> T {
+        tokio::pin!(request);
+        loop {
+            tokio::select! {
+                out = &mut request => return out,
+                Some(push) = self.rx.recv() => {
+                    if !deliver(&self.shared, self.index, &push.1) {
+                        self.later.push_back(push);
+                    }
+                }
+            }
+        }
+    }
+
+    /// A push that arrived already, if any.
+    fn next_now(&mut self) -> Option<Push> {
+        self.later.pop_front().or_else(|| self.rx.try_recv().ok())
+    }
+}
+
+/// Delivers `push` if it is a message (`smessage`); whether it was.
+fn deliver(shared: &Shared, index: usize, push: &PushInfo) -> bool {
+    if push.kind != PushKind::SMessage {
+        return false;
+    }
+    if let [Value::BulkString(channel), Value::BulkString(message), ..] = push.data.as_slice() {
+        if let Ok(channel) = std::str::from_utf8(channel) {
+            dispatch(shared, index, channel, message);
+        }
+    }
+    true
 }
 
 /// An address whose connection failed: not tried again before `until`.
@@ -78,7 +130,7 @@ struct ClusterTask {
     timeouts: Timeouts,
     /// Given to each shard's connection; its pushes come on `pushes`.
     push_tx: mpsc::UnboundedSender<Push>,
-    pushes: mpsc::UnboundedReceiver<Push>,
+    pushes: Pushes,
     map: SlotMap,
     /// The slot map may be wrong: refresh it when allowed.
     map_stale: bool,
@@ -121,7 +173,7 @@ impl ClusterTask {
                     Err(mpsc::error::TryRecvError::Disconnected) => return,
                 }
             }
-            while let Ok(push) = self.pushes.try_recv() {
+            while let Some(push) = self.pushes.next_now() {
                 dirty |= self.on_push(push);
             }
             if dirty {
@@ -134,7 +186,7 @@ impl ClusterTask {
                     None => return,
                     Some(()) => dirty = true,
                 },
-                Some(push) = self.pushes.recv() => dirty |= self.on_push(push),
+                Some(push) = self.pushes.rx.recv() => dirty |= self.on_push(push),
                 _ = tokio::time::sleep_until(linger_ends.unwrap_or_else(Instant::now)), if linger_ends.is_some() => {
                     // A channel stopped lingering: the sweep at the top drops it.
                     dirty = true;
@@ -165,17 +217,14 @@ impl ClusterTask {
             // From a connection closed since.
             return false;
         };
+        if deliver(&self.shared, self.index, &push) {
+            return false;
+        }
         let channel = match push.data.first() {
             Some(Value::BulkString(c)) => std::str::from_utf8(c).ok(),
             _ => None,
         };
         match (push.kind, channel) {
-            (PushKind::SMessage, Some(channel)) => {
-                if let Some(Value::BulkString(message)) = push.data.get(1) {
-                    dispatch(&self.shared, self.index, channel, message);
-                }
-                false
-            }
             (PushKind::SUnsubscribe, Some(channel)) => {
                 // Our own SUNSUBSCRIBE took the channel off `on_server`
                 // before its copy of the reply comes here: this one the
@@ -237,7 +286,7 @@ impl ClusterTask {
         let t = self.timeouts;
         let mut failed = Vec::new();
         for (addr, shard) in &mut self.shards {
-            if let Err(reason) = shard.ping(t).await {
+            if let Err(reason) = self.pushes.during(shard.ping(t)).await {
                 failed.push((addr.clone(), reason));
             }
         }
@@ -254,7 +303,12 @@ impl ClusterTask {
         self.map_not_before = Instant::now() + self.map_backoff.pause(false);
         let from = self.map_from.take();
         let asking = self.cluster.slot_map(from.as_deref());
-        match tokio::time::timeout(self.timeouts.request, asking).await {
+        let limit = self.timeouts.request;
+        match self
+            .pushes
+            .during(tokio::time::timeout(limit, asking))
+            .await
+        {
             Ok(Ok(map)) => {
                 self.map = map;
                 self.map_stale = false;
@@ -289,7 +343,7 @@ impl ClusterTask {
                 .cloned()
                 .collect();
             for channel in leaving {
-                if let Err(reason) = shard.unsubscribe(&channel, t).await {
+                if let Err(reason) = self.pushes.during(shard.unsubscribe(&channel, t)).await {
                     failed.push((addr.clone(), reason));
                     break;
                 }
@@ -322,7 +376,7 @@ impl ClusterTask {
             let Some(shard) = self.shards.get_mut(&owner) else {
                 continue;
             };
-            match shard.subscribe(channel, t).await {
+            match self.pushes.during(shard.subscribe(channel, t)).await {
                 Ok(()) => {}
                 Err(Refused::Elsewhere(reason, named)) => {
                     tracing::debug!(node = %owner, %reason, "distlock redis: a release channel's slot is not served where the slot map says; refreshing it");
@@ -345,7 +399,8 @@ impl ClusterTask {
     async fn open(&mut self, addr: &str) -> Result<(), String> {
         let client = self.cluster.client(addr)?;
         self.next_id += 1;
-        let shard = Shard::open(&client, self.next_id, self.push_tx.clone(), self.timeouts).await?;
+        let opening = Shard::open(&client, self.next_id, self.push_tx.clone(), self.timeouts);
+        let shard = self.pushes.during(opening).await?;
         self.shards.insert(addr.to_string(), shard);
         Ok(())
     }
