@@ -263,8 +263,16 @@ async fn a_failover_is_followed_to_the_promoted_replica() {
     let channel = blocking(|| channels_on(&cluster, 1, "failover", 1).remove(0));
     let mut sub = confirmed(&notifier, &channel).await;
 
+    blocking(|| cluster.kill_node(1).unwrap());
+    // The connection drops with the node: no longer confirmed, although
+    // nothing owns the slot yet.
+    let killed = Instant::now();
+    while sub.is_confirmed() {
+        assert!(killed.elapsed() < PING_ROUND + REQUEST + SLACK);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    println!("unconfirmed {:?} after the kill", killed.elapsed());
     let promoted = blocking(|| {
-        cluster.kill_node(1).unwrap();
         cluster
             .wait_for_failover(1, Duration::from_secs(20))
             .unwrap()

@@ -183,6 +183,19 @@ pub(super) fn dispatch(shared: &Shared, node: usize, channel: &str, message: &[u
     }
 }
 
+/// Takes every pending kick (one reconciliation serves them all): whether
+/// there was one; `None` once the notifier is gone.
+pub(super) fn take_kicks(kicks: &mut mpsc::UnboundedReceiver<()>) -> Option<bool> {
+    let mut kicked = false;
+    loop {
+        match kicks.try_recv() {
+            Ok(()) => kicked = true,
+            Err(mpsc::error::TryRecvError::Empty) => return Some(kicked),
+            Err(mpsc::error::TryRecvError::Disconnected) => return None,
+        }
+    }
+}
+
 /// Starts the task of node `index` (it connects on the first
 /// subscription); the returned sender kicks it to reconcile its
 /// subscriptions with what the waiters need, and closing it ends the task.
@@ -288,13 +301,9 @@ impl NodeTask {
         let mut dirty = true;
         loop {
             let linger_ends = self.shared.sweep();
-            // Take every pending kick: one reconciliation serves them all.
-            loop {
-                match self.kicks.try_recv() {
-                    Ok(()) => dirty = true,
-                    Err(mpsc::error::TryRecvError::Empty) => break,
-                    Err(mpsc::error::TryRecvError::Disconnected) => return Ended::Shutdown,
-                }
+            match take_kicks(&mut self.kicks) {
+                Some(kicked) => dirty |= kicked,
+                None => return Ended::Shutdown,
             }
             if dirty {
                 dirty = false;

@@ -28,7 +28,7 @@ use tokio::time::Instant;
 
 use super::backoff::Backoff;
 use super::cluster::{NotifyCluster, SlotMap};
-use super::connection::{dispatch, Timeouts, PING_INTERVAL};
+use super::connection::{dispatch, take_kicks, Timeouts, PING_INTERVAL};
 use super::shard::{Push, Refused, Shard};
 use super::state::Shared;
 
@@ -166,12 +166,9 @@ impl ClusterTask {
                 }
             }
             let linger_ends = self.shared.sweep();
-            loop {
-                match self.kicks.try_recv() {
-                    Ok(()) => dirty = true,
-                    Err(mpsc::error::TryRecvError::Empty) => break,
-                    Err(mpsc::error::TryRecvError::Disconnected) => return,
-                }
+            match take_kicks(&mut self.kicks) {
+                Some(kicked) => dirty |= kicked,
+                None => return,
             }
             while let Some(push) = self.pushes.next_now() {
                 dirty |= self.on_push(push);
