@@ -503,6 +503,36 @@ async fn a_moved_answer_to_ssubscribe_is_followed() {
     notified(&mut sub, REQUEST + SLACK).await;
 }
 
+/// A node goes silent while another primary keeps the notifier busy
+/// (a waiter comes and goes on one of its channels every 100 ms): the
+/// silent one's connection is still pinged, and its channel unconfirmed,
+/// within a `PING` round.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_node_is_noticed_while_another_is_busy() {
+    let (cluster, proxies, notifier) = proxied(TIMEOUTS).await;
+    let quiet = blocking(|| channels_on(&cluster, 0, "unnoticed", 1).remove(0));
+    let busy = blocking(|| channels_on(&cluster, 1, "busy", 2));
+    let quiet_sub = confirmed(&notifier, &quiet).await;
+
+    proxies[0].blackhole();
+    let silent = Instant::now();
+    let mut round = 0;
+    while quiet_sub.is_confirmed() {
+        assert!(
+            silent.elapsed() < PING_ROUND + REQUEST + SLACK,
+            "a silent connection still counts as confirmed"
+        );
+        let sub = notifier.subscribe(&busy[round % 2]);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        drop(sub);
+        round += 1;
+    }
+    println!(
+        "unconfirmed {:?} after the node went silent ({round} busy rounds)",
+        silent.elapsed()
+    );
+}
+
 /// While the notifier waits on a silent node (a connection attempt that
 /// gets no answer, for a long connect timeout), the releases published
 /// at the other primaries still reach their waiters at once.

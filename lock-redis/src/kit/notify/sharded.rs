@@ -13,9 +13,13 @@
 //! others may not have heard yet), and the channel is
 //! subscribed at the slot's owner: that confirmation wakes its waiters
 //! with `Wake::Subscribed` (a release may have gone unheard meanwhile).
-//! The slot map is also read again on every `PING` round (an idle
-//! notifier's watchdog), for a slot that moved without a word from its
-//! old owner. The cluster counts as one node of the notifier: a channel is confirmed
+//! Every connection is pinged every [`PING_INTERVAL`], however busy the
+//! others are, and the slot map is read again on each such round, for a
+//! slot that moved without a word from its old owner. Messages are
+//! delivered while a request is awaited, so a slow or silent primary
+//! never holds up the releases heard from the others.
+//!
+//! The cluster counts as one node of the notifier: a channel is confirmed
 //! while the owner of its slot (as far as this task knows) counts it.
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -65,6 +69,7 @@ pub(super) fn spawn(
         down: HashMap::new(),
         next_id: 0,
         retry_at: None,
+        next_ping: Instant::now() + PING_INTERVAL,
     };
     tokio::spawn(task.run());
 }
@@ -145,6 +150,10 @@ struct ClusterTask {
     next_id: u64,
     /// When a reconciliation left something undone that can be tried again.
     retry_at: Option<Instant>,
+    /// The next `PING` round: every connection, every [`PING_INTERVAL`],
+    /// however busy the others are (a message on one connection says
+    /// nothing of another).
+    next_ping: Instant,
 }
 
 /// The earlier of `a` and `b`, either possibly absent.
@@ -191,7 +200,8 @@ impl ClusterTask {
                 _ = tokio::time::sleep_until(retry_at.unwrap_or_else(Instant::now)), if retry_at.is_some() => {
                     dirty = true;
                 }
-                _ = tokio::time::sleep(PING_INTERVAL), if !self.shards.is_empty() => {
+                _ = tokio::time::sleep_until(self.next_ping), if !self.shards.is_empty() => {
+                    self.next_ping = Instant::now() + PING_INTERVAL;
                     self.ping_all().await;
                     // The slot map is read again on each round too: a
                     // slot that moved without a word from its old owner
