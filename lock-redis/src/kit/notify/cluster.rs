@@ -84,10 +84,21 @@ impl NotifyCluster {
 
     /// A RESP3 client of the primary announced at `addr`.
     pub(super) fn client(&self, addr: &str) -> Result<redis::Client, String> {
-        let at = self.address_map.get(addr).map_or(addr, String::as_str);
-        let url = format!("{}?protocol=3", self.target.node_url(at));
-        open_client(&url, &self.tls).map_err(|e| e.to_string())
+        node_client(&self.target, &self.tls, &self.address_map, addr)
     }
+}
+
+/// A RESP3 client of the node of `target` announced at `addr`, reached
+/// where `address_map` says, with the TLS files of `tls`.
+fn node_client(
+    target: &ClusterTarget,
+    tls: &TlsConfig,
+    address_map: &HashMap<String, String>,
+    addr: &str,
+) -> Result<redis::Client, String> {
+    let at = address_map.get(addr).map_or(addr, String::as_str);
+    let url = format!("{}?protocol=3", target.node_url(at));
+    open_client(&url, tls).map_err(|e| e.to_string())
 }
 
 /// The route of a request to the node announced at `addr` (`host:port`).
@@ -153,6 +164,34 @@ mod tests {
             key_slot(b"a{b"),
             crc16::State::<crc16::XMODEM>::calculate(b"a{b") % SLOTS
         );
+    }
+
+    #[test]
+    fn node_clients_speak_resp3_where_the_address_map_says() {
+        let map: HashMap<String, String> =
+            [("10.0.0.1:7000".to_string(), "127.0.0.1:17000".to_string())].into();
+        for (url, tls) in [
+            ("redis+cluster://u:secret@10.0.0.1:7000", false),
+            ("rediss+cluster://u:secret@10.0.0.1:7000", true),
+        ] {
+            let target = ClusterTarget::parse(url).unwrap().unwrap();
+            let client =
+                node_client(&target, &TlsConfig::default(), &map, "10.0.0.1:7000").unwrap();
+            let info = client.get_connection_info();
+            let settings = info.redis_settings();
+            assert_eq!(settings.protocol(), redis::ProtocolVersion::RESP3);
+            assert_eq!(settings.username(), Some("u"));
+            let shown = format!("{:?}", info.addr());
+            assert!(shown.contains("17000"), "{shown}");
+            assert_eq!(
+                matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }),
+                tls
+            );
+            // An address not in the map is used as it is.
+            let direct =
+                node_client(&target, &TlsConfig::default(), &map, "10.0.0.2:7001").unwrap();
+            assert!(format!("{:?}", direct.get_connection_info().addr()).contains("7001"));
+        }
     }
 
     #[test]
