@@ -443,6 +443,7 @@ async fn subscriptions_are_right_after_a_migration_amid_churn() {
     // channels: the two agree once it has handled what the node sent.
     let channels: Vec<&String> = moving.iter().chain(&staying).collect();
     let owner_of = |channel: &str| usize::from(moving.iter().any(|m| m == channel));
+    let migrated = Instant::now();
     loop {
         let confirmed = subs.iter().all(Subscription::is_confirmed);
         let wrong: Vec<(&String, Vec<(usize, i64)>)> = blocking(|| {
@@ -453,6 +454,10 @@ async fn subscriptions_are_right_after_a_migration_amid_churn() {
                 .collect()
         });
         if confirmed && wrong.is_empty() {
+            println!(
+                "all at their owners {:?} after the migration",
+                migrated.elapsed()
+            );
             break;
         }
         assert!(
