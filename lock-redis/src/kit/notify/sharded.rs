@@ -215,6 +215,10 @@ impl ClusterTask {
 
     /// Handles one push; whether the subscriptions need a reconciliation.
     fn on_push(&mut self, (id, push): Push) -> bool {
+        // A release heard is a release, whichever connection brought it.
+        if deliver(&self.shared, self.index, &push) {
+            return false;
+        }
         let Some(addr) = self
             .shards
             .iter()
@@ -224,9 +228,6 @@ impl ClusterTask {
             // From a connection closed since.
             return false;
         };
-        if deliver(&self.shared, self.index, &push) {
-            return false;
-        }
         let channel = match push.data.first() {
             Some(Value::BulkString(c)) => std::str::from_utf8(c).ok(),
             _ => None,
