@@ -8,6 +8,9 @@
 //! - [`errors`]: the mapping of `redis` errors to error kinds;
 //! - [`call`]: one call of a loaded script, written straight into its
 //!   `EVALSHA` command;
+//! - [`cluster`]: `redis+cluster://` URLs and a connection to a Redis
+//!   Cluster that follows only the redirections that prove a command did
+//!   not run;
 //! - [`connect`]: a `redis::Client` for a URL with TLS files, and URLs
 //!   shown without their password;
 //! - [`notify`]: release notifications over pub/sub, for waiters;
@@ -21,6 +24,7 @@
 //! change between minor versions.
 
 pub mod call;
+pub mod cluster;
 pub mod connect;
 pub mod errors;
 pub mod eviction;

@@ -8,23 +8,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use rand::Rng;
 use redis::aio::{PubSubSink, PubSubStream};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
+use super::backoff::Backoff;
+use super::cluster::NotifyCluster;
 use super::state::Shared;
 use super::{grant, release, turn};
 
-/// First delay before reconnecting a pub/sub connection after a failure.
-const MIN_BACKOFF: Duration = Duration::from_millis(25);
-/// Longest delay between reconnection attempts.
-const MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// How often an idle pub/sub connection is pinged, to notice a dead one.
-const PING_INTERVAL: Duration = Duration::from_secs(5);
-/// One node the notifier listens to: a server at a fixed address, or one
+pub(super) const PING_INTERVAL: Duration = Duration::from_secs(5);
+/// One node the notifier listens to: a server at a fixed address, one
 /// that moves (the primary of a Sentinel-managed deployment, which a
-/// failover puts on another server).
+/// failover puts on another server), or a Redis Cluster (each channel at
+/// the primary that owns its slot).
 #[derive(Clone)]
 pub struct NotifyNode {
     source: Source,
@@ -32,6 +30,13 @@ pub struct NotifyNode {
 
 #[derive(Clone)]
 enum Source {
+    Server(Server),
+    Cluster(Arc<NotifyCluster>),
+}
+
+/// A node served by one server at a time.
+#[derive(Clone)]
+enum Server {
     Fixed {
         addr: String,
         client: Box<redis::Client>,
@@ -54,42 +59,60 @@ impl NotifyNode {
     /// credentials), reached with `client`.
     pub fn fixed(addr: impl Into<String>, client: redis::Client) -> Self {
         Self {
-            source: Source::Fixed {
+            source: Source::Server(Server::Fixed {
                 addr: addr.into(),
                 client: Box::new(client),
-            },
+            }),
         }
     }
 
     /// A node that moves (see [`MovingNode`]).
     pub fn moving(node: Arc<dyn MovingNode>) -> Self {
         Self {
-            source: Source::Moving(node),
+            source: Source::Server(Server::Moving(node)),
         }
     }
 
+    /// A Redis Cluster, as one node: each channel is subscribed
+    /// (`SSUBSCRIBE`) at the primary that owns its slot, and confirmed
+    /// while that primary counts it (see [`NotifyCluster`]).
+    pub fn cluster(cluster: NotifyCluster) -> Self {
+        Self {
+            source: Source::Cluster(Arc::new(cluster)),
+        }
+    }
+}
+
+impl Server {
     /// Where the node is now, and a client of it.
     fn current(&self) -> (String, redis::Client) {
-        match &self.source {
-            Source::Fixed { addr, client } => (addr.clone(), (**client).clone()),
-            Source::Moving(node) => node.current(),
+        match self {
+            Server::Fixed { addr, client } => (addr.clone(), (**client).clone()),
+            Server::Moving(node) => node.current(),
         }
     }
 
     /// What changes when the node moves, for a node that can.
     fn moves(&self) -> Option<watch::Receiver<u64>> {
-        match &self.source {
-            Source::Fixed { .. } => None,
-            Source::Moving(node) => Some(node.moves()),
+        match self {
+            Server::Fixed { .. } => None,
+            Server::Moving(node) => Some(node.moves()),
         }
     }
 }
 
 impl std::fmt::Debug for NotifyNode {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NotifyNode")
-            .field("addr", &self.current().0)
-            .finish_non_exhaustive()
+        match &self.source {
+            Source::Server(server) => f
+                .debug_struct("NotifyNode")
+                .field("addr", &server.current().0)
+                .finish_non_exhaustive(),
+            Source::Cluster(cluster) => f
+                .debug_struct("NotifyNode")
+                .field("cluster", cluster)
+                .finish_non_exhaustive(),
+        }
     }
 }
 
@@ -160,6 +183,19 @@ pub(super) fn dispatch(shared: &Shared, node: usize, channel: &str, message: &[u
     }
 }
 
+/// Takes every pending kick (one reconciliation serves them all): whether
+/// there was one; `None` once the notifier is gone.
+pub(super) fn take_kicks(kicks: &mut mpsc::UnboundedReceiver<()>) -> Option<bool> {
+    let mut kicked = false;
+    loop {
+        match kicks.try_recv() {
+            Ok(()) => kicked = true,
+            Err(mpsc::error::TryRecvError::Empty) => return Some(kicked),
+            Err(mpsc::error::TryRecvError::Disconnected) => return None,
+        }
+    }
+}
+
 /// Starts the task of node `index` (it connects on the first
 /// subscription); the returned sender kicks it to reconcile its
 /// subscriptions with what the waiters need, and closing it ends the task.
@@ -170,21 +206,28 @@ pub(super) fn spawn(
     timeouts: Timeouts,
 ) -> mpsc::UnboundedSender<()> {
     let (kick, kicks) = mpsc::unbounded_channel();
-    let task = NodeTask {
-        index,
-        node,
-        shared,
-        kicks,
-        timeouts,
-    };
-    tokio::spawn(task.run());
+    match node.source {
+        Source::Server(node) => {
+            let task = NodeTask {
+                index,
+                node,
+                shared,
+                kicks,
+                timeouts,
+            };
+            tokio::spawn(task.run());
+        }
+        Source::Cluster(cluster) => {
+            super::sharded::spawn(index, cluster, shared, kicks, timeouts);
+        }
+    }
     kick
 }
 
 /// The pub/sub connection of one client to one node.
 struct NodeTask {
     index: usize,
-    node: NotifyNode,
+    node: Server,
     shared: Arc<Shared>,
     kicks: mpsc::UnboundedReceiver<()>,
     timeouts: Timeouts,
@@ -201,7 +244,7 @@ enum Ended {
 impl NodeTask {
     /// Connects while someone waits, reconnects after failures with backoff.
     async fn run(mut self) {
-        let mut backoff = MIN_BACKOFF;
+        let mut backoff = Backoff::new();
         loop {
             while self.shared.wanted().is_empty() {
                 if self.kicks.recv().await.is_none() {
@@ -212,12 +255,8 @@ impl NodeTask {
                 Ended::Shutdown => return,
                 Ended::Failed { reason, healthy } => {
                     self.shared.confirm(self.index, &HashSet::new());
-                    if healthy {
-                        backoff = MIN_BACKOFF;
-                    }
-                    let pause = rand::rng().random_range(backoff / 2..=backoff);
+                    let pause = backoff.pause(healthy);
                     tracing::debug!(node = %self.node.current().0, %reason, ?pause, "distlock redis: release-notification connection failed; waiters re-check at the holder's TTL until it is back");
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
                     // A node that moves meanwhile is tried at once where it is now.
                     let mut moves = self.node.moves();
                     if !self.sleep(pause, &mut moves).await {
@@ -262,13 +301,9 @@ impl NodeTask {
         let mut dirty = true;
         loop {
             let linger_ends = self.shared.sweep();
-            // Take every pending kick: one reconciliation serves them all.
-            loop {
-                match self.kicks.try_recv() {
-                    Ok(()) => dirty = true,
-                    Err(mpsc::error::TryRecvError::Empty) => break,
-                    Err(mpsc::error::TryRecvError::Disconnected) => return Ended::Shutdown,
-                }
+            match take_kicks(&mut self.kicks) {
+                Some(kicked) => dirty |= kicked,
+                None => return Ended::Shutdown,
             }
             if dirty {
                 dirty = false;

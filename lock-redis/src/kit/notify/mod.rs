@@ -76,15 +76,26 @@
 //! (re)confirmation of the channel tells them that some may have gone
 //! unheard (see `lock-redis`'s `observe`).
 //!
+//! A Redis Cluster is one node ([`NotifyNode::cluster`], [`NotifyCluster`]):
+//! each channel is subscribed with `SSUBSCRIBE` at the primary that owns
+//! its slot, on a connection per primary that carries nothing else; a
+//! channel whose slot moves (a migration, a failover) is unconfirmed and
+//! subscribed at the new owner, which wakes its waiters with
+//! [`Wake::Subscribed`] as a reconnection does.
+//!
 //! Every node connection is watched with `PING`; any failure (connect,
 //! `SUBSCRIBE`, `PING`, the connection closing) reconnects after a backoff
 //! with jitter that only resets once the connection proved healthy, so a
 //! server that refuses the subscription (an ACL without channel rights)
 //! never causes a connection storm.
 
+mod backoff;
+mod cluster;
 mod connection;
 mod grant;
 mod release;
+mod shard;
+mod sharded;
 mod state;
 mod subscription;
 mod turn;
@@ -98,6 +109,7 @@ use tokio::sync::{broadcast, mpsc};
 /// ([`Notifier::observe`]).
 pub const OBSERVED_BACKLOG: usize = 256;
 
+pub use cluster::NotifyCluster;
 pub use connection::{MovingNode, NotifyNode, Timeouts};
 pub use state::{TurnAnnouncement, LINGER};
 pub use subscription::{Subscription, Wake};
