@@ -34,6 +34,7 @@ URLs (--url, --url-file, DISTLOCK_URL, DISTLOCK_URL_FILE):
   memory://                                   in-process only (for trying things out)
   redis://[:PASSWORD@]HOST[:PORT][/DB]        one Redis server
   redis+sentinel://S1:PORT,S2,S3/MASTER[/DB]  Redis behind Sentinel, failovers followed
+  redis+cluster://N1:PORT,N2:PORT,N3:PORT     Redis Cluster, slot moves and failovers followed
   redlock://HOST:PORT,HOST:PORT,HOST:PORT     Redlock over independent Redis servers
   etcd://HOST:PORT[,HOST:PORT...][/PREFIX]    etcd cluster
   zk://HOST:PORT[,HOST:PORT...][/BASE]        ZooKeeper ensemble
@@ -167,7 +168,7 @@ pub enum Cmd {
 /// Where the lock service is.
 #[derive(Debug, Args)]
 pub struct Connection {
-    /// Lock service URL (memory://, redis://, redis+sentinel://, redlock://, etcd://, zk://).
+    /// Lock service URL (memory://, redis://, redis+sentinel://, redis+cluster://, redlock://, etcd://, zk://).
     /// Every user of the machine can read a command line: put a URL with a
     /// password in --url-file or DISTLOCK_URL instead.
     #[arg(long, env = "DISTLOCK_URL", hide_env_values = true, value_name = "URL")]

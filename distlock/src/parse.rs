@@ -505,6 +505,23 @@ mod tests {
         assert!(ok("redis://h").redis_sentinel_config().is_err());
     }
 
+    #[cfg(feature = "redis")]
+    #[test]
+    fn redis_cluster_config() {
+        let url = ok("redis+cluster://u:p%40ss@n1,n2:7001,n3?request_timeout=300ms&prefix=app:");
+        assert_eq!(url.scheme(), Scheme::RedisCluster);
+        let cfg = url.redis_cluster_config().unwrap();
+        assert_eq!(cfg.url, "redis+cluster://u:p%40ss@n1:6379,n2:7001,n3:6379");
+        assert_eq!(cfg.request_timeout, Duration::from_millis(300));
+        assert_eq!(cfg.key_prefix, "app:");
+        assert!(!format!("{url}").contains("p%40ss"));
+        let tls = ok("rediss+cluster://n1/0").redis_cluster_config().unwrap();
+        assert_eq!(tls.url, "rediss+cluster://n1:6379");
+        assert!(bad("redis+cluster://n1/2").contains("database 0 only"));
+        assert!(bad("redis+cluster://n1/x").contains("database 0 only"));
+        assert!(ok("redis://h").redis_cluster_config().is_err());
+    }
+
     #[test]
     fn redlock() {
         let url =

@@ -16,6 +16,9 @@ pub enum Scheme {
     /// Sentinel-managed Redis deployment, followed across failovers
     /// (feature `redis`).
     RedisSentinel,
+    /// `redis+cluster://n1:p1[,n2:p2...]`: a Redis Cluster, its slots and
+    /// failovers followed (feature `redis`).
+    RedisCluster,
     /// `redlock://h1:p1,h2:p2,h3:p3[/db]`: Redlock over independent Redis servers (feature `redlock`).
     Redlock,
     /// `etcd://h1:p1[,h2:p2...][/prefix]`: an etcd cluster (feature `etcd`).
@@ -26,10 +29,11 @@ pub enum Scheme {
 
 impl Scheme {
     /// Every scheme, in documentation order.
-    pub const ALL: [Scheme; 6] = [
+    pub const ALL: [Scheme; 7] = [
         Scheme::Memory,
         Scheme::Redis,
         Scheme::RedisSentinel,
+        Scheme::RedisCluster,
         Scheme::Redlock,
         Scheme::Etcd,
         Scheme::Zk,

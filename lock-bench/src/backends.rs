@@ -123,6 +123,10 @@ async fn connect_unbatched(url: &LockUrl) -> Result<Arc<dyn LockService>, LockEr
             let config = url.redis_sentinel_config()?.renew_batching(off);
             Ok(Arc::new(RedisLock::connect(config).await?))
         }
+        Scheme::RedisCluster => {
+            let config = url.redis_cluster_config()?.renew_batching(off);
+            Ok(Arc::new(RedisLock::connect(config).await?))
+        }
         Scheme::Redlock => {
             let config = url.redlock_config()?.renew_batching(off);
             Ok(Arc::new(RedlockLock::connect(config).await?))

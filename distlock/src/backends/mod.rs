@@ -19,6 +19,7 @@ mod etcd;
 mod memory;
 mod options;
 mod redis;
+mod redis_cluster;
 mod redis_sentinel;
 mod redlock;
 mod zk;
@@ -30,6 +31,7 @@ pub(crate) const ALL: [&Descriptor; 6] = [
     &memory::MEMORY,
     &redis::REDIS,
     &redis_sentinel::REDIS_SENTINEL,
+    &redis_cluster::REDIS_CLUSTER,
     &redlock::REDLOCK,
     &etcd::ETCD,
     &zk::ZK,
