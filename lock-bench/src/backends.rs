@@ -28,6 +28,8 @@ pub enum Target {
         /// The URL option `sync_replicas` (0: none).
         sync_replicas: u32,
     },
+    /// A Redis Cluster: its `redis+cluster://` URL (the seeds).
+    RedisCluster(String),
     /// The Redlock nodes, `host:port` each.
     Redlock(Vec<String>),
     /// The etcd members, `host:port` each.
@@ -76,6 +78,7 @@ impl Ours {
                 0 => url.clone(),
                 n => format!("{url}?sync_replicas={n}"),
             },
+            Target::RedisCluster(url) => url.clone(),
             Target::Redlock(nodes) => format!("redlock://{}", nodes.join(",")),
             Target::Etcd(members) => {
                 format!("etcd://{}{}", members.join(","), session("lease_ttl"))

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use lock_testbed::{Kind, SentinelSet, StartOptions, Started};
+use lock_testbed::{Kind, RedisClusterSet, SentinelSet, StartOptions, Started};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -18,6 +18,9 @@ pub struct Servers {
     /// With Redis: a Sentinel-managed deployment (1 primary, 2 replicas,
     /// 3 sentinels), for the rows of Redis behind Sentinel.
     sentinel: Option<Result<SentinelSet, String>>,
+    /// With Redis: a Redis Cluster (3 primaries, 3 replicas), for the row
+    /// of Redis Cluster.
+    cluster: Option<Result<RedisClusterSet, String>>,
 }
 
 /// The members asked of each backend's fixture (lock-testbed's
@@ -39,6 +42,9 @@ impl Servers {
             let sentinel = needed
                 .contains(&Kind::Redis)
                 .then(|| s.spawn(|| SentinelSet::start().map_err(|e| e.to_string())));
+            let cluster = needed
+                .contains(&Kind::Redis)
+                .then(|| s.spawn(|| RedisClusterSet::start().map_err(|e| e.to_string())));
             let starts: Vec<_> = needed
                 .iter()
                 .map(|&kind| {
@@ -58,11 +64,15 @@ impl Servers {
                     (kind, r)
                 })
                 .collect();
-            let sentinel = sentinel.map(|h| {
+            let joined = |h: std::thread::ScopedJoinHandle<'_, Result<_, String>>| {
                 h.join()
                     .unwrap_or_else(|_| Err("the start-up thread panicked".to_string()))
-            });
-            Servers { started, sentinel }
+            };
+            Servers {
+                started,
+                sentinel: sentinel.map(joined),
+                cluster: cluster.map(joined),
+            }
         })
     }
 
@@ -71,12 +81,18 @@ impl Servers {
         Servers {
             started: needed.iter().map(|&k| (k, Err(why.to_string()))).collect(),
             sentinel: needed.contains(&Kind::Redis).then(|| Err(why.to_string())),
+            cluster: needed.contains(&Kind::Redis).then(|| Err(why.to_string())),
         }
     }
 
     /// The Sentinel-managed deployment: `None` if Redis was not needed.
     pub fn sentinel(&self) -> Option<&Result<SentinelSet, String>> {
         self.sentinel.as_ref()
+    }
+
+    /// The Redis Cluster: `None` if Redis was not needed.
+    pub fn cluster(&self) -> Option<&Result<RedisClusterSet, String>> {
+        self.cluster.as_ref()
     }
 
     /// The servers of `kind`: `None` if they were not needed.

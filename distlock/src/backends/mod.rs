@@ -27,7 +27,7 @@ mod zk;
 pub(crate) use options::{OptionKind, OptionSpec};
 
 /// Every backend, in documentation order.
-pub(crate) const ALL: [&Descriptor; 6] = [
+pub(crate) const ALL: [&Descriptor; 7] = [
     &memory::MEMORY,
     &redis::REDIS,
     &redis_sentinel::REDIS_SENTINEL,

@@ -176,7 +176,9 @@ fn redis_group(o: &RunOptions, servers: &Servers) -> Group {
     let urls = url.clone().map(|u| vec![u]);
     Group {
         backend: Backend::Redis,
-        servers: "1 redis-server; the Sentinel rows: 1 primary, 2 replicas, 3 sentinels".into(),
+        servers: "1 redis-server; the Sentinel rows: 1 primary, 2 replicas, 3 sentinels; \
+                  the Cluster row: 3 primaries, 3 replicas"
+            .into(),
         subjects: vec![
             Plan {
                 label: "distlock redis".into(),
@@ -198,6 +200,7 @@ fn redis_group(o: &RunOptions, servers: &Servers) -> Group {
             },
             sentinel_plan(servers, o, 0),
             sentinel_plan(servers, o, 1),
+            cluster_plan(servers, o),
         ],
         keep_alive: Some(KeepAlivePlan {
             unbatched: Some(ours(&t, &o.ka_unbatched)),
@@ -229,6 +232,22 @@ fn sentinel_plan(servers: &Servers, o: &RunOptions, sync_replicas: u32) -> Plan 
         kind: Kind::Deployment,
         connector: ours(&t, &o.opts),
         contended: sync_replicas == 0,
+    }
+}
+
+/// Our Redis backend on a Redis Cluster (3 primaries, 3 replicas): the
+/// names spread over the primaries by their slots.
+fn cluster_plan(servers: &Servers, o: &RunOptions) -> Plan {
+    let t = match servers.cluster() {
+        Some(Ok(set)) => Ok(Target::RedisCluster(set.url())),
+        Some(Err(e)) => Err(format!("the Redis Cluster did not start: {e}")),
+        None => Err("the Redis Cluster was not started".to_string()),
+    };
+    Plan {
+        label: "distlock redis+cluster (3 primaries, 3 replicas)".to_string(),
+        kind: Kind::Deployment,
+        connector: ours(&t, &o.opts),
+        contended: true,
     }
 }
 
