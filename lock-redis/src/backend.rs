@@ -36,9 +36,17 @@ pub const SENTINEL_FAULT_TOLERANCE: &str = "the primary's failure (Sentinel prom
     acquisition not yet replicated and two holders are then possible: fencing tokens stay \
     increasing and catch it; sync_replicas (WAIT) narrows the window";
 
-/// A client of one Redis server, or of the primary of a Sentinel-managed
-/// deployment (`redis+sentinel://`, followed across failovers): the
-/// `redis` backend of distlock.
+/// What a Redis Cluster tolerates, and what a failover can do (the
+/// `fault_tolerance` of a `redis+cluster://` client's capabilities).
+pub const CLUSTER_FAULT_TOLERANCE: &str = "a primary's failure (the cluster promotes its \
+    replica and the client follows the slot map); replication is asynchronous, so a failover \
+    can lose an acquisition not yet replicated and two holders are then possible: fencing \
+    tokens stay increasing and catch it; sync_replicas (WAIT) narrows the window";
+
+/// A client of one Redis server, of the primary of a Sentinel-managed
+/// deployment (`redis+sentinel://`, followed across failovers), or of a
+/// Redis Cluster (`redis+cluster://`, each lock on the owner of its
+/// slot): the `redis` backend of distlock.
 ///
 /// Cheap to clone (clones share one connection, one pub/sub connection and
 /// the scripts). Use it through [`lock_core::DistributedLock`]
@@ -324,13 +332,16 @@ async fn release_lost_acquire(
 #[async_trait]
 impl LockBackend for RedisLock {
     fn backend_capabilities(&self) -> Capabilities {
+        let route = &self.inner.client.route;
         Capabilities::new("redis")
             .with_fencing(Fencing::ServerClock)
             .with_fifo(true)
             .with_loss_events(false)
-            .with_notified_wait(true)
+            .with_notified_wait(!route.is_cluster())
             .with_remote(true)
-            .with_fault_tolerance(if self.inner.client.route.follows_failovers() {
+            .with_fault_tolerance(if route.is_cluster() {
+                CLUSTER_FAULT_TOLERANCE
+            } else if route.follows_failovers() {
                 SENTINEL_FAULT_TOLERANCE
             } else {
                 "none: a single server"

@@ -72,13 +72,15 @@ impl Client {
     /// Connects within `config.connect_timeout` and loads the scripts.
     pub(crate) async fn connect(config: RedisLockConfig) -> Result<Arc<Self>> {
         config.validate()?;
-        let (route, policy) = Route::connect(&config).await?;
-        crate::kit::eviction::check_policy(
-            policy.as_deref(),
-            config.require_noeviction,
-            &route.endpoint().addr,
-            "distlock redis",
-        )?;
+        let (route, policies) = Route::connect(&config).await?;
+        for (addr, policy) in &policies {
+            crate::kit::eviction::check_policy(
+                policy.as_deref(),
+                config.require_noeviction,
+                addr,
+                "distlock redis",
+            )?;
+        }
         Ok(Arc::new_cyclic(|this| {
             let renewals = Batcher::new(BatchOnClient(this.clone()), config.renew_batching);
             Self {

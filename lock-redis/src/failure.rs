@@ -43,7 +43,7 @@ pub(crate) fn map_error(what: &str, failure: Failure) -> LockError {
     let hint = match err.kind() {
         ErrorKind::Server(
             ServerErrorKind::Moved | ServerErrorKind::Ask | ServerErrorKind::CrossSlot,
-        ) => " (Redis Cluster is not supported by lock-redis: point it at one node)",
+        ) => " (a Redis Cluster node: connect with a redis+cluster:// URL)",
         _ => "",
     };
     LockError::new(kind, format!("{what}: {}{hint}", err.category())).with_source(err)

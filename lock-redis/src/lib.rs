@@ -4,7 +4,9 @@
 mod backend;
 mod batching;
 mod client;
+mod cluster;
 mod config;
+mod conn;
 mod election;
 mod failure;
 pub mod kit;
@@ -14,7 +16,7 @@ mod queue;
 mod route;
 mod sentinel;
 
-pub use backend::{RedisLock, SENTINEL_FAULT_TOLERANCE};
+pub use backend::{RedisLock, CLUSTER_FAULT_TOLERANCE, SENTINEL_FAULT_TOLERANCE};
 pub use batching::{
     RenewBatching, DEFAULT_RENEW_MAX_KEYS, DEFAULT_RENEW_WINDOW, MAX_RENEW_KEYS, MAX_RENEW_WINDOW,
 };

@@ -1,6 +1,7 @@
-//! Where a client's requests go: one server (`redis://`), or the primary
+//! Where a client's requests go: one server (`redis://`), the primary
 //! of a Sentinel-managed deployment (`redis+sentinel://`), followed across
-//! failovers.
+//! failovers, or a Redis Cluster (`redis+cluster://`, each request to its
+//! slot's owner; see [`crate::cluster`]).
 //!
 //! A [`Route`] holds the connection to the server requests go to now (an
 //! [`Endpoint`]). With Sentinel it looks again where the primary is (asks
@@ -22,8 +23,11 @@ use redis::{ErrorKind, RedisError, ServerErrorKind};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::cluster::ClusterRoute;
 use crate::config::RedisLockConfig;
+use crate::conn::Conn;
 use crate::failure::{map_error, Failure};
+use crate::kit::cluster::ClusterTarget;
 use crate::kit::connect::open_client;
 use crate::kit::list::LIST_PAGE;
 use crate::kit::notify::MovingNode;
@@ -44,20 +48,26 @@ const MIN_LOOK_INTERVAL: Duration = Duration::from_millis(200);
 /// route to move before it tries again (at most: a move wakes it).
 const RIDE_OUT_PAUSE: Duration = Duration::from_millis(250);
 
+/// The scripts a connection loads when it opens (the others are loaded
+/// on their first `NOSCRIPT`).
+pub(crate) const PRELOADED: [&str; 4] = [ACQUIRE_FENCED, RELEASE_QUEUED, RENEW_BATCH, LIST_PAGE];
+
 /// The server requests go to now.
 pub(crate) struct Endpoint {
-    /// `host:port` (Sentinel) or the redacted URL (one server), for logs
-    /// and to compare with what the sentinels name.
+    /// `host:port` (Sentinel) or the redacted URL (one server, a
+    /// cluster), for logs and to compare with what the sentinels name.
     pub(crate) addr: String,
-    /// A client of it (the notifier opens its pub/sub connection from it).
+    /// A client of it (the notifier opens its pub/sub connection from it;
+    /// on a cluster, of one primary).
     pub(crate) client: redis::Client,
-    /// The multiplexed connection, re-established by the manager.
-    pub(crate) conn: ConnectionManager,
+    /// The multiplexed connection, re-established by the manager (one
+    /// server), or the cluster's connection.
+    pub(crate) conn: Conn,
     /// With [`RedisLockConfig::sync_replicas`]: the connection that
     /// acquisitions and their `WAIT` go through (a `WAIT` holds up the
     /// requests behind it on its connection: these are acquisitions
     /// only, never a renewal or a release).
-    pub(crate) acquire_conn: Option<ConnectionManager>,
+    pub(crate) acquire_conn: Option<Conn>,
 }
 
 /// What the probe of a fresh connection read.
@@ -72,6 +82,8 @@ pub(crate) struct Route {
     current: RwLock<Arc<Endpoint>>,
     moved: watch::Sender<u64>,
     follow: Option<Follow>,
+    /// The slot map of a route to a Redis Cluster.
+    cluster: Option<ClusterRoute>,
 }
 
 /// What a route to a Sentinel-managed primary needs to follow it.
@@ -85,13 +97,23 @@ struct Follow {
 }
 
 impl Route {
-    /// Connects to the server of `config` (one server, or the primary the
-    /// sentinels name) within `config.connect_timeout`; the
-    /// `maxmemory-policy` it read comes along.
-    pub(crate) async fn connect(config: &RedisLockConfig) -> Result<(Arc<Self>, Option<String>)> {
+    /// Connects to the server of `config` (one server, the primary the
+    /// sentinels name, or every primary of a cluster) within
+    /// `config.connect_timeout`; the `maxmemory-policy` each primary
+    /// answered comes along with its address.
+    pub(crate) async fn connect(
+        config: &RedisLockConfig,
+    ) -> Result<(Arc<Self>, Vec<(String, Option<String>)>)> {
         let deadline = lock_core::backend::add_saturating(Instant::now(), config.connect_timeout);
+        let what = format!("connecting to {}", config.redacted_url());
+        if let Some(target) = ClusterTarget::parse(&config.url)? {
+            let joined = tokio::time::timeout_at(deadline, crate::cluster::join(&target, config))
+                .await
+                .map_err(|_| map_error(&what, Failure::TimedOut(config.connect_timeout)))??;
+            let route = Self::new(joined.endpoint, None, Some(joined.route));
+            return Ok((route, joined.policies));
+        }
         let Some(target) = SentinelTarget::parse(&config.url)? else {
-            let what = format!("connecting to {}", config.redacted_url());
             let client = open_client(&config.url, &config.tls)?;
             let probed = tokio::time::timeout_at(
                 deadline,
@@ -99,8 +121,9 @@ impl Route {
             )
             .await
             .map_err(|_| map_error(&what, Failure::TimedOut(config.connect_timeout)))??;
-            let route = Self::new(probed.endpoint, None);
-            return Ok((route, probed.policy));
+            let addr = probed.endpoint.addr.clone();
+            let route = Self::new(probed.endpoint, None, None);
+            return Ok((route, vec![(addr, probed.policy)]));
         };
         let sentinels = Sentinels::new(
             target,
@@ -109,6 +132,7 @@ impl Route {
             config.request_timeout.max(config.connect_timeout / 4),
         );
         let probed = locate(&sentinels, config, deadline).await?;
+        let addr = probed.endpoint.addr.clone();
         let (stop, stopped) = watch::channel(());
         let route = Self::new(
             probed.endpoint,
@@ -118,16 +142,18 @@ impl Route {
                 looking: tokio::sync::Mutex::new(None),
                 _stop: stop,
             }),
+            None,
         );
         crate::sentinel::watch::spawn(Arc::downgrade(&route), stopped);
-        Ok((route, probed.policy))
+        Ok((route, vec![(addr, probed.policy)]))
     }
 
-    fn new(endpoint: Endpoint, follow: Option<Follow>) -> Arc<Self> {
+    fn new(endpoint: Endpoint, follow: Option<Follow>, cluster: Option<ClusterRoute>) -> Arc<Self> {
         Arc::new(Self {
             current: RwLock::new(Arc::new(endpoint)),
             moved: watch::channel(0).0,
             follow,
+            cluster,
         })
     }
 
@@ -140,7 +166,7 @@ impl Route {
     }
 
     /// The connection to the server requests go to now.
-    pub(crate) fn conn(&self) -> ConnectionManager {
+    pub(crate) fn conn(&self) -> Conn {
         match self.current.read() {
             Ok(current) => current.conn.clone(),
             Err(poisoned) => poisoned.into_inner().conn.clone(),
@@ -156,12 +182,17 @@ impl Route {
     }
 
     /// The connection acquisitions go through (see [`Endpoint::acquire_conn`]).
-    pub(crate) fn acquire_conn(&self) -> ConnectionManager {
+    pub(crate) fn acquire_conn(&self) -> Conn {
         let endpoint = self.endpoint();
         endpoint
             .acquire_conn
             .clone()
             .unwrap_or_else(|| endpoint.conn.clone())
+    }
+
+    /// Whether requests go to a Redis Cluster.
+    pub(crate) fn is_cluster(&self) -> bool {
+        self.cluster.is_some()
     }
 
     /// Whether this route follows a primary across failovers.
@@ -176,8 +207,20 @@ impl Route {
 
     /// A request failed with `failure`: if a failover may explain it,
     /// look at the sentinels in the background (at most every
-    /// [`MIN_LOOK_INTERVAL`]).
+    /// [`MIN_LOOK_INTERVAL`]), or read a cluster's slot map again (a
+    /// `MOVED` that came back to the caller may explain it too).
     pub(crate) fn on_failure(self: &Arc<Self>, failure: &Failure) {
+        if self.cluster.is_some() {
+            let moved = matches!(failure, Failure::Redis(e) if e.kind() == ErrorKind::Server(ServerErrorKind::Moved));
+            if moved || failover_may_explain(failure) {
+                let route = self.clone();
+                tokio::spawn(async move {
+                    if let Some(cluster) = &route.cluster {
+                        cluster.refresh().await;
+                    }
+                });
+            }
+        }
         if let Some(follow) = &self.follow {
             if failover_may_explain(failure) {
                 let (route, budget) = (self.clone(), follow.config.connect_timeout);
@@ -450,7 +493,7 @@ pub(crate) async fn probe(
         }
     }
     let mut load = redis::pipe();
-    for code in [ACQUIRE_FENCED, RELEASE_QUEUED, RENEW_BATCH, LIST_PAGE] {
+    for code in PRELOADED {
         load.cmd("SCRIPT").arg("LOAD").arg(code);
     }
     load.query_async::<()>(&mut probe)
@@ -469,18 +512,18 @@ pub(crate) async fn probe(
         .await
         .map_err(redis_err)?;
     let acquire_conn = match config.sync_replicas {
-        Some(_) => Some(
+        Some(_) => Some(Conn::Single(
             ConnectionManager::new_with_config(client.clone(), manager_config)
                 .await
                 .map_err(redis_err)?,
-        ),
+        )),
         None => None,
     };
     Ok(Probed {
         endpoint: Endpoint {
             addr,
             client,
-            conn,
+            conn: Conn::Single(conn),
             acquire_conn,
         },
         policy,

@@ -332,6 +332,17 @@ impl ClusterConn {
         &mut self.conn
     }
 
+    /// The node at `addr` (`host:port` as announced, see
+    /// [`ClusterConn::slots`]): a connection whose commands all go there,
+    /// following no redirection (a `MOVED` comes back as an error). `None`
+    /// for an address that is no `host:port`.
+    pub fn node(&mut self, addr: &str) -> Option<NodeConn<'_>> {
+        Some(NodeConn {
+            conn: &mut self.conn,
+            route: by_address(addr)?,
+        })
+    }
+
     /// The slot ranges and the address (`host:port`, as announced) of their
     /// primaries, from `CLUSTER SLOTS`, sorted.
     pub async fn slots(&mut self) -> RedisResult<Vec<(u16, u16, String)>> {
@@ -476,6 +487,40 @@ impl ConnectionLike for ClusterConn {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         self.send_pipeline(pipeline, offset, count).boxed()
+    }
+
+    fn get_db(&self) -> i64 {
+        0
+    }
+}
+
+/// One node of a cluster (see [`ClusterConn::node`]).
+pub struct NodeConn<'a> {
+    conn: &'a mut ClusterConnection,
+    route: SingleNodeRoutingInfo,
+}
+
+impl ConnectionLike for NodeConn<'_> {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        let routing = RoutingInfo::SingleNode(self.route.clone());
+        async move {
+            self.conn
+                .route_command(cmd.clone(), routing)
+                .await?
+                .extract_error()
+        }
+        .boxed()
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        self.conn
+            .route_pipeline(pipeline.clone(), offset, count, self.route.clone())
+            .boxed()
     }
 
     fn get_db(&self) -> i64 {

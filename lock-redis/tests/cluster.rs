@@ -1,0 +1,149 @@
+//! `RedisLock` on a real Redis Cluster (`redis+cluster://`,
+//! `lock_testbed::RedisClusterSet`: 3 primaries, 3 replicas): locks on
+//! every primary with fencing tokens that keep increasing across them, a
+//! lock that stays held through its slot's migration.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_core::{AcquireOptions, DistributedLock, LockGuard, LockName};
+use lock_redis::{RedisLock, RedisLockConfig};
+use lock_testbed::{unique_name, RedisClusterSet};
+use support::blocking;
+
+/// The clients' request timeout.
+const REQUEST: Duration = Duration::from_millis(300);
+
+async fn start() -> Arc<RedisClusterSet> {
+    Arc::new(
+        blocking(RedisClusterSet::start)
+            .await
+            .unwrap_or_else(|e| panic!("starting a Redis Cluster: {e}")),
+    )
+}
+
+async fn client(cluster: &RedisClusterSet) -> RedisLock {
+    let config = RedisLockConfig::new(cluster.url())
+        .connect_timeout(Duration::from_secs(2))
+        .request_timeout(REQUEST);
+    RedisLock::connect(config)
+        .await
+        .unwrap_or_else(|e| panic!("connect to the cluster: {e}"))
+}
+
+/// The primary of a fresh `RedisClusterSet` that owns `slot`.
+fn initial_owner(slot: u16) -> usize {
+    match slot {
+        0..=5460 => 0,
+        5461..=10922 => 1,
+        _ => 2,
+    }
+}
+
+/// A fresh lock name whose slot belongs to primary `owner` of a fresh cluster.
+fn name_on(owner: usize, tag: &str) -> LockName {
+    let name = (0..)
+        .map(|i| format!("{}-{i}", unique_name(tag)))
+        .find(|n| initial_owner(RedisClusterSet::slot_of(n)) == owner)
+        .expect("some name lands on every primary");
+    LockName::new(name).expect("valid name")
+}
+
+fn opts(ttl: Duration) -> AcquireOptions {
+    AcquireOptions::new().ttl(ttl)
+}
+
+/// `EXISTS key` on node `i`.
+async fn exists_on(cluster: &Arc<RedisClusterSet>, i: usize, key: &str) -> bool {
+    let (cluster, key) = (cluster.clone(), key.to_string());
+    blocking(move || {
+        cluster
+            .node(i)
+            .cmd(&["EXISTS", &key])
+            .unwrap_or_else(|e| panic!("EXISTS {key} on node {i}: {e}"))
+            .as_int()
+            == Some(1)
+    })
+    .await
+}
+
+async fn take(lock: &RedisLock, name: &LockName, ttl: Duration) -> LockGuard {
+    lock.try_acquire(name, &opts(ttl))
+        .await
+        .unwrap_or_else(|e| panic!("try_acquire {name}: {e}"))
+        .unwrap_or_else(|| panic!("{name} is held"))
+}
+
+fn token(guard: &LockGuard) -> u64 {
+    guard.fencing_token().expect("a fencing token").get()
+}
+
+/// Locks on each primary in turn, twice round: each is taken on the owner
+/// of its slot, refused to another client while held, released; every
+/// fencing token is above the one before, whichever primary issued it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_on_every_primary_with_tokens_increasing_across_them() {
+    let cluster = start().await;
+    let (a, b) = (client(&cluster).await, client(&cluster).await);
+    let names: Vec<LockName> = (0..3).map(|i| name_on(i, "every")).collect();
+    let mut last = 0;
+    for round in 0..2 {
+        for (owner, name) in names.iter().enumerate() {
+            let guard = take(&a, name, Duration::from_secs(10)).await;
+            let t = token(&guard);
+            assert!(
+                t > last,
+                "round {round}, primary {owner}: token {t} after {last}"
+            );
+            last = t;
+            assert!(exists_on(&cluster, owner, name.as_str()).await);
+            assert!(b
+                .try_acquire(name, &opts(Duration::from_secs(10)))
+                .await
+                .unwrap()
+                .is_none());
+            let status = b.inspect(name).await.unwrap();
+            assert!(status.held);
+            assert_eq!(status.token.map(|t| t.get()), Some(t));
+            assert!(
+                guard.release().await.unwrap(),
+                "released on primary {owner}"
+            );
+            assert!(!exists_on(&cluster, owner, name.as_str()).await);
+        }
+    }
+}
+
+/// A lock whose slot moves to another primary while held: the other
+/// client still finds it held (its request follows the MOVED), the
+/// holder extends and releases it there, and the next token is higher.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_is_held_through_its_slots_migration() {
+    let cluster = start().await;
+    let (a, b) = (client(&cluster).await, client(&cluster).await);
+    let name = name_on(0, "moved");
+    let guard = take(&a, &name, Duration::from_secs(10)).await;
+    let first = token(&guard);
+    let slot = RedisClusterSet::slot_of(name.as_str());
+    let c = cluster.clone();
+    let moved = blocking(move || c.migrate_slot(slot, 0, 1))
+        .await
+        .unwrap_or_else(|e| panic!("migrating slot {slot}: {e}"));
+    assert!(
+        moved >= 2,
+        "the lock key and its counter moved ({moved} keys)"
+    );
+    assert!(exists_on(&cluster, 1, name.as_str()).await);
+    assert!(b
+        .try_acquire(&name, &opts(Duration::from_secs(10)))
+        .await
+        .unwrap()
+        .is_none());
+    guard.extend(Duration::from_secs(10)).await.unwrap();
+    assert!(guard.release().await.unwrap());
+    let next = take(&b, &name, Duration::from_secs(10)).await;
+    assert!(token(&next) > first, "{} after {first}", token(&next));
+    assert!(next.release().await.unwrap());
+}
