@@ -176,7 +176,7 @@ impl RedisLock {
             Ok(AcquireReply::Acquired(fence)) => {
                 // With sync_replicas: not ours to return until replicated;
                 // on failure the armed clean-up releases it again.
-                client.confirm_replicated().await?;
+                client.confirm_replicated(keys.lock()).await?;
                 cleanup.disarm();
                 let server_key = primitive.server_key(keys.lock()).into_owned();
                 let handle = RedisLease {

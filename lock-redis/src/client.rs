@@ -13,11 +13,12 @@ use tokio::time::Instant;
 
 use crate::config::RedisLockConfig;
 pub(crate) use crate::failure::{map_error, Failure};
-use crate::kit::call::ScriptCall;
+use crate::kit::call::{Lua, ScriptCall};
+use crate::kit::cluster::ClusterTarget;
 use crate::kit::layout::{Keys, HOLDER};
 use crate::kit::list::Listed;
 use crate::kit::notify::Notifier;
-use crate::kit::renew::{BatchSender, Batcher, KeyOutcome, RenewItem, Renewed, RENEW_BATCH};
+use crate::kit::renew::{BatchSender, Batcher, KeyOutcome, RenewItem, Renewed};
 use crate::kit::scripts::Scripts;
 use crate::route::Route;
 
@@ -34,9 +35,8 @@ pub(crate) struct Client {
     /// Where requests go: the server, or the primary the sentinels name
     /// (the notifier follows it too).
     pub(crate) route: Arc<Route>,
+    /// The scripts: [`Scripts::cluster`] on a Redis Cluster.
     scripts: Scripts,
-    /// [`RENEW_BATCH`], the one script every renewal runs in.
-    renew_script: redis::Script,
     /// This client's renewals, one request per batch (see [`crate::kit::renew`]).
     renewals: Batcher<BatchOnClient>,
 }
@@ -72,7 +72,11 @@ impl Client {
     /// Connects within `config.connect_timeout` and loads the scripts.
     pub(crate) async fn connect(config: RedisLockConfig) -> Result<Arc<Self>> {
         config.validate()?;
-        let (route, policies) = Route::connect(&config).await?;
+        let scripts = match ClusterTarget::parse(&config.url)? {
+            Some(_) => Scripts::cluster(),
+            None => Scripts::default(),
+        };
+        let (route, policies) = Route::connect(&config, &scripts).await?;
         for (addr, policy) in &policies {
             crate::kit::eviction::check_policy(
                 policy.as_deref(),
@@ -86,8 +90,7 @@ impl Client {
             Self {
                 config,
                 route,
-                scripts: Scripts::default(),
-                renew_script: redis::Script::new(RENEW_BATCH),
+                scripts,
                 renewals,
             }
         }))
@@ -99,7 +102,7 @@ impl Client {
     pub(crate) async fn eval<T: redis::FromRedisValue>(
         &self,
         what: &'static str,
-        pick: fn(&Scripts) -> &redis::Script,
+        pick: fn(&Scripts) -> &Lua,
         keys: &[&str],
         args: &[&str],
         idempotent: bool,
@@ -122,7 +125,7 @@ impl Client {
     pub(crate) async fn eval_acquire<T: redis::FromRedisValue>(
         &self,
         what: &'static str,
-        pick: fn(&Scripts) -> &redis::Script,
+        pick: fn(&Scripts) -> &Lua,
         keys: &[&str],
         args: &[&str],
     ) -> Result<T> {
@@ -135,7 +138,7 @@ impl Client {
     /// and `args`.
     fn script_call<'a>(
         &'a self,
-        pick: fn(&Scripts) -> &redis::Script,
+        pick: fn(&Scripts) -> &Lua,
         keys: &[&str],
         args: &[&str],
     ) -> ScriptCall<'a> {
@@ -148,9 +151,10 @@ impl Client {
 
     /// With [`RedisLockConfig::sync_replicas`]: `WAIT` on the acquisitions'
     /// connection until that many replicas have every write sent on it so
-    /// far (the acquisition just made included); `Unavailable` if fewer
+    /// far (the acquisition of `key` just made included; on a cluster, the
+    /// `WAIT` goes to the owner of `key`'s slot); `Unavailable` if fewer
     /// confirm within its timeout. Without it: nothing.
-    pub(crate) async fn confirm_replicated(&self) -> Result<()> {
+    pub(crate) async fn confirm_replicated(&self, key: &str) -> Result<()> {
         let Some(sync) = self.config.sync_replicas else {
             return Ok(());
         };
@@ -159,15 +163,10 @@ impl Client {
             .unwrap_or(u64::MAX)
             .max(1);
         let limit = self.config.request_timeout.saturating_add(sync.timeout);
+        let mut wait = redis::cmd("WAIT");
+        wait.arg(sync.replicas).arg(wait_ms);
         let confirmed: i64 = self
-            .request_within(
-                "wait replicas",
-                limit,
-                redis::cmd("WAIT")
-                    .arg(sync.replicas)
-                    .arg(wait_ms)
-                    .query_async(&mut conn),
-            )
+            .request_within("wait replicas", limit, conn.query_for_key(key, &wait))
             .await
             .map_err(|f| map_error("wait replicas", f))?;
         if confirmed < i64::from(sync.replicas) {
@@ -445,7 +444,7 @@ impl Client {
 
 /// `script` with the mutex's keys, in the order its scripts
 /// ([`ACQUIRE_FENCED`](crate::kit::scripts::ACQUIRE_FENCED), [`RELEASE_QUEUED`](crate::kit::scripts::RELEASE_QUEUED)) take them.
-fn on_mutex_keys<'a>(script: &'a redis::Script, keys: &Keys) -> ScriptCall<'a> {
+fn on_mutex_keys<'a>(script: &'a Lua, keys: &Keys) -> ScriptCall<'a> {
     ScriptCall::new(
         script,
         &[
@@ -459,7 +458,7 @@ fn on_mutex_keys<'a>(script: &'a redis::Script, keys: &Keys) -> ScriptCall<'a> {
     )
 }
 
-/// How a client's renewal batches reach Redis: one [`RENEW_BATCH`] per
+/// How a client's renewal batches reach Redis: one [`RENEW_BATCH`](crate::kit::renew::RENEW_BATCH) per
 /// batch through the client's connection, within the request timeout,
 /// retried once after a dropped connection (extending is idempotent), as a
 /// single renewal always was.
@@ -475,7 +474,7 @@ impl BatchSender for BatchOnClient {
         client
             .request_idempotent_raw("renew", || {
                 let mut conn = client.route.conn();
-                let (script, items) = (&client.renew_script, &items);
+                let (script, items) = (&client.scripts.renew_batch, &items);
                 async move { crate::kit::renew::send_batch(&mut conn, script, items).await }
             })
             .await

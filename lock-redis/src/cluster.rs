@@ -18,7 +18,8 @@ use crate::conn::Conn;
 use crate::failure::{map_error, Failure};
 use crate::kit::cluster::{client_builder, ClusterConn, ClusterSettings, ClusterTarget};
 use crate::kit::connect::open_client;
-use crate::route::{Endpoint, PRELOADED};
+use crate::kit::scripts::Scripts;
+use crate::route::Endpoint;
 
 /// The shortest time between two reads of the slot map prompted by
 /// failed requests.
@@ -51,7 +52,11 @@ pub(crate) struct Joined {
 /// scripts on every primary and reads its eviction policy, and opens the
 /// acquisitions' own connection with [`RedisLockConfig::sync_replicas`].
 /// The caller bounds it with the connect timeout.
-pub(crate) async fn join(target: &ClusterTarget, config: &RedisLockConfig) -> Result<Joined> {
+pub(crate) async fn join(
+    target: &ClusterTarget,
+    config: &RedisLockConfig,
+    scripts: &Scripts,
+) -> Result<Joined> {
     let shown = config.redacted_url();
     let what = format!("connecting to {shown}");
     let redis_err = |e: RedisError| map_error(&what, Failure::Redis(e));
@@ -80,8 +85,8 @@ pub(crate) async fn join(target: &ClusterTarget, config: &RedisLockConfig) -> Re
             )
         })?;
         let mut load = redis::pipe();
-        for code in PRELOADED {
-            load.cmd("SCRIPT").arg("LOAD").arg(code);
+        for script in scripts.preloaded() {
+            load.cmd("SCRIPT").arg("LOAD").arg(script.source());
         }
         load.query_async::<()>(&mut node).await.map_err(redis_err)?;
         let policy = crate::kit::eviction::read_policy(&mut node, addr).await;

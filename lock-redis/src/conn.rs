@@ -2,7 +2,7 @@
 //! Redis Cluster; both carry the same commands and scripts.
 
 use redis::aio::{ConnectionLike, ConnectionManager};
-use redis::{Cmd, Pipeline, RedisFuture, Value};
+use redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, RedisResult, Value};
 
 use crate::kit::cluster::ClusterConn;
 
@@ -15,6 +15,22 @@ pub(crate) enum Conn {
     Single(ConnectionManager),
     /// A Redis Cluster.
     Cluster(ClusterConn),
+}
+
+impl Conn {
+    /// `cmd`, a command without keys that concerns `key` (`WAIT` after a
+    /// write to it), to the server that holds `key`: the one server, or
+    /// the owner of its slot.
+    pub(crate) async fn query_for_key<T: FromRedisValue>(
+        &mut self,
+        key: &str,
+        cmd: &Cmd,
+    ) -> RedisResult<T> {
+        match self {
+            Conn::Single(conn) => cmd.query_async(conn).await,
+            Conn::Cluster(conn) => conn.on_owner_of(key, cmd).await,
+        }
+    }
 }
 
 impl ConnectionLike for Conn {

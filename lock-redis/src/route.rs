@@ -29,10 +29,8 @@ use crate::conn::Conn;
 use crate::failure::{map_error, Failure};
 use crate::kit::cluster::ClusterTarget;
 use crate::kit::connect::open_client;
-use crate::kit::list::LIST_PAGE;
 use crate::kit::notify::MovingNode;
-use crate::kit::renew::RENEW_BATCH;
-use crate::kit::scripts::{ACQUIRE_FENCED, RELEASE_QUEUED};
+use crate::kit::scripts::Scripts;
 use crate::sentinel::{SentinelTarget, Sentinels};
 
 /// Delays of the connection manager's reconnection attempts: from this...
@@ -47,10 +45,6 @@ const MIN_LOOK_INTERVAL: Duration = Duration::from_millis(200);
 /// How long a waiter whose attempt failed during a failover waits for the
 /// route to move before it tries again (at most: a move wakes it).
 const RIDE_OUT_PAUSE: Duration = Duration::from_millis(250);
-
-/// The scripts a connection loads when it opens (the others are loaded
-/// on their first `NOSCRIPT`).
-pub(crate) const PRELOADED: [&str; 4] = [ACQUIRE_FENCED, RELEASE_QUEUED, RENEW_BATCH, LIST_PAGE];
 
 /// The server requests go to now.
 pub(crate) struct Endpoint {
@@ -90,6 +84,8 @@ pub(crate) struct Route {
 struct Follow {
     sentinels: Sentinels,
     config: RedisLockConfig,
+    /// The scripts each new primary loads.
+    scripts: Scripts,
     /// When the last look at the sentinels ended; held while one runs.
     looking: tokio::sync::Mutex<Option<Instant>>,
     /// Dropped with the route: ends the `+switch-master` watcher.
@@ -103,13 +99,15 @@ impl Route {
     /// answered comes along with its address.
     pub(crate) async fn connect(
         config: &RedisLockConfig,
+        scripts: &Scripts,
     ) -> Result<(Arc<Self>, Vec<(String, Option<String>)>)> {
         let deadline = lock_core::backend::add_saturating(Instant::now(), config.connect_timeout);
         let what = format!("connecting to {}", config.redacted_url());
         if let Some(target) = ClusterTarget::parse(&config.url)? {
-            let joined = tokio::time::timeout_at(deadline, crate::cluster::join(&target, config))
-                .await
-                .map_err(|_| map_error(&what, Failure::TimedOut(config.connect_timeout)))??;
+            let joined =
+                tokio::time::timeout_at(deadline, crate::cluster::join(&target, config, scripts))
+                    .await
+                    .map_err(|_| map_error(&what, Failure::TimedOut(config.connect_timeout)))??;
             let route = Self::new(joined.endpoint, None, Some(joined.route));
             return Ok((route, joined.policies));
         }
@@ -117,7 +115,7 @@ impl Route {
             let client = open_client(&config.url, &config.tls)?;
             let probed = tokio::time::timeout_at(
                 deadline,
-                probe(client, config.redacted_url(), config, false),
+                probe(client, config.redacted_url(), config, scripts, false),
             )
             .await
             .map_err(|_| map_error(&what, Failure::TimedOut(config.connect_timeout)))??;
@@ -131,7 +129,7 @@ impl Route {
             config.address_map.clone(),
             config.request_timeout.max(config.connect_timeout / 4),
         );
-        let probed = locate(&sentinels, config, deadline).await?;
+        let probed = locate(&sentinels, config, scripts, deadline).await?;
         let addr = probed.endpoint.addr.clone();
         let (stop, stopped) = watch::channel(());
         let route = Self::new(
@@ -139,6 +137,7 @@ impl Route {
             Some(Follow {
                 sentinels,
                 config: config.clone(),
+                scripts: scripts.clone(),
                 looking: tokio::sync::Mutex::new(None),
                 _stop: stop,
             }),
@@ -267,7 +266,7 @@ impl Route {
                     Ok(client) => {
                         tokio::time::timeout_at(
                             deadline,
-                            probe(client, named.addr.clone(), config, true),
+                            probe(client, named.addr.clone(), config, &follow.scripts, true),
                         )
                         .await
                     }
@@ -395,6 +394,7 @@ fn failover_may_explain(failure: &Failure) -> bool {
 async fn locate(
     sentinels: &Sentinels,
     config: &RedisLockConfig,
+    scripts: &Scripts,
     deadline: Instant,
 ) -> Result<Probed> {
     let master = &sentinels.target.master;
@@ -411,8 +411,11 @@ async fn locate(
         };
         let url = sentinels.target.node_url(&named.addr);
         let client = open_client(&url, &config.tls)?;
-        match tokio::time::timeout_at(deadline, probe(client, named.addr.clone(), config, true))
-            .await
+        match tokio::time::timeout_at(
+            deadline,
+            probe(client, named.addr.clone(), config, scripts, true),
+        )
+        .await
         {
             Ok(Ok(probed)) => return Ok(probed),
             Ok(Err(e)) if e.is_retryable() || e.kind() == LockErrorKind::Protocol => {
@@ -456,7 +459,7 @@ async fn pause_before(deadline: Instant) {
 /// one plain connection first, which fails fast and with the real cause
 /// (refused, wrong password) where the connection manager would retry
 /// until the timeout; it loads the scripts (proving the server answers
-/// commands; `EVALSHA` from then on, reloading on `NOSCRIPT`), reads the
+/// commands; `EVALSHA` from then on, `EVAL` on `NOSCRIPT`), reads the
 /// eviction policy, and with `primary` checks `ROLE` (a server the
 /// sentinels named must be a primary: one that is not yet or no longer is
 /// gives a `Protocol` error). Then the connection manager's connection.
@@ -464,6 +467,7 @@ pub(crate) async fn probe(
     client: redis::Client,
     addr: String,
     config: &RedisLockConfig,
+    scripts: &Scripts,
     primary: bool,
 ) -> Result<Probed> {
     let what = format!("connecting to {addr}");
@@ -493,8 +497,8 @@ pub(crate) async fn probe(
         }
     }
     let mut load = redis::pipe();
-    for code in PRELOADED {
-        load.cmd("SCRIPT").arg("LOAD").arg(code);
+    for script in scripts.preloaded() {
+        load.cmd("SCRIPT").arg("LOAD").arg(script.source());
     }
     load.query_async::<()>(&mut probe)
         .await

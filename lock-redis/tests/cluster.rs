@@ -1,7 +1,9 @@
 //! `RedisLock` on a real Redis Cluster (`redis+cluster://`,
 //! `lock_testbed::RedisClusterSet`: 3 primaries, 3 replicas): locks on
 //! every primary with fencing tokens that keep increasing across them, a
-//! lock that stays held through its slot's migration.
+//! lock that stays held through its slot's migration, releases announced
+//! with `SPUBLISH`, a script the owner forgot run again as `EVAL` there,
+//! `sync_replicas`' `WAIT` on the lock's owner only.
 
 mod support;
 
@@ -9,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::{AcquireOptions, DistributedLock, LockGuard, LockName};
-use lock_redis::{RedisLock, RedisLockConfig};
+use lock_redis::{RedisLock, RedisLockConfig, SyncReplicas};
 use lock_testbed::{unique_name, RedisClusterSet};
 use support::blocking;
 
@@ -24,13 +26,44 @@ async fn start() -> Arc<RedisClusterSet> {
     )
 }
 
-async fn client(cluster: &RedisClusterSet) -> RedisLock {
-    let config = RedisLockConfig::new(cluster.url())
+fn config(cluster: &RedisClusterSet) -> RedisLockConfig {
+    RedisLockConfig::new(cluster.url())
         .connect_timeout(Duration::from_secs(2))
-        .request_timeout(REQUEST);
+        .request_timeout(REQUEST)
+}
+
+async fn client(cluster: &RedisClusterSet) -> RedisLock {
+    connect(config(cluster)).await
+}
+
+async fn connect(config: RedisLockConfig) -> RedisLock {
     RedisLock::connect(config)
         .await
         .unwrap_or_else(|e| panic!("connect to the cluster: {e}"))
+}
+
+/// How many times node `i` ran `command` (from a script or not).
+async fn calls(cluster: &Arc<RedisClusterSet>, i: usize, command: &'static str) -> u64 {
+    let cluster = cluster.clone();
+    blocking(move || {
+        cluster
+            .node(i)
+            .calls(command)
+            .unwrap_or_else(|e| panic!("INFO commandstats on node {i}: {e}"))
+    })
+    .await
+}
+
+/// `args` on node `i`.
+async fn node_cmd(cluster: &Arc<RedisClusterSet>, i: usize, args: &'static [&'static str]) {
+    let cluster = cluster.clone();
+    blocking(move || {
+        cluster
+            .node(i)
+            .cmd(args)
+            .unwrap_or_else(|e| panic!("{args:?} on node {i}: {e}"));
+    })
+    .await
 }
 
 /// The primary of a fresh `RedisClusterSet` that owns `slot`.
@@ -146,4 +179,71 @@ async fn a_lock_is_held_through_its_slots_migration() {
     let next = take(&b, &name, Duration::from_secs(10)).await;
     assert!(token(&next) > first, "{} after {first}", token(&next));
     assert!(next.release().await.unwrap());
+}
+
+/// A release on a cluster announces itself with `SPUBLISH` (a sharded
+/// message, kept to the slot's owner), never with `PUBLISH`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn releases_publish_sharded() {
+    let cluster = start().await;
+    let a = client(&cluster).await;
+    for owner in 0..3 {
+        let name = name_on(owner, "spublish");
+        let before = calls(&cluster, owner, "spublish").await;
+        let guard = take(&a, &name, Duration::from_secs(10)).await;
+        assert!(guard.release().await.unwrap());
+        assert!(
+            calls(&cluster, owner, "spublish").await > before,
+            "primary {owner} announced the release"
+        );
+    }
+    for i in 0..6 {
+        assert_eq!(calls(&cluster, i, "publish").await, 0, "node {i}");
+    }
+}
+
+/// A primary that lost its scripts (`SCRIPT FLUSH`) runs the next call as
+/// `EVAL` of the source, and nothing is sent to the other primaries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forgotten_script_runs_as_eval_on_the_owner_only() {
+    let cluster = start().await;
+    let a = client(&cluster).await;
+    let name = name_on(2, "noscript");
+    node_cmd(&cluster, 2, &["SCRIPT", "FLUSH"]).await;
+    let loads: Vec<u64> =
+        futures::future::join_all((0..6).map(|i| calls(&cluster, i, "script|load"))).await;
+    let guard = take(&a, &name, Duration::from_secs(10)).await;
+    assert!(guard.release().await.unwrap());
+    assert!(calls(&cluster, 2, "eval").await >= 1, "EVAL on the owner");
+    for (i, loaded) in loads.into_iter().enumerate() {
+        assert_eq!(calls(&cluster, i, "script|load").await, loaded, "node {i}");
+        if i != 2 {
+            assert_eq!(calls(&cluster, i, "eval").await, 0, "node {i}");
+        }
+    }
+}
+
+/// With `sync_replicas`, each acquisition's `WAIT` goes to the owner of
+/// its lock's slot (whose replica confirms it), not to every primary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sync_replicas_waits_on_the_locks_owner() {
+    let cluster = start().await;
+    let a =
+        connect(config(&cluster).sync_replicas(Some(SyncReplicas::new(1, Duration::from_secs(2)))))
+            .await;
+    for owner in 0..3 {
+        let name = name_on(owner, "wait");
+        let before: Vec<u64> =
+            futures::future::join_all((0..3).map(|i| calls(&cluster, i, "wait"))).await;
+        let guard = take(&a, &name, Duration::from_secs(10)).await;
+        for (i, waited) in before.into_iter().enumerate() {
+            let expected = waited + u64::from(i == owner);
+            assert_eq!(
+                calls(&cluster, i, "wait").await,
+                expected,
+                "primary {i}, lock on {owner}"
+            );
+        }
+        assert!(guard.release().await.unwrap());
+    }
 }

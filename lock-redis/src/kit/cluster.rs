@@ -33,9 +33,10 @@ use lock_core::{LockError, TlsConfig};
 use redis::aio::ConnectionLike;
 use redis::cluster::{ClusterClientBuilder, NodeAddress};
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{
-    Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult, ServerErrorKind, Value,
+    Cmd, ErrorKind, FromRedisValue, Pipeline, RedisError, RedisFuture, RedisResult,
+    ServerErrorKind, Value,
 };
 
 use crate::kit::connect::redact_url;
@@ -341,6 +342,19 @@ impl ClusterConn {
             conn: &mut self.conn,
             route: by_address(addr)?,
         })
+    }
+
+    /// `cmd` (a command without keys, such as `WAIT`) to the primary that
+    /// owns `key`'s slot, where redis-rs's own routing would send it to
+    /// every primary. No redirection is followed.
+    pub async fn on_owner_of<T: FromRedisValue>(&mut self, key: &str, cmd: &Cmd) -> RedisResult<T> {
+        let owner = SingleNodeRoutingInfo::SpecificNode(Route::with_key(key, SlotAddr::Master));
+        let value = self
+            .conn
+            .route_command(cmd.clone(), RoutingInfo::SingleNode(owner))
+            .await?
+            .extract_error()?;
+        Ok(redis::from_redis_value(value)?)
     }
 
     /// The slot ranges and the address (`host:port`, as announced) of their

@@ -28,12 +28,12 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use redis::{ErrorKind, RedisError, RedisResult, Script, ServerErrorKind, Value};
+use redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::batching::RenewBatching;
-use crate::kit::call::ScriptCall;
+use crate::kit::call::{Lua, ScriptCall};
 use crate::kit::layout::LeaderKeys;
 
 /// Compare-and-extend of many leases in one script, each with its own kind,
@@ -326,7 +326,7 @@ impl<S: BatchSender> Shared<S> {
 /// script on `NOSCRIPT`) and reads one outcome per item.
 pub async fn send_batch<C: redis::aio::ConnectionLike + Send>(
     conn: &mut C,
-    script: &Script,
+    script: &Lua,
     items: &[RenewItem],
 ) -> RedisResult<Vec<KeyOutcome>> {
     // The keys: every item's lease key, then the description keys of the
