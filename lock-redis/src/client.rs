@@ -15,7 +15,7 @@ use crate::config::RedisLockConfig;
 pub(crate) use crate::failure::{map_error, Failure};
 use crate::kit::call::{Lua, ScriptCall};
 use crate::kit::cluster::ClusterTarget;
-use crate::kit::layout::{Keys, HOLDER};
+use crate::kit::layout::{Keys, Layout, HOLDER};
 use crate::kit::list::Listed;
 use crate::kit::notify::Notifier;
 use crate::kit::renew::{BatchSender, Batcher, KeyOutcome, RenewItem, Renewed};
@@ -37,6 +37,8 @@ pub(crate) struct Client {
     pub(crate) route: Arc<Route>,
     /// The scripts: [`Scripts::cluster`] on a Redis Cluster.
     scripts: Scripts,
+    /// How a name's keys are laid out: [`Layout::Cluster`] on a Redis Cluster.
+    pub(crate) layout: Layout,
     /// This client's renewals, one request per batch (see [`crate::kit::renew`]).
     renewals: Batcher<BatchOnClient>,
 }
@@ -72,9 +74,9 @@ impl Client {
     /// Connects within `config.connect_timeout` and loads the scripts.
     pub(crate) async fn connect(config: RedisLockConfig) -> Result<Arc<Self>> {
         config.validate()?;
-        let scripts = match ClusterTarget::parse(&config.url)? {
-            Some(_) => Scripts::cluster(),
-            None => Scripts::default(),
+        let (scripts, layout) = match ClusterTarget::parse(&config.url)? {
+            Some(_) => (Scripts::cluster(), Layout::Cluster),
+            None => (Scripts::default(), Layout::Standalone),
         };
         let (route, policies) = Route::connect(&config, &scripts).await?;
         for (addr, policy) in &policies {
@@ -91,6 +93,7 @@ impl Client {
                 config,
                 route,
                 scripts,
+                layout,
                 renewals,
             }
         }))
@@ -383,7 +386,7 @@ impl Client {
                     .arg(
                         found
                             .iter()
-                            .map(|l| Keys::aux(&l.key, "fencing"))
+                            .map(|l| self.listed_aux(&l.key, "fencing"))
                             .collect::<Vec<_>>(),
                     )
                     .query_async(&mut conn)
@@ -392,7 +395,7 @@ impl Client {
                     .arg(
                         found
                             .iter()
-                            .map(|l| Keys::aux(&l.key, HOLDER))
+                            .map(|l| self.listed_aux(&l.key, HOLDER))
                             .collect::<Vec<_>>(),
                     )
                     .query_async(&mut conn)
@@ -411,6 +414,16 @@ impl Client {
                 (listed, counter, holder)
             })
             .collect())
+    }
+
+    /// The auxiliary key `suffix` of a listed lock key: on a cluster, a
+    /// key this client refuses (a `}` and no hash tag) was taken by
+    /// another client, and `{key} suffix` is read, which nothing of ours
+    /// writes.
+    fn listed_aux(&self, key: &str, suffix: &str) -> String {
+        self.layout
+            .aux(key, suffix)
+            .unwrap_or_else(|_| Keys::aux(key, suffix))
     }
 
     /// `PTTL` of the lock key, `GET` of the counter, of the lock key and of

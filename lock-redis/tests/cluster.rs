@@ -3,14 +3,15 @@
 //! every primary with fencing tokens that keep increasing across them, a
 //! lock that stays held through its slot's migration, releases announced
 //! with `SPUBLISH`, a script the owner forgot run again as `EVAL` there,
-//! `sync_replicas`' `WAIT` on the lock's owner only.
+//! `sync_replicas`' `WAIT` on the lock's owner only, names with hash tags
+//! (kept on the tag's slot) and names with a `}` but no tag (refused).
 
 mod support;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{AcquireOptions, DistributedLock, LockGuard, LockName};
+use lock_core::{AcquireOptions, DistributedLock, LockErrorKind, LockGuard, LockName};
 use lock_redis::{RedisLock, RedisLockConfig, SyncReplicas};
 use lock_testbed::{unique_name, RedisClusterSet};
 use support::blocking;
@@ -245,5 +246,59 @@ async fn sync_replicas_waits_on_the_locks_owner() {
             );
         }
         assert!(guard.release().await.unwrap());
+    }
+}
+
+/// A name with a hash tag and a `}`: every key of it on the owner of the
+/// tag's slot; the lock works there like any other, fencing included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_with_a_hash_tag_keeps_its_keys_on_the_tags_owner() {
+    let cluster = start().await;
+    let (a, b) = (client(&cluster).await, client(&cluster).await);
+    let tag = unique_name("tag");
+    let name = LockName::new(format!("job{{{tag}}}:nightly")).unwrap();
+    let owner = initial_owner(RedisClusterSet::slot_of(&tag));
+    let keys = a.keys(&name).unwrap();
+    assert_eq!(keys.fencing(), format!("{{{tag}}} {name} fencing"));
+    let first = take(&a, &name, Duration::from_secs(10)).await;
+    assert!(b
+        .try_acquire(&name, &opts(Duration::from_secs(10)))
+        .await
+        .unwrap()
+        .is_none());
+    first.extend(Duration::from_secs(10)).await.unwrap();
+    for key in [keys.lock(), keys.fencing(), keys.holder()] {
+        assert!(
+            exists_on(&cluster, owner, key).await,
+            "{key} on primary {owner}"
+        );
+    }
+    let first_token = token(&first);
+    assert!(first.release().await.unwrap());
+    let second = take(&b, &name, Duration::from_secs(10)).await;
+    assert!(token(&second) > first_token);
+    assert!(second.release().await.unwrap());
+}
+
+/// A name whose lock key has a `}` and no hash tag cannot keep its keys in
+/// one slot: refused on a cluster with `InvalidArgument`, before any request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_without_a_hash_tag_but_with_a_brace_is_refused() {
+    let cluster = start().await;
+    let a = client(&cluster).await;
+    for name in ["a}b", "x{}y", "}{"] {
+        let name = LockName::new(name).unwrap();
+        let e = a
+            .try_acquire(&name, &opts(Duration::from_secs(10)))
+            .await
+            .expect_err("refused");
+        assert_eq!(e.kind(), LockErrorKind::InvalidArgument, "{name}: {e}");
+        assert!(!e.is_retryable(), "{name}");
+        let e = a.inspect(&name).await.expect_err("refused");
+        assert_eq!(e.kind(), LockErrorKind::InvalidArgument, "{name}: {e}");
+        assert_eq!(
+            a.keys(&name).unwrap_err().kind(),
+            LockErrorKind::InvalidArgument
+        );
     }
 }
