@@ -3,7 +3,7 @@
 //! function, [`map_error`] (in [`crate::failure`]).
 
 use std::future::Future;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::{Holder, LockError, LockErrorKind, Result};
@@ -18,8 +18,9 @@ use crate::kit::cluster::ClusterTarget;
 use crate::kit::layout::{Keys, Layout, HOLDER};
 use crate::kit::list::Listed;
 use crate::kit::notify::Notifier;
-use crate::kit::renew::{BatchSender, Batcher, KeyOutcome, RenewItem, Renewed};
+use crate::kit::renew::{KeyOutcome, RenewItem, Renewed};
 use crate::kit::scripts::Scripts;
+use crate::renewals::Renewals;
 use crate::route::Route;
 
 /// What every handle of one `RedisLock` shares: the client and its
@@ -36,11 +37,12 @@ pub(crate) struct Client {
     /// (the notifier follows it too).
     pub(crate) route: Arc<Route>,
     /// The scripts: [`Scripts::cluster`] on a Redis Cluster.
-    scripts: Scripts,
+    pub(crate) scripts: Scripts,
     /// How a name's keys are laid out: [`Layout::Cluster`] on a Redis Cluster.
     pub(crate) layout: Layout,
-    /// This client's renewals, one request per batch (see [`crate::kit::renew`]).
-    renewals: Batcher<BatchOnClient>,
+    /// This client's renewals, one request per batch (per primary on a
+    /// cluster; see [`crate::kit::renew`]).
+    renewals: Renewals,
 }
 
 /// What the acquire script answered.
@@ -88,7 +90,11 @@ impl Client {
             )?;
         }
         Ok(Arc::new_cyclic(|this| {
-            let renewals = Batcher::new(BatchOnClient(this.clone()), config.renew_batching);
+            let renewals = Renewals::new(
+                this.clone(),
+                layout == Layout::Cluster,
+                config.renew_batching,
+            );
             Self {
                 config,
                 route,
@@ -237,7 +243,7 @@ impl Client {
     }
 
     /// [`Client::request_idempotent`] without the mapping.
-    async fn request_idempotent_raw<T, F, Fut>(
+    pub(crate) async fn request_idempotent_raw<T, F, Fut>(
         &self,
         what: &'static str,
         make: F,
@@ -469,31 +475,4 @@ fn on_mutex_keys<'a>(script: &'a Lua, keys: &Keys) -> ScriptCall<'a> {
             keys.holder(),
         ],
     )
-}
-
-/// How a client's renewal batches reach Redis: one [`RENEW_BATCH`](crate::kit::renew::RENEW_BATCH) per
-/// batch through the client's connection, within the request timeout,
-/// retried once after a dropped connection (extending is idempotent), as a
-/// single renewal always was.
-pub(crate) struct BatchOnClient(Weak<Client>);
-
-impl BatchSender for BatchOnClient {
-    type Error = Failure;
-
-    async fn send(&self, items: Vec<RenewItem>) -> std::result::Result<Vec<KeyOutcome>, Failure> {
-        let Some(client) = self.0.upgrade() else {
-            return Err(Failure::Abandoned);
-        };
-        client
-            .request_idempotent_raw("renew", || {
-                let mut conn = client.route.conn();
-                let (script, items) = (&client.scripts.renew_batch, &items);
-                async move { crate::kit::renew::send_batch(&mut conn, script, items).await }
-            })
-            .await
-    }
-
-    fn abandoned(&self) -> Failure {
-        Failure::Abandoned
-    }
 }

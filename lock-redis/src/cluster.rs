@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use crate::config::{mapped_address, RedisLockConfig};
 use crate::conn::Conn;
 use crate::failure::{map_error, Failure};
-use crate::kit::cluster::{client_builder, ClusterConn, ClusterSettings, ClusterTarget};
+use crate::kit::cluster::{client_builder, key_slot, ClusterConn, ClusterSettings, ClusterTarget};
 use crate::kit::connect::open_client;
 use crate::kit::scripts::Scripts;
 use crate::route::Endpoint;
@@ -123,6 +123,21 @@ pub(crate) async fn join(
 }
 
 impl ClusterRoute {
+    /// The primary (`host:port`, as announced) that owns `key`'s slot in
+    /// the slot map as last read; `None` if no range holds it.
+    pub(crate) fn owner_of(&self, key: &str) -> Option<String> {
+        let slot = key_slot(key.as_bytes());
+        let slots = match self.slots.read() {
+            Ok(slots) => slots.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        };
+        let i = slots.partition_point(|(_, last, _)| *last < slot);
+        slots
+            .get(i)
+            .filter(|(first, _, _)| *first <= slot)
+            .map(|(_, _, addr)| addr.clone())
+    }
+
     /// Reads the slot map again (within the request timeout), unless
     /// another read runs or one ended less than [`MIN_REFRESH_INTERVAL`]
     /// ago. A failed read keeps the map as it was.

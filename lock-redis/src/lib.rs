@@ -13,6 +13,7 @@ pub mod kit;
 mod lease;
 mod primitive;
 mod queue;
+mod renewals;
 mod route;
 mod sentinel;
 

@@ -194,6 +194,11 @@ impl Route {
         self.cluster.is_some()
     }
 
+    /// The slot map of a route to a Redis Cluster.
+    pub(crate) fn cluster(&self) -> Option<&ClusterRoute> {
+        self.cluster.as_ref()
+    }
+
     /// Whether this route follows a primary across failovers.
     pub(crate) fn follows_failovers(&self) -> bool {
         self.follow.is_some()

@@ -4,14 +4,15 @@
 //! lock that stays held through its slot's migration, releases announced
 //! with `SPUBLISH`, a script the owner forgot run again as `EVAL` there,
 //! `sync_replicas`' `WAIT` on the lock's owner only, names with hash tags
-//! (kept on the tag's slot) and names with a `}` but no tag (refused).
+//! (kept on the tag's slot) and names with a `}` but no tag (refused),
+//! guards on different primaries renewed, through a slot's migration too.
 
 mod support;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{AcquireOptions, DistributedLock, LockErrorKind, LockGuard, LockName};
+use lock_core::{AcquireOptions, DistributedLock, GuardState, LockErrorKind, LockGuard, LockName};
 use lock_redis::{RedisLock, RedisLockConfig, SyncReplicas};
 use lock_testbed::{unique_name, RedisClusterSet};
 use support::blocking;
@@ -300,5 +301,84 @@ async fn a_name_without_a_hash_tag_but_with_a_brace_is_refused() {
             a.keys(&name).unwrap_err().kind(),
             LockErrorKind::InvalidArgument
         );
+    }
+}
+/// Guards on the three primaries, short TTLs, held for several TTLs: the
+/// client's renewals keep every one held (none suspended, none taken by
+/// another client).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guards_on_different_primaries_are_renewed() {
+    let cluster = start().await;
+    let (a, b) = (client(&cluster).await, client(&cluster).await);
+    let ttl = Duration::from_millis(900);
+    let mut guards = Vec::new();
+    for owner in 0..3 {
+        for i in 0..3 {
+            let name = name_on(owner, &format!("renew{i}"));
+            let guard = take(&a, &name, ttl).await;
+            guards.push((name, guard));
+        }
+    }
+    for _ in 0..8 {
+        tokio::time::sleep(ttl / 2).await;
+        for (name, guard) in &guards {
+            assert!(
+                matches!(guard.state(), GuardState::Held { .. }),
+                "{name}: {:?}",
+                guard.state()
+            );
+        }
+    }
+    for (name, guard) in guards {
+        assert!(
+            b.try_acquire(&name, &opts(ttl)).await.unwrap().is_none(),
+            "{name}"
+        );
+        assert!(guard.release().await.unwrap(), "{name}");
+    }
+}
+
+/// Guards renewed while their slot migrates to another primary: the
+/// renewals the old owner answers "non local" go to the new owner, and
+/// every guard stays held, its keys alive there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_follow_a_slots_migration() {
+    let cluster = start().await;
+    let (a, b) = (client(&cluster).await, client(&cluster).await);
+    let ttl = Duration::from_millis(900);
+    let moving = name_on(0, "migrating");
+    let slot = RedisClusterSet::slot_of(moving.as_str());
+    // Another name on primary 0, batched with `moving` there.
+    let staying = name_on(0, "staying");
+    let mut guards = vec![
+        (moving.clone(), take(&a, &moving, ttl).await),
+        (staying.clone(), take(&a, &staying, ttl).await),
+    ];
+    for owner in 1..3 {
+        let name = name_on(owner, "elsewhere");
+        guards.push((name.clone(), take(&a, &name, ttl).await));
+    }
+    tokio::time::sleep(ttl / 2).await;
+    let c = cluster.clone();
+    blocking(move || c.migrate_slot(slot, 0, 2))
+        .await
+        .unwrap_or_else(|e| panic!("migrating slot {slot}: {e}"));
+    for _ in 0..6 {
+        tokio::time::sleep(ttl / 2).await;
+        for (name, guard) in &guards {
+            assert!(
+                matches!(guard.state(), GuardState::Held { .. }),
+                "{name}: {:?}",
+                guard.state()
+            );
+        }
+    }
+    assert!(exists_on(&cluster, 2, moving.as_str()).await);
+    for (name, guard) in guards {
+        assert!(
+            b.try_acquire(&name, &opts(ttl)).await.unwrap().is_none(),
+            "{name}"
+        );
+        assert!(guard.release().await.unwrap(), "{name}");
     }
 }

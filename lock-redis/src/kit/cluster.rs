@@ -542,6 +542,36 @@ impl ConnectionLike for NodeConn<'_> {
     }
 }
 
+/// The number of hash slots of a Redis Cluster.
+pub const SLOTS: u16 = 16384;
+
+/// The hash slot of `key`: CRC16 (XMODEM) of its hash tag (the text
+/// between its first `{` and the first `}` after it, if not empty), else of
+/// the whole key, modulo [`SLOTS`] — as `CLUSTER KEYSLOT` computes it.
+pub fn key_slot(key: &[u8]) -> u16 {
+    let hashed = key
+        .iter()
+        .position(|b| *b == b'{')
+        .and_then(|open| {
+            let rest = &key[open + 1..];
+            let len = rest.iter().position(|b| *b == b'}')?;
+            (len > 0).then(|| &rest[..len])
+        })
+        .unwrap_or(key);
+    let mut crc: u16 = 0;
+    for byte in hashed {
+        crc ^= u16::from(*byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % SLOTS
+}
+
 /// `(first, last, "host:port" of the primary)` of a `CLUSTER SLOTS` reply,
 /// sorted; `None` if it is not one.
 pub fn parse_cluster_slots(reply: &Value) -> Option<Vec<(u16, u16, String)>> {
@@ -659,6 +689,30 @@ mod tests {
         assert_eq!(again(timeout, false), None, "a timeout is never resent");
         let reset = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
         assert_eq!(again(reset, false), None, "nor a dropped connection");
+    }
+
+    #[test]
+    fn key_slots_are_redis_clusters() {
+        for key in [
+            "",
+            "a",
+            "123456789",
+            "{user1}.a",
+            "a{b}c",
+            "x{}y",
+            "{}",
+            "}{a}",
+            "é{ü}",
+        ] {
+            assert_eq!(
+                Route::new(key_slot(key.as_bytes()), SlotAddr::Master),
+                Route::with_key(key, SlotAddr::Master),
+                "{key:?}"
+            );
+        }
+        // The check value of CRC16/XMODEM (0x31c3), modulo 16384.
+        assert_eq!(key_slot(b"123456789"), 0x31c3 % SLOTS);
+        assert_eq!(key_slot(b"{user1}.following"), key_slot(b"user1"));
     }
 
     #[test]

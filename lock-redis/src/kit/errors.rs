@@ -31,7 +31,8 @@ pub fn error_kind(err: &RedisError) -> LockErrorKind {
         _ if matches!(code, "BUSY" | "OOM" | "MISCONF" | "LOADING") => LockErrorKind::Unavailable,
         ErrorKind::Client => LockErrorKind::Internal,
         // Parse errors, unexpected reply types, MOVED/ASK/CROSSSLOT from a
-        // cluster (not supported: use one node), script errors.
+        // cluster node reached as one server (redis:// instead of
+        // redis+cluster://), script errors.
         _ => LockErrorKind::Protocol,
     }
 }

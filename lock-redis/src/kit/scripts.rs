@@ -16,7 +16,7 @@
 
 use super::call::Lua;
 use super::list::LIST_PAGE;
-use super::renew::RENEW_BATCH;
+use super::renew::{RENEW_BATCH, RENEW_BATCH_ANY_SLOT};
 
 /// The server's clock in ms, as Lua code defining `now` (shared by the
 /// read-write and permit scripts, which keep each holder's expiry in it).
@@ -564,6 +564,8 @@ pub struct Scripts {
     pub read_leader: Lua,
     /// See [`RENEW_BATCH`].
     pub renew_batch: Lua,
+    /// See [`RENEW_BATCH_ANY_SLOT`].
+    pub renew_batch_any_slot: Lua,
 }
 
 impl Default for Scripts {
@@ -614,6 +616,7 @@ impl Scripts {
             proclaim: make(PROCLAIM),
             read_leader: make(READ_LEADER),
             renew_batch: make(RENEW_BATCH),
+            renew_batch_any_slot: make(RENEW_BATCH_ANY_SLOT),
         }
     }
 }
@@ -645,6 +648,7 @@ mod tests {
                 &s.proclaim,
                 &s.read_leader,
                 &s.renew_batch,
+                &s.renew_batch_any_slot,
             ]
             .iter()
             .map(|l| l.source().to_string())
