@@ -12,6 +12,7 @@ use redis::RedisResult;
 use tokio::time::Instant;
 
 use crate::config::RedisLockConfig;
+use crate::conn::Conn;
 pub(crate) use crate::failure::{map_error, Failure};
 use crate::kit::call::{Lua, ScriptCall};
 use crate::kit::cluster::ClusterTarget;
@@ -368,7 +369,9 @@ impl Client {
     }
 
     /// The held locks whose names start with `name_prefix`, with their
-    /// counters; the whole scan within one request timeout.
+    /// counters; the whole scan within one request timeout (on a cluster,
+    /// of every primary: a name whose slot moves meanwhile may show twice,
+    /// then once, or not at all, as with `SCAN`).
     pub(crate) async fn list(
         &self,
         name_prefix: &str,
@@ -378,13 +381,39 @@ impl Client {
         let scripts = &self.scripts;
         let found = self
             .request("list", async {
-                let found = crate::kit::list::list_keys(
-                    &mut conn,
-                    &scripts.list_page,
-                    &prefix,
-                    name_prefix,
-                )
-                .await?;
+                let found = match (&conn, self.route.cluster()) {
+                    (Conn::Cluster(cluster), Some(route)) => {
+                        route.refresh().await;
+                        let mut found = Vec::new();
+                        for addr in route.primaries() {
+                            let mut cluster = cluster.clone();
+                            let Some(mut node) = cluster.node(&addr) else {
+                                continue;
+                            };
+                            found.extend(
+                                crate::kit::list::list_keys(
+                                    &mut node,
+                                    &scripts.list_page,
+                                    &prefix,
+                                    name_prefix,
+                                )
+                                .await?,
+                            );
+                        }
+                        found.sort_by(|a, b| a.key.cmp(&b.key));
+                        found.dedup_by(|a, b| a.key == b.key);
+                        found
+                    }
+                    _ => {
+                        crate::kit::list::list_keys(
+                            &mut conn,
+                            &scripts.list_page,
+                            &prefix,
+                            name_prefix,
+                        )
+                        .await?
+                    }
+                };
                 if found.is_empty() {
                     return Ok((found, Vec::new(), Vec::new()));
                 }

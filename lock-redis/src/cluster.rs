@@ -123,19 +123,32 @@ pub(crate) async fn join(
 }
 
 impl ClusterRoute {
+    /// The slot map as last read.
+    fn map(&self) -> Arc<SlotMap> {
+        match self.slots.read() {
+            Ok(slots) => slots.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
     /// The primary (`host:port`, as announced) that owns `key`'s slot in
     /// the slot map as last read; `None` if no range holds it.
     pub(crate) fn owner_of(&self, key: &str) -> Option<String> {
         let slot = key_slot(key.as_bytes());
-        let slots = match self.slots.read() {
-            Ok(slots) => slots.clone(),
-            Err(poisoned) => poisoned.into_inner().clone(),
-        };
+        let slots = self.map();
         let i = slots.partition_point(|(_, last, _)| *last < slot);
         slots
             .get(i)
             .filter(|(first, _, _)| *first <= slot)
             .map(|(_, _, addr)| addr.clone())
+    }
+
+    /// Every primary of the slot map as last read (`host:port`, as
+    /// announced), sorted.
+    pub(crate) fn primaries(&self) -> Vec<String> {
+        let slots = self.map();
+        let all: BTreeSet<&String> = slots.iter().map(|(_, _, addr)| addr).collect();
+        all.into_iter().cloned().collect()
     }
 
     /// Reads the slot map again (within the request timeout), unless

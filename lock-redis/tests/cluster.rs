@@ -382,3 +382,41 @@ async fn renewals_follow_a_slots_migration() {
         assert!(guard.release().await.unwrap(), "{name}");
     }
 }
+
+/// `list` finds the held locks of every primary, with their fencing
+/// tokens and holders, and not the released ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_finds_the_locks_of_every_primary() {
+    let cluster = start().await;
+    let (a, b) = (client(&cluster).await, client(&cluster).await);
+    let prefix = format!("{}-", unique_name("listed"));
+    let names: Vec<LockName> = (0..3)
+        .map(|owner| {
+            (0..)
+                .map(|i| format!("{prefix}{i}"))
+                .find(|n| initial_owner(RedisClusterSet::slot_of(n)) == owner)
+                .map(|n| LockName::new(n).unwrap())
+                .unwrap()
+        })
+        .collect();
+    let mut guards = Vec::new();
+    for name in &names {
+        guards.push((name.clone(), take(&a, name, Duration::from_secs(10)).await));
+    }
+    let (_, released) = guards.remove(1);
+    assert!(released.release().await.unwrap());
+    guards.sort_by(|x, y| x.0.cmp(&y.0));
+    let listed = b.list(&prefix, 10).await.unwrap();
+    let listed_names: Vec<&LockName> = listed.iter().map(|(n, _)| n).collect();
+    let held_names: Vec<&LockName> = guards.iter().map(|(n, _)| n).collect();
+    assert_eq!(listed_names, held_names);
+    for ((name, status), (_, guard)) in listed.iter().zip(&guards) {
+        assert!(status.held, "{name}");
+        assert_eq!(status.token, guard.fencing_token(), "{name}");
+        assert!(status.holder.is_some(), "{name}");
+    }
+    for (_, guard) in guards {
+        assert!(guard.release().await.unwrap());
+    }
+    assert!(b.list(&prefix, 10).await.unwrap().is_empty());
+}
