@@ -15,7 +15,7 @@ use std::time::Duration;
 use lock_core::{AcquireOptions, DistributedLock, GuardState, LockErrorKind, LockGuard, LockName};
 use lock_redis::{RedisLock, RedisLockConfig, SyncReplicas};
 use lock_testbed::{unique_name, RedisClusterSet};
-use support::blocking;
+use support::{blocking, initial_owner, name_on_primary};
 
 /// The clients' request timeout.
 const REQUEST: Duration = Duration::from_millis(300);
@@ -68,22 +68,43 @@ async fn node_cmd(cluster: &Arc<RedisClusterSet>, i: usize, args: &'static [&'st
     .await
 }
 
-/// The primary of a fresh `RedisClusterSet` that owns `slot`.
-fn initial_owner(slot: u16) -> usize {
-    match slot {
-        0..=5460 => 0,
-        5461..=10922 => 1,
-        _ => 2,
+/// A fresh lock name whose slot belongs to primary `owner` of a fresh cluster.
+fn name_on(owner: usize, tag: &str) -> LockName {
+    let name = name_on_primary(owner, &format!("{}-", unique_name(tag)));
+    LockName::new(name).expect("valid name")
+}
+
+/// Every guard of `guards` held at each of `rounds` looks, `ttl / 2` apart.
+async fn held_throughout(guards: &[(LockName, LockGuard)], ttl: Duration, rounds: usize) {
+    for _ in 0..rounds {
+        tokio::time::sleep(ttl / 2).await;
+        for (name, guard) in guards {
+            assert!(
+                matches!(guard.state(), GuardState::Held { .. }),
+                "{name}: {:?}",
+                guard.state()
+            );
+        }
     }
 }
 
-/// A fresh lock name whose slot belongs to primary `owner` of a fresh cluster.
-fn name_on(owner: usize, tag: &str) -> LockName {
-    let name = (0..)
-        .map(|i| format!("{}-{i}", unique_name(tag)))
-        .find(|n| initial_owner(RedisClusterSet::slot_of(n)) == owner)
-        .expect("some name lands on every primary");
-    LockName::new(name).expect("valid name")
+/// Each of `guards` refused to `other`, then released.
+async fn refused_then_released(
+    other: &RedisLock,
+    guards: Vec<(LockName, LockGuard)>,
+    ttl: Duration,
+) {
+    for (name, guard) in guards {
+        assert!(
+            other
+                .try_acquire(&name, &opts(ttl))
+                .await
+                .unwrap()
+                .is_none(),
+            "{name}"
+        );
+        assert!(guard.release().await.unwrap(), "{name}");
+    }
 }
 
 fn opts(ttl: Duration) -> AcquireOptions {
@@ -319,23 +340,8 @@ async fn guards_on_different_primaries_are_renewed() {
             guards.push((name, guard));
         }
     }
-    for _ in 0..8 {
-        tokio::time::sleep(ttl / 2).await;
-        for (name, guard) in &guards {
-            assert!(
-                matches!(guard.state(), GuardState::Held { .. }),
-                "{name}: {:?}",
-                guard.state()
-            );
-        }
-    }
-    for (name, guard) in guards {
-        assert!(
-            b.try_acquire(&name, &opts(ttl)).await.unwrap().is_none(),
-            "{name}"
-        );
-        assert!(guard.release().await.unwrap(), "{name}");
-    }
+    held_throughout(&guards, ttl, 8).await;
+    refused_then_released(&b, guards, ttl).await;
 }
 
 /// Guards renewed while their slot migrates to another primary: the
@@ -363,24 +369,9 @@ async fn renewals_follow_a_slots_migration() {
     blocking(move || c.migrate_slot(slot, 0, 2))
         .await
         .unwrap_or_else(|e| panic!("migrating slot {slot}: {e}"));
-    for _ in 0..6 {
-        tokio::time::sleep(ttl / 2).await;
-        for (name, guard) in &guards {
-            assert!(
-                matches!(guard.state(), GuardState::Held { .. }),
-                "{name}: {:?}",
-                guard.state()
-            );
-        }
-    }
+    held_throughout(&guards, ttl, 6).await;
     assert!(exists_on(&cluster, 2, moving.as_str()).await);
-    for (name, guard) in guards {
-        assert!(
-            b.try_acquire(&name, &opts(ttl)).await.unwrap().is_none(),
-            "{name}"
-        );
-        assert!(guard.release().await.unwrap(), "{name}");
-    }
+    refused_then_released(&b, guards, ttl).await;
 }
 
 /// `list` finds the held locks of every primary, with their fencing
@@ -391,13 +382,7 @@ async fn list_finds_the_locks_of_every_primary() {
     let (a, b) = (client(&cluster).await, client(&cluster).await);
     let prefix = format!("{}-", unique_name("listed"));
     let names: Vec<LockName> = (0..3)
-        .map(|owner| {
-            (0..)
-                .map(|i| format!("{prefix}{i}"))
-                .find(|n| initial_owner(RedisClusterSet::slot_of(n)) == owner)
-                .map(|n| LockName::new(n).unwrap())
-                .unwrap()
-        })
+        .map(|owner| LockName::new(name_on_primary(owner, &prefix)).unwrap())
         .collect();
     let mut guards = Vec::new();
     for name in &names {

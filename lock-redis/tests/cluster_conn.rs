@@ -4,6 +4,8 @@
 //! migration, and a call whose reply was lost is never sent again — not
 //! to the same node, not to a new primary after a failover.
 
+mod support;
+
 use std::time::{Duration, Instant};
 
 use lock_core::TlsConfig;
@@ -11,22 +13,11 @@ use lock_redis::kit::call::{Lua, ScriptCall};
 use lock_redis::kit::cluster::{client_builder, ClusterConn, ClusterSettings, ClusterTarget};
 use lock_redis::kit::layout::Keys;
 use lock_testbed::{Proxy, RedisClusterSet, RedisServer};
-
-/// The slots of primaries 0, 1 and 2 of a fresh `RedisClusterSet`.
-fn initial_owner(slot: u16) -> usize {
-    match slot {
-        0..=5460 => 0,
-        5461..=10922 => 1,
-        _ => 2,
-    }
-}
+use support::name_on_primary;
 
 /// A lock name whose slot belongs to primary `owner` of a fresh cluster.
 fn name_on(owner: usize, tag: &str) -> String {
-    (0..)
-        .map(|i| format!("conn:{tag}:{i}"))
-        .find(|n| initial_owner(RedisClusterSet::slot_of(n)) == owner)
-        .unwrap()
+    name_on_primary(owner, &format!("conn:{tag}:"))
 }
 
 fn settings(request_timeout: Duration) -> ClusterSettings {

@@ -8,6 +8,8 @@
 //!
 //! Every test starts a cluster of its own (six processes, a few seconds).
 
+mod support;
+
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -18,23 +20,12 @@ use redis::cluster::{ClusterClientBuilder, NodeAddress};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{ErrorKind, PushInfo, PushKind, RedisError, Script, ServerErrorKind, Value};
+use support::{initial_owner, name_on_primary};
 use tokio::sync::mpsc;
-
-/// The slots of primaries 0, 1 and 2 of a fresh `RedisClusterSet`.
-fn initial_owner(slot: u16) -> usize {
-    match slot {
-        0..=5460 => 0,
-        5461..=10922 => 1,
-        _ => 2,
-    }
-}
 
 /// A lock name whose slot belongs to primary `owner` of a fresh cluster.
 fn name_on(owner: usize, tag: &str) -> String {
-    (0..)
-        .map(|i| format!("probe:{tag}:{i}"))
-        .find(|n| initial_owner(RedisClusterSet::slot_of(n)) == owner)
-        .expect("some name hashes to every primary")
+    name_on_primary(owner, &format!("probe:{tag}:"))
 }
 
 /// `n` lock names in `n` different slots, all owned by primary `owner`.

@@ -441,11 +441,9 @@ mod tests {
         assert_eq!(match_prefix("jobs/[a]*"), "jobs/\\[a\\]\\**");
     }
 
-    #[test]
-    fn every_auxiliary_key_is_the_lock_key_in_braces_and_its_suffix() {
-        let k = Keys::new("app:", "jobs/é x");
-        assert_eq!(k.lock(), "app:jobs/é x");
-        let aux = [
+    /// The auxiliary keys of `k`, in the order of [`AUX_SUFFIXES`].
+    fn aux_keys(k: &Keys) -> [&str; 11] {
+        [
             k.fencing(),
             k.released(),
             k.queue(),
@@ -457,8 +455,14 @@ mod tests {
             k.permits(),
             k.permits_released(),
             k.holder(),
-        ];
-        for (key, suffix) in aux.into_iter().zip(AUX_SUFFIXES) {
+        ]
+    }
+
+    #[test]
+    fn every_auxiliary_key_is_the_lock_key_in_braces_and_its_suffix() {
+        let k = Keys::new("app:", "jobs/é x");
+        assert_eq!(k.lock(), "app:jobs/é x");
+        for (key, suffix) in aux_keys(&k).into_iter().zip(AUX_SUFFIXES) {
             assert_eq!(key, Keys::aux("app:jobs/é x", suffix));
         }
         assert_eq!(k.rw_released(), "{app:jobs/é x} rw released");
@@ -483,22 +487,8 @@ mod tests {
     /// the election's.
     fn all_keys(layout: Layout, prefix: &str, name: &str) -> lock_core::Result<Vec<String>> {
         let k = layout.keys(prefix, name)?;
-        let mut all: Vec<String> = [
-            k.lock(),
-            k.fencing(),
-            k.released(),
-            k.queue(),
-            k.lapse(),
-            k.rw(),
-            k.rw_queue(),
-            k.rw_lapse(),
-            k.rw_released(),
-            k.permits(),
-            k.permits_released(),
-            k.holder(),
-        ]
-        .map(String::from)
-        .to_vec();
+        let mut all = vec![k.lock().to_string()];
+        all.extend(aux_keys(&k).map(String::from));
         let leader = layout.leader_keys(prefix, name)?;
         all.extend(leader.all().map(String::from));
         all.extend(LeaderKeys::of_leader(leader.leader()));
