@@ -5,14 +5,19 @@
 //! with `SPUBLISH`, a script the owner forgot run again as `EVAL` there,
 //! `sync_replicas`' `WAIT` on the lock's owner only, names with hash tags
 //! (kept on the tag's slot) and names with a `}` but no tag (refused),
-//! guards on different primaries renewed, through a slot's migration too.
+//! guards on different primaries renewed, through a slot's migration too,
+//! `list` across primaries, a waiter served after a release, the
+//! read-write lock, the semaphore and an operator's force release.
 
 mod support;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{AcquireOptions, DistributedLock, GuardState, LockErrorKind, LockGuard, LockName};
+use lock_core::{
+    AcquireOptions, DistributedLock, GuardState, LockErrorKind, LockGuard, LockName, ReadWriteLock,
+    Semaphore,
+};
 use lock_redis::{RedisLock, RedisLockConfig, SyncReplicas};
 use lock_testbed::{unique_name, RedisClusterSet};
 use support::{blocking, initial_owner, name_on_primary};
@@ -404,4 +409,93 @@ async fn list_finds_the_locks_of_every_primary() {
         assert!(guard.release().await.unwrap());
     }
     assert!(b.list(&prefix, 10).await.unwrap().is_empty());
+}
+
+/// A waiter on a cluster gets the lock its holder released: its place in
+/// the line is kept on the lock's primary and the release hands it over
+/// (waiters are not woken by messages on a cluster yet: it finds out at
+/// its next look, `max_recheck` here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_gets_the_lock_after_its_release() {
+    let cluster = start().await;
+    let a = client(&cluster).await;
+    let b = connect(config(&cluster).max_recheck(Duration::from_millis(200))).await;
+    let name = name_on(1, "waiter");
+    let held = take(&a, &name, Duration::from_secs(30)).await;
+    let first = token(&held);
+    let waiter = {
+        let (b, name) = (b.clone(), name.clone());
+        tokio::spawn(async move {
+            let wait = AcquireOptions::new()
+                .ttl(Duration::from_secs(10))
+                .wait(Duration::from_secs(10));
+            b.acquire(&name, &wait).await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!waiter.is_finished());
+    let released = tokio::time::Instant::now();
+    assert!(held.release().await.unwrap());
+    let got = waiter.await.unwrap().expect("the waiter's acquisition");
+    let took = released.elapsed();
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    assert!(token(&got) > first);
+    assert!(got.release().await.unwrap());
+}
+
+/// The read-write lock and the semaphore on a cluster's primaries, and an
+/// operator's force release of each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_write_locks_semaphores_and_force_release() {
+    let cluster = start().await;
+    let (a, b) = (client(&cluster).await, client(&cluster).await);
+    let ttl = Duration::from_secs(10);
+    for owner in 0..3 {
+        let name = name_on(owner, "shared");
+        let r1 = a
+            .try_acquire_read(&name, &opts(ttl))
+            .await
+            .unwrap()
+            .expect("read");
+        let r2 = b
+            .try_acquire_read(&name, &opts(ttl))
+            .await
+            .unwrap()
+            .expect("read");
+        assert!(b
+            .try_acquire_write(&name, &opts(ttl))
+            .await
+            .unwrap()
+            .is_none());
+        let p1 = a
+            .try_acquire_permit(&name, 2, &opts(ttl))
+            .await
+            .unwrap()
+            .expect("permit");
+        let p2 = b
+            .try_acquire_permit(&name, 2, &opts(ttl))
+            .await
+            .unwrap()
+            .expect("permit");
+        assert!(a
+            .try_acquire_permit(&name, 2, &opts(ttl))
+            .await
+            .unwrap()
+            .is_none());
+        assert!(r1.release().await.unwrap());
+        assert!(p1.release().await.unwrap());
+        let forced = b.force_release(&name).await.unwrap();
+        assert_eq!(
+            (forced.read_write, forced.permits),
+            (1, 1),
+            "primary {owner}"
+        );
+        let w = a
+            .try_acquire_write(&name, &opts(ttl))
+            .await
+            .unwrap()
+            .expect("write");
+        assert!(w.release().await.unwrap());
+        drop((r2, p2));
+    }
 }
