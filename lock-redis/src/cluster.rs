@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use lock_core::{LockError, LockErrorKind, Result};
 use redis::RedisError;
+use tokio::sync::MutexGuard;
 use tokio::time::Instant;
 
 use crate::config::{mapped_address, RedisLockConfig};
@@ -34,8 +35,8 @@ pub(crate) struct ClusterRoute {
     /// The connection the slot map is read through.
     conn: ClusterConn,
     slots: RwLock<Arc<SlotMap>>,
-    /// When the last read of the slot map ended; held while one runs.
-    refreshing: tokio::sync::Mutex<Option<Instant>>,
+    /// The last read of the slot map; held while one runs.
+    refreshing: tokio::sync::Mutex<Option<Read>>,
     request_timeout: Duration,
 }
 
@@ -143,6 +144,11 @@ impl ClusterRoute {
             .map(|(_, _, addr)| addr.clone())
     }
 
+    /// The request timeout, which bounds a read of the slot map.
+    pub(crate) fn request_timeout(&self) -> Duration {
+        self.request_timeout
+    }
+
     /// Every primary of the slot map as last read (`host:port`, as
     /// announced), sorted.
     pub(crate) fn primaries(&self) -> Vec<String> {
@@ -155,14 +161,31 @@ impl ClusterRoute {
     /// another read runs or one ended less than [`MIN_REFRESH_INTERVAL`]
     /// ago. A failed read keeps the map as it was.
     pub(crate) async fn refresh(&self) {
-        let Ok(mut last) = self.refreshing.try_lock() else {
-            return;
-        };
-        if last.is_some_and(|t| t.elapsed() < MIN_REFRESH_INTERVAL) {
-            return;
+        if let Ok(last) = self.refreshing.try_lock() {
+            self.read_map(last).await;
+        }
+    }
+
+    /// Whether the cluster answers `CLUSTER SLOTS` (reading the slot map
+    /// again, or the read of the last [`MIN_REFRESH_INTERVAL`]), waiting
+    /// for a read that runs; false if none answered within `budget`.
+    pub(crate) async fn answers(&self, budget: Duration) -> bool {
+        match tokio::time::timeout(budget, self.refreshing.lock()).await {
+            Ok(last) => self.read_map(last).await,
+            Err(_) => false,
+        }
+    }
+
+    /// Reads the slot map again unless `last` is recent; whether the read
+    /// (or the recent one) succeeded.
+    async fn read_map(&self, mut last: MutexGuard<'_, Option<Read>>) -> bool {
+        if let Some(read) = *last {
+            if read.at.elapsed() < MIN_REFRESH_INTERVAL {
+                return read.ok;
+            }
         }
         let mut conn = self.conn.clone();
-        match tokio::time::timeout(self.request_timeout, conn.slots()).await {
+        let ok = match tokio::time::timeout(self.request_timeout, conn.slots()).await {
             Ok(Ok(slots)) => {
                 let mut current = match self.slots.write() {
                     Ok(current) => current,
@@ -172,14 +195,28 @@ impl ClusterRoute {
                     tracing::debug!(?slots, "distlock redis cluster: the slot map changed");
                     *current = Arc::new(slots);
                 }
+                true
             }
             Ok(Err(e)) => {
                 tracing::debug!(error = %e, "distlock redis cluster: reading the slot map failed");
+                false
             }
             Err(_) => {
                 tracing::debug!("distlock redis cluster: reading the slot map timed out");
+                false
             }
-        }
-        *last = Some(Instant::now());
+        };
+        *last = Some(Read {
+            at: Instant::now(),
+            ok,
+        });
+        ok
     }
+}
+
+/// One read of the slot map: when it ended, and whether it succeeded.
+#[derive(Clone, Copy)]
+struct Read {
+    at: Instant,
+    ok: bool,
 }

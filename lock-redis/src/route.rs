@@ -45,6 +45,10 @@ const MIN_LOOK_INTERVAL: Duration = Duration::from_millis(200);
 /// How long a waiter whose attempt failed during a failover waits for the
 /// route to move before it tries again (at most: a move wakes it).
 const RIDE_OUT_PAUSE: Duration = Duration::from_millis(250);
+/// How long a waiter whose attempt failed on a cluster that answers (a
+/// slot's migration refusing its script, a failover) waits before it
+/// tries again.
+const CLUSTER_RIDE_OUT_PAUSE: Duration = Duration::from_millis(100);
 
 /// The server requests go to now.
 pub(crate) struct Endpoint {
@@ -337,14 +341,29 @@ impl Route {
     /// waiter's place in line. Otherwise the error: with no sentinel
     /// answering either, the deployment is out of reach, as one server
     /// would be, and the waiter learns it within one request timeout.
+    /// On a cluster likewise, while the cluster answers `CLUSTER SLOTS`
+    /// (a slot's migration refuses the scripts of its names until it
+    /// ends; a failover takes a node timeout): a pause of
+    /// [`CLUSTER_RIDE_OUT_PAUSE`], the slot map read again.
     pub(crate) async fn ride_out(&self, err: LockError, deadline: Instant) -> Result<()> {
-        let Some(follow) = &self.follow else {
-            return Err(err);
-        };
         let now = Instant::now();
         if !err.is_retryable() || now >= deadline {
             return Err(err);
         }
+        if let Some(cluster) = &self.cluster {
+            if !cluster
+                .answers(cluster.request_timeout().min(deadline - now))
+                .await
+            {
+                return Err(err);
+            }
+            tracing::debug!(error = %err, "distlock redis cluster: an attempt failed while the cluster answers; trying again");
+            tokio::time::sleep_until(deadline.min(Instant::now() + CLUSTER_RIDE_OUT_PAUSE)).await;
+            return Ok(());
+        }
+        let Some(follow) = &self.follow else {
+            return Err(err);
+        };
         let mut moves = self.moved.subscribe();
         let budget = follow.config.request_timeout.min(deadline - now);
         if !self.look(true, budget).await {

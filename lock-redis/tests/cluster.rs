@@ -499,3 +499,54 @@ async fn read_write_locks_semaphores_and_force_release() {
         drop((r2, p2));
     }
 }
+
+/// A waiter whose attempts are refused while its lock's slot migrates
+/// (`TRYAGAIN` until the migration ends, longer than a request timeout)
+/// keeps waiting with its place in line, and gets the lock once the
+/// holder releases it on the new owner; a `try_acquire` in the window
+/// fails `Unavailable`, retryable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_rides_out_a_slots_migration() {
+    let cluster = start().await;
+    let a = client(&cluster).await;
+    let b = connect(config(&cluster).max_recheck(Duration::from_millis(200))).await;
+    let name = name_on(0, "riding");
+    let slot = RedisClusterSet::slot_of(name.as_str());
+    let held = take(&a, &name, Duration::from_secs(30)).await;
+    let first = token(&held);
+    let waiter = {
+        let (b, name) = (b.clone(), name.clone());
+        tokio::spawn(async move {
+            let wait = AcquireOptions::new()
+                .ttl(Duration::from_secs(10))
+                .wait(Duration::from_secs(15));
+            b.acquire(&name, &wait).await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let c = cluster.clone();
+    blocking(move || c.begin_migration(slot, 0, 1))
+        .await
+        .unwrap_or_else(|e| panic!("begin_migration({slot}): {e}"));
+    let refused = a
+        .try_acquire(&name, &opts(Duration::from_secs(10)))
+        .await
+        .expect_err("refused during the migration");
+    assert_eq!(refused.kind(), LockErrorKind::Unavailable, "{refused}");
+    assert!(refused.is_retryable());
+    // Several request timeouts of refused attempts.
+    tokio::time::sleep(REQUEST * 4).await;
+    assert!(!waiter.is_finished(), "{:?}", waiter.await);
+    let c = cluster.clone();
+    blocking(move || {
+        c.move_keys(slot, 0, 1)?;
+        c.finish_migration(slot, 1)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("finishing the migration of {slot}: {e}"));
+    assert!(held.release().await.unwrap());
+    let got = waiter.await.unwrap().expect("the waiter's acquisition");
+    assert!(token(&got) > first);
+    assert!(exists_on(&cluster, 1, name.as_str()).await);
+    assert!(got.release().await.unwrap());
+}
