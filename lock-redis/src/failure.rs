@@ -66,6 +66,10 @@ mod tests {
             map_error("x", Failure::Redis(io)).kind(),
             LockErrorKind::Unavailable
         );
+        let gone = RedisError::from((ErrorKind::ClusterConnectionNotFound, "no connection"));
+        let e = map_error("extend", Failure::Redis(gone));
+        assert_eq!(e.kind(), LockErrorKind::Unavailable, "a cluster node gone");
+        assert!(e.is_retryable());
         let cfg = redis::Client::open("nonsense://").unwrap_err();
         assert_eq!(
             map_error("x", Failure::Redis(cfg)).kind(),

@@ -7,7 +7,8 @@
 //! (kept on the tag's slot) and names with a `}` but no tag (refused),
 //! guards on different primaries renewed, through a slot's migration too,
 //! `list` across primaries, a waiter served after a release, the
-//! read-write lock, the semaphore and an operator's force release.
+//! read-write lock, the semaphore and an operator's force release, a
+//! waiter through a migration, a guard through its primary's failover.
 
 mod support;
 
@@ -117,17 +118,15 @@ fn opts(ttl: Duration) -> AcquireOptions {
 }
 
 /// `EXISTS key` on node `i`.
-async fn exists_on(cluster: &Arc<RedisClusterSet>, i: usize, key: &str) -> bool {
-    let (cluster, key) = (cluster.clone(), key.to_string());
-    blocking(move || {
+fn exists_on(cluster: &RedisClusterSet, i: usize, key: &str) -> bool {
+    tokio::task::block_in_place(|| {
         cluster
             .node(i)
-            .cmd(&["EXISTS", &key])
+            .cmd(&["EXISTS", key])
             .unwrap_or_else(|e| panic!("EXISTS {key} on node {i}: {e}"))
             .as_int()
             == Some(1)
     })
-    .await
 }
 
 async fn take(lock: &RedisLock, name: &LockName, ttl: Duration) -> LockGuard {
@@ -159,7 +158,7 @@ async fn locks_on_every_primary_with_tokens_increasing_across_them() {
                 "round {round}, primary {owner}: token {t} after {last}"
             );
             last = t;
-            assert!(exists_on(&cluster, owner, name.as_str()).await);
+            assert!(exists_on(&cluster, owner, name.as_str()));
             assert!(b
                 .try_acquire(name, &opts(Duration::from_secs(10)))
                 .await
@@ -172,7 +171,7 @@ async fn locks_on_every_primary_with_tokens_increasing_across_them() {
                 guard.release().await.unwrap(),
                 "released on primary {owner}"
             );
-            assert!(!exists_on(&cluster, owner, name.as_str()).await);
+            assert!(!exists_on(&cluster, owner, name.as_str()));
         }
     }
 }
@@ -196,7 +195,7 @@ async fn a_lock_is_held_through_its_slots_migration() {
         moved >= 2,
         "the lock key and its counter moved ({moved} keys)"
     );
-    assert!(exists_on(&cluster, 1, name.as_str()).await);
+    assert!(exists_on(&cluster, 1, name.as_str()));
     assert!(b
         .try_acquire(&name, &opts(Duration::from_secs(10)))
         .await
@@ -295,10 +294,7 @@ async fn a_name_with_a_hash_tag_keeps_its_keys_on_the_tags_owner() {
         .is_none());
     first.extend(Duration::from_secs(10)).await.unwrap();
     for key in [keys.lock(), keys.fencing(), keys.holder()] {
-        assert!(
-            exists_on(&cluster, owner, key).await,
-            "{key} on primary {owner}"
-        );
+        assert!(exists_on(&cluster, owner, key), "{key} on primary {owner}");
     }
     let first_token = token(&first);
     assert!(first.release().await.unwrap());
@@ -375,7 +371,7 @@ async fn renewals_follow_a_slots_migration() {
         .await
         .unwrap_or_else(|e| panic!("migrating slot {slot}: {e}"));
     held_throughout(&guards, ttl, 6).await;
-    assert!(exists_on(&cluster, 2, moving.as_str()).await);
+    assert!(exists_on(&cluster, 2, moving.as_str()));
     refused_then_released(&b, guards, ttl).await;
 }
 
@@ -547,6 +543,54 @@ async fn a_waiter_rides_out_a_slots_migration() {
     assert!(held.release().await.unwrap());
     let got = waiter.await.unwrap().expect("the waiter's acquisition");
     assert!(token(&got) > first);
-    assert!(exists_on(&cluster, 1, name.as_str()).await);
+    assert!(exists_on(&cluster, 1, name.as_str()));
     assert!(got.release().await.unwrap());
+}
+
+/// The primary of a held lock fails over to its replica: the guard (its
+/// acquisition replicated with `sync_replicas`) is renewed again on the
+/// new primary, another client still finds the lock held there, and a new
+/// lock of that slot gets a higher fencing token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guard_is_renewed_on_the_new_primary_after_a_failover() {
+    let mut cluster = blocking(RedisClusterSet::start)
+        .await
+        .unwrap_or_else(|e| panic!("starting a Redis Cluster: {e}"));
+    let sync = Some(SyncReplicas::new(1, Duration::from_secs(2)));
+    let a = connect(config(&cluster).sync_replicas(sync)).await;
+    let b = client(&cluster).await;
+    // Longer than the failover (about 5 s here) and the client's way to
+    // the new primary after it.
+    let ttl = Duration::from_secs(15);
+    let name = name_on(0, "failover");
+    let guard = take(&a, &name, ttl).await;
+    let first = token(&guard);
+    let promoted = tokio::task::block_in_place(|| {
+        cluster.kill_node(0)?;
+        cluster.wait_for_failover(0, Duration::from_secs(30))
+    })
+    .unwrap_or_else(|e| panic!("failing primary 0 over: {e}"));
+    // Renewed on the new primary within a TTL (suspended meanwhile, maybe).
+    let since = tokio::time::Instant::now();
+    while !matches!(guard.state(), GuardState::Held { .. }) || since.elapsed() < ttl / 2 {
+        assert!(
+            !matches!(guard.state(), GuardState::Lost { .. }),
+            "{:?}",
+            guard.state()
+        );
+        assert!(since.elapsed() < ttl * 2, "{:?}", guard.state());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let renewed = guard
+        .extend(ttl)
+        .await
+        .expect("extended on the new primary");
+    assert!(renewed > since);
+    assert!(b.try_acquire(&name, &opts(ttl)).await.unwrap().is_none());
+    let other = LockName::new(name_on_primary(0, &format!("{name}-next-"))).unwrap();
+    let next = take(&b, &other, ttl).await;
+    assert!(token(&next) > first, "{} after {first}", token(&next));
+    assert!(exists_on(&cluster, promoted, other.as_str()));
+    assert!(guard.release().await.unwrap());
+    assert!(next.release().await.unwrap());
 }

@@ -10,7 +10,8 @@ use redis::{ErrorKind, RedisError, ServerErrorKind};
 pub fn error_kind(err: &RedisError) -> LockErrorKind {
     let code = err.code().unwrap_or("");
     match err.kind() {
-        ErrorKind::Io => LockErrorKind::Unavailable,
+        // No connection to a cluster node (gone, or not connected yet).
+        ErrorKind::Io | ErrorKind::ClusterConnectionNotFound => LockErrorKind::Unavailable,
         _ if err.is_timeout() || err.is_connection_dropped() || err.is_connection_refusal() => {
             LockErrorKind::Unavailable
         }
