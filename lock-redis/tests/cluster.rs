@@ -407,6 +407,23 @@ async fn list_finds_the_locks_of_every_primary() {
     assert!(b.list(&prefix, 10).await.unwrap().is_empty());
 }
 
+/// A client that looks again every 200 ms (`max_recheck`) waiting up to
+/// `wait` for `name`, in a task of its own.
+async fn waiter_on(
+    cluster: &RedisClusterSet,
+    name: &LockName,
+    wait: Duration,
+) -> tokio::task::JoinHandle<lock_core::Result<LockGuard>> {
+    let b = connect(config(cluster).max_recheck(Duration::from_millis(200))).await;
+    let name = name.clone();
+    tokio::spawn(async move {
+        let wait = AcquireOptions::new()
+            .ttl(Duration::from_secs(10))
+            .wait(wait);
+        b.acquire(&name, &wait).await
+    })
+}
+
 /// A waiter on a cluster gets the lock its holder released: its place in
 /// the line is kept on the lock's primary and the release hands it over
 /// (waiters are not woken by messages on a cluster yet: it finds out at
@@ -415,19 +432,10 @@ async fn list_finds_the_locks_of_every_primary() {
 async fn a_waiter_gets_the_lock_after_its_release() {
     let cluster = start().await;
     let a = client(&cluster).await;
-    let b = connect(config(&cluster).max_recheck(Duration::from_millis(200))).await;
     let name = name_on(1, "waiter");
     let held = take(&a, &name, Duration::from_secs(30)).await;
     let first = token(&held);
-    let waiter = {
-        let (b, name) = (b.clone(), name.clone());
-        tokio::spawn(async move {
-            let wait = AcquireOptions::new()
-                .ttl(Duration::from_secs(10))
-                .wait(Duration::from_secs(10));
-            b.acquire(&name, &wait).await
-        })
-    };
+    let waiter = waiter_on(&cluster, &name, Duration::from_secs(10)).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(!waiter.is_finished());
     let released = tokio::time::Instant::now();
@@ -505,20 +513,11 @@ async fn read_write_locks_semaphores_and_force_release() {
 async fn a_waiter_rides_out_a_slots_migration() {
     let cluster = start().await;
     let a = client(&cluster).await;
-    let b = connect(config(&cluster).max_recheck(Duration::from_millis(200))).await;
     let name = name_on(0, "riding");
     let slot = RedisClusterSet::slot_of(name.as_str());
     let held = take(&a, &name, Duration::from_secs(30)).await;
     let first = token(&held);
-    let waiter = {
-        let (b, name) = (b.clone(), name.clone());
-        tokio::spawn(async move {
-            let wait = AcquireOptions::new()
-                .ttl(Duration::from_secs(10))
-                .wait(Duration::from_secs(15));
-            b.acquire(&name, &wait).await
-        })
-    };
+    let waiter = waiter_on(&cluster, &name, Duration::from_secs(15)).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let c = cluster.clone();
     blocking(move || c.begin_migration(slot, 0, 1))
