@@ -61,7 +61,7 @@ impl Connector for RawRedis {
         }
         Ok(Arc::new(RawRedisClient {
             conns,
-            script: Arc::new(redis::Script::new(COMPARE_AND_DELETE)),
+            script: Arc::new(lock_redis::kit::call::Lua::new(COMPARE_AND_DELETE)),
             fenced: self.fenced,
         }))
     }
@@ -69,7 +69,7 @@ impl Connector for RawRedis {
 
 struct RawRedisClient {
     conns: Vec<MultiplexedConnection>,
-    script: Arc<redis::Script>,
+    script: Arc<lock_redis::kit::call::Lua>,
     fenced: bool,
 }
 
@@ -98,7 +98,7 @@ async fn raw_set(
 
 async fn raw_del(
     mut conn: MultiplexedConnection,
-    script: Arc<redis::Script>,
+    script: Arc<lock_redis::kit::call::Lua>,
     key: String,
     token: String,
 ) -> redis::RedisResult<i64> {
@@ -155,7 +155,7 @@ impl Locker for RawRedisClient {
 
 struct RawRedisHeld {
     conns: Vec<MultiplexedConnection>,
-    script: Arc<redis::Script>,
+    script: Arc<lock_redis::kit::call::Lua>,
     key: String,
     token: String,
 }

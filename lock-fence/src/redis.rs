@@ -2,9 +2,9 @@
 //! resource's fence key and writes, atomically.
 
 use lock_core::{FencingToken, LockError, LockErrorKind};
-use lock_redis::kit::call::ScriptCall;
+use lock_redis::kit::call::{Lua, ScriptCall};
 use redis::aio::ConnectionLike;
-use redis::{RedisError, Script};
+use redis::RedisError;
 
 use crate::{metrics, Admission, FenceError, FencedWrite, Storage};
 
@@ -53,7 +53,7 @@ return {1, ARGV[1]}
 #[derive(Clone, Debug)]
 pub struct RedisFence {
     prefix: String,
-    script: Script,
+    script: Lua,
 }
 
 impl Default for RedisFence {
@@ -72,7 +72,7 @@ impl RedisFence {
     pub fn with_prefix(prefix: impl Into<String>) -> Self {
         Self {
             prefix: prefix.into(),
-            script: Script::new(FENCED_WRITE),
+            script: Lua::new(FENCED_WRITE),
         }
     }
 

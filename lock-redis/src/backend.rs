@@ -36,9 +36,17 @@ pub const SENTINEL_FAULT_TOLERANCE: &str = "the primary's failure (Sentinel prom
     acquisition not yet replicated and two holders are then possible: fencing tokens stay \
     increasing and catch it; sync_replicas (WAIT) narrows the window";
 
-/// A client of one Redis server, or of the primary of a Sentinel-managed
-/// deployment (`redis+sentinel://`, followed across failovers): the
-/// `redis` backend of distlock.
+/// What a Redis Cluster tolerates, and what a failover can do (the
+/// `fault_tolerance` of a `redis+cluster://` client's capabilities).
+pub const CLUSTER_FAULT_TOLERANCE: &str = "a primary's failure (the cluster promotes its \
+    replica and the client follows the slot map); replication is asynchronous, so a failover \
+    can lose an acquisition not yet replicated and two holders are then possible: fencing \
+    tokens stay increasing and catch it; sync_replicas (WAIT) narrows the window";
+
+/// A client of one Redis server, of the primary of a Sentinel-managed
+/// deployment (`redis+sentinel://`, followed across failovers), or of a
+/// Redis Cluster (`redis+cluster://`, each lock on the owner of its
+/// slot): the `redis` backend of distlock.
 ///
 /// Cheap to clone (clones share one connection, one pub/sub connection and
 /// the scripts). Use it through [`lock_core::DistributedLock`]
@@ -103,21 +111,32 @@ impl RedisLock {
         &self.inner.client.config
     }
 
-    /// The Redis keys of lock `name` (lock key, fencing counter, release channel).
-    pub fn keys(&self, name: &LockName) -> Keys {
-        Keys::new(&self.inner.client.config.key_prefix, name.as_str())
+    /// The Redis keys of lock `name` (lock key, fencing counter, release
+    /// channel...). On a Redis Cluster, a name whose lock key holds a `}`
+    /// has its other keys behind its hash tag, and one without a hash tag
+    /// is an `InvalidArgument` error (see [`crate::kit::layout`]).
+    pub fn keys(&self, name: &LockName) -> Result<Keys, LockError> {
+        let client = &self.inner.client;
+        client.layout.keys(&client.config.key_prefix, name.as_str())
     }
 
-    /// The Redis keys of the leader election `name` (see [`LeaderKeys`]).
-    pub fn leader_keys(&self, name: &LockName) -> LeaderKeys {
-        LeaderKeys::new(&self.inner.client.config.key_prefix, name.as_str())
+    /// The Redis keys of the leader election `name` (see [`LeaderKeys`];
+    /// on a Redis Cluster, errors as [`RedisLock::keys`]).
+    pub fn leader_keys(&self, name: &LockName) -> Result<LeaderKeys, LockError> {
+        let client = &self.inner.client;
+        client
+            .layout
+            .leader_keys(&client.config.key_prefix, name.as_str())
     }
 
     /// The queued wait for the mutex or a term of `req` (see
     /// [`wait_in_queue`]); `Unsupported` for the other kinds of lease.
     async fn queued(&self, req: &LeaseRequest, deadline: Instant) -> Result<Option<Lease>> {
-        let keys = Arc::new(self.keys(&req.name));
-        let leader = (req.mode == LockMode::Leader).then(|| self.leader_keys(&req.name));
+        let keys = Arc::new(self.keys(&req.name)?);
+        let leader = match req.mode {
+            LockMode::Leader => Some(self.leader_keys(&req.name)?),
+            _ => None,
+        };
         let line = Arc::new(Line::of(req, keys, leader));
         wait_in_queue(
             &self.inner.client,
@@ -168,9 +187,9 @@ impl RedisLock {
             Ok(AcquireReply::Acquired(fence)) => {
                 // With sync_replicas: not ours to return until replicated;
                 // on failure the armed clean-up releases it again.
-                client.confirm_replicated().await?;
+                client.confirm_replicated(keys.lock()).await?;
                 cleanup.disarm();
-                let server_key = primitive.server_key(keys.lock()).into_owned();
+                let server_key = primitive.server_key(keys).to_string();
                 let handle = RedisLease {
                     client,
                     primitive,
@@ -324,13 +343,16 @@ async fn release_lost_acquire(
 #[async_trait]
 impl LockBackend for RedisLock {
     fn backend_capabilities(&self) -> Capabilities {
+        let route = &self.inner.client.route;
         Capabilities::new("redis")
             .with_fencing(Fencing::ServerClock)
             .with_fifo(true)
             .with_loss_events(false)
-            .with_notified_wait(true)
+            .with_notified_wait(!route.is_cluster())
             .with_remote(true)
-            .with_fault_tolerance(if self.inner.client.route.follows_failovers() {
+            .with_fault_tolerance(if route.is_cluster() {
+                CLUSTER_FAULT_TOLERANCE
+            } else if route.follows_failovers() {
                 SENTINEL_FAULT_TOLERANCE
             } else {
                 "none: a single server"
@@ -346,7 +368,7 @@ impl LockBackend for RedisLock {
             // One attempt: a place taken if a term runs, left at once.
             return self.queued(req, Instant::now()).await;
         }
-        let keys = Arc::new(self.keys(&req.name));
+        let keys = Arc::new(self.keys(&req.name)?);
         match self.attempt_with_reconnect(req, &keys, None).await? {
             Attempt::Acquired(lease) => Ok(Some(lease)),
             Attempt::Held { .. } => Ok(None),
@@ -358,7 +380,7 @@ impl LockBackend for RedisLock {
         if matches!(req.mode, LockMode::Exclusive | LockMode::Leader) {
             return self.queued(req, deadline).await;
         }
-        let keys = Arc::new(self.keys(&req.name));
+        let keys = Arc::new(self.keys(&req.name)?);
         let primitive = Primitive::of(req.mode)?;
         // A caller of the read-write lock that has to wait takes a place in
         // its queue, so that it is served in arrival order between readers
@@ -397,7 +419,7 @@ impl LockBackend for RedisLock {
     }
 
     async fn inspect(&self, name: &LockName) -> Result<LockStatus> {
-        let keys = self.keys(name);
+        let keys = self.keys(name)?;
         let seen = self.inner.client.inspect(&keys).await?;
         let ttl_remaining = u64::try_from(seen.pttl).ok().map(Duration::from_millis);
         Ok(LockStatus::new(seen.pttl != -2)
@@ -414,7 +436,7 @@ impl LockBackend for RedisLock {
     /// release notice published for each; two requests, each within the
     /// request timeout. The evicted guards find out at their next renewal.
     async fn force_release(&self, name: &LockName) -> Result<ForceReleased> {
-        let keys = self.keys(name);
+        let keys = self.keys(name)?;
         let client = &self.inner.client;
         let mutex = client.force_release_mutex(&keys).await?;
         let (rw, permits): (i64, i64) = client
@@ -438,7 +460,7 @@ impl LockBackend for RedisLock {
     }
 
     async fn leader(&self, name: &LockName) -> Result<Option<LeaderInfo>> {
-        let keys = self.leader_keys(name);
+        let keys = self.leader_keys(name)?;
         Ok(crate::election::read(&self.inner.client, &keys)
             .await?
             .leader
@@ -446,7 +468,7 @@ impl LockBackend for RedisLock {
     }
 
     async fn observe(&self, name: &LockName) -> Result<LeaderStream> {
-        crate::election::observe::follow(self.inner.clone(), self.leader_keys(name)).await
+        crate::election::observe::follow(self.inner.clone(), self.leader_keys(name)?).await
     }
 
     /// The keys under the prefix that hold a lock (a 32-hex-digit owner

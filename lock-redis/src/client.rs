@@ -3,7 +3,7 @@
 //! function, [`map_error`] (in [`crate::failure`]).
 
 use std::future::Future;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::{Holder, LockError, LockErrorKind, Result};
@@ -12,13 +12,16 @@ use redis::RedisResult;
 use tokio::time::Instant;
 
 use crate::config::RedisLockConfig;
+use crate::conn::Conn;
 pub(crate) use crate::failure::{map_error, Failure};
-use crate::kit::call::ScriptCall;
-use crate::kit::layout::{Keys, HOLDER};
+use crate::kit::call::{Lua, ScriptCall};
+use crate::kit::cluster::ClusterTarget;
+use crate::kit::layout::{Keys, Layout, HOLDER};
 use crate::kit::list::Listed;
 use crate::kit::notify::Notifier;
-use crate::kit::renew::{BatchSender, Batcher, KeyOutcome, RenewItem, Renewed, RENEW_BATCH};
+use crate::kit::renew::{KeyOutcome, RenewItem, Renewed};
 use crate::kit::scripts::Scripts;
+use crate::renewals::Renewals;
 use crate::route::Route;
 
 /// What every handle of one `RedisLock` shares: the client and its
@@ -34,11 +37,13 @@ pub(crate) struct Client {
     /// Where requests go: the server, or the primary the sentinels name
     /// (the notifier follows it too).
     pub(crate) route: Arc<Route>,
-    scripts: Scripts,
-    /// [`RENEW_BATCH`], the one script every renewal runs in.
-    renew_script: redis::Script,
-    /// This client's renewals, one request per batch (see [`crate::kit::renew`]).
-    renewals: Batcher<BatchOnClient>,
+    /// The scripts: [`Scripts::cluster`] on a Redis Cluster.
+    pub(crate) scripts: Scripts,
+    /// How a name's keys are laid out: [`Layout::Cluster`] on a Redis Cluster.
+    pub(crate) layout: Layout,
+    /// This client's renewals, one request per batch (per primary on a
+    /// cluster; see [`crate::kit::renew`]).
+    renewals: Renewals,
 }
 
 /// What the acquire script answered.
@@ -72,20 +77,30 @@ impl Client {
     /// Connects within `config.connect_timeout` and loads the scripts.
     pub(crate) async fn connect(config: RedisLockConfig) -> Result<Arc<Self>> {
         config.validate()?;
-        let (route, policy) = Route::connect(&config).await?;
-        crate::kit::eviction::check_policy(
-            policy.as_deref(),
-            config.require_noeviction,
-            &route.endpoint().addr,
-            "distlock redis",
-        )?;
+        let (scripts, layout) = match ClusterTarget::parse(&config.url)? {
+            Some(_) => (Scripts::cluster(), Layout::Cluster),
+            None => (Scripts::default(), Layout::Standalone),
+        };
+        let (route, policies) = Route::connect(&config, &scripts).await?;
+        for (addr, policy) in &policies {
+            crate::kit::eviction::check_policy(
+                policy.as_deref(),
+                config.require_noeviction,
+                addr,
+                "distlock redis",
+            )?;
+        }
         Ok(Arc::new_cyclic(|this| {
-            let renewals = Batcher::new(BatchOnClient(this.clone()), config.renew_batching);
+            let renewals = Renewals::new(
+                this.clone(),
+                layout == Layout::Cluster,
+                config.renew_batching,
+            );
             Self {
                 config,
                 route,
-                scripts: Scripts::default(),
-                renew_script: redis::Script::new(RENEW_BATCH),
+                scripts,
+                layout,
                 renewals,
             }
         }))
@@ -97,7 +112,7 @@ impl Client {
     pub(crate) async fn eval<T: redis::FromRedisValue>(
         &self,
         what: &'static str,
-        pick: fn(&Scripts) -> &redis::Script,
+        pick: fn(&Scripts) -> &Lua,
         keys: &[&str],
         args: &[&str],
         idempotent: bool,
@@ -120,7 +135,7 @@ impl Client {
     pub(crate) async fn eval_acquire<T: redis::FromRedisValue>(
         &self,
         what: &'static str,
-        pick: fn(&Scripts) -> &redis::Script,
+        pick: fn(&Scripts) -> &Lua,
         keys: &[&str],
         args: &[&str],
     ) -> Result<T> {
@@ -133,7 +148,7 @@ impl Client {
     /// and `args`.
     fn script_call<'a>(
         &'a self,
-        pick: fn(&Scripts) -> &redis::Script,
+        pick: fn(&Scripts) -> &Lua,
         keys: &[&str],
         args: &[&str],
     ) -> ScriptCall<'a> {
@@ -146,9 +161,10 @@ impl Client {
 
     /// With [`RedisLockConfig::sync_replicas`]: `WAIT` on the acquisitions'
     /// connection until that many replicas have every write sent on it so
-    /// far (the acquisition just made included); `Unavailable` if fewer
+    /// far (the acquisition of `key` just made included; on a cluster, the
+    /// `WAIT` goes to the owner of `key`'s slot); `Unavailable` if fewer
     /// confirm within its timeout. Without it: nothing.
-    pub(crate) async fn confirm_replicated(&self) -> Result<()> {
+    pub(crate) async fn confirm_replicated(&self, key: &str) -> Result<()> {
         let Some(sync) = self.config.sync_replicas else {
             return Ok(());
         };
@@ -157,15 +173,10 @@ impl Client {
             .unwrap_or(u64::MAX)
             .max(1);
         let limit = self.config.request_timeout.saturating_add(sync.timeout);
+        let mut wait = redis::cmd("WAIT");
+        wait.arg(sync.replicas).arg(wait_ms);
         let confirmed: i64 = self
-            .request_within(
-                "wait replicas",
-                limit,
-                redis::cmd("WAIT")
-                    .arg(sync.replicas)
-                    .arg(wait_ms)
-                    .query_async(&mut conn),
-            )
+            .request_within("wait replicas", limit, conn.query_for_key(key, &wait))
             .await
             .map_err(|f| map_error("wait replicas", f))?;
         if confirmed < i64::from(sync.replicas) {
@@ -233,7 +244,7 @@ impl Client {
     }
 
     /// [`Client::request_idempotent`] without the mapping.
-    async fn request_idempotent_raw<T, F, Fut>(
+    pub(crate) async fn request_idempotent_raw<T, F, Fut>(
         &self,
         what: &'static str,
         make: F,
@@ -358,7 +369,9 @@ impl Client {
     }
 
     /// The held locks whose names start with `name_prefix`, with their
-    /// counters; the whole scan within one request timeout.
+    /// counters; the whole scan within one request timeout (on a cluster,
+    /// of every primary: a name whose slot moves meanwhile may show twice,
+    /// then once, or not at all, as with `SCAN`).
     pub(crate) async fn list(
         &self,
         name_prefix: &str,
@@ -368,13 +381,39 @@ impl Client {
         let scripts = &self.scripts;
         let found = self
             .request("list", async {
-                let found = crate::kit::list::list_keys(
-                    &mut conn,
-                    &scripts.list_page,
-                    &prefix,
-                    name_prefix,
-                )
-                .await?;
+                let found = match (&conn, self.route.cluster()) {
+                    (Conn::Cluster(cluster), Some(route)) => {
+                        route.refresh().await;
+                        let mut found = Vec::new();
+                        for addr in route.primaries() {
+                            let mut cluster = cluster.clone();
+                            let Some(mut node) = cluster.node(&addr) else {
+                                continue;
+                            };
+                            found.extend(
+                                crate::kit::list::list_keys(
+                                    &mut node,
+                                    &scripts.list_page,
+                                    &prefix,
+                                    name_prefix,
+                                )
+                                .await?,
+                            );
+                        }
+                        found.sort_by(|a, b| a.key.cmp(&b.key));
+                        found.dedup_by(|a, b| a.key == b.key);
+                        found
+                    }
+                    _ => {
+                        crate::kit::list::list_keys(
+                            &mut conn,
+                            &scripts.list_page,
+                            &prefix,
+                            name_prefix,
+                        )
+                        .await?
+                    }
+                };
                 if found.is_empty() {
                     return Ok((found, Vec::new(), Vec::new()));
                 }
@@ -382,7 +421,7 @@ impl Client {
                     .arg(
                         found
                             .iter()
-                            .map(|l| Keys::aux(&l.key, "fencing"))
+                            .map(|l| self.listed_aux(&l.key, "fencing"))
                             .collect::<Vec<_>>(),
                     )
                     .query_async(&mut conn)
@@ -391,7 +430,7 @@ impl Client {
                     .arg(
                         found
                             .iter()
-                            .map(|l| Keys::aux(&l.key, HOLDER))
+                            .map(|l| self.listed_aux(&l.key, HOLDER))
                             .collect::<Vec<_>>(),
                     )
                     .query_async(&mut conn)
@@ -410,6 +449,16 @@ impl Client {
                 (listed, counter, holder)
             })
             .collect())
+    }
+
+    /// The auxiliary key `suffix` of a listed lock key: on a cluster, a
+    /// key this client refuses (a `}` and no hash tag) was taken by
+    /// another client, and `{key} suffix` is read, which nothing of ours
+    /// writes.
+    fn listed_aux(&self, key: &str, suffix: &str) -> String {
+        self.layout
+            .aux(key, suffix)
+            .unwrap_or_else(|_| Keys::aux(key, suffix))
     }
 
     /// `PTTL` of the lock key, `GET` of the counter, of the lock key and of
@@ -443,7 +492,7 @@ impl Client {
 
 /// `script` with the mutex's keys, in the order its scripts
 /// ([`ACQUIRE_FENCED`](crate::kit::scripts::ACQUIRE_FENCED), [`RELEASE_QUEUED`](crate::kit::scripts::RELEASE_QUEUED)) take them.
-fn on_mutex_keys<'a>(script: &'a redis::Script, keys: &Keys) -> ScriptCall<'a> {
+fn on_mutex_keys<'a>(script: &'a Lua, keys: &Keys) -> ScriptCall<'a> {
     ScriptCall::new(
         script,
         &[
@@ -455,31 +504,4 @@ fn on_mutex_keys<'a>(script: &'a redis::Script, keys: &Keys) -> ScriptCall<'a> {
             keys.holder(),
         ],
     )
-}
-
-/// How a client's renewal batches reach Redis: one [`RENEW_BATCH`] per
-/// batch through the client's connection, within the request timeout,
-/// retried once after a dropped connection (extending is idempotent), as a
-/// single renewal always was.
-pub(crate) struct BatchOnClient(Weak<Client>);
-
-impl BatchSender for BatchOnClient {
-    type Error = Failure;
-
-    async fn send(&self, items: Vec<RenewItem>) -> std::result::Result<Vec<KeyOutcome>, Failure> {
-        let Some(client) = self.0.upgrade() else {
-            return Err(Failure::Abandoned);
-        };
-        client
-            .request_idempotent_raw("renew", || {
-                let mut conn = client.route.conn();
-                let (script, items) = (&client.renew_script, &items);
-                async move { crate::kit::renew::send_batch(&mut conn, script, items).await }
-            })
-            .await
-    }
-
-    fn abandoned(&self) -> Failure {
-        Failure::Abandoned
-    }
 }

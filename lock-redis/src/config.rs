@@ -43,6 +43,12 @@ pub struct RedisLockConfig {
     /// database are those of the data nodes, the sentinels are reached
     /// without credentials): the client asks the sentinels where the
     /// primary is, checks it with `ROLE`, and follows it across failovers.
+    /// Or a Redis Cluster: `redis+cluster://[[user]:password@]n1[:port],n2,...`
+    /// (`rediss+cluster://` for TLS; the port defaults to 6379; database 0
+    /// only): the nodes given are seeds, the client learns every primary
+    /// from them and sends each lock's requests to the owner of its slot.
+    /// Waiters on a cluster are not woken by releases yet: they try again
+    /// when the holder's TTL runs out or after [`Self::max_recheck`].
     /// Default: [`DEFAULT_URL`].
     pub url: String,
     /// With a `rediss://` URL: the CA to trust (default: the system's
@@ -86,8 +92,9 @@ pub struct RedisLockConfig {
     /// a warning; a server that answers neither is not checked (logged at
     /// debug level). Default: `false`.
     pub require_noeviction: bool,
-    /// With a `redis+sentinel://` URL: addresses as the sentinels report
-    /// them (`host:port`), each with the address to connect to instead,
+    /// With a `redis+sentinel://` or `redis+cluster://` URL: addresses as
+    /// the sentinels or the cluster's nodes report them (`host:port`),
+    /// each with the address to connect to instead,
     /// for a client that reaches the data nodes through a NAT or a port
     /// mapping (containers, a bastion), as Redisson's `NatMapper`.
     /// Addresses not listed are used as reported. Default: none.
@@ -251,6 +258,14 @@ impl fmt::Debug for RedisLockConfig {
             .field("sync_replicas", &self.sync_replicas)
             .finish()
     }
+}
+
+/// `reported` (`host:port`, as a sentinel or a cluster node reports it)
+/// through an [`RedisLockConfig::address_map`]: where to connect.
+pub(crate) fn mapped_address(map: &[(String, String)], reported: String) -> String {
+    map.iter()
+        .find(|(from, _)| *from == reported)
+        .map_or(reported, |(_, to)| to.clone())
 }
 
 #[cfg(test)]

@@ -43,7 +43,7 @@ pub(crate) fn map_error(what: &str, failure: Failure) -> LockError {
     let hint = match err.kind() {
         ErrorKind::Server(
             ServerErrorKind::Moved | ServerErrorKind::Ask | ServerErrorKind::CrossSlot,
-        ) => " (Redis Cluster is not supported by lock-redis: point it at one node)",
+        ) => " (a Redis Cluster node: connect with a redis+cluster:// URL)",
         _ => "",
     };
     LockError::new(kind, format!("{what}: {}{hint}", err.category())).with_source(err)
@@ -66,6 +66,10 @@ mod tests {
             map_error("x", Failure::Redis(io)).kind(),
             LockErrorKind::Unavailable
         );
+        let gone = RedisError::from((ErrorKind::ClusterConnectionNotFound, "no connection"));
+        let e = map_error("extend", Failure::Redis(gone));
+        assert_eq!(e.kind(), LockErrorKind::Unavailable, "a cluster node gone");
+        assert!(e.is_retryable());
         let cfg = redis::Client::open("nonsense://").unwrap_err();
         assert_eq!(
             map_error("x", Failure::Redis(cfg)).kind(),

@@ -26,8 +26,8 @@ pub(crate) struct RedisLease {
 }
 
 impl RedisLease {
-    fn keys(&self) -> Keys {
-        Keys::of_lock(&self.lock)
+    fn keys(&self) -> Result<Keys> {
+        self.client.layout.keys_of_lock(&self.lock)
     }
 }
 
@@ -38,7 +38,7 @@ impl LeaseHandle for RedisLease {
         // the request that carried it was sent.
         match self
             .primitive
-            .renew(&self.client, &self.lock, &self.token, ttl)
+            .renew(&self.client, &self.keys()?, &self.token, ttl)
             .await?
         {
             Some(sent) => Ok(Renewal::Renewed {
@@ -50,7 +50,7 @@ impl LeaseHandle for RedisLease {
 
     async fn release(&self) -> Result<bool> {
         self.primitive
-            .release(&self.client, &self.keys(), &self.token)
+            .release(&self.client, &self.keys()?, &self.token)
             .await
     }
 
@@ -65,7 +65,7 @@ impl LeaseHandle for RedisLease {
             ));
         }
         let start = Instant::now();
-        let keys = self.keys();
+        let keys = self.keys()?;
         match primitive::downgrade(&self.client, &keys, &self.token, ttl_millis(ttl)).await? {
             Some(fence) => {
                 let handle = RedisLease {

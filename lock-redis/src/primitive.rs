@@ -2,7 +2,6 @@
 //! which script each operation runs, on which keys. The acquire loop in
 //! [`crate::backend`] is the same for all three; only these calls differ.
 
-use std::borrow::Cow;
 use std::time::Duration;
 
 use lock_core::{LockError, LockErrorKind, LockMode, Result};
@@ -68,12 +67,12 @@ impl Primitive {
         matches!(self, Self::Read | Self::Write)
     }
 
-    /// The key that shows the lease on the server, from the lock key.
-    pub(crate) fn server_key(self, lock: &str) -> Cow<'_, str> {
+    /// The key that shows the lease on the server, among the name's `keys`.
+    pub(crate) fn server_key(self, keys: &Keys) -> &str {
         match self {
-            Self::Mutex => Cow::Borrowed(lock),
-            Self::Read | Self::Write => Cow::Owned(Keys::aux(lock, crate::kit::layout::RW)),
-            Self::Permit(_) => Cow::Owned(Keys::aux(lock, crate::kit::layout::PERMITS)),
+            Self::Mutex => keys.lock(),
+            Self::Read | Self::Write => keys.rw(),
+            Self::Permit(_) => keys.permits(),
         }
     }
 
@@ -144,7 +143,7 @@ impl Primitive {
     pub(crate) async fn renew(
         self,
         client: &Client,
-        lock: &str,
+        keys: &Keys,
         token: &str,
         ttl: Duration,
     ) -> Result<Option<Instant>> {
@@ -156,11 +155,10 @@ impl Primitive {
         client
             .renew(RenewItem {
                 kind,
-                key: self.server_key(lock).into_owned(),
+                key: self.server_key(keys).to_string(),
                 token: token.to_string(),
                 ttl,
-                described: (self == Self::Mutex)
-                    .then(|| Keys::aux(lock, crate::kit::layout::HOLDER)),
+                described: (self == Self::Mutex).then(|| keys.holder().to_string()),
             })
             .await
     }

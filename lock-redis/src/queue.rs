@@ -227,7 +227,7 @@ async fn queue_turns(
             (AcquireReply::Acquired(fence), _) => {
                 // With sync_replicas: not ours to return until replicated;
                 // on failure, leaving the line passes it on.
-                client.confirm_replicated().await?;
+                client.confirm_replicated(line.key()).await?;
                 let lease = line.lease(client, token, fence, sent, req.ttl);
                 return Ok(Some(lease.with_contended(waited)));
             }

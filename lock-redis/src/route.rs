@@ -1,6 +1,7 @@
-//! Where a client's requests go: one server (`redis://`), or the primary
+//! Where a client's requests go: one server (`redis://`), the primary
 //! of a Sentinel-managed deployment (`redis+sentinel://`), followed across
-//! failovers.
+//! failovers, or a Redis Cluster (`redis+cluster://`, each request to its
+//! slot's owner; see [`crate::cluster`]).
 //!
 //! A [`Route`] holds the connection to the server requests go to now (an
 //! [`Endpoint`]). With Sentinel it looks again where the primary is (asks
@@ -22,13 +23,14 @@ use redis::{ErrorKind, RedisError, ServerErrorKind};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::cluster::ClusterRoute;
 use crate::config::RedisLockConfig;
+use crate::conn::Conn;
 use crate::failure::{map_error, Failure};
+use crate::kit::cluster::ClusterTarget;
 use crate::kit::connect::open_client;
-use crate::kit::list::LIST_PAGE;
 use crate::kit::notify::MovingNode;
-use crate::kit::renew::RENEW_BATCH;
-use crate::kit::scripts::{ACQUIRE_FENCED, RELEASE_QUEUED};
+use crate::kit::scripts::Scripts;
 use crate::sentinel::{SentinelTarget, Sentinels};
 
 /// Delays of the connection manager's reconnection attempts: from this...
@@ -43,21 +45,27 @@ const MIN_LOOK_INTERVAL: Duration = Duration::from_millis(200);
 /// How long a waiter whose attempt failed during a failover waits for the
 /// route to move before it tries again (at most: a move wakes it).
 const RIDE_OUT_PAUSE: Duration = Duration::from_millis(250);
+/// How long a waiter whose attempt failed on a cluster that answers (a
+/// slot's migration refusing its script, a failover) waits before it
+/// tries again.
+const CLUSTER_RIDE_OUT_PAUSE: Duration = Duration::from_millis(100);
 
 /// The server requests go to now.
 pub(crate) struct Endpoint {
-    /// `host:port` (Sentinel) or the redacted URL (one server), for logs
-    /// and to compare with what the sentinels name.
+    /// `host:port` (Sentinel) or the redacted URL (one server, a
+    /// cluster), for logs and to compare with what the sentinels name.
     pub(crate) addr: String,
-    /// A client of it (the notifier opens its pub/sub connection from it).
+    /// A client of it (the notifier opens its pub/sub connection from it;
+    /// on a cluster, of one primary).
     pub(crate) client: redis::Client,
-    /// The multiplexed connection, re-established by the manager.
-    pub(crate) conn: ConnectionManager,
+    /// The multiplexed connection, re-established by the manager (one
+    /// server), or the cluster's connection.
+    pub(crate) conn: Conn,
     /// With [`RedisLockConfig::sync_replicas`]: the connection that
     /// acquisitions and their `WAIT` go through (a `WAIT` holds up the
     /// requests behind it on its connection: these are acquisitions
     /// only, never a renewal or a release).
-    pub(crate) acquire_conn: Option<ConnectionManager>,
+    pub(crate) acquire_conn: Option<Conn>,
 }
 
 /// What the probe of a fresh connection read.
@@ -72,12 +80,16 @@ pub(crate) struct Route {
     current: RwLock<Arc<Endpoint>>,
     moved: watch::Sender<u64>,
     follow: Option<Follow>,
+    /// The slot map of a route to a Redis Cluster.
+    cluster: Option<ClusterRoute>,
 }
 
 /// What a route to a Sentinel-managed primary needs to follow it.
 struct Follow {
     sentinels: Sentinels,
     config: RedisLockConfig,
+    /// The scripts each new primary loads.
+    scripts: Scripts,
     /// When the last look at the sentinels ended; held while one runs.
     looking: tokio::sync::Mutex<Option<Instant>>,
     /// Dropped with the route: ends the `+switch-master` watcher.
@@ -85,22 +97,35 @@ struct Follow {
 }
 
 impl Route {
-    /// Connects to the server of `config` (one server, or the primary the
-    /// sentinels name) within `config.connect_timeout`; the
-    /// `maxmemory-policy` it read comes along.
-    pub(crate) async fn connect(config: &RedisLockConfig) -> Result<(Arc<Self>, Option<String>)> {
+    /// Connects to the server of `config` (one server, the primary the
+    /// sentinels name, or every primary of a cluster) within
+    /// `config.connect_timeout`; the `maxmemory-policy` each primary
+    /// answered comes along with its address.
+    pub(crate) async fn connect(
+        config: &RedisLockConfig,
+        scripts: &Scripts,
+    ) -> Result<(Arc<Self>, Vec<(String, Option<String>)>)> {
         let deadline = lock_core::backend::add_saturating(Instant::now(), config.connect_timeout);
+        let what = format!("connecting to {}", config.redacted_url());
+        if let Some(target) = ClusterTarget::parse(&config.url)? {
+            let joined =
+                tokio::time::timeout_at(deadline, crate::cluster::join(&target, config, scripts))
+                    .await
+                    .map_err(|_| map_error(&what, Failure::TimedOut(config.connect_timeout)))??;
+            let route = Self::new(joined.endpoint, None, Some(joined.route));
+            return Ok((route, joined.policies));
+        }
         let Some(target) = SentinelTarget::parse(&config.url)? else {
-            let what = format!("connecting to {}", config.redacted_url());
             let client = open_client(&config.url, &config.tls)?;
             let probed = tokio::time::timeout_at(
                 deadline,
-                probe(client, config.redacted_url(), config, false),
+                probe(client, config.redacted_url(), config, scripts, false),
             )
             .await
             .map_err(|_| map_error(&what, Failure::TimedOut(config.connect_timeout)))??;
-            let route = Self::new(probed.endpoint, None);
-            return Ok((route, probed.policy));
+            let addr = probed.endpoint.addr.clone();
+            let route = Self::new(probed.endpoint, None, None);
+            return Ok((route, vec![(addr, probed.policy)]));
         };
         let sentinels = Sentinels::new(
             target,
@@ -108,26 +133,30 @@ impl Route {
             config.address_map.clone(),
             config.request_timeout.max(config.connect_timeout / 4),
         );
-        let probed = locate(&sentinels, config, deadline).await?;
+        let probed = locate(&sentinels, config, scripts, deadline).await?;
+        let addr = probed.endpoint.addr.clone();
         let (stop, stopped) = watch::channel(());
         let route = Self::new(
             probed.endpoint,
             Some(Follow {
                 sentinels,
                 config: config.clone(),
+                scripts: scripts.clone(),
                 looking: tokio::sync::Mutex::new(None),
                 _stop: stop,
             }),
+            None,
         );
         crate::sentinel::watch::spawn(Arc::downgrade(&route), stopped);
-        Ok((route, probed.policy))
+        Ok((route, vec![(addr, probed.policy)]))
     }
 
-    fn new(endpoint: Endpoint, follow: Option<Follow>) -> Arc<Self> {
+    fn new(endpoint: Endpoint, follow: Option<Follow>, cluster: Option<ClusterRoute>) -> Arc<Self> {
         Arc::new(Self {
             current: RwLock::new(Arc::new(endpoint)),
             moved: watch::channel(0).0,
             follow,
+            cluster,
         })
     }
 
@@ -140,7 +169,7 @@ impl Route {
     }
 
     /// The connection to the server requests go to now.
-    pub(crate) fn conn(&self) -> ConnectionManager {
+    pub(crate) fn conn(&self) -> Conn {
         match self.current.read() {
             Ok(current) => current.conn.clone(),
             Err(poisoned) => poisoned.into_inner().conn.clone(),
@@ -156,12 +185,22 @@ impl Route {
     }
 
     /// The connection acquisitions go through (see [`Endpoint::acquire_conn`]).
-    pub(crate) fn acquire_conn(&self) -> ConnectionManager {
+    pub(crate) fn acquire_conn(&self) -> Conn {
         let endpoint = self.endpoint();
         endpoint
             .acquire_conn
             .clone()
             .unwrap_or_else(|| endpoint.conn.clone())
+    }
+
+    /// Whether requests go to a Redis Cluster.
+    pub(crate) fn is_cluster(&self) -> bool {
+        self.cluster.is_some()
+    }
+
+    /// The slot map of a route to a Redis Cluster.
+    pub(crate) fn cluster(&self) -> Option<&ClusterRoute> {
+        self.cluster.as_ref()
     }
 
     /// Whether this route follows a primary across failovers.
@@ -176,8 +215,20 @@ impl Route {
 
     /// A request failed with `failure`: if a failover may explain it,
     /// look at the sentinels in the background (at most every
-    /// [`MIN_LOOK_INTERVAL`]).
+    /// [`MIN_LOOK_INTERVAL`]), or read a cluster's slot map again (a
+    /// `MOVED` that came back to the caller may explain it too).
     pub(crate) fn on_failure(self: &Arc<Self>, failure: &Failure) {
+        if self.cluster.is_some() {
+            let moved = matches!(failure, Failure::Redis(e) if e.kind() == ErrorKind::Server(ServerErrorKind::Moved));
+            if moved || failover_may_explain(failure) {
+                let route = self.clone();
+                tokio::spawn(async move {
+                    if let Some(cluster) = &route.cluster {
+                        cluster.refresh().await;
+                    }
+                });
+            }
+        }
         if let Some(follow) = &self.follow {
             if failover_may_explain(failure) {
                 let (route, budget) = (self.clone(), follow.config.connect_timeout);
@@ -224,7 +275,7 @@ impl Route {
                     Ok(client) => {
                         tokio::time::timeout_at(
                             deadline,
-                            probe(client, named.addr.clone(), config, true),
+                            probe(client, named.addr.clone(), config, &follow.scripts, true),
                         )
                         .await
                     }
@@ -290,14 +341,29 @@ impl Route {
     /// waiter's place in line. Otherwise the error: with no sentinel
     /// answering either, the deployment is out of reach, as one server
     /// would be, and the waiter learns it within one request timeout.
+    /// On a cluster likewise, while the cluster answers `CLUSTER SLOTS`
+    /// (a slot's migration refuses the scripts of its names until it
+    /// ends; a failover takes a node timeout): a pause of
+    /// [`CLUSTER_RIDE_OUT_PAUSE`], the slot map read again.
     pub(crate) async fn ride_out(&self, err: LockError, deadline: Instant) -> Result<()> {
-        let Some(follow) = &self.follow else {
-            return Err(err);
-        };
         let now = Instant::now();
         if !err.is_retryable() || now >= deadline {
             return Err(err);
         }
+        if let Some(cluster) = &self.cluster {
+            if !cluster
+                .answers(cluster.request_timeout().min(deadline - now))
+                .await
+            {
+                return Err(err);
+            }
+            tracing::debug!(error = %err, "distlock redis cluster: an attempt failed while the cluster answers; trying again");
+            tokio::time::sleep_until(deadline.min(Instant::now() + CLUSTER_RIDE_OUT_PAUSE)).await;
+            return Ok(());
+        }
+        let Some(follow) = &self.follow else {
+            return Err(err);
+        };
         let mut moves = self.moved.subscribe();
         let budget = follow.config.request_timeout.min(deadline - now);
         if !self.look(true, budget).await {
@@ -352,6 +418,7 @@ fn failover_may_explain(failure: &Failure) -> bool {
 async fn locate(
     sentinels: &Sentinels,
     config: &RedisLockConfig,
+    scripts: &Scripts,
     deadline: Instant,
 ) -> Result<Probed> {
     let master = &sentinels.target.master;
@@ -368,8 +435,11 @@ async fn locate(
         };
         let url = sentinels.target.node_url(&named.addr);
         let client = open_client(&url, &config.tls)?;
-        match tokio::time::timeout_at(deadline, probe(client, named.addr.clone(), config, true))
-            .await
+        match tokio::time::timeout_at(
+            deadline,
+            probe(client, named.addr.clone(), config, scripts, true),
+        )
+        .await
         {
             Ok(Ok(probed)) => return Ok(probed),
             Ok(Err(e)) if e.is_retryable() || e.kind() == LockErrorKind::Protocol => {
@@ -413,7 +483,7 @@ async fn pause_before(deadline: Instant) {
 /// one plain connection first, which fails fast and with the real cause
 /// (refused, wrong password) where the connection manager would retry
 /// until the timeout; it loads the scripts (proving the server answers
-/// commands; `EVALSHA` from then on, reloading on `NOSCRIPT`), reads the
+/// commands; `EVALSHA` from then on, `EVAL` on `NOSCRIPT`), reads the
 /// eviction policy, and with `primary` checks `ROLE` (a server the
 /// sentinels named must be a primary: one that is not yet or no longer is
 /// gives a `Protocol` error). Then the connection manager's connection.
@@ -421,6 +491,7 @@ pub(crate) async fn probe(
     client: redis::Client,
     addr: String,
     config: &RedisLockConfig,
+    scripts: &Scripts,
     primary: bool,
 ) -> Result<Probed> {
     let what = format!("connecting to {addr}");
@@ -450,8 +521,8 @@ pub(crate) async fn probe(
         }
     }
     let mut load = redis::pipe();
-    for code in [ACQUIRE_FENCED, RELEASE_QUEUED, RENEW_BATCH, LIST_PAGE] {
-        load.cmd("SCRIPT").arg("LOAD").arg(code);
+    for script in scripts.preloaded() {
+        load.cmd("SCRIPT").arg("LOAD").arg(script.source());
     }
     load.query_async::<()>(&mut probe)
         .await
@@ -469,18 +540,18 @@ pub(crate) async fn probe(
         .await
         .map_err(redis_err)?;
     let acquire_conn = match config.sync_replicas {
-        Some(_) => Some(
+        Some(_) => Some(Conn::Single(
             ConnectionManager::new_with_config(client.clone(), manager_config)
                 .await
                 .map_err(redis_err)?,
-        ),
+        )),
         None => None,
     };
     Ok(Probed {
         endpoint: Endpoint {
             addr,
             client,
-            conn,
+            conn: Conn::Single(conn),
             acquire_conn,
         },
         policy,

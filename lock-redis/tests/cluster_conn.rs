@@ -4,30 +4,20 @@
 //! migration, and a call whose reply was lost is never sent again — not
 //! to the same node, not to a new primary after a failover.
 
+mod support;
+
 use std::time::{Duration, Instant};
 
 use lock_core::TlsConfig;
-use lock_redis::kit::call::ScriptCall;
+use lock_redis::kit::call::{Lua, ScriptCall};
 use lock_redis::kit::cluster::{client_builder, ClusterConn, ClusterSettings, ClusterTarget};
 use lock_redis::kit::layout::Keys;
 use lock_testbed::{Proxy, RedisClusterSet, RedisServer};
-use redis::Script;
-
-/// The slots of primaries 0, 1 and 2 of a fresh `RedisClusterSet`.
-fn initial_owner(slot: u16) -> usize {
-    match slot {
-        0..=5460 => 0,
-        5461..=10922 => 1,
-        _ => 2,
-    }
-}
+use support::name_on_primary;
 
 /// A lock name whose slot belongs to primary `owner` of a fresh cluster.
 fn name_on(owner: usize, tag: &str) -> String {
-    (0..)
-        .map(|i| format!("conn:{tag}:{i}"))
-        .find(|n| initial_owner(RedisClusterSet::slot_of(n)) == owner)
-        .unwrap()
+    name_on_primary(owner, &format!("conn:{tag}:"))
 }
 
 fn settings(request_timeout: Duration) -> ClusterSettings {
@@ -53,18 +43,14 @@ const ACQUIRE_LIKE: &str = "redis.call('SET', KEYS[1], ARGV[1]) \
      redis.call('GET', KEYS[4]) \
      return redis.call('INCR', KEYS[2])";
 
-fn fresh(body: &str) -> Script {
-    Script::new(&format!(
+fn fresh(body: &str) -> Lua {
+    Lua::new(format!(
         "-- {}\n{body}",
         lock_redis::kit::layout::owner_token()
     ))
 }
 
-async fn acquire_like(
-    conn: &mut ClusterConn,
-    script: &Script,
-    name: &str,
-) -> redis::RedisResult<i64> {
+async fn acquire_like(conn: &mut ClusterConn, script: &Lua, name: &str) -> redis::RedisResult<i64> {
     let k = Keys::new("", name);
     let mut call = ScriptCall::new(script, &[k.lock(), k.fencing(), k.queue(), k.holder()]);
     call.arg("token");
@@ -82,8 +68,9 @@ fn counter(node: &RedisServer, key: &str) -> i64 {
         .map_or(0, |s| s.parse().unwrap())
 }
 
-/// Calls reach the owner of their slot on each primary, load their script
-/// on NOSCRIPT, follow MOVED after a migration; `slots()` reads the map.
+/// Calls reach the owner of their slot on each primary, run as `EVAL` of
+/// the source there on NOSCRIPT (no `SCRIPT LOAD` anywhere), follow MOVED
+/// after a migration; `slots()` reads the map.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_reach_the_owner_and_follow_moved() {
     let cluster = RedisClusterSet::start().unwrap();
@@ -104,6 +91,18 @@ async fn calls_reach_the_owner_and_follow_moved() {
         let before = evalsha(cluster.node(owner));
         assert_eq!(acquire_like(&mut conn, &script, &name).await.unwrap(), 1);
         assert!(evalsha(cluster.node(owner)) > before, "ran on node {owner}");
+        assert_eq!(
+            cluster.node(owner).calls("eval").unwrap_or(0),
+            1,
+            "EVAL on node {owner}"
+        );
+    }
+    for i in 0..6 {
+        assert_eq!(
+            cluster.node(i).calls("script|load").unwrap_or(0),
+            0,
+            "node {i}"
+        );
     }
     let name = name_on(0, "owner");
     let slot = RedisClusterSet::slot_of(&name);

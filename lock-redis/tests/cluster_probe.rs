@@ -8,10 +8,11 @@
 //!
 //! Every test starts a cluster of its own (six processes, a few seconds).
 
+mod support;
+
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use lock_redis::kit::call::ScriptCall;
 use lock_redis::kit::layout::Keys;
 use lock_redis::kit::renew::RENEW_BATCH;
 use lock_testbed::{Proxy, RedisClusterSet, RedisServer, RespConnection, RespValue};
@@ -19,23 +20,12 @@ use redis::cluster::{ClusterClientBuilder, NodeAddress};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{ErrorKind, PushInfo, PushKind, RedisError, Script, ServerErrorKind, Value};
+use support::{initial_owner, name_on_primary};
 use tokio::sync::mpsc;
-
-/// The slots of primaries 0, 1 and 2 of a fresh `RedisClusterSet`.
-fn initial_owner(slot: u16) -> usize {
-    match slot {
-        0..=5460 => 0,
-        5461..=10922 => 1,
-        _ => 2,
-    }
-}
 
 /// A lock name whose slot belongs to primary `owner` of a fresh cluster.
 fn name_on(owner: usize, tag: &str) -> String {
-    (0..)
-        .map(|i| format!("probe:{tag}:{i}"))
-        .find(|n| initial_owner(RedisClusterSet::slot_of(n)) == owner)
-        .expect("some name hashes to every primary")
+    name_on_primary(owner, &format!("probe:{tag}:"))
 }
 
 /// `n` lock names in `n` different slots, all owned by primary `owner`.
@@ -79,6 +69,17 @@ async fn connect(builder: ClusterClientBuilder) -> ClusterConnection {
         .expect("cluster connection")
 }
 
+/// redis-rs's own invocation of `script` on `keys` (`EVALSHA`, and on
+/// `NOSCRIPT` a `SCRIPT LOAD` through the same connection, then `EVALSHA`
+/// again): what these probes observe, whatever lock-redis's own calls do.
+fn invocation<'a>(script: &'a Script, keys: &[&str]) -> redis::ScriptInvocation<'a> {
+    let mut call = script.prepare_invoke();
+    for key in keys {
+        call.key(*key);
+    }
+    call
+}
+
 /// A script that was never loaded anywhere (its text is unique).
 fn fresh_script(body: &str) -> Script {
     Script::new(&format!(
@@ -110,7 +111,7 @@ async fn call_three(
 ) -> redis::RedisResult<i64> {
     let keys = three_keys(name);
     let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
-    let mut call = ScriptCall::new(script, &refs);
+    let mut call = invocation(script, &refs);
     call.arg("tok");
     call.invoke_async(conn).await
 }
@@ -146,9 +147,9 @@ fn kind(e: &RedisError) -> String {
 // Question 1: EVALSHA through the cluster connection
 // ---------------------------------------------------------------------------
 
-/// `ScriptCall::invoke_async` takes a `ClusterConnection` as it is (it is a
+/// redis-rs's script invocation takes a `ClusterConnection` as it is (it is a
 /// `redis::aio::ConnectionLike`); the EVALSHA is routed by its first key
-/// to the slot's primary; the first call's NOSCRIPT makes `ScriptCall`
+/// to the slot's primary; the first call's NOSCRIPT makes the invocation
 /// send `SCRIPT LOAD` through the cluster connection, which redis-rs fans
 /// out to every PRIMARY (not the replicas: a promoted replica answers
 /// NOSCRIPT once more), then the EVALSHA again.
@@ -186,7 +187,7 @@ async fn q1_evalsha_reaches_the_slot_owner_and_noscript_loads_everywhere() {
 }
 
 /// With one primary down (killed, not failed over yet), the NOSCRIPT path
-/// of `ScriptCall` still works for the other primaries' slots (the
+/// of the invocation still works for the other primaries' slots (the
 /// fan-out skips the node whose connection broke), and so does an `EVAL`
 /// of the same source, routed by key like the EVALSHA. An `EVAL` of the same source,
 /// routed by key like the EVALSHA, works (and caches the script on the
@@ -203,7 +204,7 @@ async fn q1_noscript_reload_with_a_primary_down() {
     let started = Instant::now();
     let loaded = call_three(&mut conn, &script, &name).await;
     println!(
-        "PROBE q1 noscript with primary 2 down: ScriptCall -> {:?} after {:?}",
+        "PROBE q1 noscript with primary 2 down: invocation -> {:?} after {:?}",
         loaded.as_ref().map_err(kind),
         started.elapsed()
     );
@@ -287,7 +288,7 @@ async fn q1_ask_and_tryagain_in_the_middle_of_a_migration() {
     let keys = three_keys(&name);
     let queue = Keys::new("", &name).queue().to_string();
     let started = Instant::now();
-    let mut call = ScriptCall::new(&four, &[keys[0].as_str(), keys[1].as_str(), queue.as_str()]);
+    let mut call = invocation(&four, &[keys[0].as_str(), keys[1].as_str(), queue.as_str()]);
     call.arg("tok");
     let r: redis::RedisResult<i64> = call.invoke_async(&mut conn).await;
     println!(
@@ -363,8 +364,7 @@ async fn q1_ask_and_tryagain_in_the_middle_of_a_migration() {
     .await;
     let pending = tokio::spawn(async move {
         let started = Instant::now();
-        let mut call =
-            ScriptCall::new(&four, &[keys[0].as_str(), keys[1].as_str(), queue.as_str()]);
+        let mut call = invocation(&four, &[keys[0].as_str(), keys[1].as_str(), queue.as_str()]);
         call.arg("tok");
         let r: redis::RedisResult<i64> = call.invoke_async(&mut quick).await;
         (r, started.elapsed())
@@ -423,7 +423,7 @@ async fn q1_a_timed_out_script_is_resent_unless_retries_are_zero() {
         async move {
             let mut conn = connect(b).await;
             // Loaded and connected first.
-            let _: i64 = ScriptCall::new(&incr, &[counter.as_str()])
+            let _: i64 = invocation(&incr, &[counter.as_str()])
                 .invoke_async(&mut conn)
                 .await
                 .unwrap();
@@ -445,7 +445,7 @@ async fn q1_a_timed_out_script_is_resent_unless_retries_are_zero() {
             });
             proxy.drop_replies();
             let started = Instant::now();
-            let r: redis::RedisResult<i64> = ScriptCall::new(&incr, &[counter.as_str()])
+            let r: redis::RedisResult<i64> = invocation(&incr, &[counter.as_str()])
                 .invoke_async(&mut conn)
                 .await;
             let took = started.elapsed();
@@ -544,7 +544,7 @@ async fn q1_a_timed_out_script_is_resent_to_the_new_primary_after_a_failover() {
     let name = name_on(0, "failover");
     let counter = Keys::aux(&name, "counter");
     let incr = fresh_script("return redis.call('INCR', KEYS[1])");
-    let _: i64 = ScriptCall::new(&incr, &[counter.as_str()])
+    let _: i64 = invocation(&incr, &[counter.as_str()])
         .invoke_async(&mut conn)
         .await
         .unwrap();
@@ -553,7 +553,7 @@ async fn q1_a_timed_out_script_is_resent_to_the_new_primary_after_a_failover() {
     let incr2 = incr.clone();
     let counter2 = counter.clone();
     let pending = tokio::spawn(async move {
-        let r: redis::RedisResult<i64> = ScriptCall::new(&incr2, &[counter2.as_str()])
+        let r: redis::RedisResult<i64> = invocation(&incr2, &[counter2.as_str()])
             .invoke_async(&mut conn)
             .await;
         r
@@ -834,7 +834,7 @@ async fn q3_spublish_in_a_script_reaches_ssubscribe() {
         "redis.call('INCR', KEYS[2]) \
          return redis.call('SPUBLISH', '{' .. KEYS[1] .. '} released', ARGV[1])",
     );
-    let mut call = ScriptCall::new(&computed, &[keys.lock(), keys.fencing()]);
+    let mut call = invocation(&computed, &[keys.lock(), keys.fencing()]);
     call.arg("computed");
     let r: redis::RedisResult<i64> = call.invoke_async(&mut conn).await;
     let got = next_push(&mut rx, Duration::from_secs(2)).await;
@@ -847,7 +847,7 @@ async fn q3_spublish_in_a_script_reaches_ssubscribe() {
     assert_eq!(got.unwrap().kind, PushKind::SMessage);
 
     let as_key = fresh_script("return redis.call('SPUBLISH', KEYS[3], ARGV[1])");
-    let mut call = ScriptCall::new(&as_key, &[keys.lock(), keys.fencing(), keys.released()]);
+    let mut call = invocation(&as_key, &[keys.lock(), keys.fencing(), keys.released()]);
     call.arg("as-key");
     let r: redis::RedisResult<i64> = call.invoke_async(&mut conn).await;
     let got = next_push(&mut rx, Duration::from_secs(2)).await;
@@ -860,7 +860,7 @@ async fn q3_spublish_in_a_script_reaches_ssubscribe() {
 
     // Another slot's channel from the same script: refused.
     let other = fresh_script("return redis.call('SPUBLISH', ARGV[1], 'x')");
-    let mut call = ScriptCall::new(&other, &[keys.lock()]);
+    let mut call = invocation(&other, &[keys.lock()]);
     call.arg("{some-other-slot} released");
     let r: redis::RedisResult<i64> = call.invoke_async(&mut conn).await;
     println!(
@@ -885,7 +885,7 @@ async fn q3_spublish_in_a_script_reaches_ssubscribe() {
         .query_async(&mut plain)
         .await;
     println!("PROBE q3 raw SSUBSCRIBE on a plain RESP3 connection: -> {r:?}");
-    let mut call = ScriptCall::new(&as_key, &[keys.lock(), keys.fencing(), keys.released()]);
+    let mut call = invocation(&as_key, &[keys.lock(), keys.fencing(), keys.released()]);
     call.arg("to-plain");
     let n: i64 = call.invoke_async(&mut conn).await.unwrap();
     let pushes = drain(&mut prx, Duration::from_millis(500)).await;
@@ -921,7 +921,7 @@ async fn q3_ssubscribe_when_the_slot_migrates_away() {
     println!("PROBE q3 raw RESP2 SSUBSCRIBE: {confirm:?}");
 
     let publish = fresh_script("return redis.call('SPUBLISH', KEYS[2], ARGV[1])");
-    let mut call = ScriptCall::new(&publish, &[keys.lock(), keys.released()]);
+    let mut call = invocation(&publish, &[keys.lock(), keys.released()]);
     call.arg("before");
     let n: i64 = call.invoke_async(&mut conn).await.unwrap();
     let before = drain(&mut rx, Duration::from_millis(300)).await;
@@ -939,7 +939,7 @@ async fn q3_ssubscribe_when_the_slot_migrates_away() {
 
     // Publish at the new owner (the script follows MOVED; the client's slot
     // map is refreshed, which is when redis-rs resubscribes what it tracks).
-    let mut call = ScriptCall::new(&publish, &[keys.lock(), keys.released()]);
+    let mut call = invocation(&publish, &[keys.lock(), keys.released()]);
     call.arg("after");
     let n1: i64 = call.invoke_async(&mut conn).await.unwrap();
     // Make the subscriber's connection see a MOVED too (refreshes its map).
@@ -985,7 +985,7 @@ async fn q3_ssubscribe_across_a_failover() {
     sub.ssubscribe(keys.released()).await.unwrap();
     let _ = drain(&mut rx, Duration::from_millis(300)).await;
     let publish = fresh_script("return redis.call('SPUBLISH', KEYS[2], ARGV[1])");
-    let mut call = ScriptCall::new(&publish, &[keys.lock(), keys.released()]);
+    let mut call = invocation(&publish, &[keys.lock(), keys.released()]);
     call.arg("x");
     assert_eq!(call.invoke_async::<i64>(&mut conn).await.unwrap(), 1);
     let _ = drain(&mut rx, Duration::from_millis(300)).await;

@@ -157,7 +157,7 @@ async fn the_layout_other_clients_read() {
         .unwrap();
     let epoch = term.epoch().unwrap();
     assert!(epoch > mutex_token);
-    let keys = c.leader_keys(&n);
+    let keys = c.leader_keys(&n).unwrap();
     let owner = match cmd(&server, &["GET", keys.leader()]).await {
         lock_testbed::RespValue::Bulk(Some(b)) => String::from_utf8(b).unwrap(),
         other => panic!("GET {}: {other:?}", keys.leader()),

@@ -21,7 +21,7 @@ async fn setup() -> (RedisServer, Proxy, RedisLock, RedisLock) {
     let (server, proxy, behind, direct) = server_behind_proxy().await;
     // Every election script once, so that the server knows them: a first
     // EVALSHA is answered NOSCRIPT, and one whose reply is held back would
-    // never run (the load and the second try come after the timeout).
+    // never run (the EVAL that follows comes after the timeout).
     let warm = name("elect-warm-up");
     let term = behind
         .campaign(&warm, "w", &campaign(Duration::from_secs(5)))

@@ -160,7 +160,7 @@ async fn key_prefix_is_applied() {
         .await
         .unwrap();
     let name = LockName::new(unique_name("prefix")).unwrap();
-    let keys = locks.keys(&name);
+    let keys = locks.keys(&name).unwrap();
     assert_eq!(keys.lock(), format!("app:locks:{name}"));
     let g = locks.try_acquire(&name, &opts()).await.unwrap().unwrap();
     assert_eq!(

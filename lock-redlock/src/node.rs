@@ -8,14 +8,14 @@ use std::time::Duration;
 
 use lock_core::backend::drift;
 use lock_core::{LockError, LockErrorKind, NodeFailure, NodeFailureReason, Result, TlsConfig};
-use lock_redis::kit::call::ScriptCall;
+use lock_redis::kit::call::{Lua, ScriptCall};
 use lock_redis::kit::layout::{Keys, LINE, LINE_LAPSE, LINE_SEQ, RELEASED};
 use lock_redis::kit::place::PlaceLife;
 use lock_redis::kit::renew::{BatchSender, Batcher, KeyOutcome, LeaseKind, RenewItem, RENEW_BATCH};
 use lock_redis::kit::scripts::{Scripts, ACQUIRE_IN_LINE, LEAVE_LINE};
 use lock_redis::RenewBatching;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{RedisError, RedisResult, Script, Value};
+use redis::{RedisError, RedisResult, Value};
 use tokio::time::Instant;
 
 /// The one place where a `redis` error becomes a distlock error kind (the
@@ -262,7 +262,7 @@ where
 /// the batch is sent.
 pub(crate) struct NodeBatch {
     conn: ConnectionManager,
-    script: Script,
+    script: Lua,
     limit: Duration,
 }
 
@@ -334,7 +334,7 @@ impl Node {
         let renewals = Batcher::new(
             NodeBatch {
                 conn: conn.clone(),
-                script: Script::new(RENEW_BATCH),
+                script: Lua::new(RENEW_BATCH),
                 limit: batch_limit,
             },
             batching,
@@ -627,10 +627,10 @@ impl Node {
                 async move { pipe.query_async(&mut c).await }
             })
             .await?;
-        debug_assert_eq!(a, scripts.release.get_hash());
-        debug_assert_eq!(b, Script::new(RENEW_BATCH).get_hash());
-        debug_assert_eq!(c, scripts.acquire_in_line.get_hash());
-        debug_assert_eq!(d, scripts.leave_line.get_hash());
+        debug_assert_eq!(a, scripts.release.hash());
+        debug_assert_eq!(b, scripts.renew_batch.hash());
+        debug_assert_eq!(c, scripts.acquire_in_line.hash());
+        debug_assert_eq!(d, scripts.leave_line.hash());
         Ok(())
     }
 }

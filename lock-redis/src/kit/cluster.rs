@@ -33,9 +33,10 @@ use lock_core::{LockError, TlsConfig};
 use redis::aio::ConnectionLike;
 use redis::cluster::{ClusterClientBuilder, NodeAddress};
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{
-    Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult, ServerErrorKind, Value,
+    Cmd, ErrorKind, FromRedisValue, Pipeline, RedisError, RedisFuture, RedisResult,
+    ServerErrorKind, Value,
 };
 
 use crate::kit::connect::redact_url;
@@ -332,6 +333,30 @@ impl ClusterConn {
         &mut self.conn
     }
 
+    /// The node at `addr` (`host:port` as announced, see
+    /// [`ClusterConn::slots`]): a connection whose commands all go there,
+    /// following no redirection (a `MOVED` comes back as an error). `None`
+    /// for an address that is no `host:port`.
+    pub fn node(&mut self, addr: &str) -> Option<NodeConn<'_>> {
+        Some(NodeConn {
+            conn: &mut self.conn,
+            route: by_address(addr)?,
+        })
+    }
+
+    /// `cmd` (a command without keys, such as `WAIT`) to the primary that
+    /// owns `key`'s slot, where redis-rs's own routing would send it to
+    /// every primary. No redirection is followed.
+    pub async fn on_owner_of<T: FromRedisValue>(&mut self, key: &str, cmd: &Cmd) -> RedisResult<T> {
+        let owner = SingleNodeRoutingInfo::SpecificNode(Route::with_key(key, SlotAddr::Master));
+        let value = self
+            .conn
+            .route_command(cmd.clone(), RoutingInfo::SingleNode(owner))
+            .await?
+            .extract_error()?;
+        Ok(redis::from_redis_value(value)?)
+    }
+
     /// The slot ranges and the address (`host:port`, as announced) of their
     /// primaries, from `CLUSTER SLOTS`, sorted.
     pub async fn slots(&mut self) -> RedisResult<Vec<(u16, u16, String)>> {
@@ -483,6 +508,70 @@ impl ConnectionLike for ClusterConn {
     }
 }
 
+/// One node of a cluster (see [`ClusterConn::node`]).
+pub struct NodeConn<'a> {
+    conn: &'a mut ClusterConnection,
+    route: SingleNodeRoutingInfo,
+}
+
+impl ConnectionLike for NodeConn<'_> {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        let routing = RoutingInfo::SingleNode(self.route.clone());
+        async move {
+            self.conn
+                .route_command(cmd.clone(), routing)
+                .await?
+                .extract_error()
+        }
+        .boxed()
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        self.conn
+            .route_pipeline(pipeline.clone(), offset, count, self.route.clone())
+            .boxed()
+    }
+
+    fn get_db(&self) -> i64 {
+        0
+    }
+}
+
+/// The number of hash slots of a Redis Cluster.
+pub const SLOTS: u16 = 16384;
+
+/// The hash slot of `key`: CRC16 (XMODEM) of its hash tag (the text
+/// between its first `{` and the first `}` after it, if not empty), else of
+/// the whole key, modulo [`SLOTS`] — as `CLUSTER KEYSLOT` computes it.
+pub fn key_slot(key: &[u8]) -> u16 {
+    let hashed = key
+        .iter()
+        .position(|b| *b == b'{')
+        .and_then(|open| {
+            let rest = &key[open + 1..];
+            let len = rest.iter().position(|b| *b == b'}')?;
+            (len > 0).then(|| &rest[..len])
+        })
+        .unwrap_or(key);
+    let mut crc: u16 = 0;
+    for byte in hashed {
+        crc ^= u16::from(*byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % SLOTS
+}
+
 /// `(first, last, "host:port" of the primary)` of a `CLUSTER SLOTS` reply,
 /// sorted; `None` if it is not one.
 pub fn parse_cluster_slots(reply: &Value) -> Option<Vec<(u16, u16, String)>> {
@@ -600,6 +689,30 @@ mod tests {
         assert_eq!(again(timeout, false), None, "a timeout is never resent");
         let reset = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
         assert_eq!(again(reset, false), None, "nor a dropped connection");
+    }
+
+    #[test]
+    fn key_slots_are_redis_clusters() {
+        for key in [
+            "",
+            "a",
+            "123456789",
+            "{user1}.a",
+            "a{b}c",
+            "x{}y",
+            "{}",
+            "}{a}",
+            "é{ü}",
+        ] {
+            assert_eq!(
+                Route::new(key_slot(key.as_bytes()), SlotAddr::Master),
+                Route::with_key(key, SlotAddr::Master),
+                "{key:?}"
+            );
+        }
+        // The check value of CRC16/XMODEM (0x31c3), modulo 16384.
+        assert_eq!(key_slot(b"123456789"), 0x31c3 % SLOTS);
+        assert_eq!(key_slot(b"{user1}.following"), key_slot(b"user1"));
     }
 
     #[test]

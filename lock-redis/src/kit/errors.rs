@@ -10,7 +10,8 @@ use redis::{ErrorKind, RedisError, ServerErrorKind};
 pub fn error_kind(err: &RedisError) -> LockErrorKind {
     let code = err.code().unwrap_or("");
     match err.kind() {
-        ErrorKind::Io => LockErrorKind::Unavailable,
+        // No connection to a cluster node (gone, or not connected yet).
+        ErrorKind::Io | ErrorKind::ClusterConnectionNotFound => LockErrorKind::Unavailable,
         _ if err.is_timeout() || err.is_connection_dropped() || err.is_connection_refusal() => {
             LockErrorKind::Unavailable
         }
@@ -31,7 +32,8 @@ pub fn error_kind(err: &RedisError) -> LockErrorKind {
         _ if matches!(code, "BUSY" | "OOM" | "MISCONF" | "LOADING") => LockErrorKind::Unavailable,
         ErrorKind::Client => LockErrorKind::Internal,
         // Parse errors, unexpected reply types, MOVED/ASK/CROSSSLOT from a
-        // cluster (not supported: use one node), script errors.
+        // cluster node reached as one server (redis:// instead of
+        // redis+cluster://), script errors.
         _ => LockErrorKind::Protocol,
     }
 }

@@ -30,6 +30,18 @@
 //! names and key prefixes cannot contain whitespace, so no lock key is ever
 //! an auxiliary key of another lock: the lock named `{x}:fencing` is just a
 //! lock, never the counter of the lock `x`.
+//!
+//! On a Redis Cluster ([`Layout::Cluster`]) every key of a name must hash
+//! to the lock key's slot. `{L} suffix` does, unless the lock key `L`
+//! holds a `}`: then Redis hashes something else in either key. So a lock
+//! key with a `}` and a hash tag `T` (the text between its first `{` and
+//! the first `}` after it, not empty; `L` hashes `T`) has the auxiliary
+//! keys `{T} L suffix`, which hash `T` too and never equal another name's
+//! keys (no lock key holds a space); a lock key with a `}` and no hash tag
+//! (`a}b`, `x{}y`) is refused on a cluster. One server and Sentinel keep
+//! `{L} suffix` for every name, so that no existing name's keys (its
+//! fencing counter above all) change; moving such a name to a cluster
+//! starts its fencing counter anew.
 
 use std::fmt;
 
@@ -170,15 +182,21 @@ pub struct LeaderKeys {
 }
 
 impl LeaderKeys {
-    /// The election keys of lock `name` under `prefix` (empty for none).
+    /// The election keys of lock `name` under `prefix` (empty for none),
+    /// laid out for one server ([`Layout::Standalone`]).
     pub fn new(prefix: &str, name: &str) -> Self {
-        let lock = format!("{prefix}{name}");
-        let leader = Keys::aux(&lock, LEADER);
+        Self::build(&format!("{prefix}{name}"), None)
+    }
+
+    /// The election keys of the lock key `lock`, led by the hash tag `tag`
+    /// if given (see [`Layout`]).
+    fn build(lock: &str, tag: Option<&str>) -> Self {
+        let leader = Keys::aux_tagged(lock, LEADER, tag);
         let sub = |suffix: &str| format!("{leader} {suffix}");
         Self {
             keys: [
                 leader.clone(),
-                Keys::aux(&lock, "fencing"),
+                Keys::aux_tagged(lock, "fencing", tag),
                 sub("queue"),
                 sub("lapse"),
                 sub("released"),
@@ -249,44 +267,131 @@ impl LeaderKeys {
 }
 
 impl Keys {
-    /// The keys of lock `name` under `prefix` (empty for none). `prefix`
-    /// must pass [`check_prefix`] (the configurations check it).
+    /// The keys of lock `name` under `prefix` (empty for none), laid out
+    /// for one server ([`Layout::Standalone`]). `prefix` must pass
+    /// [`check_prefix`] (the configurations check it).
     pub fn new(prefix: &str, name: &str) -> Self {
-        Self::build(&[prefix, name])
+        Self::build(&[prefix, name], None)
     }
 
-    /// The keys that go with the lock key `lock` (`prefix + name`).
+    /// The keys that go with the lock key `lock` (`prefix + name`), laid
+    /// out for one server.
     pub fn of_lock(lock: &str) -> Self {
-        Self::build(&[lock])
+        Self::build(&[lock], None)
     }
 
-    /// The keys of the lock key made of `parts`.
-    fn build(parts: &[&str]) -> Self {
+    /// The keys of the lock key made of `parts`, their auxiliary keys led
+    /// by the hash tag `tag` and the lock key if given (see [`Layout`]).
+    fn build(parts: &[&str], tag: Option<&str>) -> Self {
         let lock_len: usize = parts.iter().map(|p| p.len()).sum();
-        let aux_len: usize = AUX_SUFFIXES.iter().map(|s| lock_len + s.len() + 3).sum();
+        let head_len = tag.map_or(lock_len + 3, |t| t.len() + lock_len + 4);
+        let aux_len: usize = AUX_SUFFIXES.iter().map(|s| head_len + s.len()).sum();
         let mut text = String::with_capacity(lock_len + aux_len);
         parts.iter().for_each(|part| text.push_str(part));
         let mut ends = [0; AUX_SUFFIXES.len() + 1];
         ends[0] = lock_len;
         for (i, suffix) in AUX_SUFFIXES.iter().enumerate() {
             text.push('{');
-            text.extend_from_within(..lock_len);
-            text.push_str("} ");
+            match tag {
+                None => {
+                    text.extend_from_within(..lock_len);
+                    text.push_str("} ");
+                }
+                Some(tag) => {
+                    text.push_str(tag);
+                    text.push_str("} ");
+                    text.extend_from_within(..lock_len);
+                    text.push(' ');
+                }
+            }
             text.push_str(suffix);
             ends[i + 1] = text.len();
         }
         Self { text, ends }
     }
 
-    /// The auxiliary key `suffix` of the lock key `lock`: `{lock} suffix`.
+    /// The auxiliary key `suffix` of the lock key `lock`, laid out for one
+    /// server: `{lock} suffix`.
     pub fn aux(lock: &str, suffix: &str) -> String {
-        let mut key = String::with_capacity(lock.len() + suffix.len() + 3);
-        key.push('{');
-        key.push_str(lock);
-        key.push_str("} ");
-        key.push_str(suffix);
-        key
+        Self::aux_tagged(lock, suffix, None)
     }
+
+    /// The auxiliary key `suffix` of the lock key `lock`: `{lock} suffix`,
+    /// or `{tag} lock suffix` with a hash tag (see [`Layout`]).
+    fn aux_tagged(lock: &str, suffix: &str, tag: Option<&str>) -> String {
+        match tag {
+            None => format!("{{{lock}}} {suffix}"),
+            Some(tag) => format!("{{{tag}}} {lock} {suffix}"),
+        }
+    }
+}
+
+/// How a name's keys are laid out: for one server (and Sentinel), or for
+/// a Redis Cluster, where a lock key with a `}` puts its auxiliary keys
+/// behind its hash tag (see the [module docs](self)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// One server, or the primary of a Sentinel-managed deployment:
+    /// `{L} suffix` for every lock key `L`.
+    Standalone,
+    /// A Redis Cluster: every key of a name in the lock key's slot.
+    Cluster,
+}
+
+impl Layout {
+    /// The hash tag that leads the auxiliary keys of the lock key made of
+    /// `parts`: none when they are `{L} suffix` (one server, or no `}` in
+    /// `L`); on a cluster, `L`'s hash tag, or `InvalidArgument` if it has
+    /// none.
+    fn tag(self, parts: &[&str]) -> lock_core::Result<Option<String>> {
+        if self == Layout::Standalone || !parts.iter().any(|p| p.contains('}')) {
+            return Ok(None);
+        }
+        let lock = parts.concat();
+        match hash_tag(&lock) {
+            Some(tag) => Ok(Some(tag.to_string())),
+            None => Err(lock_core::LockError::invalid(format!(
+                "lock key {lock:?} has a '}}' but no hash tag ('{{' then a non-empty text then \
+                 '}}'), so its keys cannot share one Redis Cluster slot: rename it, or give \
+                 it a hash tag"
+            ))),
+        }
+    }
+
+    /// The keys of lock `name` under `prefix` (see [`Keys::new`]); on a
+    /// cluster, `InvalidArgument` for a lock key with a `}` and no hash tag.
+    pub fn keys(self, prefix: &str, name: &str) -> lock_core::Result<Keys> {
+        let tag = self.tag(&[prefix, name])?;
+        Ok(Keys::build(&[prefix, name], tag.as_deref()))
+    }
+
+    /// The keys that go with the lock key `lock` (see [`Layout::keys`]).
+    pub fn keys_of_lock(self, lock: &str) -> lock_core::Result<Keys> {
+        let tag = self.tag(&[lock])?;
+        Ok(Keys::build(&[lock], tag.as_deref()))
+    }
+
+    /// The auxiliary key `suffix` of the lock key `lock` (see [`Layout::keys`]).
+    pub fn aux(self, lock: &str, suffix: &str) -> lock_core::Result<String> {
+        let tag = self.tag(&[lock])?;
+        Ok(Keys::aux_tagged(lock, suffix, tag.as_deref()))
+    }
+
+    /// The election keys of lock `name` under `prefix` (see
+    /// [`LeaderKeys::new`] and [`Layout::keys`]).
+    pub fn leader_keys(self, prefix: &str, name: &str) -> lock_core::Result<LeaderKeys> {
+        let lock = format!("{prefix}{name}");
+        let tag = self.tag(&[&lock])?;
+        Ok(LeaderKeys::build(&lock, tag.as_deref()))
+    }
+}
+
+/// Redis Cluster's hash tag of `key`: the text between its first `{` and
+/// the first `}` after it, if not empty.
+fn hash_tag(key: &str) -> Option<&str> {
+    let open = key.find('{')?;
+    let len = key[open + 1..].find('}')?;
+    (len > 0).then(|| &key[open + 1..open + 1 + len])
 }
 
 /// Checks a key prefix: no whitespace or control characters, so that no
@@ -319,6 +424,7 @@ pub fn owner_token() -> String {
 mod tests {
     use super::*;
     use crate::kit::list::match_prefix;
+    use redis::cluster_routing::SlotAddr;
 
     #[test]
     fn keys_share_a_hash_slot_tag() {
@@ -335,11 +441,9 @@ mod tests {
         assert_eq!(match_prefix("jobs/[a]*"), "jobs/\\[a\\]\\**");
     }
 
-    #[test]
-    fn every_auxiliary_key_is_the_lock_key_in_braces_and_its_suffix() {
-        let k = Keys::new("app:", "jobs/é x");
-        assert_eq!(k.lock(), "app:jobs/é x");
-        let aux = [
+    /// The auxiliary keys of `k`, in the order of [`AUX_SUFFIXES`].
+    fn aux_keys(k: &Keys) -> [&str; 11] {
+        [
             k.fencing(),
             k.released(),
             k.queue(),
@@ -351,8 +455,14 @@ mod tests {
             k.permits(),
             k.permits_released(),
             k.holder(),
-        ];
-        for (key, suffix) in aux.into_iter().zip(AUX_SUFFIXES) {
+        ]
+    }
+
+    #[test]
+    fn every_auxiliary_key_is_the_lock_key_in_braces_and_its_suffix() {
+        let k = Keys::new("app:", "jobs/é x");
+        assert_eq!(k.lock(), "app:jobs/é x");
+        for (key, suffix) in aux_keys(&k).into_iter().zip(AUX_SUFFIXES) {
             assert_eq!(key, Keys::aux("app:jobs/é x", suffix));
         }
         assert_eq!(k.rw_released(), "{app:jobs/é x} rw released");
@@ -371,6 +481,101 @@ mod tests {
             [k.info(), k.delay(), k.changed()].map(String::from)
         );
         assert!(k.all().iter().all(|key| key.starts_with("{app:jobs} ")));
+    }
+
+    /// Every key of lock `name` under `prefix` in `layout`: the lock's and
+    /// the election's.
+    fn all_keys(layout: Layout, prefix: &str, name: &str) -> lock_core::Result<Vec<String>> {
+        let k = layout.keys(prefix, name)?;
+        let mut all = vec![k.lock().to_string()];
+        all.extend(aux_keys(&k).map(String::from));
+        let leader = layout.leader_keys(prefix, name)?;
+        all.extend(leader.all().map(String::from));
+        all.extend(LeaderKeys::of_leader(leader.leader()));
+        for suffix in [LINE, LINE_LAPSE, LINE_SEQ, HOLDER, RW, PERMITS] {
+            all.push(layout.aux(k.lock(), suffix)?);
+        }
+        assert_eq!(layout.keys_of_lock(k.lock())?, k);
+        Ok(all)
+    }
+
+    const BRACED: [(&str, &str); 12] = [
+        ("", "a{b}c"),
+        ("", "{x}"),
+        ("", "{x}y"),
+        ("", "{a}{b}"),
+        ("", "a{b"),
+        ("", "{x}:fencing"),
+        ("app{1}:", "n"),
+        ("app{:", "n}"),
+        ("", "x{y}{}"),
+        ("", "a}b{c}"),
+        ("", "jobs/report"),
+        ("app:", "jobs/é"),
+    ];
+
+    #[test]
+    fn on_a_cluster_every_key_of_a_name_is_in_the_lock_keys_slot() {
+        for (prefix, name) in BRACED {
+            let all = all_keys(Layout::Cluster, prefix, name).unwrap();
+            let slot = redis::cluster_routing::Route::with_key(&all[0], SlotAddr::Master);
+            for key in &all {
+                assert_eq!(
+                    redis::cluster_routing::Route::with_key(key, SlotAddr::Master),
+                    slot,
+                    "{key:?} of {prefix:?} + {name:?}"
+                );
+            }
+            let mut distinct = all.clone();
+            distinct.sort();
+            distinct.dedup();
+            // Repeated on purpose: the election's fencing counter, the three
+            // keys of `of_leader`, and the `aux` of holder, rw and permits.
+            assert_eq!(distinct.len(), all.len() - 7, "{all:?}");
+        }
+        let k = Layout::Cluster.keys("", "a{b}c").unwrap();
+        assert_eq!(k.fencing(), "{b} a{b}c fencing");
+        assert_eq!(k.released(), "{b} a{b}c released");
+        let untaggable = ["a}b", "x{}y", "}{", "{}x}", "x{}y{z}"];
+        for name in untaggable {
+            let e = Layout::Cluster.keys("", name).unwrap_err();
+            assert_eq!(
+                e.kind(),
+                lock_core::LockErrorKind::InvalidArgument,
+                "{name}"
+            );
+            assert!(!e.is_retryable());
+            assert!(Layout::Cluster.leader_keys("", name).is_err());
+            assert!(Layout::Cluster.keys_of_lock(name).is_err());
+            assert!(Layout::Standalone.keys("", name).is_ok(), "{name}");
+        }
+    }
+
+    #[test]
+    fn one_servers_layout_is_unchanged_by_braces() {
+        for (prefix, name) in BRACED {
+            let lock = format!("{prefix}{name}");
+            let one = Layout::Standalone.keys(prefix, name).unwrap();
+            assert_eq!(one, Keys::new(prefix, name));
+            assert_eq!(one.fencing(), format!("{{{lock}}} fencing"));
+            assert_eq!(one.holder(), format!("{{{lock}}} holder"));
+            assert_eq!(Layout::Standalone.keys_of_lock(&lock).unwrap(), one);
+            assert_eq!(
+                Layout::Standalone.aux(&lock, RW).unwrap(),
+                Keys::aux(&lock, RW)
+            );
+            assert_eq!(
+                Layout::Standalone.leader_keys(prefix, name).unwrap(),
+                LeaderKeys::new(prefix, name)
+            );
+            assert_eq!(
+                LeaderKeys::new(prefix, name).leader(),
+                format!("{{{lock}}} leader")
+            );
+            if !lock.contains('}') {
+                assert_eq!(Layout::Cluster.keys(prefix, name).unwrap(), one);
+            }
+        }
     }
 
     #[test]

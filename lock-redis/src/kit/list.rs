@@ -1,7 +1,7 @@
 //! Listing the held locks: one script pass per page of `SCAN`, keeping the
 //! keys that hold a lock.
 
-use redis::Script;
+use crate::kit::call::Lua;
 
 /// One page of `list`: `SCAN` from `ARGV[1]` with `MATCH ARGV[2]` and
 /// `COUNT ARGV[3]`, keeping the keys that hold a lock: a string of 32 hex
@@ -39,7 +39,7 @@ pub struct Listed {
 /// page by page with [`LIST_PAGE`] through `conn` (one request per page).
 pub async fn list_keys<C: redis::aio::ConnectionLike + Send>(
     conn: &mut C,
-    script: &Script,
+    script: &Lua,
     key_prefix: &str,
     name_prefix: &str,
 ) -> redis::RedisResult<Vec<Listed>> {

@@ -6,8 +6,9 @@
 //! - [`scripts`]: the Lua scripts (Lua source under `src/kit/lua/`);
 //! - [`list`]: listing the held locks;
 //! - [`errors`]: the mapping of `redis` errors to error kinds;
-//! - [`call`]: one call of a loaded script, written straight into its
-//!   `EVALSHA` command;
+//! - [`call`]: a script with its source ([`call::Lua`]) and one call of
+//!   it, written straight into its `EVALSHA` command (`EVAL` of the source
+//!   on `NOSCRIPT`);
 //! - [`cluster`]: `redis+cluster://` URLs and a connection to a Redis
 //!   Cluster that follows only the redirections that prove a command did
 //!   not run;

@@ -28,12 +28,12 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use redis::{ErrorKind, RedisError, RedisResult, Script, ServerErrorKind, Value};
+use redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::batching::RenewBatching;
-use crate::kit::call::ScriptCall;
+use crate::kit::call::{Lua, ScriptCall};
 use crate::kit::layout::LeaderKeys;
 
 /// Compare-and-extend of many leases in one script, each with its own kind,
@@ -57,6 +57,18 @@ use crate::kit::layout::LeaderKeys;
 /// text of a key whose own commands failed (a key of the wrong type, a key
 /// the ACL denies): one bad key never fails the others.
 pub const RENEW_BATCH: &str = include_str!("lua/renew_batch.lua");
+
+/// [`RENEW_BATCH`] for the keys of any slots a Redis Cluster node serves:
+/// no key declared (a script's declared keys must share one slot), `ARGV[1]`
+/// = the number of keys, then the keys as [`RENEW_BATCH`] takes them, then
+/// its arguments. A key whose slot the node does not serve (moved away)
+/// fails alone, with the error text `... non local key ...`
+/// ([`KeyOutcome::is_elsewhere`]); see [`send_batch_any_slot`].
+pub const RENEW_BATCH_ANY_SLOT: &str = concat!(
+    "#!lua flags=allow-cross-slot-keys\n",
+    include_str!("lua/fragments/keys_from_argv.lua"),
+    include_str!("lua/renew_batch.lua"),
+);
 
 /// The kind of lease a renewal extends: which part of [`RENEW_BATCH`] runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -118,6 +130,12 @@ pub enum KeyOutcome {
 }
 
 impl KeyOutcome {
+    /// Whether this key's slot is not served by the node that ran the
+    /// batch (it moved: renew it again at its owner; nothing was done).
+    pub fn is_elsewhere(&self) -> bool {
+        matches!(self, KeyOutcome::Failed(text) if text.contains("non local key"))
+    }
+
     /// The error this key's own single-key request would have had, as a
     /// `redis` error (an ACL denial stays one).
     pub fn error(text: &str) -> RedisError {
@@ -322,12 +340,34 @@ impl<S: BatchSender> Shared<S> {
     }
 }
 
-/// Runs [`RENEW_BATCH`] for `items` on `conn` (one `EVALSHA`, loading the
-/// script on `NOSCRIPT`) and reads one outcome per item.
+/// Runs [`RENEW_BATCH`] for `items` on `conn` (one `EVALSHA`, `EVAL` on
+/// `NOSCRIPT`) and reads one outcome per item.
 pub async fn send_batch<C: redis::aio::ConnectionLike + Send>(
     conn: &mut C,
-    script: &Script,
+    script: &Lua,
     items: &[RenewItem],
+) -> RedisResult<Vec<KeyOutcome>> {
+    send(conn, script, items, true).await
+}
+
+/// Runs [`RENEW_BATCH_ANY_SLOT`] for `items`, whatever their slots, on
+/// `conn` (a connection to one cluster node) and reads one outcome per
+/// item.
+pub async fn send_batch_any_slot<C: redis::aio::ConnectionLike + Send>(
+    conn: &mut C,
+    script: &Lua,
+    items: &[RenewItem],
+) -> RedisResult<Vec<KeyOutcome>> {
+    send(conn, script, items, false).await
+}
+
+/// [`send_batch`] with the keys declared, or passed first in the
+/// arguments (see [`RENEW_BATCH_ANY_SLOT`]).
+async fn send<C: redis::aio::ConnectionLike + Send>(
+    conn: &mut C,
+    script: &Lua,
+    items: &[RenewItem],
+    declared: bool,
 ) -> RedisResult<Vec<KeyOutcome>> {
     // The keys: every item's lease key, then the description keys of the
     // described mutexes; the arguments: three per item.
@@ -344,7 +384,16 @@ pub async fn send_batch<C: redis::aio::ConnectionLike + Send>(
         .map(|item| item.key.as_str())
         .chain(extras.iter().map(String::as_str))
         .collect();
-    let mut call = ScriptCall::new(script, &keys);
+    let mut call = if declared {
+        ScriptCall::new(script, &keys)
+    } else {
+        let mut call = ScriptCall::new(script, &[]);
+        call.arg(keys.len());
+        keys.iter().for_each(|key| {
+            call.arg(*key);
+        });
+        call
+    };
     for item in items {
         let kind = match (item.kind, &item.described) {
             (LeaseKind::DescribedMutex, None) => LeaseKind::Mutex,

@@ -10,12 +10,13 @@
 //! `fragments/next_fence_keys3.lua`): the scripts are plain text, with no
 //! templating at run time.
 //!
-//! Scripts are sent with `EVALSHA` (the `redis` crate's `Script` loads a
-//! script once, on the first `NOSCRIPT` reply).
+//! Scripts are sent with `EVALSHA`, and as `EVAL` of their source after a
+//! `NOSCRIPT` reply ([`super::call::ScriptCall`]). [`Scripts::cluster`] is
+//! the set for a Redis Cluster, written from the same sources.
 
-use redis::Script;
-
+use super::call::Lua;
 use super::list::LIST_PAGE;
+use super::renew::{RENEW_BATCH, RENEW_BATCH_ANY_SLOT};
 
 /// The server's clock in ms, as Lua code defining `now` (shared by the
 /// read-write and permit scripts, which keep each holder's expiry in it).
@@ -523,65 +524,150 @@ pub const PROCLAIM: &str = include_str!("lua/proclaim.lua");
 /// (a change announced with a larger version happened after this read).
 pub const READ_LEADER: &str = include_str!("lua/read_leader.lua");
 
-/// The scripts, ready for `EVALSHA`.
+/// The scripts, ready for `EVALSHA`: [`Scripts::default`] for one
+/// server, [`Scripts::cluster`] for a Redis Cluster.
 #[derive(Clone, Debug)]
 pub struct Scripts {
     /// See [`ACQUIRE_FENCED`].
-    pub acquire_fenced: Script,
+    pub acquire_fenced: Lua,
     /// See [`RELEASE`].
-    pub release: Script,
+    pub release: Lua,
     /// See [`ACQUIRE_IN_LINE`].
-    pub acquire_in_line: Script,
+    pub acquire_in_line: Lua,
     /// See [`LEAVE_LINE`].
-    pub leave_line: Script,
+    pub leave_line: Lua,
     /// See [`RELEASE_QUEUED`].
-    pub release_queued: Script,
+    pub release_queued: Lua,
     /// See [`LIST_PAGE`].
-    pub list_page: Script,
+    pub list_page: Lua,
     /// See [`ACQUIRE_RW`].
-    pub acquire_rw: Script,
+    pub acquire_rw: Lua,
     /// See [`RELEASE_RW`].
-    pub release_rw: Script,
+    pub release_rw: Lua,
     /// See [`DOWNGRADE_RW`].
-    pub downgrade_rw: Script,
+    pub downgrade_rw: Lua,
     /// See [`WITHDRAW_WAITER`].
-    pub withdraw_waiter: Script,
+    pub withdraw_waiter: Lua,
     /// See [`ACQUIRE_PERMIT`].
-    pub acquire_permit: Script,
+    pub acquire_permit: Lua,
     /// See [`RELEASE_PERMIT`].
-    pub release_permit: Script,
+    pub release_permit: Lua,
     /// See [`FORCE_RELEASE_SHARED`].
-    pub force_release_shared: Script,
+    pub force_release_shared: Lua,
     /// See [`ACQUIRE_LEADER`].
-    pub acquire_leader: Script,
+    pub acquire_leader: Lua,
     /// See [`RELEASE_LEADER`].
-    pub release_leader: Script,
+    pub release_leader: Lua,
     /// See [`PROCLAIM`].
-    pub proclaim: Script,
+    pub proclaim: Lua,
     /// See [`READ_LEADER`].
-    pub read_leader: Script,
+    pub read_leader: Lua,
+    /// See [`RENEW_BATCH`].
+    pub renew_batch: Lua,
+    /// See [`RENEW_BATCH_ANY_SLOT`].
+    pub renew_batch_any_slot: Lua,
 }
 
 impl Default for Scripts {
+    /// The scripts as written, for one server (or Sentinel's primary).
     fn default() -> Self {
+        Self::each(Lua::new)
+    }
+}
+
+impl Scripts {
+    /// The scripts for a Redis Cluster: every `PUBLISH` is a sharded
+    /// `SPUBLISH` (each channel is a key of its lock's slot, so the
+    /// message goes to the subscribers of that slot's owner, not over the
+    /// whole cluster bus).
+    pub fn cluster() -> Self {
+        Self::each(|source| Lua::new(source.replace("'PUBLISH'", "'SPUBLISH'")))
+    }
+
+    /// The scripts a connection loads when it opens (the others are
+    /// loaded by their first call, see [`super::call::ScriptCall`]).
+    pub fn preloaded(&self) -> [&Lua; 4] {
+        [
+            &self.acquire_fenced,
+            &self.release_queued,
+            &self.renew_batch,
+            &self.list_page,
+        ]
+    }
+
+    /// Every script, from its source through `make`.
+    fn each(make: impl Fn(&'static str) -> Lua) -> Self {
         Self {
-            acquire_fenced: Script::new(ACQUIRE_FENCED),
-            release: Script::new(RELEASE),
-            acquire_in_line: Script::new(ACQUIRE_IN_LINE),
-            leave_line: Script::new(LEAVE_LINE),
-            release_queued: Script::new(RELEASE_QUEUED),
-            list_page: Script::new(LIST_PAGE),
-            acquire_rw: Script::new(ACQUIRE_RW),
-            release_rw: Script::new(RELEASE_RW),
-            downgrade_rw: Script::new(DOWNGRADE_RW),
-            withdraw_waiter: Script::new(WITHDRAW_WAITER),
-            acquire_permit: Script::new(ACQUIRE_PERMIT),
-            release_permit: Script::new(RELEASE_PERMIT),
-            force_release_shared: Script::new(FORCE_RELEASE_SHARED),
-            acquire_leader: Script::new(ACQUIRE_LEADER),
-            release_leader: Script::new(RELEASE_LEADER),
-            proclaim: Script::new(PROCLAIM),
-            read_leader: Script::new(READ_LEADER),
+            acquire_fenced: make(ACQUIRE_FENCED),
+            release: make(RELEASE),
+            acquire_in_line: make(ACQUIRE_IN_LINE),
+            leave_line: make(LEAVE_LINE),
+            release_queued: make(RELEASE_QUEUED),
+            list_page: make(LIST_PAGE),
+            acquire_rw: make(ACQUIRE_RW),
+            release_rw: make(RELEASE_RW),
+            downgrade_rw: make(DOWNGRADE_RW),
+            withdraw_waiter: make(WITHDRAW_WAITER),
+            acquire_permit: make(ACQUIRE_PERMIT),
+            release_permit: make(RELEASE_PERMIT),
+            force_release_shared: make(FORCE_RELEASE_SHARED),
+            acquire_leader: make(ACQUIRE_LEADER),
+            release_leader: make(RELEASE_LEADER),
+            proclaim: make(PROCLAIM),
+            read_leader: make(READ_LEADER),
+            renew_batch: make(RENEW_BATCH),
+            renew_batch_any_slot: make(RENEW_BATCH_ANY_SLOT),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every script's sources, one server's and a cluster's, side by side.
+    fn pairs() -> Vec<(String, String)> {
+        let (one, cluster) = (Scripts::default(), Scripts::cluster());
+        let sources = |s: &Scripts| -> Vec<String> {
+            [
+                &s.acquire_fenced,
+                &s.release,
+                &s.acquire_in_line,
+                &s.leave_line,
+                &s.release_queued,
+                &s.list_page,
+                &s.acquire_rw,
+                &s.release_rw,
+                &s.downgrade_rw,
+                &s.withdraw_waiter,
+                &s.acquire_permit,
+                &s.release_permit,
+                &s.force_release_shared,
+                &s.acquire_leader,
+                &s.release_leader,
+                &s.proclaim,
+                &s.read_leader,
+                &s.renew_batch,
+                &s.renew_batch_any_slot,
+            ]
+            .iter()
+            .map(|l| l.source().to_string())
+            .collect()
+        };
+        sources(&one).into_iter().zip(sources(&cluster)).collect()
+    }
+
+    #[test]
+    fn a_clusters_scripts_publish_sharded_and_are_otherwise_the_same() {
+        let mut published = 0;
+        for (one, cluster) in pairs() {
+            assert!(!cluster.contains("'PUBLISH'"), "{cluster}");
+            let n = one.matches("'PUBLISH'").count();
+            assert_eq!(cluster.matches("'SPUBLISH'").count(), n);
+            assert_eq!(cluster.replace("'SPUBLISH'", "'PUBLISH'"), one);
+            assert!(!one.contains("SPUBLISH"));
+            published += n;
+        }
+        assert!(published >= 15, "{published} PUBLISH calls found");
     }
 }

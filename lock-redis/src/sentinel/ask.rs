@@ -161,9 +161,6 @@ impl Sentinels {
 
     /// `reported` through the address map.
     fn mapped(&self, reported: String) -> String {
-        self.address_map
-            .iter()
-            .find(|(from, _)| *from == reported)
-            .map_or(reported, |(_, to)| to.clone())
+        crate::config::mapped_address(&self.address_map, reported)
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use lock_core::{AcquireOptions, DistributedLock, LockName};
 use lock_redis::{RedisLock, RedisLockConfig};
-use lock_testbed::{unique_name, Proxy, RedisOptions, RedisServer, RespValue};
+use lock_testbed::{unique_name, Proxy, RedisClusterSet, RedisOptions, RedisServer, RespValue};
 
 /// The request timeout of the clients in these tests.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_millis(200);
@@ -108,4 +108,22 @@ pub async fn server_behind_proxy() -> (RedisServer, Proxy, RedisLock, RedisLock)
     let behind = client(&proxy.redis_url()).await;
     let direct = client(&server.url()).await;
     (server, proxy, behind, direct)
+}
+
+/// The primary of a fresh `RedisClusterSet` that owns `slot`.
+pub fn initial_owner(slot: u16) -> usize {
+    match slot {
+        0..=5460 => 0,
+        5461..=10922 => 1,
+        _ => 2,
+    }
+}
+
+/// The first name `{prefix}{i}` whose slot belongs to primary `owner` of a
+/// fresh `RedisClusterSet`.
+pub fn name_on_primary(owner: usize, prefix: &str) -> String {
+    (0..)
+        .map(|i| format!("{prefix}{i}"))
+        .find(|n| initial_owner(RedisClusterSet::slot_of(n)) == owner)
+        .expect("some name hashes to every primary")
 }

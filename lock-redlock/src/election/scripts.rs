@@ -6,16 +6,16 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use lock_redis::kit::call::ScriptCall;
+use lock_redis::kit::call::{Lua, ScriptCall};
 use lock_redis::kit::layout::LeaderKeys;
-use redis::{RedisError, RedisResult, Script};
+use redis::{RedisError, RedisResult};
 
 use crate::node::Node;
 
-static BEGIN: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/begin.lua")));
-static PROCLAIM: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/proclaim.lua")));
-static END: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/end.lua")));
-static READ: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/read.lua")));
+static BEGIN: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("lua/begin.lua")));
+static PROCLAIM: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("lua/proclaim.lua")));
+static END: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("lua/end.lua")));
+static READ: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("lua/read.lua")));
 
 /// What [`Node::begin_term`] found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
