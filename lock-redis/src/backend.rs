@@ -83,9 +83,12 @@ impl RedisLock {
     /// the credentials. Must be called within a tokio runtime.
     pub async fn connect(config: RedisLockConfig) -> Result<RedisLock, LockError> {
         let client = Client::connect(config).await?;
-        // The notifier subscribes where requests go: on the primary the
-        // route follows across failovers, or on the one server.
-        let node = if client.route.follows_failovers() {
+        // The notifier subscribes where requests go: at each channel's
+        // slot owner on a cluster, on the primary the route follows across
+        // failovers, or on the one server.
+        let node = if let Some(cluster) = client.route.cluster() {
+            cluster.notify_node(&client.config)
+        } else if client.route.follows_failovers() {
             NotifyNode::moving(client.route.clone())
         } else {
             NotifyNode::fixed(
@@ -348,7 +351,7 @@ impl LockBackend for RedisLock {
             .with_fencing(Fencing::ServerClock)
             .with_fifo(true)
             .with_loss_events(false)
-            .with_notified_wait(!route.is_cluster())
+            .with_notified_wait(true)
             .with_remote(true)
             .with_fault_tolerance(if route.is_cluster() {
                 CLUSTER_FAULT_TOLERANCE

@@ -19,6 +19,7 @@ use crate::conn::Conn;
 use crate::failure::{map_error, Failure};
 use crate::kit::cluster::{client_builder, key_slot, ClusterConn, ClusterSettings, ClusterTarget};
 use crate::kit::connect::open_client;
+use crate::kit::notify::{NotifyCluster, NotifyNode};
 use crate::kit::scripts::Scripts;
 use crate::route::Endpoint;
 
@@ -34,6 +35,8 @@ pub(crate) type SlotMap = Vec<(u16, u16, String)>;
 pub(crate) struct ClusterRoute {
     /// The connection the slot map is read through.
     conn: ClusterConn,
+    /// The cluster's URL, parsed (the notifier connects to its nodes).
+    target: ClusterTarget,
     slots: RwLock<Arc<SlotMap>>,
     /// The last read of the slot map; held while one runs.
     refreshing: tokio::sync::Mutex<Option<Read>>,
@@ -101,7 +104,8 @@ pub(crate) async fn join(
         )),
         None => None,
     };
-    // The pub/sub connection of the notifier goes to one primary.
+    // A client of one primary, the endpoint's (the notifier keeps
+    // connections of its own to every primary: `ClusterRoute::notify_node`).
     let client = open_client(
         &target.node_url(&mapped_address(&config.address_map, first)),
         &config.tls,
@@ -115,6 +119,7 @@ pub(crate) async fn join(
         },
         route: ClusterRoute {
             conn,
+            target: target.clone(),
             slots: RwLock::new(Arc::new(slots)),
             refreshing: tokio::sync::Mutex::new(None),
             request_timeout: config.request_timeout,
@@ -124,6 +129,18 @@ pub(crate) async fn join(
 }
 
 impl ClusterRoute {
+    /// The notifier's node for this cluster: each release channel
+    /// subscribed (`SSUBSCRIBE`) at the primary that owns its slot, with
+    /// the client's TLS files and address map.
+    pub(crate) fn notify_node(&self, config: &RedisLockConfig) -> NotifyNode {
+        NotifyNode::cluster(NotifyCluster::new(
+            self.conn.clone(),
+            self.target.clone(),
+            config.tls.clone(),
+            &config.address_map,
+        ))
+    }
+
     /// The slot map as last read.
     fn map(&self) -> Arc<SlotMap> {
         match self.slots.read() {

@@ -558,18 +558,7 @@ pub fn key_slot(key: &[u8]) -> u16 {
             (len > 0).then(|| &rest[..len])
         })
         .unwrap_or(key);
-    let mut crc: u16 = 0;
-    for byte in hashed {
-        crc ^= u16::from(*byte) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-        }
-    }
-    crc % SLOTS
+    crc16::State::<crc16::XMODEM>::calculate(hashed) % SLOTS
 }
 
 /// `(first, last, "host:port" of the primary)` of a `CLUSTER SLOTS` reply,
@@ -713,6 +702,9 @@ mod tests {
         // The check value of CRC16/XMODEM (0x31c3), modulo 16384.
         assert_eq!(key_slot(b"123456789"), 0x31c3 % SLOTS);
         assert_eq!(key_slot(b"{user1}.following"), key_slot(b"user1"));
+        // From `CLUSTER KEYSLOT` (Redis 7.0).
+        assert_eq!(key_slot(b"foo"), 12182);
+        assert_eq!(key_slot(b"{lock} released"), key_slot(b"lock"));
     }
 
     #[test]

@@ -9,11 +9,8 @@ use lock_core::TlsConfig;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::RedisResult;
 
-use crate::kit::cluster::{parse_cluster_slots, ClusterConn, ClusterTarget};
+use crate::kit::cluster::{key_slot, parse_cluster_slots, ClusterConn, ClusterTarget};
 use crate::kit::connect::open_client;
-
-/// The hash slots of a Redis Cluster.
-const SLOTS: u16 = 16384;
 
 /// A Redis Cluster the notifier listens to ([`NotifyNode::cluster`]):
 /// each channel is subscribed with `SSUBSCRIBE` on a connection of its
@@ -128,43 +125,9 @@ impl SlotMap {
     }
 }
 
-/// The hash slot of `key` (a key or a sharded channel), as Redis Cluster
-/// computes it: CRC16/XMODEM modulo 16384 of the part between the first
-/// `{` and the first `}` after it, if that part is not empty, else of the
-/// whole key.
-pub(super) fn key_slot(key: &[u8]) -> u16 {
-    let hashed = key
-        .iter()
-        .position(|&b| b == b'{')
-        .and_then(|open| {
-            let rest = &key[open + 1..];
-            let close = rest.iter().position(|&b| b == b'}')?;
-            (close > 0).then(|| &rest[..close])
-        })
-        .unwrap_or(key);
-    crc16::State::<crc16::XMODEM>::calculate(hashed) % SLOTS
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn slots_follow_hash_tags() {
-        // Values from `CLUSTER KEYSLOT` (Redis 7.0).
-        assert_eq!(key_slot(b"foo"), 12182);
-        assert_eq!(key_slot(b"{user1000}.following"), key_slot(b"user1000"));
-        assert_eq!(key_slot(b"{lock} released"), key_slot(b"lock"));
-        // An empty tag: the whole key counts.
-        assert_eq!(
-            key_slot(b"{}x"),
-            crc16::State::<crc16::XMODEM>::calculate(b"{}x") % SLOTS
-        );
-        assert_eq!(
-            key_slot(b"a{b"),
-            crc16::State::<crc16::XMODEM>::calculate(b"a{b") % SLOTS
-        );
-    }
 
     #[test]
     fn node_clients_speak_resp3_where_the_address_map_says() {
