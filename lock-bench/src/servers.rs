@@ -57,17 +57,8 @@ impl Servers {
                 .collect();
             let started = starts
                 .into_iter()
-                .map(|(kind, h)| {
-                    let r = h
-                        .join()
-                        .unwrap_or_else(|_| Err("the start-up thread panicked".to_string()));
-                    (kind, r)
-                })
+                .map(|(kind, h)| (kind, joined(h)))
                 .collect();
-            let joined = |h: std::thread::ScopedJoinHandle<'_, Result<_, String>>| {
-                h.join()
-                    .unwrap_or_else(|_| Err("the start-up thread panicked".to_string()))
-            };
             Servers {
                 started,
                 sentinel: sentinel.map(joined),
@@ -102,6 +93,12 @@ impl Servers {
             .find(|(k, _)| *k == kind)
             .map(|(_, r)| r)
     }
+}
+
+/// What a start-up thread returned, or why it did not.
+fn joined<T>(h: std::thread::ScopedJoinHandle<'_, Result<T, String>>) -> Result<T, String> {
+    h.join()
+        .unwrap_or_else(|_| Err("the start-up thread panicked".to_string()))
 }
 
 /// Where to read the count of operations a server has handled.

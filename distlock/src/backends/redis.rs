@@ -101,7 +101,8 @@ impl LockUrl {
         self.redis_options(config)
     }
 
-    /// `config` with the options of a `redis://` or `redis+sentinel://` URL.
+    /// `config` with the options of a `redis://`, `redis+sentinel://` or
+    /// `redis+cluster://` URL.
     #[cfg(feature = "redis")]
     pub(crate) fn redis_options(
         &self,
