@@ -4,7 +4,7 @@ use super::options::{
     option, CA, CERT, CONNECT_TIMEOUT, KEY, PREFIX, REQUEST_TIMEOUT, REQUIRE_NOEVICTION,
     SYNC_REPLICAS, SYNC_TIMEOUT, TLS,
 };
-use super::{Credentials, Descriptor, OptionKind, Servers};
+use super::{Credentials, Descriptor, OptionKind, OptionSpec, Servers};
 use crate::scheme::Scheme;
 use crate::url::LockUrl;
 
@@ -20,22 +20,25 @@ pub(crate) const REDIS: Descriptor = Descriptor {
         hint: "for Redlock over independent servers use redlock://",
     },
     credentials: Credentials::Any,
-    options: &[
-        CONNECT_TIMEOUT,
-        REQUEST_TIMEOUT,
-        option("max_recheck", OptionKind::Duration),
-        PREFIX,
-        REQUIRE_NOEVICTION,
-        SYNC_REPLICAS,
-        SYNC_TIMEOUT,
-        TLS,
-        CA,
-        CERT,
-        KEY,
-    ],
+    options: REDIS_OPTIONS,
     check: check_db_path,
     connect,
 };
+
+/// The options of every Redis URL: one server, Sentinel and Cluster.
+pub(super) const REDIS_OPTIONS: &[OptionSpec] = &[
+    CONNECT_TIMEOUT,
+    REQUEST_TIMEOUT,
+    option("max_recheck", OptionKind::Duration),
+    PREFIX,
+    REQUIRE_NOEVICTION,
+    SYNC_REPLICAS,
+    SYNC_TIMEOUT,
+    TLS,
+    CA,
+    CERT,
+    KEY,
+];
 
 /// The path of a Redis URL is the database number (`/2`), or nothing.
 pub(super) fn check_db_path(url: &LockUrl) -> Result<(), String> {

@@ -1,11 +1,8 @@
 //! `redis+cluster://` (and `rediss+cluster://`): a Redis Cluster, its
 //! slots and failovers followed (feature `redis`).
 
-use super::options::{
-    option, CA, CERT, CONNECT_TIMEOUT, KEY, PREFIX, REQUEST_TIMEOUT, REQUIRE_NOEVICTION,
-    SYNC_REPLICAS, SYNC_TIMEOUT, TLS,
-};
-use super::{Credentials, Descriptor, OptionKind, Servers};
+use super::redis::REDIS_OPTIONS;
+use super::{Credentials, Descriptor, Servers};
 use crate::scheme::Scheme;
 use crate::url::LockUrl;
 
@@ -19,19 +16,7 @@ pub(crate) const REDIS_CLUSTER: Descriptor = Descriptor {
     default_port: Some(6379),
     servers: Servers::Many,
     credentials: Credentials::Any,
-    options: &[
-        CONNECT_TIMEOUT,
-        REQUEST_TIMEOUT,
-        option("max_recheck", OptionKind::Duration),
-        PREFIX,
-        REQUIRE_NOEVICTION,
-        SYNC_REPLICAS,
-        SYNC_TIMEOUT,
-        TLS,
-        CA,
-        CERT,
-        KEY,
-    ],
+    options: REDIS_OPTIONS,
     check: check_db_zero,
     connect,
 };

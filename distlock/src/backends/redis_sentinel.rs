@@ -2,11 +2,8 @@
 //! Sentinel-managed Redis deployment, followed across failovers (feature
 //! `redis`).
 
-use super::options::{
-    option, CA, CERT, CONNECT_TIMEOUT, KEY, PREFIX, REQUEST_TIMEOUT, REQUIRE_NOEVICTION,
-    SYNC_REPLICAS, SYNC_TIMEOUT, TLS,
-};
-use super::{Credentials, Descriptor, OptionKind, Servers};
+use super::redis::REDIS_OPTIONS;
+use super::{Credentials, Descriptor, Servers};
 use crate::scheme::Scheme;
 use crate::url::LockUrl;
 
@@ -20,19 +17,7 @@ pub(crate) const REDIS_SENTINEL: Descriptor = Descriptor {
     default_port: Some(26379),
     servers: Servers::Many,
     credentials: Credentials::Any,
-    options: &[
-        CONNECT_TIMEOUT,
-        REQUEST_TIMEOUT,
-        option("max_recheck", OptionKind::Duration),
-        PREFIX,
-        REQUIRE_NOEVICTION,
-        SYNC_REPLICAS,
-        SYNC_TIMEOUT,
-        TLS,
-        CA,
-        CERT,
-        KEY,
-    ],
+    options: REDIS_OPTIONS,
     check: check_master_path,
     connect,
 };

@@ -39,7 +39,7 @@ use redis::{
     ServerErrorKind, Value,
 };
 
-use crate::kit::connect::redact_url;
+use crate::kit::host_list::HostListKind;
 
 /// The nodes' port when the URL gives none.
 pub const DEFAULT_PORT: u16 = 6379;
@@ -51,6 +51,16 @@ pub const MAX_REDIRECTIONS: usize = 64;
 const MIN_BACKOFF: Duration = Duration::from_millis(10);
 /// ...doubling up to this.
 const MAX_BACKOFF: Duration = Duration::from_millis(100);
+
+/// What a `redis+cluster://` URL looks like.
+const CLUSTER_URL: HostListKind = HostListKind {
+    plain: "redis+cluster",
+    tls: "rediss+cluster",
+    what: "Redis Cluster",
+    host: "node",
+    path: "[/0]",
+    default_port: DEFAULT_PORT,
+};
 
 /// `redis+cluster://` (and `rediss+cluster://`), parsed.
 #[derive(Clone, PartialEq, Eq)]
@@ -77,52 +87,19 @@ impl ClusterTarget {
     /// that is malformed is an `InvalidArgument` error that never shows
     /// the password.
     pub fn parse(url: &str) -> Result<Option<Self>, LockError> {
-        let url = url.trim();
-        let (scheme, rest) = match url.split_once("://") {
-            Some((scheme, rest)) => (scheme.to_ascii_lowercase(), rest),
-            None => return Ok(None),
+        let Some(url) = CLUSTER_URL.split(url)? else {
+            return Ok(None);
         };
-        let tls = match scheme.as_str() {
-            "redis+cluster" => false,
-            "rediss+cluster" => true,
-            _ => return Ok(None),
-        };
-        let shown = redact_url(url);
-        let invalid = |why: &str| {
-            LockError::invalid(format!(
-                "invalid Redis Cluster URL {shown:?}: {why} (expected \
-                 {scheme}://[user:password@]host[:port][,host[:port]...][/0])"
-            ))
-        };
-        let (authority, path) = match rest.find(['/', '?', '#']) {
-            Some(i) => (&rest[..i], &rest[i..]),
-            None => (rest, ""),
-        };
-        if path.contains(['?', '#']) {
-            return Err(invalid(
-                "options go to the URL of the distlock facade, not here",
-            ));
-        }
-        match path.trim_matches('/') {
+        match url.path.trim_matches('/') {
             "" | "0" => {}
             db => {
-                return Err(invalid(&format!(
-                    "a cluster has database 0 only, not {db:?}"
-                )))
+                return Err(url.invalid(&format!("a cluster has database 0 only, not {db:?}")));
             }
         }
-        let (userinfo, hosts) = match authority.rfind('@') {
-            Some(at) => (&authority[..=at], &authority[at + 1..]),
-            None => ("", authority),
-        };
-        let seeds = hosts
-            .split(',')
-            .map(|h| node_addr(h).ok_or_else(|| invalid(&format!("bad node {h:?}"))))
-            .collect::<Result<Vec<_>, _>>()?;
         Ok(Some(Self {
-            seeds,
-            userinfo: userinfo.to_string(),
-            tls,
+            seeds: url.hosts,
+            userinfo: url.userinfo.to_string(),
+            tls: url.tls,
         }))
     }
 
@@ -131,32 +108,6 @@ impl ClusterTarget {
         let scheme = if self.tls { "rediss" } else { "redis" };
         format!("{scheme}://{}{addr}/", self.userinfo)
     }
-}
-
-/// `host[:port]` (an IPv6 host in brackets) with the default port filled in.
-fn node_addr(text: &str) -> Option<String> {
-    let text = text.trim();
-    let (host, port) = if let Some(v6) = text.strip_prefix('[') {
-        let (host, after) = v6.split_once(']')?;
-        let port = match after {
-            "" => None,
-            p => Some(p.strip_prefix(':')?),
-        };
-        (format!("[{host}]"), port)
-    } else {
-        match text.split_once(':') {
-            Some((host, port)) => (host.to_string(), Some(port)),
-            None => (text.to_string(), None),
-        }
-    };
-    if host.is_empty() || host.contains(['/', '@', ' ']) {
-        return None;
-    }
-    let port = match port {
-        Some(p) => p.parse::<u16>().ok().filter(|p| *p > 0)?,
-        None => DEFAULT_PORT,
-    };
-    Some(format!("{host}:{port}"))
 }
 
 /// A `host:port` as redis-rs's [`NodeAddress`].

@@ -29,6 +29,7 @@ pub mod cluster;
 pub mod connect;
 pub mod errors;
 pub mod eviction;
+pub(crate) mod host_list;
 pub mod layout;
 pub mod list;
 pub mod notify;

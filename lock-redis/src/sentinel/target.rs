@@ -9,10 +9,20 @@ use std::fmt;
 
 use lock_core::LockError;
 
-use crate::kit::connect::redact_url;
+use crate::kit::host_list::HostListKind;
 
 /// The sentinels' port when the URL gives none.
 pub(crate) const DEFAULT_SENTINEL_PORT: u16 = 26379;
+
+/// What a `redis+sentinel://` URL looks like.
+const SENTINEL_URL: HostListKind = HostListKind {
+    plain: "redis+sentinel",
+    tls: "rediss+sentinel",
+    what: "Redis Sentinel",
+    host: "sentinel",
+    path: "/MASTER_NAME[/db]",
+    default_port: DEFAULT_SENTINEL_PORT,
+};
 
 /// `redis+sentinel://` (and `rediss+sentinel://`), parsed.
 #[derive(Clone, PartialEq, Eq)]
@@ -46,40 +56,11 @@ impl SentinelTarget {
     /// URL that is malformed is an `InvalidArgument` error that never
     /// shows the password.
     pub(crate) fn parse(url: &str) -> Result<Option<Self>, LockError> {
-        let url = url.trim();
-        let (scheme, rest) = match url.split_once("://") {
-            Some((scheme, rest)) => (scheme.to_ascii_lowercase(), rest),
-            None => return Ok(None),
+        let Some(url) = SENTINEL_URL.split(url)? else {
+            return Ok(None);
         };
-        let tls = match scheme.as_str() {
-            "redis+sentinel" => false,
-            "rediss+sentinel" => true,
-            _ => return Ok(None),
-        };
-        let shown = redact_url(url);
-        let invalid = |why: &str| {
-            LockError::invalid(format!(
-                "invalid Redis Sentinel URL {shown:?}: {why} (expected \
-                 {scheme}://[user:password@]host[:port][,host[:port]...]/MASTER_NAME[/db])"
-            ))
-        };
-        let (authority, path) = match rest.find(['/', '?', '#']) {
-            Some(i) => (&rest[..i], &rest[i..]),
-            None => (rest, ""),
-        };
-        if path.contains(['?', '#']) {
-            return Err(invalid(
-                "options go to the URL of the distlock facade, not here",
-            ));
-        }
-        let (userinfo, hosts) = match authority.rfind('@') {
-            Some(at) => (&authority[..=at], &authority[at + 1..]),
-            None => ("", authority),
-        };
-        let sentinels = hosts
-            .split(',')
-            .map(|h| sentinel_addr(h).ok_or_else(|| invalid(&format!("bad sentinel {h:?}"))))
-            .collect::<Result<Vec<_>, _>>()?;
+        let invalid = |why: &str| url.invalid(why);
+        let path = url.path;
         let mut fields = path.trim_start_matches('/').split('/');
         let master = fields.next().unwrap_or_default();
         if master.is_empty() {
@@ -95,11 +76,11 @@ impl SentinelTarget {
             return Err(invalid("the path has more than /MASTER_NAME/db"));
         }
         Ok(Some(Self {
-            sentinels,
+            sentinels: url.hosts.clone(),
             master: master.to_string(),
             db,
-            userinfo: userinfo.to_string(),
-            tls,
+            userinfo: url.userinfo.to_string(),
+            tls: url.tls,
         }))
     }
 
@@ -117,32 +98,6 @@ impl SentinelTarget {
         let scheme = if self.tls { "rediss" } else { "redis" };
         format!("{scheme}://{addr}/")
     }
-}
-
-/// `host[:port]` (an IPv6 host in brackets) with the default port filled in.
-fn sentinel_addr(text: &str) -> Option<String> {
-    let text = text.trim();
-    let (host, port) = if let Some(v6) = text.strip_prefix('[') {
-        let (host, after) = v6.split_once(']')?;
-        let port = match after {
-            "" => None,
-            p => Some(p.strip_prefix(':')?),
-        };
-        (format!("[{host}]"), port)
-    } else {
-        match text.split_once(':') {
-            Some((host, port)) => (host.to_string(), Some(port)),
-            None => (text.to_string(), None),
-        }
-    };
-    if host.is_empty() || host.contains(['/', '@', ' ']) {
-        return None;
-    }
-    let port = match port {
-        Some(p) => p.parse::<u16>().ok().filter(|p| *p > 0)?,
-        None => DEFAULT_SENTINEL_PORT,
-    };
-    Some(format!("{host}:{port}"))
 }
 
 /// `host:port` of an address a sentinel reported (`host`, `port`), with
