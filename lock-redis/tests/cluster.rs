@@ -6,9 +6,10 @@
 //! `sync_replicas`' `WAIT` on the lock's owner only, names with hash tags
 //! (kept on the tag's slot) and names with a `}` but no tag (refused),
 //! guards on different primaries renewed, through a slot's migration too,
-//! `list` across primaries, a waiter served after a release, the
+//! `list` across primaries, a waiter woken by a release, the
 //! read-write lock, the semaphore and an operator's force release, a
-//! waiter through a migration, a guard through its primary's failover.
+//! waiter through a migration, a guard through its primary's failover, a
+//! cluster over mutual TLS.
 
 mod support;
 
@@ -17,10 +18,10 @@ use std::time::Duration;
 
 use lock_core::{
     AcquireOptions, DistributedLock, GuardState, LockErrorKind, LockGuard, LockName, ReadWriteLock,
-    Semaphore,
+    Semaphore, TlsConfig,
 };
 use lock_redis::{RedisLock, RedisLockConfig, SyncReplicas};
-use lock_testbed::{unique_name, RedisClusterSet};
+use lock_testbed::{unique_name, ClusterOptions, RedisClusterSet};
 use support::{blocking, initial_owner, name_on_primary};
 
 /// The clients' request timeout.
@@ -425,26 +426,83 @@ async fn waiter_on(
 }
 
 /// A waiter on a cluster gets the lock its holder released: its place in
-/// the line is kept on the lock's primary and the release hands it over
-/// (waiters are not woken by messages on a cluster yet: it finds out at
-/// its next look, `max_recheck` here).
+/// the line is kept on the lock's primary, the release hands it over and
+/// announces it (`SPUBLISH`), and the waiter, subscribed at the owner of
+/// the channel's slot, is woken at once: its next look of its own would
+/// come only after `max_recheck` (10 s by default).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_gets_the_lock_after_its_release() {
     let cluster = start().await;
     let a = client(&cluster).await;
+    let b = client(&cluster).await;
     let name = name_on(1, "waiter");
-    let held = take(&a, &name, Duration::from_secs(30)).await;
+    waiter_woken_by_the_release(&a, &b, &name).await;
+}
+
+/// `waiter` waits for `name` while `holder` holds it; the release wakes the
+/// waiter well before any look of its own (`max_recheck`, 10 s by default,
+/// and the holder's TTL, 30 s), within the request timeout and slack.
+async fn waiter_woken_by_the_release(holder: &RedisLock, waiter: &RedisLock, name: &LockName) {
+    let held = take(holder, name, Duration::from_secs(30)).await;
     let first = token(&held);
-    let waiter = waiter_on(&cluster, &name, Duration::from_secs(10)).await;
+    let waiting = {
+        let (waiter, name) = (waiter.clone(), name.clone());
+        tokio::spawn(async move {
+            let wait = AcquireOptions::new()
+                .ttl(Duration::from_secs(10))
+                .wait(Duration::from_secs(20));
+            waiter.acquire(&name, &wait).await
+        })
+    };
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(!waiter.is_finished());
+    assert!(!waiting.is_finished());
     let released = tokio::time::Instant::now();
     assert!(held.release().await.unwrap());
-    let got = waiter.await.unwrap().expect("the waiter's acquisition");
+    let got = waiting.await.unwrap().expect("the waiter's acquisition");
     let took = released.elapsed();
-    assert!(took < Duration::from_secs(2), "{took:?}");
+    assert!(took < Duration::from_secs(2), "woken after {took:?}");
     assert!(token(&got) > first);
     assert!(got.release().await.unwrap());
+}
+
+/// A cluster over mutual TLS (`rediss+cluster://`: client ports,
+/// replication and the cluster bus on TLS): locks on every primary with
+/// increasing tokens, and a waiter woken through the notifier's own TLS
+/// connections to the primaries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_cluster() {
+    let cluster = Arc::new(
+        blocking(|| {
+            RedisClusterSet::start_with(ClusterOptions {
+                tls: true,
+                ..ClusterOptions::default()
+            })
+        })
+        .await
+        .unwrap_or_else(|e| panic!("starting a Redis Cluster with TLS: {e}")),
+    );
+    let files = cluster.node(0).tls_files().expect("TLS files");
+    let url = cluster.tls_url().expect("a TLS cluster URL");
+    let config = RedisLockConfig::new(url)
+        .connect_timeout(Duration::from_secs(2))
+        .request_timeout(REQUEST)
+        .tls(
+            TlsConfig::new()
+                .ca(files.ca())
+                .identity(files.client_cert(), files.client_key()),
+        );
+    let (a, b) = (connect(config.clone()).await, connect(config).await);
+    let mut last = 0;
+    for owner in 0..3 {
+        let name = name_on(owner, "tls");
+        let guard = take(&a, &name, Duration::from_secs(10)).await;
+        let t = token(&guard);
+        assert!(t > last, "primary {owner}: token {t} after {last}");
+        last = t;
+        assert!(exists_on(&cluster, owner, name.as_str()));
+        assert!(guard.release().await.unwrap());
+    }
+    waiter_woken_by_the_release(&a, &b, &name_on(2, "tls-waiter")).await;
 }
 
 /// The read-write lock and the semaphore on a cluster's primaries, and an

@@ -103,6 +103,11 @@ pub struct RedisOptions {
     /// slots: [`RedisClusterSet`](crate::RedisClusterSet) makes a cluster of
     /// such nodes.
     pub cluster_node_timeout: Option<Duration>,
+    /// With [`RedisOptions::tls`] and [`RedisOptions::cluster_node_timeout`]:
+    /// `--tls-cluster yes`, the cluster bus over TLS; a node then names its
+    /// TLS port to clients that asked over TLS (`CLUSTER SLOTS`, `MOVED`)
+    /// and its plain port to the others.
+    pub tls_cluster: bool,
 }
 
 struct Local {
@@ -297,6 +302,9 @@ impl RedisServer {
                 ]);
             if local.opts.tls_replication {
                 cmd.args(["--tls-replication", "yes"]);
+            }
+            if local.opts.tls_cluster {
+                cmd.args(["--tls-cluster", "yes"]);
             }
         }
         cmd.arg("--dir")

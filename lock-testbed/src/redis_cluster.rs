@@ -43,12 +43,18 @@ pub struct ClusterOptions {
     /// `--cluster-node-timeout`: how long a node may be unreachable before
     /// the others fail it and its replica takes over. Default 1 s.
     pub node_timeout: Duration,
+    /// Every node also listens with TLS ([`RedisOptions::tls`], mutual
+    /// TLS with the test process's certificates), replicates and runs the
+    /// cluster bus over TLS; clients use [`RedisClusterSet::tls_url`].
+    /// The plain ports stay open for the set's own commands. Default off.
+    pub tls: bool,
 }
 
 impl Default for ClusterOptions {
     fn default() -> Self {
         ClusterOptions {
             node_timeout: Duration::from_millis(1000),
+            tls: false,
         }
     }
 }
@@ -196,6 +202,9 @@ impl RedisClusterSet {
         let deadline = started + READY_TIMEOUT;
         let node_opts = RedisOptions {
             cluster_node_timeout: Some(opts.node_timeout),
+            tls: opts.tls,
+            tls_replication: opts.tls,
+            tls_cluster: opts.tls,
             ..RedisOptions::default()
         };
         let mut launched = Vec::with_capacity(NODES);
@@ -361,6 +370,16 @@ impl RedisClusterSet {
     pub fn url(&self) -> String {
         let hosts: Vec<String> = self.primaries().iter().map(|a| a.to_string()).collect();
         format!("redis+cluster://{}", hosts.join(","))
+    }
+
+    /// `rediss+cluster://127.0.0.1:a,...`: the TLS ports of the nodes
+    /// started as primaries, with [`ClusterOptions::tls`]; `None` without.
+    pub fn tls_url(&self) -> Option<String> {
+        let hosts = self.nodes[..PRIMARIES]
+            .iter()
+            .map(|n| n.tls_addr().map(|a| a.to_string()))
+            .collect::<Option<Vec<String>>>()?;
+        Some(format!("rediss+cluster://{}", hosts.join(",")))
     }
 
     /// The hash slot of `key` (CRC16/XMODEM mod 16384), with Redis Cluster's
