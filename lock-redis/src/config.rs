@@ -47,8 +47,9 @@ pub struct RedisLockConfig {
     /// (`rediss+cluster://` for TLS; the port defaults to 6379; database 0
     /// only): the nodes given are seeds, the client learns every primary
     /// from them and sends each lock's requests to the owner of its slot.
-    /// Waiters on a cluster are not woken by releases yet: they try again
-    /// when the holder's TTL runs out or after [`Self::max_recheck`].
+    /// Waiters subscribe to releases at the owner of each channel's slot
+    /// (`SSUBSCRIBE`), again at the new owner after a slot moves or a
+    /// failover.
     /// Default: [`DEFAULT_URL`].
     pub url: String,
     /// With a `rediss://` URL: the CA to trust (default: the system's
