@@ -1,7 +1,7 @@
 //! `lock_redis::kit::cluster::ClusterConn` on a real Redis Cluster
 //! (`lock_testbed::RedisClusterSet`): lock-redis's script calls reach the
 //! owner of their slot, follow MOVED, ASK and TRYAGAIN through a slot
-//! migration, and a call whose reply was lost is never sent again — not
+//! migration (transactions: MOVED), and a call whose reply was lost is never sent again — not
 //! to the same node, not to a new primary after a failover.
 
 mod support;
@@ -115,6 +115,39 @@ async fn calls_reach_the_owner_and_follow_moved() {
         "followed MOVED to node 2"
     );
     assert_eq!(counter(cluster.node(2), Keys::new("", &name).fencing()), 2);
+}
+
+/// A transaction (what `inspect` sends: MULTI ... EXEC) reaches the owner
+/// of its slot and follows MOVED after the slot's migration.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_follows_moved() {
+    let cluster = RedisClusterSet::start().unwrap();
+    let mut conn = connect(&cluster.url(), &settings(Duration::from_secs(2))).await;
+    let name = name_on(0, "transaction");
+    let k = Keys::new("", &name);
+    let script = fresh(ACQUIRE_LIKE);
+    assert_eq!(acquire_like(&mut conn, &script, &name).await.unwrap(), 1);
+    let read = |conn: &mut ClusterConn| {
+        let mut conn = conn.clone();
+        let (lock, fencing) = (k.lock().to_string(), k.fencing().to_string());
+        async move {
+            let mut pipe = redis::pipe();
+            pipe.atomic().cmd("GET").arg(&lock).cmd("GET").arg(&fencing);
+            pipe.query_async::<(Option<String>, Option<i64>)>(&mut conn)
+                .await
+        }
+    };
+    let expected = (Some("token".to_string()), Some(1));
+    let exec = |node: usize| cluster.node(node).calls("exec").unwrap_or(0);
+    let before = exec(0);
+    assert_eq!(read(&mut conn).await.unwrap(), expected);
+    assert_eq!(exec(0), before + 1, "ran on the owner, node 0");
+    cluster
+        .migrate_slot(RedisClusterSet::slot_of(&name), 0, 2)
+        .unwrap();
+    let before = exec(2);
+    assert_eq!(read(&mut conn).await.unwrap(), expected);
+    assert_eq!(exec(2), before + 1, "followed MOVED to node 2");
 }
 
 /// A slot migration in the middle of calls: keys not moved (TRYAGAIN: some

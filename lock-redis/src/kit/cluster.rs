@@ -16,7 +16,11 @@
 //! - `TRYAGAIN` (a multi-key command during a migration, some keys
 //!   present, some not), `CLUSTERDOWN`, `MASTERDOWN`, `LOADING`, and
 //!   `READONLY` (a demoted primary): sent again after a short backoff;
-//! - no connection to the node yet: sent again by slot after a backoff.
+//! - no connection to the node yet: sent again by slot after a backoff;
+//! - a transaction (`MULTI` ... `EXEC`) whose every command was refused
+//!   the same way when queued (`MOVED` to one node, or `TRYAGAIN` & co.):
+//!   the server aborted it (`EXECABORT`: nothing ran), so it follows that
+//!   refusal (not `ASK`, which would need `ASKING` before each command).
 //!
 //! Anything else (a timeout, a dropped connection, any other error) goes
 //! back to the caller, as with one server; the caller bounds the whole
@@ -206,14 +210,16 @@ enum Next {
     Asked(String),
 }
 
-/// What to do about one answer.
-enum Verdict<T> {
-    Done(RedisResult<T>),
+/// What to do about one refusal.
+enum Verdict {
+    /// Hand it to the caller: the request may have run.
+    Done,
+    /// Send the request again, to `next`, after a pause if `pause`.
     Again { next: Next, pause: bool },
 }
 
 /// The redirection `err` asks for, if it proves the command did not run.
-fn verdict_of<T>(err: RedisError, pipeline: bool) -> Verdict<T> {
+fn verdict_of(err: &RedisError, pipeline: bool) -> Verdict {
     let named = err.redirect_node().map(|(addr, _)| addr.to_string());
     match err.kind() {
         ErrorKind::Server(ServerErrorKind::Moved) => match named {
@@ -221,7 +227,7 @@ fn verdict_of<T>(err: RedisError, pipeline: bool) -> Verdict<T> {
                 next: Next::Moved(addr),
                 pause: false,
             },
-            None => Verdict::Done(Err(err)),
+            None => Verdict::Done,
         },
         // An ASK for a transaction would need ASKING before each queued
         // command: the caller gets it (its request fails as retryable).
@@ -230,7 +236,7 @@ fn verdict_of<T>(err: RedisError, pipeline: bool) -> Verdict<T> {
                 next: Next::Asked(addr),
                 pause: false,
             },
-            None => Verdict::Done(Err(err)),
+            None => Verdict::Done,
         },
         ErrorKind::Server(
             ServerErrorKind::TryAgain
@@ -243,7 +249,7 @@ fn verdict_of<T>(err: RedisError, pipeline: bool) -> Verdict<T> {
             next: Next::BySlot,
             pause: true,
         },
-        _ => Verdict::Done(Err(err)),
+        _ => Verdict::Done,
     }
 }
 
@@ -253,13 +259,40 @@ fn as_error(value: RedisResult<Value>) -> RedisResult<Value> {
     match value {
         Ok(Value::ServerError(e)) => {
             let err = RedisError::from(e.clone());
-            if matches!(verdict_of::<()>(err, false), Verdict::Again { .. }) {
-                Err(RedisError::from(e))
+            if matches!(verdict_of(&err, false), Verdict::Again { .. }) {
+                Err(err)
             } else {
                 Ok(Value::ServerError(e))
             }
         }
         other => other,
+    }
+}
+
+/// A transaction that `EXEC` aborted because every queued command was
+/// refused the same way (all `MOVED` to one node, all `TRYAGAIN` & co.), as
+/// that one refusal: the server discards a transaction with a command
+/// refused at queueing (`EXECABORT`), so nothing of it ran and it may be
+/// sent again where the refusal says. Any other error is returned as is.
+fn refusal_of_aborted(err: RedisError) -> RedisError {
+    if err.kind() != ErrorKind::Server(ServerErrorKind::ExecAbort) {
+        return err;
+    }
+    let Some(refused) = err.clone().into_server_errors() else {
+        return err;
+    };
+    let mut refusals = refused.iter().map(|(_, e)| RedisError::from(e.clone()));
+    let Some(first) = refusals.next() else {
+        return err;
+    };
+    let Verdict::Again { next, pause } = verdict_of(&first, true) else {
+        return err;
+    };
+    let same = |e: &RedisError| matches!(verdict_of(e, true), Verdict::Again { next: n, pause: p } if n == next && p == pause);
+    if refusals.all(|e| same(&e)) {
+        first
+    } else {
+        err
     }
 }
 
@@ -379,29 +412,13 @@ impl ClusterConn {
 
     /// `cmd`, following the redirections of the module docs.
     async fn send(&mut self, cmd: &Cmd) -> RedisResult<Value> {
-        let mut next = Next::BySlot;
-        let mut backoff = MIN_BACKOFF;
-        let mut last = None;
-        for _ in 0..MAX_REDIRECTIONS {
-            let answer = as_error(self.try_cmd(cmd, &next).await);
-            let err = match answer {
-                Ok(v) => return Ok(v),
-                Err(e) => e,
-            };
-            match verdict_of(err.clone(), false) {
-                Verdict::Done(done) => return done,
-                Verdict::Again { next: to, pause } => {
-                    tracing::debug!(error = %err, "distlock redis cluster: not executed; sending again");
-                    if pause {
-                        tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(MAX_BACKOFF);
-                    }
-                    next = to;
-                    last = Some(err);
-                }
+        let mut redirects = Redirects::new(false);
+        loop {
+            match as_error(self.try_cmd(cmd, &redirects.next).await) {
+                Ok(value) => return Ok(value),
+                Err(err) => redirects.follow(err).await?,
             }
         }
-        Err(last.unwrap_or_else(|| RedisError::from((ErrorKind::Client, "no try made"))))
     }
 
     /// `pipeline`, following MOVED and the errors that ask to try again
@@ -412,30 +429,65 @@ impl ClusterConn {
         offset: usize,
         count: usize,
     ) -> RedisResult<Vec<Value>> {
-        let mut next = Next::BySlot;
-        let mut backoff = MIN_BACKOFF;
-        let mut last = None;
-        for _ in 0..MAX_REDIRECTIONS {
-            let err = match self.try_pipeline(pipeline, offset, count, &next).await {
+        let mut redirects = Redirects::new(true);
+        loop {
+            let err = match self
+                .try_pipeline(pipeline, offset, count, &redirects.next)
+                .await
+            {
                 Ok(values) => match values.iter().find_map(|v| as_error(Ok(v.clone())).err()) {
                     None => return Ok(values),
                     Some(e) => e,
                 },
-                Err(e) => e,
+                Err(e) => refusal_of_aborted(e),
             };
-            match verdict_of(err.clone(), true) {
-                Verdict::Done(done) => return done,
-                Verdict::Again { next: to, pause } => {
-                    if pause {
-                        tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(MAX_BACKOFF);
-                    }
-                    next = to;
-                    last = Some(err);
-                }
-            }
+            redirects.follow(err).await?;
         }
-        Err(last.unwrap_or_else(|| RedisError::from((ErrorKind::Client, "no try made"))))
+    }
+}
+
+/// One request's redirections so far: where it goes next, the pause
+/// before the next try after `TRYAGAIN` & co., the tries made.
+struct Redirects {
+    /// Whether the request is a pipeline (see [`verdict_of`]).
+    pipeline: bool,
+    /// Where the next try goes.
+    next: Next,
+    /// The pause after the next refusal that asks for one.
+    backoff: Duration,
+    /// Tries refused so far.
+    refused: usize,
+}
+
+impl Redirects {
+    fn new(pipeline: bool) -> Self {
+        Self {
+            pipeline,
+            next: Next::BySlot,
+            backoff: MIN_BACKOFF,
+            refused: 0,
+        }
+    }
+
+    /// After the try that got `err`: `Ok` once the request may go again
+    /// (`err` proves it did not run, fewer than [`MAX_REDIRECTIONS`]
+    /// tries were made, and the pause it asks for is over); otherwise
+    /// `err`, for the caller.
+    async fn follow(&mut self, err: RedisError) -> RedisResult<()> {
+        let Verdict::Again { next, pause } = verdict_of(&err, self.pipeline) else {
+            return Err(err);
+        };
+        self.refused += 1;
+        if self.refused >= MAX_REDIRECTIONS {
+            return Err(err);
+        }
+        tracing::debug!(error = %err, "distlock redis cluster: not executed; sending again");
+        if pause {
+            tokio::time::sleep(self.backoff).await;
+            self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+        }
+        self.next = next;
+        Ok(())
     }
 }
 
@@ -596,9 +648,9 @@ mod tests {
                 .extract_error()
                 .unwrap_err()
         };
-        let again = |e: RedisError, pipeline: bool| match verdict_of::<()>(e, pipeline) {
+        let again = |e: RedisError, pipeline: bool| match verdict_of(&e, pipeline) {
             Verdict::Again { next, pause } => Some((next, pause)),
-            Verdict::Done(_) => None,
+            Verdict::Done => None,
         };
         assert_eq!(
             again(server("MOVED 12 10.0.0.1:7000"), false),
