@@ -166,6 +166,17 @@ async fn a_late_end_of_a_resigned_term_leaves_the_next_term_alone() {
     every_node_has(set.nodes(), k.info(), |i| i.ends_with(" a")).await;
     let a_token = get(&set.nodes()[0], k.leader()).expect("A's key");
     assert!(first.resign().await.unwrap());
+    // B campaigns once A's resignation reached every node (it takes A's
+    // marker): a resignation returns when a quorum answered, and a node it
+    // had not reached yet would refuse B's beginning while a quorum
+    // accepted it, and keep no term of B's.
+    for n in set.nodes() {
+        assert!(
+            gone_within(n, k.delay(), SLACK).await,
+            "A's resignation reaches {}",
+            n.addr()
+        );
+    }
     let second = b.campaign(&name, "b", &delayed).await.unwrap();
     every_node_has(set.nodes(), k.info(), |i| i.ends_with(" b")).await;
     let b_token = get(&set.nodes()[0], k.leader()).expect("B's key");
