@@ -1,8 +1,9 @@
 //! `lock_redis::kit::cluster::ClusterConn` on a real Redis Cluster
 //! (`lock_testbed::RedisClusterSet`): lock-redis's script calls reach the
 //! owner of their slot, follow MOVED, ASK and TRYAGAIN through a slot
-//! migration (transactions: MOVED), and a call whose reply was lost is never sent again — not
-//! to the same node, not to a new primary after a failover.
+//! migration (transactions: MOVED), and a call whose reply was lost is
+//! never sent again — not to the same node, not to a new primary after a
+//! failover.
 
 mod support;
 

@@ -288,7 +288,10 @@ fn refusal_of_aborted(err: RedisError) -> RedisError {
     let Verdict::Again { next, pause } = verdict_of(&first, true) else {
         return err;
     };
-    let same = |e: &RedisError| matches!(verdict_of(e, true), Verdict::Again { next: n, pause: p } if n == next && p == pause);
+    let same = |e: &RedisError| match verdict_of(e, true) {
+        Verdict::Again { next: n, pause: p } => n == next && p == pause,
+        Verdict::Done => false,
+    };
     if refusals.all(|e| same(&e)) {
         first
     } else {
