@@ -9,6 +9,8 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use futures::future::BoxFuture;
+use futures::FutureExt;
 use lock_core::{LockError, LockErrorKind, Result};
 use redis::RedisError;
 use tokio::sync::MutexGuard;
@@ -24,8 +26,12 @@ use crate::kit::scripts::Scripts;
 use crate::route::Endpoint;
 
 /// The shortest time between two reads of the slot map prompted by
-/// failed requests.
+/// failed requests, after one that succeeded...
 const MIN_REFRESH_INTERVAL: Duration = Duration::from_millis(200);
+/// ...and after one that failed: a fault that reset every connection
+/// leaves each dead until a request on it fails (which makes it anew), so
+/// a read that failed at once may succeed a moment later.
+const FAILED_READ_PAUSE: Duration = Duration::from_millis(50);
 
 /// Slot ranges and their primaries: `(first, last, "host:port")`, as the
 /// nodes announce them, sorted.
@@ -176,33 +182,47 @@ impl ClusterRoute {
 
     /// Reads the slot map again (within the request timeout), unless
     /// another read runs or one ended less than [`MIN_REFRESH_INTERVAL`]
-    /// ago. A failed read keeps the map as it was.
+    /// ago ([`FAILED_READ_PAUSE`] if it failed). A failed read keeps the
+    /// map as it was.
     pub(crate) async fn refresh(&self) {
         if let Ok(last) = self.refreshing.try_lock() {
             self.read_map(last).await;
         }
     }
 
-    /// Whether the cluster answers `CLUSTER SLOTS` (reading the slot map
-    /// again, or the read of the last [`MIN_REFRESH_INTERVAL`]), waiting
-    /// for a read that runs; false if none answered within `budget`.
+    /// Whether the cluster answers `CLUSTER SLOTS` within `budget`: reads
+    /// the slot map again (or takes a recent read, see [`Self::refresh`]),
+    /// waiting for a read that runs, and after a failed read, reads again
+    /// every [`FAILED_READ_PAUSE`] while the budget lasts.
     pub(crate) async fn answers(&self, budget: Duration) -> bool {
-        match tokio::time::timeout(budget, self.refreshing.lock()).await {
-            Ok(last) => self.read_map(last).await,
-            Err(_) => false,
-        }
+        let reads = async {
+            loop {
+                let last = self.refreshing.lock().await;
+                if self.read_map(last).await {
+                    return;
+                }
+                tokio::time::sleep(FAILED_READ_PAUSE).await;
+            }
+        };
+        tokio::time::timeout(budget, reads).await.is_ok()
     }
 
-    /// Reads the slot map again unless `last` is recent; whether the read
-    /// (or the recent one) succeeded.
+    /// Reads the slot map again unless `last` is recent (it succeeded less
+    /// than [`MIN_REFRESH_INTERVAL`] ago, or failed less than
+    /// [`FAILED_READ_PAUSE`] ago); whether the read (or the recent one)
+    /// succeeded.
     async fn read_map(&self, mut last: MutexGuard<'_, Option<Read>>) -> bool {
         if let Some(read) = *last {
-            if read.at.elapsed() < MIN_REFRESH_INTERVAL {
+            let reuse_for = if read.ok {
+                MIN_REFRESH_INTERVAL
+            } else {
+                FAILED_READ_PAUSE
+            };
+            if read.at.elapsed() < reuse_for {
                 return read.ok;
             }
         }
-        let mut conn = self.conn.clone();
-        let ok = match tokio::time::timeout(self.request_timeout, conn.slots()).await {
+        let ok = match tokio::time::timeout(self.request_timeout, self.read_slots()).await {
             Ok(Ok(slots)) => {
                 let mut current = match self.slots.write() {
                     Ok(current) => current,
@@ -228,6 +248,25 @@ impl ClusterRoute {
             ok,
         });
         ok
+    }
+
+    /// `CLUSTER SLOTS` from every primary of the map as last read and from
+    /// a node of redis-rs's choice, all asked at once: the first answer.
+    /// One node's failure says little of the cluster (a primary that
+    /// failed over, a connection a fault left dead).
+    async fn read_slots(&self) -> std::result::Result<SlotMap, RedisError> {
+        let primaries = self.primaries();
+        let mut asks: Vec<BoxFuture<'_, std::result::Result<SlotMap, RedisError>>> =
+            Vec::with_capacity(primaries.len() + 1);
+        for addr in primaries {
+            let mut conn = self.conn.clone();
+            asks.push(async move { conn.slots_at(&addr).await }.boxed());
+        }
+        let mut conn = self.conn.clone();
+        asks.push(async move { conn.slots().await }.boxed());
+        futures::future::select_ok(asks)
+            .await
+            .map(|(slots, _)| slots)
     }
 }
 

@@ -200,6 +200,47 @@ pub(super) async fn lost_release_notification_still_wakes_the_waiter(h: Arc<dyn 
     drop(proxies);
 }
 
+/// A waiter whose connections are all reset while it waits, the lock
+/// released at that moment, takes the lock promptly, long before the
+/// holder's TTL or any long re-check; again and again on the same client
+/// (connections made anew after a reset serve as the first ones did).
+pub(super) async fn a_waiter_rides_out_resets_of_every_connection(h: Arc<dyn Harness>) {
+    let holder = client(&*h).await;
+    let long = opts(&*h)
+        .ttl(Duration::from_secs(30))
+        .wait(Duration::from_secs(60));
+    let (proxies, made) = client_through_proxies(&*h, Duration::from_secs(1)).await;
+    let waiter_client = made.expect("connect through healthy proxies");
+    let bound = Duration::from_secs(4) + h.slack();
+    for round in 0..5 {
+        let name = unique_name(&format!("reset{round}"));
+        let g = holder.acquire(&name, &long).await.unwrap();
+        let waiter = {
+            let (c, name, o) = (waiter_client.clone(), name.clone(), long.clone());
+            tokio::spawn(async move { c.acquire(&name, &o).await })
+        };
+        sleep(Duration::from_millis(300)).await;
+        for p in &proxies {
+            p.reset_all();
+        }
+        let released = Instant::now();
+        assert!(g.release().await.unwrap());
+        let g2 = timeout(bound * 2, waiter)
+            .await
+            .unwrap_or_else(|_| panic!("round {round}: the waiter slept through the release"))
+            .unwrap()
+            .unwrap_or_else(|e| panic!("round {round}: the waiter's acquire failed: {e:?}"));
+        let took = released.elapsed();
+        assert!(
+            took <= bound,
+            "round {round}: the waiter took {took:?} after the release (bound {bound:?})"
+        );
+        assert!(g2.release().await.unwrap());
+        assert_no_leftovers(&*h, &name).await;
+    }
+    drop(proxies);
+}
+
 /// An extend to a shorter TTL whose reply never comes may have been applied:
 /// the guard never reports a validity beyond what the server may keep.
 pub(super) async fn unanswered_extend_never_lengthens_validity(h: Arc<dyn Harness>) {

@@ -345,13 +345,29 @@ impl ClusterConn {
     }
 
     /// The slot ranges and the address (`host:port`, as announced) of their
-    /// primaries, from `CLUSTER SLOTS`, sorted.
+    /// primaries, from `CLUSTER SLOTS` (to a node of redis-rs's choice),
+    /// sorted.
     pub async fn slots(&mut self) -> RedisResult<Vec<(u16, u16, String)>> {
+        self.slots_from(SingleNodeRoutingInfo::Random).await
+    }
+
+    /// [`ClusterConn::slots`], from the node at `addr` (`host:port`, as
+    /// announced).
+    pub async fn slots_at(&mut self, addr: &str) -> RedisResult<Vec<(u16, u16, String)>> {
+        let node = by_address(addr)
+            .ok_or_else(|| RedisError::from((ErrorKind::Parse, "no host:port", addr.to_owned())))?;
+        self.slots_from(node).await
+    }
+
+    async fn slots_from(
+        &mut self,
+        node: SingleNodeRoutingInfo,
+    ) -> RedisResult<Vec<(u16, u16, String)>> {
         let reply = self
             .conn
             .route_command(
                 redis::cmd("CLUSTER").arg("SLOTS").clone(),
-                RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
+                RoutingInfo::SingleNode(node),
             )
             .await?
             .extract_error()?;
