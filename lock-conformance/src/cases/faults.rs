@@ -5,10 +5,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{LockErrorKind, LockName};
+use lock_core::{AcquireOptions, LockErrorKind, LockName, LockService};
 use tokio::time::{sleep, timeout, Instant};
 
 use super::helpers::{acquire_as, assert_no_leftovers, blocking_mode, client, offered_modes, opts};
+use crate::testbed::Proxy;
 use crate::{client_through_proxies, unique_name, Harness};
 
 /// A server that does not answer gives `Unavailable` within the configured
@@ -159,17 +160,32 @@ pub(super) async fn every_call_honours_its_deadline_when_the_server_hangs(h: Arc
     assert!(g.release().await.unwrap());
 }
 
+/// For the cases that cut a waiter off around a release: a holder's
+/// client, a waiter's client behind proxies (request timeout 1 s), and
+/// options that hold a lock long and wait long for it.
+async fn holder_and_proxied_waiter(
+    h: &dyn Harness,
+) -> (
+    Arc<dyn LockService>,
+    Arc<dyn LockService>,
+    Vec<Proxy>,
+    AcquireOptions,
+) {
+    let holder = client(h).await;
+    let long = opts(h)
+        .ttl(Duration::from_secs(30))
+        .wait(Duration::from_secs(60));
+    let (proxies, made) = client_through_proxies(h, Duration::from_secs(1)).await;
+    let waiter = made.expect("connect through healthy proxies");
+    (holder, waiter, proxies, long)
+}
+
 /// A release whose notification is lost (the waiter's connections are cut
 /// while it happens) still wakes the waiter promptly once they are back,
 /// long before the holder's TTL or any long re-check.
 pub(super) async fn lost_release_notification_still_wakes_the_waiter(h: Arc<dyn Harness>) {
     let name = unique_name("lostnote");
-    let holder = client(&*h).await;
-    let long = opts(&*h)
-        .ttl(Duration::from_secs(30))
-        .wait(Duration::from_secs(60));
-    let (proxies, made) = client_through_proxies(&*h, Duration::from_secs(1)).await;
-    let waiter_client = made.expect("connect through healthy proxies");
+    let (holder, waiter_client, proxies, long) = holder_and_proxied_waiter(&*h).await;
     let g = holder.acquire(&name, &long).await.unwrap();
     let waiter = {
         let (c, name, o) = (waiter_client.clone(), name.clone(), long.clone());
@@ -205,12 +221,7 @@ pub(super) async fn lost_release_notification_still_wakes_the_waiter(h: Arc<dyn 
 /// holder's TTL or any long re-check; again and again on the same client
 /// (connections made anew after a reset serve as the first ones did).
 pub(super) async fn a_waiter_rides_out_resets_of_every_connection(h: Arc<dyn Harness>) {
-    let holder = client(&*h).await;
-    let long = opts(&*h)
-        .ttl(Duration::from_secs(30))
-        .wait(Duration::from_secs(60));
-    let (proxies, made) = client_through_proxies(&*h, Duration::from_secs(1)).await;
-    let waiter_client = made.expect("connect through healthy proxies");
+    let (holder, waiter_client, proxies, long) = holder_and_proxied_waiter(&*h).await;
     let bound = Duration::from_secs(4) + h.slack();
     for round in 0..5 {
         let name = unique_name(&format!("reset{round}"));
