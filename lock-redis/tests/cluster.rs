@@ -8,7 +8,8 @@
 //! guards on different primaries renewed, through a slot's migration too,
 //! `list` across primaries, a waiter woken by a release, the
 //! read-write lock, the semaphore and an operator's force release, a
-//! waiter through a migration, a guard through its primary's failover, a
+//! waiter through a migration and through resets of its connections, a
+//! guard through its primary's failover, a
 //! cluster over mutual TLS.
 
 mod support;
@@ -650,4 +651,56 @@ async fn a_guard_is_renewed_on_the_new_primary_after_a_failover() {
     assert!(exists_on(&cluster, promoted, other.as_str()));
     assert!(guard.release().await.unwrap());
     assert!(next.release().await.unwrap());
+}
+
+/// A waiter whose connections to every node are reset while it waits, the
+/// lock released at that moment, takes the lock, round after round on the
+/// same client: a connection a reset left dead fails its first request, and
+/// the cluster is judged by the slot map read from every primary at once,
+/// again while a read fails, not by that one failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_rides_out_resets_of_its_connections_round_after_round() {
+    let cluster = start().await;
+    let nodes: Vec<std::net::SocketAddr> = cluster.nodes().iter().map(|n| n.addr()).collect();
+    let proxies: Vec<lock_testbed::Proxy> = nodes
+        .iter()
+        .map(|n| lock_testbed::Proxy::start(*n).unwrap_or_else(|e| panic!("proxy to {n}: {e}")))
+        .collect();
+    let seeds: Vec<String> = cluster
+        .primaries()
+        .iter()
+        .filter_map(|p| nodes.iter().position(|n| n == p))
+        .map(|i| proxies[i].addr().to_string())
+        .collect();
+    let mut through = RedisLockConfig::new(format!("redis+cluster://{}", seeds.join(",")))
+        .connect_timeout(Duration::from_secs(2))
+        .request_timeout(Duration::from_secs(1));
+    for (real, p) in nodes.iter().zip(&proxies) {
+        through = through.map_address(real.to_string(), p.addr().to_string());
+    }
+    let waiter = Arc::new(connect(through).await);
+    let holder = client(&cluster).await;
+    let long = AcquireOptions::new()
+        .ttl(Duration::from_secs(30))
+        .wait(Duration::from_secs(60));
+    let bound = Duration::from_secs(4) + support::SLACK;
+    for round in 0..10 {
+        let name = LockName::new(unique_name(&format!("reset-{round}"))).expect("a name");
+        let held = holder.acquire(&name, &long).await.unwrap();
+        let waiting = {
+            let (waiter, name, long) = (waiter.clone(), name.clone(), long.clone());
+            tokio::spawn(async move { waiter.acquire(&name, &long).await })
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        for p in &proxies {
+            p.reset_all();
+        }
+        assert!(held.release().await.unwrap());
+        let got = tokio::time::timeout(bound, waiting)
+            .await
+            .unwrap_or_else(|_| panic!("round {round}: the waiter slept through the release"))
+            .unwrap()
+            .unwrap_or_else(|e| panic!("round {round}: the waiter's acquire failed: {e:?}"));
+        assert!(got.release().await.unwrap());
+    }
 }
