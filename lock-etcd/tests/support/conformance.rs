@@ -74,9 +74,11 @@ impl Etcd {
 impl Harness for Etcd {
     async fn client(&self) -> Arc<dyn LockService> {
         Arc::new(
-            EtcdLock::connect(self.config())
-                .await
-                .expect("connect to the test etcd"),
+            lock_testbed::retry_set_up("connect to the test etcd", LockError::is_retryable, || {
+                EtcdLock::connect(self.config())
+            })
+            .await
+            .expect("connect to the test etcd"),
         )
     }
 

@@ -166,9 +166,13 @@ impl Redis {
 impl Harness for Redis {
     async fn client(&self) -> Arc<dyn LockService> {
         let config = self.config();
-        let client = RedisLock::connect(config.clone())
-            .await
-            .unwrap_or_else(|e| panic!("connect to {}: {e}", config.redacted_url()));
+        let client = lock_testbed::retry_set_up(
+            "connect to the deployment",
+            LockError::is_retryable,
+            || RedisLock::connect(config.clone()),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("connect to {}: {e}", config.redacted_url()));
         Arc::new(client)
     }
 

@@ -66,9 +66,14 @@ impl Redlock {
 #[async_trait]
 impl Harness for Redlock {
     async fn client(&self) -> Arc<dyn LockService> {
-        let lock = RedlockLock::connect(self.config(&self.upstreams()).node_timeout(NODE_TIMEOUT))
-            .await
-            .expect("connect to the Redis nodes");
+        let config = self.config(&self.upstreams()).node_timeout(NODE_TIMEOUT);
+        let lock = lock_testbed::retry_set_up(
+            "connect to the Redis nodes",
+            LockError::is_retryable,
+            || RedlockLock::connect(config.clone()),
+        )
+        .await
+        .expect("connect to the Redis nodes");
         Arc::new(lock)
     }
 

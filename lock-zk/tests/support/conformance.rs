@@ -82,9 +82,13 @@ impl Zk {
 impl Harness for Zk {
     async fn client(&self) -> Arc<dyn LockService> {
         Arc::new(
-            ZkLock::connect(self.config())
-                .await
-                .expect("connecting to the testbed's ZooKeeper"),
+            lock_testbed::retry_set_up(
+                "connecting to the testbed's ZooKeeper",
+                LockError::is_retryable,
+                || ZkLock::connect(self.config()),
+            )
+            .await
+            .expect("connecting to the testbed's ZooKeeper"),
         )
     }
 
