@@ -36,6 +36,7 @@
 use std::env;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
+use std::time::Instant;
 
 /// Something the build or the tests need: a file that proves it is there, and
 /// the Debian package that provides it.
@@ -172,11 +173,18 @@ fn root() -> PathBuf {
         .to_path_buf()
 }
 
+/// Runs `cmd` and says how long it took, so that a slow step of a run is
+/// a number in its log.
 fn run(cmd: &mut Command) -> Result<(), String> {
     eprintln!("xtask: running {cmd:?}");
+    let started = Instant::now();
     let status = cmd
         .status()
         .map_err(|e| format!("cannot run {cmd:?}: {e}"))?;
+    eprintln!(
+        "xtask: {:.0} s for {cmd:?}",
+        started.elapsed().as_secs_f64()
+    );
     if status.success() {
         Ok(())
     } else {
