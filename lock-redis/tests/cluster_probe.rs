@@ -353,11 +353,15 @@ async fn q1_ask_and_tryagain_in_the_middle_of_a_migration() {
         started.elapsed()
     );
 
-    // With a short retry wait the TRYAGAIN is retried until the migration ends.
+    // With a short retry wait the TRYAGAIN is retried until the migration
+    // ends. The default 16 retries of 20-100 ms each (jittered) can run out
+    // in under 700 ms, before the migration is finished below; 100 retries
+    // last seconds, and the overall timeout still bounds the call.
     let mut quick = connect(
         builder(&cluster)
             .response_timeout(Duration::from_millis(500))
             .overall_response_timeout(Some(Duration::from_secs(10)))
+            .retries(100)
             .min_retry_wait(20)
             .max_retry_wait(100),
     )

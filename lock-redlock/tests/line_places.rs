@@ -14,14 +14,15 @@ use tokio::time::{sleep, timeout, Instant};
 
 mod support;
 use support::{
-    assert_gone_from, assert_no_place_in, config, get, lock_name, opts, proxies_for, scores,
-    set_foreign, start_set, subscribed, through, value_within, waiters, waiters_in_line,
+    assert_gone_from, assert_no_place_in, config, get, held_by_reservation, lock_name, opts,
+    proxies_for, scores, set_foreign, start_set, subscribed, through, waiters, waiters_in_line,
     NODE_TIMEOUT, SLACK,
 };
 
 /// A release that reaches a quorum of nodes gives the lock to the first in
 /// line by their reservations alone: the key holds `line:<its wait id>`
-/// there, and no round of the waiter replaces it. The waiter keeps its
+/// there (or, where the announcements reached the waiter after its grace
+/// for them, its own token from a round). The waiter keeps its
 /// place in line while it holds, so a node whose release arrives late
 /// reserves the key for that holder too, not for the waiter behind, who
 /// gets nothing until the holder's release, which takes the holder's place
@@ -40,6 +41,7 @@ async fn a_turn_on_a_quorum_is_the_lock_and_a_late_node_joins_it() {
     let ttl = Duration::from_secs(60);
     let line = format!("{{{key}}} line");
     let held = holder.acquire(&name, &opts(ttl)).await.unwrap();
+    let released = get(&set.nodes()[0], &key).expect("the holder's key");
     let (mut rx, ids) = waiters(&set, &name, ttl, 2, &line).await;
     // The release reaches node 4 300 ms after the others.
     proxy.set_latency(Duration::from_millis(300));
@@ -51,23 +53,36 @@ async fn a_turn_on_a_quorum_is_the_lock_and_a_late_node_joins_it() {
     assert_eq!(i, 0, "the lock went to the longest waiter");
     let first = got.unwrap();
     // The release returned once a quorum had deleted the key; on a busy
-    // machine the fourth quick node's delete may still be on its way.
+    // machine the fourth quick node's delete may still be on its way. The
+    // waiter then holds the key on every quick node: by its reservation,
+    // or by a token of its own where it took the lock with a round (it
+    // does when the quorum's announcements reach it later than its grace
+    // for them, as beside two busy processes or another test binary).
     let reserved = format!("line:{}", ids[0]);
+    let mut by_reservation = 0;
     for n in &set.nodes()[..4] {
-        assert!(
-            value_within(n, &key, Some(&reserved), SLACK).await,
-            "on {}: {:?}, not the reservation {reserved}",
-            n.addr(),
-            get(n, &key)
-        );
+        if held_by_reservation(n, &key, &reserved, &released, &line).await {
+            by_reservation += 1;
+        }
     }
-    // The late release lands: node 4 reserves the key for the holder too.
+    println!("the waiter holds by reservation on {by_reservation} of 4 nodes");
+    // The late release lands: where the waiter holds by reservation, node
+    // 4 reserves the key for that holder too; where it won with a round,
+    // the holder's key is gone from node 4 all the same.
     let deadline = Instant::now() + 2 * SLACK;
-    while get(&set.nodes()[4], &key).as_deref() != Some(reserved.as_str()) {
+    loop {
+        let now = get(&set.nodes()[4], &key);
+        let turned = if by_reservation == 4 {
+            now.as_deref() == Some(reserved.as_str())
+        } else {
+            now.as_deref() != Some(released.as_str())
+        };
+        if turned {
+            break;
+        }
         assert!(
             Instant::now() < deadline,
-            "node 4 did not turn to the holder: {:?}",
-            get(&set.nodes()[4], &key)
+            "node 4 did not turn from the released holder: {now:?}"
         );
         sleep(Duration::from_millis(20)).await;
     }
@@ -132,28 +147,8 @@ async fn a_holder_by_reservation_leaves_every_line_when_it_releases() {
     let reserved = format!("line:{}", ids[0]);
     let mut by_reservation = 0;
     for n in &set.nodes()[..4] {
-        let deadline = Instant::now() + SLACK;
-        loop {
-            let now = get(n, &key);
-            if now.as_deref() == Some(reserved.as_str()) {
-                by_reservation += 1;
-                break;
-            }
-            // The only other client is the waiter: a token that is not
-            // the holder's is its own.
-            let by_a_round = now
-                .as_deref()
-                .is_some_and(|v| v != released && !v.starts_with("line:"));
-            if by_a_round {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "on {}: {now:?}, not the waiter's (reservation {reserved}; line {:?})",
-                n.addr(),
-                scores(n, &line)
-            );
-            sleep(Duration::from_millis(10)).await;
+        if held_by_reservation(n, &key, &reserved, &released, &line).await {
+            by_reservation += 1;
         }
     }
     println!("the waiter holds by reservation on {by_reservation} of 4 nodes");

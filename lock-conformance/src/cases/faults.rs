@@ -8,7 +8,10 @@ use std::time::Duration;
 use lock_core::{LockErrorKind, LockName};
 use tokio::time::{sleep, timeout, Instant};
 
-use super::helpers::{acquire_as, assert_no_leftovers, blocking_mode, client, offered_modes, opts};
+use super::helpers::{
+    acquire_as, assert_no_leftovers, assert_no_leftovers_within, blocking_mode, client,
+    offered_modes, opts,
+};
 use crate::{client_through_proxies, unique_name, Harness};
 
 /// A server that does not answer gives `Unavailable` within the configured
@@ -363,7 +366,10 @@ pub(super) async fn a_waiter_cut_off_holds_nobody_up_long_after_its_deadline(h: 
         assert!(got.release().await.unwrap());
         drop(waiter);
         drop(proxies);
-        assert_no_leftovers(&*h, &name).await;
+        // The cut-off waiter's place may outlive the next caller's turn on
+        // a node that the lapse reached last (a release there reserves the
+        // key for the place until it lapses): within the same bound.
+        assert_no_leftovers_within(&*h, &name, bound).await;
     }
 }
 

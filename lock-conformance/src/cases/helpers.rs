@@ -33,7 +33,12 @@ pub(super) async fn clients(h: &dyn Harness, n: usize) -> Vec<Arc<dyn LockServic
 
 /// Waits until nothing of `name` is left on the server, or fails after `h.slack()`.
 pub(super) async fn assert_no_leftovers(h: &dyn Harness, name: &LockName) {
-    let deadline = Instant::now() + h.slack();
+    assert_no_leftovers_within(h, name, h.slack()).await;
+}
+
+/// Waits until nothing of `name` is left on the server, or fails after `within`.
+pub(super) async fn assert_no_leftovers_within(h: &dyn Harness, name: &LockName, within: Duration) {
+    let deadline = Instant::now() + within;
     loop {
         let left = h.leftovers(name).await;
         if left.is_empty() {

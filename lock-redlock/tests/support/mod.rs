@@ -100,6 +100,40 @@ pub async fn value_within(
     }
 }
 
+/// Waits up to [`SLACK`] for the waiter `reserved` (`line:<wait id>`) to
+/// hold `key` on `node`, and says how: true by that reservation, false by
+/// a token of its own from a round (any value that is neither a
+/// reservation nor the `released` holder's token: the test's only other
+/// clients hold nothing there). Fails naming the value and the line.
+pub async fn held_by_reservation(
+    node: &RedisServer,
+    key: &str,
+    reserved: &str,
+    released: &str,
+    line: &str,
+) -> bool {
+    let deadline = Instant::now() + SLACK;
+    loop {
+        let now = get(node, key);
+        if now.as_deref() == Some(reserved) {
+            return true;
+        }
+        if now
+            .as_deref()
+            .is_some_and(|v| v != released && !v.starts_with("line:"))
+        {
+            return false;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "on {}: {now:?}, not the waiter's (reservation {reserved}; line {:?})",
+            node.addr(),
+            scores(node, line)
+        );
+        sleep(Duration::from_millis(10)).await;
+    }
+}
+
 pub fn opts(ttl: Duration) -> AcquireOptions {
     AcquireOptions::new().ttl(ttl).wait(Duration::from_secs(5))
 }
