@@ -7,10 +7,11 @@
 //! --workspace`), then runs the few that must not share the machine with
 //! another suite ([`ALONE`]) one after the other, then the rest [`LANES`]
 //! at a time, each in its package's directory as cargo runs it, with the
-//! doc tests (`cargo test --workspace --doc`) as one more job. Each
-//! binary's output goes to a log file under `target/xtask-tests/`; a
-//! failing binary's log is printed whole, and every binary runs even after
-//! one failed.
+//! doc tests (`cargo test --workspace --doc`) as one more job and the
+//! caller's own work beside them ([`Side`]: build checks) first in the
+//! lanes. Each job's output goes to a log file under
+//! `target/xtask-tests/`; a failing job's log is printed whole, and every
+//! job runs even after one failed.
 //!
 //! The tests themselves are written for a busy machine (their bounds come
 //! from the configured timeouts plus slack, and they pass beside two busy
@@ -43,7 +44,8 @@ const ALONE: &[(&str, &str)] = &[
     ("lock-redlock", "conformance_tls"),
 ];
 
-/// One thing to run: a test binary, or the doc tests.
+/// One thing to run: a test binary, the doc tests, or work of the caller's
+/// that runs beside the tests ([`Side`]).
 struct Job {
     /// What the log and the summary call it: `package target (kind)`.
     label: String,
@@ -55,8 +57,9 @@ struct Job {
     /// The target's kind: `test` for a file in `tests/`, `lib` or `bin`
     /// for a crate's unit tests, `doc` for the doc tests.
     kind: String,
-    /// The command, with its working directory set.
-    cmd: Command,
+    /// The commands, run one after the other until one fails, with their
+    /// working directory set.
+    cmds: Vec<Command>,
     /// Where its output goes.
     log: PathBuf,
 }
@@ -70,18 +73,36 @@ struct Outcome {
     secs: f64,
 }
 
+/// Work of the caller's that runs in the lanes beside the tests, after the
+/// jobs that run alone: a name and commands run one after the other (cargo
+/// commands of one job wait for each other on cargo's lock anyway).
+pub type Side = Vec<(String, Vec<Command>)>;
+
 /// Builds the test binaries, then runs them and the doc tests [`LANES`] at a
-/// time; fails naming every job that failed, or returns the programs that
-/// the build made.
-pub fn run_all(root: &Path, cargo: impl Fn() -> Command) -> Result<Programs, String> {
+/// time, with the work of `side` first in the lanes; fails naming every job
+/// that failed, or returns the programs that the build made.
+pub fn run_all(root: &Path, cargo: impl Fn() -> Command, side: Side) -> Result<Programs, String> {
     let target =
         std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
     let logs = target.join("xtask-tests");
     std::fs::create_dir_all(&logs).map_err(|e| format!("cannot create {}: {e}", logs.display()))?;
     let (built, programs) = build(cargo(), &logs)?;
-    let (alone, mut jobs): (Vec<Job>, Vec<Job>) = built.into_iter().partition(|job| {
+    let (alone, tests): (Vec<Job>, Vec<Job>) = built.into_iter().partition(|job| {
         job.kind == "test" && ALONE.contains(&(job.package.as_str(), job.target.as_str()))
     });
+    let mut jobs: Vec<Job> = side
+        .into_iter()
+        .enumerate()
+        .map(|(i, (label, cmds))| Job {
+            label,
+            package: "(workspace)".into(),
+            target: format!("side-{i}"),
+            kind: "side".into(),
+            cmds,
+            log: logs.join(format!("side-{i}.log")),
+        })
+        .collect();
+    jobs.extend(tests);
     let mut doc = cargo();
     doc.args(["test", "--workspace", "--doc"]);
     jobs.push(Job {
@@ -89,7 +110,7 @@ pub fn run_all(root: &Path, cargo: impl Fn() -> Command) -> Result<Programs, Str
         package: "(workspace)".into(),
         target: "doc".into(),
         kind: "doc".into(),
-        cmd: doc,
+        cmds: vec![doc],
         log: logs.join("doc-tests.log"),
     });
     let total = alone.len() + jobs.len();
@@ -218,7 +239,7 @@ fn job_of(msg: &serde_json::Value, logs: &Path) -> Option<Job> {
         package: package.clone(),
         target: target.to_owned(),
         kind: kind.to_owned(),
-        cmd,
+        cmds: vec![cmd],
         log: logs.join(format!("{package}-{kind}-{target}.log")),
     })
 }
@@ -253,13 +274,22 @@ fn run_in_lanes(jobs: Vec<Job>, lanes: usize, done: usize, total: usize) -> Vec<
 /// Runs one job with its output in its log file.
 fn run_one(mut job: Job) -> Outcome {
     let started = Instant::now();
-    let result = File::create(&job.log)
-        .and_then(|out| Ok((out.try_clone()?, out)))
-        .and_then(|(out, err)| job.cmd.stdout(out).stderr(err).status());
-    let (passed, status) = match result {
-        Ok(status) => (status.success(), status.to_string()),
-        Err(e) => (false, format!("cannot run: {e}")),
-    };
+    let (mut passed, mut status) = (true, String::new());
+    for cmd in &mut job.cmds {
+        let result = File::options()
+            .create(true)
+            .append(true)
+            .open(&job.log)
+            .and_then(|out| Ok((out.try_clone()?, out)))
+            .and_then(|(out, err)| cmd.stdout(out).stderr(err).status());
+        (passed, status) = match result {
+            Ok(done) => (done.success(), format!("{cmd:?}: {done}")),
+            Err(e) => (false, format!("cannot run {cmd:?}: {e}")),
+        };
+        if !passed {
+            break;
+        }
+    }
     Outcome {
         label: job.label,
         log: job.log,

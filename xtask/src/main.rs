@@ -304,12 +304,6 @@ fn nemesis(extra: &[String]) -> Result<(), String> {
         .args(extra))
 }
 
-/// The benchmark's quick mode as a smoke test, the program of the tests'
-/// build (this checks that it runs end to end, not its numbers).
-fn bench_smoke(programs: &lanes::Programs) -> Result<(), String> {
-    run(program(programs, "lock-bench")?.arg("--quick"))
-}
-
 /// A program of the tests' build, run from the workspace's root as `cargo
 /// run` runs it.
 fn program(programs: &lanes::Programs, name: &str) -> Result<Command, String> {
@@ -347,33 +341,49 @@ fn ci() -> Result<(), String> {
         "-D",
         "warnings",
     ]))?;
-    each_backend_alone()?;
+    one_crypto_provider()?;
     rust_version()?;
-    package(false)?;
-    docs()?;
-    let programs = lanes::run_all(&root(), cargo)?;
+    // Builds that only check, beside the tests, which spend their time
+    // waiting on servers. The bench's smoke run comes after them: beside a
+    // test binary, its 64-task Redlock row (a dev build, 50 ms node
+    // timeout) saw releases time out.
+    let mut checks = feature_checks();
+    checks.push(package_cmd(false)?);
+    checks.push(docs_cmd());
+    let side = vec![(
+        "the facade's feature builds, the packages, the docs".to_owned(),
+        checks,
+    )];
+    let programs = lanes::run_all(&root(), cargo, side)?;
     assets(&root().join("target/assets"), &|| {
         program(&programs, "distlock")
     })?;
-    bench_smoke(&programs)
+    run(program(&programs, "lock-bench")?.arg("--quick"))
 }
 
 /// `distlock` builds with no backend, with each backend alone (so that a
 /// library user who turns the others off gets a working build) and with
-/// every backend on ring, with one crypto provider in each build.
-fn each_backend_alone() -> Result<(), String> {
-    run(cargo().args(["check", "-p", "distlock", "--no-default-features"]))?;
-    for features in BACKEND_FEATURES.iter().chain([&RING_BUILD]) {
-        run(cargo().args([
+/// every backend on ring ([`one_crypto_provider`] checks that each build
+/// has one crypto provider). One job at a time (`-j 1`): these run beside
+/// the tests, as one busy process.
+fn feature_checks() -> Vec<Command> {
+    let mut checks = Vec::new();
+    for features in [""].iter().chain(BACKEND_FEATURES).chain([&RING_BUILD]) {
+        let mut cmd = cargo();
+        cmd.args([
             "check",
+            "-j",
+            "1",
             "-p",
             "distlock",
             "--no-default-features",
-            "--features",
-            features,
-        ]))?;
+        ]);
+        if !features.is_empty() {
+            cmd.args(["--features", features]);
+        }
+        checks.push(cmd);
     }
-    one_crypto_provider()
+    checks
 }
 
 /// Every backend with TLS on rustls's ring provider instead of aws-lc-rs.
@@ -568,6 +578,11 @@ fn published_crates() -> Result<Vec<String>, String> {
 /// packaged as they are (`--allow-dirty`), so that the check runs on a
 /// working tree too.
 fn package(verify: bool) -> Result<(), String> {
+    run(&mut package_cmd(verify)?)
+}
+
+/// The `cargo package` command of [`package`].
+fn package_cmd(verify: bool) -> Result<Command, String> {
     let crates = published_crates()?;
     let mut cmd = cargo();
     cmd.args(["package", "--allow-dirty"]);
@@ -577,14 +592,16 @@ fn package(verify: bool) -> Result<(), String> {
     for name in &crates {
         cmd.args(["-p", name]);
     }
-    run(&mut cmd)
+    Ok(cmd)
 }
 
-/// The API docs of every crate, with rustdoc's warnings (broken links, ...) denied.
-fn docs() -> Result<(), String> {
-    run(cargo()
-        .args(["doc", "--workspace", "--no-deps"])
-        .env("RUSTDOCFLAGS", "-D warnings"))
+/// The API docs of every crate, with rustdoc's warnings (broken links, ...)
+/// denied.
+fn docs_cmd() -> Command {
+    let mut cmd = cargo();
+    cmd.args(["doc", "--workspace", "--no-deps"])
+        .env("RUSTDOCFLAGS", "-D warnings");
+    cmd
 }
 
 /// Shell completion scripts into `dir/completions` and man pages into
