@@ -274,8 +274,15 @@ fn run_in_lanes(jobs: Vec<Job>, lanes: usize, done: usize, total: usize) -> Vec<
 /// Runs one job with its output in its log file.
 fn run_one(mut job: Job) -> Outcome {
     let started = Instant::now();
-    let (mut passed, mut status) = (true, String::new());
+    // A log of an earlier run is emptied first: the commands append.
+    let (mut passed, mut status) = match File::create(&job.log) {
+        Ok(_) => (true, String::new()),
+        Err(e) => (false, format!("cannot create {}: {e}", job.log.display())),
+    };
     for cmd in &mut job.cmds {
+        if !passed {
+            break;
+        }
         let result = File::options()
             .create(true)
             .append(true)
@@ -286,9 +293,6 @@ fn run_one(mut job: Job) -> Outcome {
             Ok(done) => (done.success(), format!("{cmd:?}: {done}")),
             Err(e) => (false, format!("cannot run {cmd:?}: {e}")),
         };
-        if !passed {
-            break;
-        }
     }
     Outcome {
         label: job.label,
@@ -338,7 +342,38 @@ fn report(outcome: &Outcome, done: usize, total: usize) {
 
 #[cfg(test)]
 mod tests {
-    use super::counts;
+    use super::{counts, run_one, Job};
+    use std::process::Command;
+
+    fn job(log: &std::path::Path, lines: &[&str]) -> Job {
+        Job {
+            label: "echo".into(),
+            package: "(workspace)".into(),
+            target: "echo".into(),
+            kind: "side".into(),
+            cmds: lines
+                .iter()
+                .map(|l| {
+                    let mut cmd = Command::new("sh");
+                    cmd.args(["-c", l]);
+                    cmd
+                })
+                .collect(),
+            log: log.to_path_buf(),
+        }
+    }
+
+    #[test]
+    fn a_job_runs_its_commands_in_order_into_a_fresh_log_until_one_fails() {
+        let log = std::env::temp_dir().join(format!("xtask-job-{}.log", std::process::id()));
+        std::fs::write(&log, "an earlier run\n").unwrap();
+        let done = run_one(job(&log, &["echo a", "echo b >&2", "exit 3", "echo never"]));
+        let text = std::fs::read_to_string(&log).unwrap();
+        std::fs::remove_file(&log).unwrap();
+        assert!(!done.passed);
+        assert!(done.status.contains("exit status: 3"), "{}", done.status);
+        assert_eq!(text, "a\nb\n");
+    }
 
     #[test]
     fn counts_add_up_every_closing_line_of_a_log() {
