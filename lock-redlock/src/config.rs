@@ -47,11 +47,16 @@ pub struct RedlockConfig {
     /// failed for that round. Must be far below the lock TTLs in use (the
     /// Redlock spec suggests 5-50 ms for a 10 s TTL): a round never waits
     /// longer than this for a node, so a node that is down or paused costs
-    /// at most this much. Default: 50 ms.
+    /// at most this much. A release is the exception: it has no validity to
+    /// protect, so it waits for its deletes' answers up to the longer of
+    /// this and [`connect_timeout`](Self::connect_timeout) (returning as
+    /// soon as a quorum has answered), and a busy moment does not turn a
+    /// release that landed into an error. Default: 50 ms.
     pub node_timeout: Duration,
     /// The bound on opening a connection to a node, including the check
     /// [`crate::RedlockLock::connect`] makes and the pub/sub connections used
-    /// for waiting. Default: 1 s.
+    /// for waiting; also the longest a release waits for its answers (see
+    /// [`node_timeout`](Self::node_timeout)). Default: 1 s.
     pub connect_timeout: Duration,
     /// How many more rounds a waiting acquire makes after a round whose
     /// quorum came back only after the validity was used up (a slow

@@ -116,10 +116,10 @@ where
     decided
 }
 
-/// The nodes not heard from in `tally`, as timed out.
-pub(crate) fn silent(inner: &Inner, tally: &Tally) -> Vec<NodeFailure> {
+/// The nodes not heard from in `tally` within `waited`, as timed out.
+pub(crate) fn silent(inner: &Inner, tally: &Tally, waited: Duration) -> Vec<NodeFailure> {
     tally
         .unheard()
-        .map(|i| node::timed_out(&inner.nodes[i], inner.config.node_timeout))
+        .map(|i| node::timed_out(&inner.nodes[i], waited))
         .collect()
 }

@@ -167,7 +167,7 @@ impl RedlockLease {
             }
         }
         finish_in_background(pending);
-        failures.extend(silent(inner, &tally));
+        failures.extend(silent(inner, &tally, inner.config.node_timeout));
         Err(LockError::unavailable(format!(
             "redlock: {} could be extended on only {} of {n} nodes; a quorum of {} is needed",
             self.key,
@@ -182,14 +182,22 @@ impl RedlockLease {
     /// was ours: held on a quorum); `false` once so many nodes say "not
     /// ours" that it cannot have been ours on a quorum; otherwise (too few
     /// answers, or too few deletes among them to tell: the silent nodes may
-    /// have held ours) an `Unavailable` error. The requests to slower nodes
-    /// still complete in the background.
+    /// have held ours) an `Unavailable` error. It waits for answers up to
+    /// the bound of its requests (the longer of the connect and node
+    /// timeouts), returning as soon as the verdict is known; a node whose
+    /// acquiring `SET` is still unanswered gets its delete in the background.
     pub(crate) async fn release_keys(&self) -> Result<bool> {
         let inner = &self.inner;
         let n = inner.nodes.len();
-        // Decide within the node timeout; slower nodes still get the delete
-        // in the background.
-        let decide_by = add_saturating(Instant::now(), inner.config.node_timeout);
+        // A release is not a round against the lock's validity (a late
+        // answer cannot make it unsafe), so it waits for its deletes' answers
+        // as long as the requests themselves may take (`background_bound`:
+        // the connect timeout, when longer than the node timeout), not just
+        // the node timeout: on a busy machine the deletes land a little late
+        // and the caller still learns whether the lock was ours. It returns
+        // as soon as the verdict is known (a quorum of deletes, or enough
+        // "not ours"), so healthy nodes cost no wait.
+        let decide_by = add_saturating(Instant::now(), inner.background_bound());
         // The channel and line, derived from the key (not kept per guard).
         let keys = NameKeys::of(self.key.clone());
         // A node whose acquiring `SET` is still unanswered gets its delete
@@ -243,7 +251,7 @@ impl RedlockLease {
         if let Some(ours) = deleted.await {
             return Ok(ours);
         }
-        failures.extend(silent(inner, &tally));
+        failures.extend(silent(inner, &tally, inner.background_bound()));
         // Fewer than a quorum of deletes proves nothing: the lock may have
         // been lost (our key expired or was taken on some nodes) or still
         // ours (on the nodes that did not answer). The silent nodes get the

@@ -122,7 +122,7 @@ impl Inner {
         if tally.refused() {
             return Ok(ForceReleased::none());
         }
-        failures.extend(silent(inner, &tally));
+        failures.extend(silent(inner, &tally, inner.config.node_timeout));
         let (removed, free) = (tally.yes(), tally.no());
         Err(LockError::unavailable(format!(
             "redlock: the force release of {} removed a key on {removed} of {n} nodes ({free} held nothing, {} \

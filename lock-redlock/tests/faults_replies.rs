@@ -383,3 +383,87 @@ async fn release_is_ours_only_when_a_quorum_deleted_our_key() {
         );
     }
 }
+
+/// A release is not a round against the lock's validity: its deletes
+/// were sent, so it waits for their answers up to the bound of its requests
+/// (the connect timeout, when longer than the node timeout) rather than
+/// giving up at the node timeout. Here three of five nodes answer three
+/// node timeouts late (a busy machine): the release still confirms that
+/// the lock was ours, and the keys are gone everywhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_release_waits_for_late_answers_within_its_requests_bound() {
+    let set = start_set();
+    let proxies = proxies_for(&set);
+    let connect_timeout = Duration::from_secs(2);
+    let cfg = RedlockConfig::new(proxies.iter().map(Proxy::redis_url))
+        .node_timeout(NODE_TIMEOUT)
+        .connect_timeout(connect_timeout);
+    let locks = RedlockLock::connect(cfg).await.expect("connect");
+    let name = lock_name("release-late-answers");
+    let key = locks.key_of(&name);
+    let g = locks
+        .acquire(&name, &opts(Duration::from_secs(30)))
+        .await
+        .expect("every node is up");
+    for p in &proxies[..3] {
+        p.set_reply_delay(NODE_TIMEOUT * 3);
+    }
+    let t = Instant::now();
+    let released = g.release().await;
+    let took = t.elapsed();
+    println!("release with three nodes answering late: {took:?}");
+    assert!(
+        matches!(released, Ok(true)),
+        "the release gave up on answers that came {:?} late: {released:?}",
+        NODE_TIMEOUT * 3
+    );
+    assert!(
+        took < connect_timeout + SLACK,
+        "the release took {took:?}, past its requests' bound {connect_timeout:?}"
+    );
+    for n in set.nodes() {
+        assert!(
+            gone_within(n, &key, SLACK).await,
+            "key left on {}",
+            n.addr()
+        );
+    }
+}
+
+/// The other side of that wait: when a quorum of nodes never answers
+/// (their requests are swallowed), the release reports `Unavailable` once
+/// its requests' bound has passed, not later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_release_that_no_quorum_answers_fails_within_its_requests_bound() {
+    let set = start_set();
+    let proxies = proxies_for(&set);
+    let connect_timeout = Duration::from_millis(600);
+    let cfg = RedlockConfig::new(proxies.iter().map(Proxy::redis_url))
+        .node_timeout(NODE_TIMEOUT)
+        .connect_timeout(connect_timeout);
+    let locks = RedlockLock::connect(cfg).await.expect("connect");
+    let name = lock_name("release-silent-quorum");
+    let g = locks
+        .acquire(&name, &opts(Duration::from_secs(30)))
+        .await
+        .expect("every node is up");
+    for p in &proxies[..3] {
+        p.drop_requests();
+    }
+    let t = Instant::now();
+    let released = timeout(connect_timeout * 4 + SLACK, g.release())
+        .await
+        .expect("the release outlived four times its requests' bound");
+    let took = t.elapsed();
+    match released {
+        Err(e) => assert_eq!(e.kind(), LockErrorKind::Unavailable, "{e}"),
+        Ok(ours) => panic!("release said {ours} with three of five nodes silent"),
+    }
+    assert!(
+        took < connect_timeout + SLACK,
+        "the release took {took:?}, past its requests' bound {connect_timeout:?}"
+    );
+    for p in &proxies[..3] {
+        p.heal();
+    }
+}

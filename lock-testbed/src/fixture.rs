@@ -18,6 +18,9 @@ use crate::shared::{shared_etcd, shared_redis, shared_redis_set, shared_zk, SHAR
 use crate::zk::{ZkEnsemble, ZkOptions};
 use crate::{EtcdCluster, TestbedError};
 
+/// The connect timeout of the Redis and Redlock clients of [`Kind::url`].
+pub const REDIS_CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
+
 /// A backend whose servers the testbed starts.
 ///
 /// ```no_run
@@ -99,8 +102,14 @@ impl Kind {
         let ms = |d: Duration| format!("{}ms", d.as_millis());
         let timeout = ms(self.request_timeout());
         let options = match self {
-            Kind::Redis => format!("request_timeout={timeout}&connect_timeout=500ms"),
-            Kind::Redlock => format!("node_timeout={timeout}&connect_timeout=500ms"),
+            Kind::Redis => format!(
+                "request_timeout={timeout}&connect_timeout={}",
+                ms(REDIS_CONNECT_TIMEOUT)
+            ),
+            Kind::Redlock => format!(
+                "node_timeout={timeout}&connect_timeout={}",
+                ms(REDIS_CONNECT_TIMEOUT)
+            ),
             Kind::Etcd => format!(
                 "lease_ttl={}&request_timeout={timeout}&connect_timeout=2s",
                 ms(self.ttl())
@@ -121,6 +130,16 @@ impl Kind {
             Kind::Redis => Duration::from_millis(250),
             Kind::Redlock => Duration::from_millis(50),
             Kind::Etcd | Kind::Zk => Duration::from_millis(500),
+        }
+    }
+
+    /// The longest a release of the clients of [`Kind::url`] waits for its
+    /// answers: one request, except Redlock's, which waits for late
+    /// answers up to its connect timeout ([`REDIS_CONNECT_TIMEOUT`]).
+    pub fn release_timeout(self) -> Duration {
+        match self {
+            Kind::Redlock => REDIS_CONNECT_TIMEOUT.max(self.request_timeout()),
+            Kind::Redis | Kind::Etcd | Kind::Zk => self.request_timeout(),
         }
     }
 

@@ -245,7 +245,7 @@ impl Inner {
         if let Some(left) = delayed.filter(|_| tally.out_of_reach()) {
             return Ok(BeginRound::Delayed(left));
         }
-        failures.extend(silent(self, &tally));
+        failures.extend(silent(self, &tally, self.config.node_timeout));
         Err(LockError::unavailable(format!(
             "redlock: the term on {} began on {} of {n} nodes; a quorum of {} is needed",
             term.keys.leader(),

@@ -128,7 +128,7 @@ impl LeaseHandle for RedlockTerm {
         if let Some(stored) = stored.await {
             return Ok(stored);
         }
-        failures.extend(silent(inner, &tally));
+        failures.extend(silent(inner, &tally, inner.config.node_timeout));
         Err(LockError::unavailable(format!(
             "redlock: the proclaim on {} was stored by {} of {n} nodes; a quorum of {} is needed",
             self.keys.leader(),

@@ -203,6 +203,9 @@ pub async fn run(config: Config) -> Outcome {
         names: names.clone(),
         ttl: kind.ttl(),
         overrun: kind.request_timeout() + SLACK,
+        release_wait: kind
+            .release_timeout()
+            .saturating_sub(kind.request_timeout()),
         history: history.clone(),
         registers: registers.clone(),
         stop: Default::default(),

@@ -30,6 +30,9 @@ pub struct Shared {
     /// How much longer than its own bound a call may take before it counts
     /// as hung: the configured request timeout plus slack.
     pub overrun: Duration,
+    /// How much longer than one request a release may wait by design (a
+    /// Redlock release waits for late answers up to its connect timeout).
+    pub release_wait: Duration,
     /// Every grant.
     pub history: Arc<History>,
     /// The fenced register of each name.
@@ -148,7 +151,7 @@ async fn again(
             tokio::time::sleep(between(rng, Duration::ZERO, shared.ttl / 3)).await;
             shared.history.end(grant, Instant::now(), "released");
             let r = shared
-                .bounded(id, "release", Duration::ZERO, guard.release())
+                .bounded(id, "release", shared.release_wait, guard.release())
                 .await;
             if let Err(e) = r {
                 shared.count_error("release", &e);
@@ -255,7 +258,7 @@ async fn all(
                 .bounded(
                     id,
                     "release of acquire_all",
-                    Duration::ZERO,
+                    shared.release_wait,
                     multi.release(),
                 )
                 .await;
@@ -339,7 +342,7 @@ async fn hold(
         shared.history.end(grant, now, "released");
         let (name, mode) = (guard.name().clone(), guard.mode());
         let r = shared
-            .bounded(id, "release", Duration::ZERO, guard.release())
+            .bounded(id, "release", shared.release_wait, guard.release())
             .await;
         match r {
             Ok(true) => shared.count("release: ok"),
