@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use lock_core::{DistributedLock, LockErrorKind};
+use lock_core::{DistributedLock, LockErrorKind, LockGuard};
 use lock_redlock::{RedlockConfig, RedlockLock};
 use lock_testbed::Proxy;
 use tokio::time::{sleep, timeout, Instant};
@@ -395,16 +395,8 @@ async fn a_release_waits_for_late_answers_within_its_requests_bound() {
     let set = start_set();
     let proxies = proxies_for(&set);
     let connect_timeout = Duration::from_secs(2);
-    let cfg = RedlockConfig::new(proxies.iter().map(Proxy::redis_url))
-        .node_timeout(NODE_TIMEOUT)
-        .connect_timeout(connect_timeout);
-    let locks = RedlockLock::connect(cfg).await.expect("connect");
-    let name = lock_name("release-late-answers");
-    let key = locks.key_of(&name);
-    let g = locks
-        .acquire(&name, &opts(Duration::from_secs(30)))
-        .await
-        .expect("every node is up");
+    let (locks, g) = held_through(&proxies, connect_timeout, "release-late-answers").await;
+    let key = locks.key_of(g.name());
     for p in &proxies[..3] {
         p.set_reply_delay(NODE_TIMEOUT * 3);
     }
@@ -421,13 +413,7 @@ async fn a_release_waits_for_late_answers_within_its_requests_bound() {
         took < connect_timeout + SLACK,
         "the release took {took:?}, past its requests' bound {connect_timeout:?}"
     );
-    for n in set.nodes() {
-        assert!(
-            gone_within(n, &key, SLACK).await,
-            "key left on {}",
-            n.addr()
-        );
-    }
+    assert_gone_from(set.nodes(), &key).await;
 }
 
 /// The other side of that wait: when a quorum of nodes never answers
@@ -438,15 +424,7 @@ async fn a_release_that_no_quorum_answers_fails_within_its_requests_bound() {
     let set = start_set();
     let proxies = proxies_for(&set);
     let connect_timeout = Duration::from_millis(600);
-    let cfg = RedlockConfig::new(proxies.iter().map(Proxy::redis_url))
-        .node_timeout(NODE_TIMEOUT)
-        .connect_timeout(connect_timeout);
-    let locks = RedlockLock::connect(cfg).await.expect("connect");
-    let name = lock_name("release-silent-quorum");
-    let g = locks
-        .acquire(&name, &opts(Duration::from_secs(30)))
-        .await
-        .expect("every node is up");
+    let (_locks, g) = held_through(&proxies, connect_timeout, "release-silent-quorum").await;
     for p in &proxies[..3] {
         p.drop_requests();
     }
@@ -466,4 +444,22 @@ async fn a_release_that_no_quorum_answers_fails_within_its_requests_bound() {
     for p in &proxies[..3] {
         p.heal();
     }
+}
+
+/// A client of `proxies` (the tests' node timeout, `connect_timeout`)
+/// holding a fresh lock named after `prefix` for 30 s.
+async fn held_through(
+    proxies: &[Proxy],
+    connect_timeout: Duration,
+    prefix: &str,
+) -> (RedlockLock, LockGuard) {
+    let cfg = RedlockConfig::new(proxies.iter().map(Proxy::redis_url))
+        .node_timeout(NODE_TIMEOUT)
+        .connect_timeout(connect_timeout);
+    let locks = RedlockLock::connect(cfg).await.expect("connect");
+    let g = locks
+        .acquire(&lock_name(prefix), &opts(Duration::from_secs(30)))
+        .await
+        .expect("every node is up");
+    (locks, g)
 }
