@@ -19,7 +19,7 @@ use crate::zk::{ZkEnsemble, ZkOptions};
 use crate::{EtcdCluster, TestbedError};
 
 /// The connect timeout of the Redis and Redlock clients of [`Kind::url`].
-pub const REDIS_CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
+const REDIS_CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// A backend whose servers the testbed starts.
 ///
@@ -135,7 +135,7 @@ impl Kind {
 
     /// The longest a release of the clients of [`Kind::url`] waits for its
     /// answers: one request, except Redlock's, which waits for late
-    /// answers up to its connect timeout ([`REDIS_CONNECT_TIMEOUT`]).
+    /// answers up to its connect timeout (500 ms in [`Kind::url`]).
     pub fn release_timeout(self) -> Duration {
         match self {
             Kind::Redlock => REDIS_CONNECT_TIMEOUT.max(self.request_timeout()),
