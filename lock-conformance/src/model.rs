@@ -1,10 +1,15 @@
 //! The model-based test: random operation sequences from several clients on a
 //! few names, checked against a reference model of a lock service: the mutex,
 //! and where the backend offers them, the read-write lock and the semaphore.
+//!
+//! A try or an extension that fails retryably is made again, as a caller
+//! would (`as_a_caller`), and its final answer is checked; a release or a
+//! downgrade, which give the guard up, must succeed the first time.
 
 use std::collections::{BTreeSet, HashMap};
+use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use lock_core::{
     AcquireOptions, Capabilities, FencingToken, LockGuard, LockMode, LockName, LockService,
@@ -169,6 +174,49 @@ async fn try_take(
     }
 }
 
+/// How long to wait between two tries of an operation that failed retryably.
+const RETRY_PAUSE: Duration = Duration::from_millis(50);
+
+/// Runs `call` as a caller that honours [`LockError::is_retryable`] would:
+/// an operation that failed retryably (the backend could not decide in time:
+/// a node's or the server's answer late on a busy machine) is made again
+/// until it gets an answer. So does a try that `refused` while an earlier
+/// try of it had failed: what that try left on the server is the client's
+/// to remove within its request timeout, and the harnesses' request
+/// timeouts are within their TTL. Both end `h.ttl() + h.slack()` after the
+/// first failure; the last outcome is then returned as it is, and checked
+/// against the model like any other. Each retry is reported on stderr.
+///
+/// [`LockError::is_retryable`]: lock_core::LockError::is_retryable
+async fn as_a_caller<T, F, Fut>(
+    h: &dyn Harness,
+    refused: impl Fn(&T) -> bool,
+    mut call: F,
+) -> lock_core::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = lock_core::Result<T>>,
+{
+    let within = h.ttl() + h.slack();
+    let mut first_failure: Option<Instant> = None;
+    loop {
+        let outcome = call().await;
+        let again = match &outcome {
+            Err(e) if e.is_retryable() => {
+                eprintln!("model: a retryable failure, tried again: {e}");
+                true
+            }
+            Ok(v) => first_failure.is_some() && refused(v),
+            Err(_) => false,
+        };
+        let since = *first_failure.get_or_insert_with(Instant::now);
+        if !again || since.elapsed() >= within {
+            return outcome;
+        }
+        tokio::time::sleep(RETRY_PAUSE).await;
+    }
+}
+
 /// Runs `ops` against fresh clients of `h` and the model; `Err` describes the
 /// first disagreement.
 pub async fn check(h: &dyn Harness, ops: &[Op]) -> Result<(), String> {
@@ -193,9 +241,14 @@ pub async fn check(h: &dyn Harness, ops: &[Op]) -> Result<(), String> {
                 if guards.contains_key(&(c, n, take.slot())) {
                     continue; // a client re-taking its own lock is not in the model
                 }
-                let got = try_take(&*clients[c], &names[n], take, &o)
-                    .await
-                    .map_err(|e| at(e.to_string()))?;
+                let grantable = models[n].grantable(take);
+                let got = as_a_caller(
+                    h,
+                    |got: &Option<LockGuard>| grantable && got.is_none(),
+                    || try_take(&*clients[c], &names[n], take, &o),
+                )
+                .await
+                .map_err(|e| at(e.to_string()))?;
                 let model = &mut models[n];
                 match (model.grantable(take), got) {
                     (false, Some(_)) => return Err(at("granted against the model".into())),
@@ -221,7 +274,7 @@ pub async fn check(h: &dyn Harness, ops: &[Op]) -> Result<(), String> {
             }
             Op::Extend(c, n, take) => {
                 if let Some(g) = guards.get(&(c, n, take.slot())) {
-                    g.extend(Duration::from_secs(60))
+                    as_a_caller(h, |_| false, || g.extend(Duration::from_secs(60)))
                         .await
                         .map_err(|e| at(e.to_string()))?;
                 }
