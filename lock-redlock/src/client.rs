@@ -56,7 +56,11 @@ impl RedlockLock {
     /// failure. Acquiring fails with [`LockErrorKind::Unavailable`](lock_core::LockErrorKind::Unavailable) while
     /// fewer than a quorum of nodes can be reached: at once when they refuse
     /// connections, after two [`RedlockConfig::node_timeout`]s when they do
-    /// not answer (one retry). Must be called within a Tokio runtime.
+    /// not answer (one retry). A waiting acquire that a node coming back
+    /// woke (its subscription there confirmed again) keeps waiting instead,
+    /// for the other nodes on their way back, re-checking with backoff and
+    /// as each of them confirms, until a quorum answers or its wait ends
+    /// (then with that error). Must be called within a Tokio runtime.
     pub fn connect_lazy(config: RedlockConfig) -> Result<Self> {
         config.validate()?;
         if tokio::runtime::Handle::try_current().is_err() {

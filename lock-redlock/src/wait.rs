@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::backend::{add_saturating, validity, CleanupOnDrop, LeaseRequest};
-use lock_core::Result;
+use lock_core::{LockError, Result};
 use lock_redis::kit::layout::RESERVED_FOR;
 use lock_redis::kit::notify::{Subscription, Wake};
 use rand::Rng;
@@ -54,6 +54,14 @@ struct WaitState {
     sub: Option<Subscription>,
     /// The holder whose release was still reaching nodes when we tried.
     late_release_of: Option<String>,
+    /// A node confirmed our subscription again (it came back, or answered
+    /// late) since the last round that a quorum answered: rounds that too
+    /// few nodes answer go back to waiting, for the other nodes on their
+    /// way back, instead of ending the wait.
+    recovering: bool,
+    /// The error of the last such round, returned if the deadline comes
+    /// before a quorum answers again.
+    unanswered: Option<LockError>,
 }
 
 /// What a waiting acquire does after a round (see [`Inner::after_round`]).
@@ -80,7 +88,11 @@ impl Inner {
     /// once a quorum of nodes did, see [`Inner::reserved_lease`]),
     /// re-checking at the holder's
     /// remaining TTL (at most every `max_recheck`), retrying split votes
-    /// after a random delay. A round starts only before the deadline, so the
+    /// after a random delay. Too few nodes answering ends the wait with
+    /// their error (after one more round if they only timed out), unless a
+    /// node confirmed the subscription again since the last round a quorum
+    /// answered: nodes are coming back, and the waiter waits for the others
+    /// (see `WaitState::recovering`). A round starts only before the deadline, so the
     /// call returns within its wait plus one node timeout. At the deadline
     /// it removes the last round's keys and leaves the line before it
     /// returns, within that bound (the caller may exit at once); what is not
@@ -159,6 +171,8 @@ impl Inner {
             // find the lock free).
             sub: self.notifier.subscribe_if_live(&wait.keys.channel),
             late_release_of: None,
+            recovering: false,
+            unanswered: None,
         };
         if let Some(s) = state.sub.as_mut() {
             s.expect_grant(&wait.place.id);
@@ -176,13 +190,14 @@ impl Inner {
             };
             let now = Instant::now();
             if now >= wait.deadline {
-                return Ok(None);
+                return state.unanswered.take().map_or(Ok(None), Err);
             }
             let wake = add_saturating(now, delay).min(wait.deadline);
             match state.sub.as_mut() {
                 Some(s) if listen => {
-                    if let Some(won) = self.listen(wait, s, lost_to.as_ref(), deletes, wake).await {
-                        return Ok(Some(won));
+                    match self.listen(wait, s, lost_to.as_ref(), deletes, wake).await {
+                        Ok(won) => return Ok(Some(won)),
+                        Err(why) => state.recovering |= why == Wake::Subscribed,
                     }
                 }
                 _ => tokio::time::sleep_until(wake).await,
@@ -237,6 +252,11 @@ impl Inner {
         outcome: Attempt,
     ) -> Next {
         let (req, deadline) = (wait.req, wait.deadline);
+        if !matches!(outcome, Attempt::NoQuorum { .. }) {
+            // A quorum answered: the nodes are back.
+            state.recovering = false;
+            state.unanswered = None;
+        }
         // The holder this round lost to, where, and when it was sent.
         let mut lost_to: Option<LostTo> = None;
         let mut listen = false;
@@ -244,6 +264,20 @@ impl Inner {
             Attempt::Acquired(mut won) => {
                 won.contended = state.contended;
                 return Next::Done(Ok(Some(won)));
+            }
+            Attempt::NoQuorum { err, .. } if state.recovering && state.sub.is_some() => {
+                // Nodes are coming back (one confirmed our subscription
+                // again): wait for the others, each of which wakes us as
+                // it confirms too, re-checking with backoff.
+                state.unanswered = Some(err);
+                if Instant::now() >= deadline {
+                    return Next::Done(Err(state.unanswered.take().expect("set above")));
+                }
+                return Next::Sleep {
+                    delay: req.retry.delay(state.rounds),
+                    listen: true,
+                    lost_to: None,
+                };
             }
             Attempt::NoQuorum { err, transient } => {
                 // A majority that timed out once may be a hiccup: one
@@ -361,7 +395,7 @@ impl Inner {
     /// followed until it freed a quorum ([`turn_reached`]); if a quorum
     /// reserved the key for us after the round `lost_to`, that is the lock,
     /// with no round ([`Inner::reserved_lease`]), and it is returned.
-    /// Otherwise (`None`) a round takes it.
+    /// Otherwise a round takes it: `Err` with what woke the waiter.
     async fn listen(
         self: &Arc<Self>,
         wait: &Wait<'_>,
@@ -369,12 +403,12 @@ impl Inner {
         lost_to: Option<&LostTo>,
         deletes: &Deletes,
         wake: Instant,
-    ) -> Option<Won> {
+    ) -> std::result::Result<Won, Wake> {
         loop {
             let why = s.wait_until(wake).await;
             tracing::trace!(key = %wait.keys.key, ?why, "redlock: waiter woke");
             if why != Wake::Notified {
-                return None;
+                return Err(why);
             }
             // Our turn: go once the release freed a quorum.
             let by = add_saturating(Instant::now(), TURN_GRACE).min(wait.deadline);
@@ -389,10 +423,10 @@ impl Inner {
                             self.reserved_lease(wait.req, wait.keys, wait.place, l, deletes)
                         }) {
                             s.after_attempt();
-                            return Some(lease);
+                            return Ok(lease);
                         }
                     }
-                    return None;
+                    return Err(why);
                 }
                 // A quorum made it another waiter's turn (our line on
                 // some node had lost it already): it holds, we wait on.

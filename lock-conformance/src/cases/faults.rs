@@ -205,6 +205,63 @@ pub(super) async fn lost_release_notification_still_wakes_the_waiter(h: Arc<dyn 
     drop(proxies);
 }
 
+/// Servers coming back one at a time after a cut (a partition healing
+/// server by server): a waiter that the first one back wakes, and whose
+/// attempt finds the others still unreachable, keeps its wait and gets the
+/// lock once they are back, long before its wait ends.
+pub(super) async fn a_waiter_rides_out_servers_coming_back_one_at_a_time(h: Arc<dyn Harness>) {
+    let name = unique_name("comeback");
+    let holder = client(&*h).await;
+    let long = opts(&*h)
+        .ttl(Duration::from_secs(30))
+        .wait(Duration::from_secs(60));
+    let (proxies, made) = client_through_proxies(&*h, Duration::from_secs(1)).await;
+    let waiter_client = made.expect("connect through healthy proxies");
+    let g = holder.acquire(&name, &long).await.unwrap();
+    let mut waiter = {
+        let (c, name, o) = (waiter_client.clone(), name.clone(), long.clone());
+        tokio::spawn(async move { c.acquire(&name, &o).await.map(|g| (Instant::now(), g)) })
+    };
+    sleep(Duration::from_millis(500)).await;
+    for p in &proxies {
+        p.cut();
+    }
+    assert!(g.release().await.unwrap());
+    sleep(Duration::from_millis(300)).await;
+    // The first server back; the client reconnects there within its
+    // reconnect backoff, and may try the lock while the others still
+    // reset every connection. With one server, that is all of them.
+    proxies[0].heal();
+    let early = timeout(Duration::from_secs(2), &mut waiter).await;
+    let healed = Instant::now();
+    for p in &proxies[1..] {
+        p.heal();
+    }
+    let g2 = match early {
+        Ok(done) => {
+            done.unwrap()
+                .expect("the waiter gave up while the servers were coming back")
+                .1
+        }
+        Err(_) => {
+            let bound = Duration::from_secs(4) + h.slack();
+            let (got, g2) = timeout(bound * 2, waiter)
+                .await
+                .expect("the waiter slept through the servers' return")
+                .unwrap()
+                .expect("the waiter's acquire failed");
+            assert!(
+                got.saturating_duration_since(healed) <= bound,
+                "the waiter took {:?} after the last server came back",
+                got - healed
+            );
+            g2
+        }
+    };
+    assert!(g2.release().await.unwrap());
+    drop(proxies);
+}
+
 /// An extend to a shorter TTL whose reply never comes may have been applied:
 /// the guard never reports a validity beyond what the server may keep.
 pub(super) async fn unanswered_extend_never_lengthens_validity(h: Arc<dyn Harness>) {

@@ -69,6 +69,7 @@ cases! {
     mutex::parent_and_child_names_are_independent if always,
     faults::every_call_honours_its_deadline_when_the_server_hangs if |c| c.remote,
     faults::lost_release_notification_still_wakes_the_waiter if |c| c.remote && c.notified_wait,
+    faults::a_waiter_rides_out_servers_coming_back_one_at_a_time if |c| c.remote && c.notified_wait,
     faults::unanswered_extend_never_lengthens_validity if |c| c.remote,
     multi::acquire_all_takes_all_or_nothing if always,
     multi::crossing_multi_locks_never_deadlock_or_overlap if always,
