@@ -83,11 +83,12 @@ impl LockBackend for RedlockLock {
     /// On every node in parallel, the shared `RELEASE` script with the
     /// owner not compared: whatever the key holds is removed and the first
     /// in line gets its turn (the key reserved for it, it alone told), as
-    /// on a holder's release. Decided by quorum, as a release is, within the
-    /// node timeout: the holder was removed once a quorum of nodes removed
-    /// a key; nobody held it once so many nodes held nothing that no quorum
-    /// can have; otherwise an `Unavailable` error. Slower nodes still get
-    /// the request in the background.
+    /// on a holder's release. Decided by quorum, as a release is, within its
+    /// requests' bound (the longer of the node and connect timeouts),
+    /// returning once that is known: the holder was removed once a quorum
+    /// of nodes removed a key; nobody held it once so many nodes held
+    /// nothing that no quorum can have; otherwise an `Unavailable` error.
+    /// Slower nodes still get the request in the background.
     async fn force_release(&self, name: &LockName) -> Result<ForceReleased> {
         self.inner.force_release(name).await
     }

@@ -85,14 +85,17 @@ impl Inner {
 
     /// The force release of lock `name`: the `RELEASE` script with the
     /// owner not compared on every node in parallel, decided by quorum
-    /// within the node timeout (removed on a quorum: it was held; nothing
-    /// on so many nodes that no quorum can have held it: it was free;
-    /// otherwise `Unavailable`); slower nodes get it in the background.
+    /// within its requests' bound, `Inner::background_bound`, as a
+    /// release is (removed on a quorum: it was held; nothing on so many
+    /// nodes that no quorum can have held it: it was free; otherwise
+    /// `Unavailable`), returning as soon as that is known; slower nodes
+    /// get it in the background. A removal has no validity to keep, so
+    /// waiting for a late answer weakens nothing.
     pub(crate) async fn force_release(self: &Arc<Self>, name: &LockName) -> Result<ForceReleased> {
         let inner = self;
         let n = inner.nodes.len();
         let keys = inner.keys(name);
-        let decide_by = add_saturating(Instant::now(), inner.config.node_timeout);
+        let decide_by = add_saturating(Instant::now(), inner.background_bound());
         let mut pending = fan_out(inner, inner.all(), inner.background_bound(), {
             let keys = keys.clone();
             move |inner, i| {
@@ -122,7 +125,7 @@ impl Inner {
         if tally.refused() {
             return Ok(ForceReleased::none());
         }
-        failures.extend(silent(inner, &tally, inner.config.node_timeout));
+        failures.extend(silent(inner, &tally, inner.background_bound()));
         let (removed, free) = (tally.yes(), tally.no());
         Err(LockError::unavailable(format!(
             "redlock: the force release of {} removed a key on {removed} of {n} nodes ({free} held nothing, {} \

@@ -392,16 +392,10 @@ async fn release_is_ours_only_when_a_quorum_deleted_our_key() {
 /// the lock was ours, and the keys are gone everywhere.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_release_waits_for_late_answers_within_its_requests_bound() {
-    let set = start_set();
-    let proxies = proxies_for(&set);
-    let connect_timeout = Duration::from_secs(2);
-    let (locks, g) = held_through(&proxies, connect_timeout, "release-late-answers").await;
-    let key = locks.key_of(g.name());
-    for p in &proxies[..3] {
-        p.set_reply_delay(NODE_TIMEOUT * 3);
-    }
+    let late = answered_late("release-late-answers").await;
+    let connect_timeout = LATE_CONNECT_TIMEOUT;
     let t = Instant::now();
-    let released = g.release().await;
+    let released = late.guard.release().await;
     let took = t.elapsed();
     println!("release with three nodes answering late: {took:?}");
     assert!(
@@ -413,7 +407,7 @@ async fn a_release_waits_for_late_answers_within_its_requests_bound() {
         took < connect_timeout + SLACK,
         "the release took {took:?}, past its requests' bound {connect_timeout:?}"
     );
-    assert_gone_from(set.nodes(), &key).await;
+    assert_gone_from(late.set.nodes(), &late.key).await;
 }
 
 /// The other side of that wait: when a quorum of nodes never answers
@@ -443,6 +437,65 @@ async fn a_release_that_no_quorum_answers_fails_within_its_requests_bound() {
     );
     for p in &proxies[..3] {
         p.heal();
+    }
+}
+
+/// An operator's force release decides like a release: it waits for the
+/// nodes' answers up to its requests' bound (the connect timeout, here
+/// above the node timeout), so three nodes answering three node timeouts
+/// late still make it a removal, with no key left anywhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_force_release_waits_for_late_answers_within_its_requests_bound() {
+    let late = answered_late("force-late-answers").await;
+    let connect_timeout = LATE_CONNECT_TIMEOUT;
+    let t = Instant::now();
+    let removed = late.locks.force_release(late.guard.name()).await;
+    let took = t.elapsed();
+    assert!(
+        matches!(&removed, Ok(r) if r.mutex == 1 && r.total() == 1),
+        "the force release gave up on answers that came {:?} late: {removed:?}",
+        NODE_TIMEOUT * 3
+    );
+    assert!(
+        took < connect_timeout + SLACK,
+        "the force release took {took:?}, past its requests' bound {connect_timeout:?}"
+    );
+    assert_gone_from(late.set.nodes(), &late.key).await;
+    assert!(
+        !late.guard.release().await.unwrap(),
+        "the evicted guard's release freed something"
+    );
+}
+
+/// The connect timeout of [`answered_late`]'s client: the bound of its
+/// requests, above the node timeout.
+const LATE_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A lock held through proxies whose first three nodes then answer three
+/// node timeouts late (a busy machine): what the late-answer tests need.
+struct AnsweredLate {
+    set: lock_testbed::RedisSet,
+    _proxies: Vec<Proxy>,
+    locks: RedlockLock,
+    guard: LockGuard,
+    key: String,
+}
+
+/// [`AnsweredLate`] for a fresh lock named after `prefix`.
+async fn answered_late(prefix: &str) -> AnsweredLate {
+    let set = start_set();
+    let proxies = proxies_for(&set);
+    let (locks, guard) = held_through(&proxies, LATE_CONNECT_TIMEOUT, prefix).await;
+    let key = locks.key_of(guard.name());
+    for p in &proxies[..3] {
+        p.set_reply_delay(NODE_TIMEOUT * 3);
+    }
+    AnsweredLate {
+        set,
+        _proxies: proxies,
+        locks,
+        guard,
+        key,
     }
 }
 

@@ -164,33 +164,56 @@ pub(super) async fn every_call_honours_its_deadline_when_the_server_hangs(h: Arc
     assert!(g.release().await.unwrap());
 }
 
-/// A release whose notification is lost (the waiter's connections are cut
-/// while it happens) still wakes the waiter promptly once they are back,
-/// long before the holder's TTL or any long re-check.
-pub(super) async fn lost_release_notification_still_wakes_the_waiter(h: Arc<dyn Harness>) {
-    let name = unique_name("lostnote");
-    let holder = client(&*h).await;
-    let long = opts(&*h)
+/// A waiter (a client of its own, through fault proxies in front of every
+/// upstream) of a name held by another client, with its connections cut
+/// while the holder releases: the proxies (still cut) and the waiter's
+/// acquire, which ends with the time it was granted. `what` names the case.
+async fn a_waiter_cut_off_at_the_release(
+    h: &dyn Harness,
+    what: &str,
+) -> (
+    Vec<crate::testbed::Proxy>,
+    tokio::task::JoinHandle<lock_core::Result<(Instant, lock_core::LockGuard)>>,
+) {
+    let name = unique_name(what);
+    let holder = client(h).await;
+    let long = opts(h)
         .ttl(Duration::from_secs(30))
         .wait(Duration::from_secs(60));
-    let (proxies, made) = client_through_proxies(&*h, Duration::from_secs(1)).await;
+    let (proxies, made) = client_through_proxies(h, Duration::from_secs(1)).await;
     let waiter_client = made.expect("connect through healthy proxies");
     let g = holder.acquire(&name, &long).await.unwrap();
-    let waiter = {
-        let (c, name, o) = (waiter_client.clone(), name.clone(), long.clone());
-        tokio::spawn(async move { c.acquire(&name, &o).await.map(|g| (Instant::now(), g)) })
-    };
+    let waiter = tokio::spawn(async move {
+        waiter_client
+            .acquire(&name, &long)
+            .await
+            .map(|g| (Instant::now(), g))
+    });
     sleep(Duration::from_millis(500)).await;
     for p in &proxies {
         p.cut();
     }
     assert!(g.release().await.unwrap());
     sleep(Duration::from_millis(300)).await;
+    (proxies, waiter)
+}
+
+/// How long after its connections are back a waiter that missed a release
+/// may take to get the lock: its client's reconnect backoff and re-check.
+fn after_reconnect(h: &dyn Harness) -> Duration {
+    Duration::from_secs(4) + h.slack()
+}
+
+/// A release whose notification is lost (the waiter's connections are cut
+/// while it happens) still wakes the waiter promptly once they are back,
+/// long before the holder's TTL or any long re-check.
+pub(super) async fn lost_release_notification_still_wakes_the_waiter(h: Arc<dyn Harness>) {
+    let (proxies, waiter) = a_waiter_cut_off_at_the_release(&*h, "lostnote").await;
     let healed = Instant::now();
     for p in &proxies {
         p.heal();
     }
-    let bound = Duration::from_secs(4) + h.slack();
+    let bound = after_reconnect(&*h);
     let (got, g2) = timeout(bound * 2, waiter)
         .await
         .expect("the waiter slept through a release whose notification was lost")
@@ -210,24 +233,7 @@ pub(super) async fn lost_release_notification_still_wakes_the_waiter(h: Arc<dyn 
 /// attempt finds the others still unreachable, keeps its wait and gets the
 /// lock once they are back, long before its wait ends.
 pub(super) async fn a_waiter_rides_out_servers_coming_back_one_at_a_time(h: Arc<dyn Harness>) {
-    let name = unique_name("comeback");
-    let holder = client(&*h).await;
-    let long = opts(&*h)
-        .ttl(Duration::from_secs(30))
-        .wait(Duration::from_secs(60));
-    let (proxies, made) = client_through_proxies(&*h, Duration::from_secs(1)).await;
-    let waiter_client = made.expect("connect through healthy proxies");
-    let g = holder.acquire(&name, &long).await.unwrap();
-    let mut waiter = {
-        let (c, name, o) = (waiter_client.clone(), name.clone(), long.clone());
-        tokio::spawn(async move { c.acquire(&name, &o).await.map(|g| (Instant::now(), g)) })
-    };
-    sleep(Duration::from_millis(500)).await;
-    for p in &proxies {
-        p.cut();
-    }
-    assert!(g.release().await.unwrap());
-    sleep(Duration::from_millis(300)).await;
+    let (proxies, mut waiter) = a_waiter_cut_off_at_the_release(&*h, "comeback").await;
     // The first server back; the client reconnects there within its
     // reconnect backoff, and may try the lock while the others still
     // reset every connection. With one server, that is all of them.
@@ -244,7 +250,7 @@ pub(super) async fn a_waiter_rides_out_servers_coming_back_one_at_a_time(h: Arc<
                 .1
         }
         Err(_) => {
-            let bound = Duration::from_secs(4) + h.slack();
+            let bound = after_reconnect(&*h);
             let (got, g2) = timeout(bound * 2, waiter)
                 .await
                 .expect("the waiter slept through the servers' return")
