@@ -15,7 +15,7 @@ use tokio::time::{sleep, timeout, Instant};
 mod support;
 use support::{
     addr, assert_gone_from, config, get, gone_within, lock_name, opts, proxies_for, set_foreign,
-    start_set, NODE_TIMEOUT, SLACK,
+    start_set, value_within, NODE_TIMEOUT, SLACK,
 };
 
 /// Two of five nodes killed: acquire, release and a fresh client's connect all still work.
@@ -209,8 +209,10 @@ async fn paused_node_costs_at_most_one_node_timeout() {
 }
 
 /// A failed attempt leaves no key of ours anywhere: three nodes held by a
-/// foreign token, our try and our timed-out wait fail, each node holds
-/// exactly what it held before.
+/// foreign token, our try and our timed-out wait fail, and each node holds
+/// exactly what it held before: at once when the nodes answer promptly,
+/// and on a busy machine once the deletes that go on in the background
+/// have landed, within their bound (the connect timeout, 1 s by default).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn failed_attempt_leaves_no_key_on_any_node() {
     let set = start_set();
@@ -220,10 +222,15 @@ async fn failed_attempt_leaves_no_key_on_any_node() {
     for n in &set.nodes()[..3] {
         set_foreign(n, &key, "foreign-token");
     }
-    let check = || {
+    let check = || async {
         for (i, n) in set.nodes().iter().enumerate() {
-            let expect = (i < 3).then(|| "foreign-token".to_string());
-            assert_eq!(get(n, &key), expect, "node {i} ({})", n.addr());
+            let expect = (i < 3).then_some("foreign-token");
+            assert!(
+                value_within(n, &key, expect, Duration::from_secs(1) + SLACK).await,
+                "node {i} ({}) holds {:?}, not {expect:?}",
+                n.addr(),
+                get(n, &key)
+            );
         }
     };
 
@@ -232,7 +239,7 @@ async fn failed_attempt_leaves_no_key_on_any_node() {
         .await
         .unwrap()
         .is_none());
-    check();
+    check().await;
     let wait = Duration::from_millis(300);
     let t = Instant::now();
     let err = locks
@@ -245,7 +252,7 @@ async fn failed_attempt_leaves_no_key_on_any_node() {
         "{:?}",
         t.elapsed()
     );
-    check();
+    check().await;
     let st = locks.inspect(&name).await.unwrap();
     assert!(st.held, "a key on 3 of 5 nodes is a held lock");
     assert!(st.ttl_remaining.unwrap() <= Duration::from_secs(60));

@@ -390,11 +390,6 @@ async fn through_a_proxy(
     (proxy, a, b)
 }
 
-/// A holder cut off (blackholed, no reset) beyond its session timeout: its
-/// guard goes suspended, then lost with `SessionExpired` within the session
-/// timeout; it is never reported held once another client has the lock; the
-/// next holder's token is larger; after the network heals the same `ZkLock`
-/// opens a new session and acquires again.
 /// A slow but healthy server (every answer takes longer than a quarter of
 /// the session timeout, the heartbeat period, and well under half of it):
 /// the holder's session is confirmed by each late answer from its send
@@ -402,12 +397,14 @@ async fn through_a_proxy(
 /// excludes others.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_but_healthy_server_keeps_the_lock() {
-    let session_timeout = Duration::from_secs(2);
-    // 300 ms each way: a round trip of at least 600 ms, above the 500 ms
-    // heartbeat period.
+    let session_timeout = Duration::from_secs(3);
+    // 400 ms each way: a round trip of at least 800 ms, above the 750 ms
+    // heartbeat period, and 2.2 s under the session timeout for a busy
+    // machine's stalls (with 2 s and 300 ms, beside two busy loops and
+    // another suite, the 1.4 s left was once not enough to create a node).
     let (proxy, a, b) = through_a_proxy(
         session_timeout,
-        Some(Duration::from_millis(300)),
+        Some(Duration::from_millis(400)),
         Duration::from_secs(3),
         Duration::from_secs(5),
     )
@@ -438,6 +435,11 @@ async fn a_slow_but_healthy_server_keeps_the_lock() {
     assert!(held.release().await.unwrap());
 }
 
+/// A holder cut off (blackholed, no reset) beyond its session timeout: its
+/// guard goes suspended, then lost with `SessionExpired` within the session
+/// timeout; it is never reported held once another client has the lock; the
+/// next holder's token is larger; after the network heals the same `ZkLock`
+/// opens a new session and acquires again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn partitioned_holder_goes_suspended_then_lost_before_anyone_else_holds() {
     let session_timeout = Duration::from_secs(2);
