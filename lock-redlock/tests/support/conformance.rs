@@ -20,6 +20,13 @@ use lock_redlock::{RedlockConfig, RedlockLock};
 /// tests use the default).
 const NODE_TIMEOUT: Duration = Duration::from_millis(200);
 
+/// The per-node timeout over TLS: each request costs the nodes and the
+/// client more there, and beside two busy loops the TLS suite's nodes
+/// answered later than 200 ms (an acquire got `Unavailable` instead of
+/// timing out, a guard's renewals missed its 1 s TTL). Still under half
+/// the suite's TTL, so a round that uses all of it leaves a valid lease.
+const TLS_NODE_TIMEOUT: Duration = Duration::from_millis(450);
+
 /// The suite's view of the five nodes, reached over TLS or not.
 struct Redlock {
     set: &'static RedisSet,
@@ -66,7 +73,12 @@ impl Redlock {
 #[async_trait]
 impl Harness for Redlock {
     async fn client(&self) -> Arc<dyn LockService> {
-        let config = self.config(&self.upstreams()).node_timeout(NODE_TIMEOUT);
+        let node_timeout = if self.tls {
+            TLS_NODE_TIMEOUT
+        } else {
+            NODE_TIMEOUT
+        };
+        let config = self.config(&self.upstreams()).node_timeout(node_timeout);
         let lock = lock_testbed::retry_set_up(
             "connect to the Redis nodes",
             LockError::is_retryable,
