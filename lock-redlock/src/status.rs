@@ -11,7 +11,7 @@ use lock_core::{ForceReleased, LockError, LockName, LockStatus, Result};
 use lock_redis::kit::layout::RESERVED_FOR;
 use tokio::time::Instant;
 
-use crate::fan_out::{fan_out, finish_in_background, next_by, silent};
+use crate::fan_out::{decide, fan_out, silent, Vote};
 use crate::inner::Inner;
 use crate::node::ReleaseReply;
 use crate::tally::Tally;
@@ -96,7 +96,7 @@ impl Inner {
         let n = inner.nodes.len();
         let keys = inner.keys(name);
         let decide_by = add_saturating(Instant::now(), inner.background_bound());
-        let mut pending = fan_out(inner, inner.all(), inner.background_bound(), {
+        let pending = fan_out(inner, inner.all(), inner.background_bound(), {
             let keys = keys.clone();
             move |inner, i| {
                 let keys = keys.clone();
@@ -105,25 +105,20 @@ impl Inner {
         });
         let mut tally = Tally::new(n, inner.quorum);
         let mut failures = Vec::new();
-        while let Some((i, r)) = next_by(&mut pending, decide_by).await {
-            match r {
-                Ok(ReleaseReply::Deleted) => tally.said_yes(i),
-                Ok(ReleaseReply::NotOurs) => tally.said_no(i),
-                Err(f) => {
-                    tally.failed(i);
-                    failures.push(f);
-                }
-            }
-            if tally.reached() || tally.refused() {
-                break;
-            }
-        }
-        finish_in_background(pending);
-        if tally.reached() {
-            return Ok(ForceReleased::none().with_mutex(1));
-        }
-        if tally.refused() {
-            return Ok(ForceReleased::none());
+        let removed = decide(
+            pending,
+            decide_by,
+            &mut tally,
+            &mut failures,
+            |_, r| match r {
+                ReleaseReply::Deleted => Vote::Yes,
+                ReleaseReply::NotOurs => Vote::No(None),
+            },
+        );
+        match removed.await {
+            Some(true) => return Ok(ForceReleased::none().with_mutex(1)),
+            Some(false) => return Ok(ForceReleased::none()),
+            None => {}
         }
         failures.extend(silent(inner, &tally, inner.background_bound()));
         let (removed, free) = (tally.yes(), tally.no());

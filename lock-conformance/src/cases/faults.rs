@@ -198,10 +198,27 @@ async fn a_waiter_cut_off_at_the_release(
     (proxies, waiter)
 }
 
-/// How long after its connections are back a waiter that missed a release
-/// may take to get the lock: its client's reconnect backoff and re-check.
-fn after_reconnect(h: &dyn Harness) -> Duration {
-    Duration::from_secs(4) + h.slack()
+/// The lock that `waiter` gets once its servers are all back (`healed`),
+/// within its client's reconnect backoff and re-check plus slack; `what`
+/// says what it must not sleep through.
+async fn granted_after_the_return(
+    h: &dyn Harness,
+    waiter: tokio::task::JoinHandle<lock_core::Result<(Instant, lock_core::LockGuard)>>,
+    healed: Instant,
+    what: &str,
+) -> lock_core::LockGuard {
+    let bound = Duration::from_secs(4) + h.slack();
+    let (got, g) = timeout(bound * 2, waiter)
+        .await
+        .unwrap_or_else(|_| panic!("the waiter slept through {what}"))
+        .unwrap()
+        .expect("the waiter's acquire failed");
+    let took = got.saturating_duration_since(healed);
+    assert!(
+        took <= bound,
+        "the waiter took {took:?} after the servers came back"
+    );
+    g
 }
 
 /// A release whose notification is lost (the waiter's connections are cut
@@ -213,17 +230,8 @@ pub(super) async fn lost_release_notification_still_wakes_the_waiter(h: Arc<dyn 
     for p in &proxies {
         p.heal();
     }
-    let bound = after_reconnect(&*h);
-    let (got, g2) = timeout(bound * 2, waiter)
-        .await
-        .expect("the waiter slept through a release whose notification was lost")
-        .unwrap()
-        .expect("the waiter's acquire failed");
-    assert!(
-        got - healed <= bound,
-        "the waiter took {:?} after the connection came back",
-        got - healed
-    );
+    let g2 = granted_after_the_return(&*h, waiter, healed, "a release whose notification was lost")
+        .await;
     assert!(g2.release().await.unwrap());
     drop(proxies);
 }
@@ -249,20 +257,7 @@ pub(super) async fn a_waiter_rides_out_servers_coming_back_one_at_a_time(h: Arc<
                 .expect("the waiter gave up while the servers were coming back")
                 .1
         }
-        Err(_) => {
-            let bound = after_reconnect(&*h);
-            let (got, g2) = timeout(bound * 2, waiter)
-                .await
-                .expect("the waiter slept through the servers' return")
-                .unwrap()
-                .expect("the waiter's acquire failed");
-            assert!(
-                got.saturating_duration_since(healed) <= bound,
-                "the waiter took {:?} after the last server came back",
-                got - healed
-            );
-            g2
-        }
+        Err(_) => granted_after_the_return(&*h, waiter, healed, "the servers' return").await,
     };
     assert!(g2.release().await.unwrap());
     drop(proxies);

@@ -23,8 +23,8 @@ const NODE_TIMEOUT: Duration = Duration::from_millis(200);
 /// The per-node timeout over TLS: each request costs the nodes and the
 /// client more there, and beside two busy loops the TLS suite's nodes
 /// answered later than 200 ms (an acquire got `Unavailable` instead of
-/// timing out, a guard's renewals missed its 1 s TTL). Still under half
-/// the suite's TTL, so a round that uses all of it leaves a valid lease.
+/// timing out). Still under half the suite's TTL, so a round that uses all
+/// of it leaves a valid lease.
 const TLS_NODE_TIMEOUT: Duration = Duration::from_millis(450);
 
 /// The suite's view of the five nodes, reached over TLS or not.
