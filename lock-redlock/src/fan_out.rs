@@ -12,7 +12,7 @@ use redis::RedisResult;
 use tokio::time::Instant;
 
 use crate::inner::Inner;
-use crate::node;
+use crate::node::{self, ReleaseReply};
 use crate::tally::Tally;
 
 /// Sends one request to each of the nodes `which` ([`Inner::all`]: every
@@ -77,6 +77,15 @@ pub(crate) enum Vote {
     Yes,
     /// No, with what to report of it, if anything.
     No(Option<NodeFailure>),
+}
+
+/// A node's answer to a release (or a force release) as a [`Vote`]: it
+/// deleted the key, or held nothing of ours.
+pub(crate) fn release_vote(_: usize, reply: ReleaseReply) -> Vote {
+    match reply {
+        ReleaseReply::Deleted => Vote::Yes,
+        ReleaseReply::NotOurs => Vote::No(None),
+    }
 }
 
 /// Counts the answers of `pending` (each made a [`Vote`] by `vote`) in

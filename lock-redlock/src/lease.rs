@@ -13,9 +13,9 @@ use tokio::sync::SetOnce;
 use tokio::time::Instant;
 
 use crate::cleanup::Delete;
-use crate::fan_out::{decide, fan_out, finish_in_background, next_by, silent, Vote};
+use crate::fan_out::{decide, fan_out, finish_in_background, next_by, release_vote, silent};
 use crate::inner::Inner;
-use crate::node::{NameKeys, ReleaseReply};
+use crate::node::NameKeys;
 use crate::tally::Tally;
 use lock_redis::kit::renew::LeaseKind;
 
@@ -238,16 +238,7 @@ impl RedlockLease {
         for &i in late {
             tally.skipped(i);
         }
-        let deleted = decide(
-            pending,
-            decide_by,
-            &mut tally,
-            &mut failures,
-            |_, r| match r {
-                ReleaseReply::Deleted => Vote::Yes,
-                ReleaseReply::NotOurs => Vote::No(None),
-            },
-        );
+        let deleted = decide(pending, decide_by, &mut tally, &mut failures, release_vote);
         if let Some(ours) = deleted.await {
             return Ok(ours);
         }

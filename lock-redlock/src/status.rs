@@ -11,9 +11,8 @@ use lock_core::{ForceReleased, LockError, LockName, LockStatus, Result};
 use lock_redis::kit::layout::RESERVED_FOR;
 use tokio::time::Instant;
 
-use crate::fan_out::{decide, fan_out, silent, Vote};
+use crate::fan_out::{decide, fan_out, release_vote, silent};
 use crate::inner::Inner;
-use crate::node::ReleaseReply;
 use crate::tally::Tally;
 
 impl Inner {
@@ -105,16 +104,7 @@ impl Inner {
         });
         let mut tally = Tally::new(n, inner.quorum);
         let mut failures = Vec::new();
-        let removed = decide(
-            pending,
-            decide_by,
-            &mut tally,
-            &mut failures,
-            |_, r| match r {
-                ReleaseReply::Deleted => Vote::Yes,
-                ReleaseReply::NotOurs => Vote::No(None),
-            },
-        );
+        let removed = decide(pending, decide_by, &mut tally, &mut failures, release_vote);
         match removed.await {
             Some(true) => return Ok(ForceReleased::none().with_mutex(1)),
             Some(false) => return Ok(ForceReleased::none()),
